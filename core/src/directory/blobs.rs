@@ -1,0 +1,347 @@
+//! Blob operations: Register, Unregister, Rename, Resolve, Lookup and reservations
+//! (SPEC §4.4, with DESIGN.md §5 Q1, Q2 and Q4).
+//!
+//! Every mutation follows the same shape: replay check first (an operation id already in the
+//! table answers its stored outcome and changes nothing), then state checks whose failures are
+//! sticky rejections, then one `Committed` record, then runtime changes and notices.
+
+use super::{Directory, SourceState};
+use crate::effect::Outbox;
+use crate::error::{Limit, NamespaceError};
+use crate::ids::{Address, NodeId, OperationId};
+use crate::limits::RESERVATIONS_MAX;
+use crate::log::{Entry, LogRecord, Mutation, Outcome, RejectionKind, RequestKey};
+use crate::path::DataPath;
+use crate::wire::{BlobBinding, EntryKind, MutationReceipt, NamespaceNode, SourceRecovery};
+
+/// The arguments of a Register.
+#[derive(Clone, Debug)]
+pub(super) struct RegisterArgs {
+    pub path: DataPath,
+    pub source: Address,
+    pub source_node: NodeId,
+    pub length: u64,
+    pub recovery: SourceRecovery,
+    pub operation: OperationId,
+    pub reservation: Option<OperationId>,
+}
+
+fn receipt(outcome: Result<&Outcome, NamespaceError>) -> Result<MutationReceipt, NamespaceError> {
+    match outcome? {
+        Outcome::Committed(revision) => Ok(MutationReceipt {
+            revision: *revision,
+        }),
+        Outcome::Rejected(rejection) => Err(rejection.error()),
+        // A reservation id reused for a revision-allocating request has a different key and
+        // never reaches here; answer conservatively anyway.
+        Outcome::Reserved => Err(NamespaceError::Protocol(crate::wire::reason(
+            "not a mutation",
+        ))),
+    }
+}
+
+impl Directory {
+    /// Register (SPEC §4.4): unconditional replacement, gated by reservations.
+    pub(super) fn register(
+        &mut self,
+        args: RegisterArgs,
+        out: &mut Outbox,
+    ) -> Result<MutationReceipt, NamespaceError> {
+        let RegisterArgs {
+            path,
+            source,
+            source_node,
+            length,
+            recovery,
+            operation,
+            reservation,
+        } = args;
+        let key = RequestKey::Register {
+            path: path.clone(),
+            length,
+            recovery: recovery.clone(),
+        };
+        if let Some(stored) = self.replay(operation, &key) {
+            // Q1: a replay displaces nothing and retires nothing.
+            return receipt(stored);
+        }
+        match (self.durable.reservation(&path), reservation) {
+            (Some(held), Some(quoted)) if held.operation == quoted => {}
+            (Some(_), _) => {
+                return Err(self.reject(operation, key, RejectionKind::PathExists, &path, out));
+            }
+            (None, Some(_)) => {
+                return Err(self.reject(operation, key, RejectionKind::PathReplaced, &path, out));
+            }
+            (None, None) => {}
+        }
+        let revision = self.allocate_revision()?;
+        let retire = match self.sources.get(&path) {
+            Some(SourceState::Available(binding)) if binding.source != source => {
+                Some(binding.source)
+            }
+            _ => None,
+        };
+        let owner = match &recovery {
+            SourceRecovery::Actor { owner, .. } => *owner,
+            SourceRecovery::File { .. } => None,
+        };
+        let mutation = Mutation::Register {
+            path: path.clone(),
+            length,
+            recovery,
+            reservation,
+        };
+        self.commit(
+            LogRecord::Committed {
+                operation,
+                revision,
+                mutation,
+                retire,
+            },
+            out,
+        );
+        let binding = BlobBinding {
+            source,
+            source_node,
+            owner,
+            length,
+            revision,
+        };
+        self.sources
+            .insert(path.clone(), SourceState::Available(binding));
+        if let Some(old) = retire {
+            self.queue_retirement(old, out);
+        }
+        self.displace_runtime_stream(&path, out);
+        Ok(MutationReceipt { revision })
+    }
+
+    /// Unregister (SPEC §4.4; Q2: the replay check comes first).
+    pub(super) fn unregister(
+        &mut self,
+        path: DataPath,
+        operation: OperationId,
+        out: &mut Outbox,
+    ) -> Result<MutationReceipt, NamespaceError> {
+        let key = RequestKey::Unregister { path: path.clone() };
+        if let Some(stored) = self.replay(operation, &key) {
+            return receipt(stored);
+        }
+        if self.streams.contains_key(&path) {
+            // Not sticky: the rendezvous may end and the same id succeed later.
+            return Err(NamespaceError::WrongEntryType {
+                path,
+                expected: EntryKind::Blob,
+                found: EntryKind::Stream,
+            });
+        }
+        if self.durable.reservation(&path).is_some() {
+            return Err(self.reject(operation, key, RejectionKind::PathExists, &path, out));
+        }
+        if self.durable.entry(&path).is_none() {
+            return Err(self.reject(operation, key, RejectionKind::PathNotFound, &path, out));
+        }
+        let revision = self.allocate_revision()?;
+        let retire = self.live_source(&path);
+        let mutation = Mutation::Unregister { path: path.clone() };
+        self.commit(
+            LogRecord::Committed {
+                operation,
+                revision,
+                mutation,
+                retire,
+            },
+            out,
+        );
+        self.sources.remove(&path);
+        if let Some(old) = retire {
+            self.queue_retirement(old, out);
+        }
+        Ok(MutationReceipt { revision })
+    }
+
+    /// Rename (SPEC §4.4).
+    pub(super) fn rename(
+        &mut self,
+        source: DataPath,
+        destination: DataPath,
+        replace: bool,
+        operation: OperationId,
+        out: &mut Outbox,
+    ) -> Result<MutationReceipt, NamespaceError> {
+        let key = RequestKey::Rename {
+            source: source.clone(),
+            destination: destination.clone(),
+            replace,
+        };
+        if let Some(stored) = self.replay(operation, &key) {
+            return receipt(stored);
+        }
+        let refusal = if self.durable.entry(&source).is_none() {
+            Some((RejectionKind::PathNotFound, &source))
+        } else if self.durable.reservation(&source).is_some() {
+            Some((RejectionKind::PathExists, &source))
+        } else if self.durable.reservation(&destination).is_some() {
+            Some((RejectionKind::PathExists, &destination))
+        } else if self.streams.contains_key(&source) {
+            Some((RejectionKind::StreamActive, &source))
+        } else if self.streams.contains_key(&destination) {
+            Some((RejectionKind::StreamActive, &destination))
+        } else if source != destination && self.durable.entry(&destination).is_some() && !replace {
+            Some((RejectionKind::PathExists, &destination))
+        } else {
+            None
+        };
+        if let Some((kind, path)) = refusal {
+            let path = path.clone();
+            return Err(self.reject(operation, key, kind, &path, out));
+        }
+        let revision = self.allocate_revision()?;
+        let retire = if source == destination {
+            None
+        } else {
+            self.live_source(&destination)
+        };
+        let mutation = Mutation::Rename {
+            source: source.clone(),
+            destination: destination.clone(),
+            replace,
+        };
+        self.commit(
+            LogRecord::Committed {
+                operation,
+                revision,
+                mutation,
+                retire,
+            },
+            out,
+        );
+        if source != destination {
+            self.sources.remove(&destination);
+        }
+        if let Some(state) = self.sources.remove(&source) {
+            let moved = match state {
+                SourceState::Available(binding) => SourceState::Available(BlobBinding {
+                    revision,
+                    ..binding
+                }),
+                unavailable @ SourceState::Unavailable(_) => unavailable,
+            };
+            self.sources.insert(destination, moved);
+        }
+        if let Some(old) = retire {
+            self.queue_retirement(old, out);
+        }
+        Ok(MutationReceipt { revision })
+    }
+
+    /// Resolve (SPEC §4.4): read-only.
+    pub(super) fn resolve(&self, path: &DataPath) -> Result<BlobBinding, NamespaceError> {
+        match self.durable.entry(path) {
+            Some(Entry::Stream { .. }) => Err(NamespaceError::WrongEntryType {
+                path: path.clone(),
+                expected: EntryKind::Blob,
+                found: EntryKind::Stream,
+            }),
+            None => Err(NamespaceError::PathNotFound(path.clone())),
+            Some(Entry::Blob { .. }) => match self.sources.get(path) {
+                Some(SourceState::Available(binding)) => Ok(*binding),
+                Some(SourceState::Unavailable(reason)) => {
+                    Err(NamespaceError::SourceRecovery(reason.clone()))
+                }
+                None => Err(NamespaceError::SourceRecovery(crate::wire::reason(
+                    "no runtime source for this binding",
+                ))),
+            },
+        }
+    }
+
+    /// Lookup (SPEC §4.4): read-only; a reserved path answers `PathExists`.
+    pub(super) fn lookup(&self, path: &DataPath) -> Result<NamespaceNode, NamespaceError> {
+        if self.durable.reservation(path).is_some() {
+            return Err(NamespaceError::PathExists(path.clone()));
+        }
+        match self.durable.entry(path) {
+            Some(Entry::Blob { revision, .. }) => Ok(NamespaceNode {
+                kind: EntryKind::Blob,
+                revision: *revision,
+                active: false,
+            }),
+            Some(Entry::Stream { revision }) => Ok(NamespaceNode {
+                kind: EntryKind::Stream,
+                revision: *revision,
+                active: self.streams.contains_key(path),
+            }),
+            None => Err(NamespaceError::PathNotFound(path.clone())),
+        }
+    }
+
+    /// ReserveBlob (DESIGN Q4): durable and op-logged; its rejections are sticky, so a late
+    /// duplicate of a refused reserve can never strand a reservation nobody waits for.
+    pub(super) fn reserve(
+        &mut self,
+        path: DataPath,
+        operation: OperationId,
+        owner: Address,
+        out: &mut Outbox,
+    ) -> Result<(), NamespaceError> {
+        let key = RequestKey::Reserve { path: path.clone() };
+        if let Some(stored) = self.replay(operation, &key) {
+            return match stored? {
+                Outcome::Rejected(rejection) => Err(rejection.error()),
+                Outcome::Reserved | Outcome::Committed(_) => Ok(()),
+            };
+        }
+        if self.durable.entry(&path).is_some() || self.durable.reservation(&path).is_some() {
+            return Err(self.reject(operation, key, RejectionKind::PathExists, &path, out));
+        }
+        if self.durable.reservation_count() >= RESERVATIONS_MAX {
+            return Err(NamespaceError::LimitReached(Limit::Reservations));
+        }
+        self.commit(
+            LogRecord::Reserved {
+                operation,
+                path,
+                owner,
+            },
+            out,
+        );
+        Ok(())
+    }
+
+    /// ReleaseBlobReservation (DESIGN Q4): releases the reservation if `operation` still holds
+    /// it; an unknown id is tombstoned so a delayed reserve with it is refused later.
+    pub(super) fn release_reservation(
+        &mut self,
+        path: DataPath,
+        operation: OperationId,
+        out: &mut Outbox,
+    ) -> Result<(), NamespaceError> {
+        let key = RequestKey::Reserve { path: path.clone() };
+        match self.replay(operation, &key) {
+            None => {
+                self.reject(operation, key, RejectionKind::PathReplaced, &path, out);
+            }
+            Some(Err(conflict)) => return Err(conflict),
+            Some(Ok(_)) => {
+                if self
+                    .durable
+                    .reservation(&path)
+                    .is_some_and(|r| r.operation == operation)
+                {
+                    self.commit(LogRecord::ReservationReleased { path }, out);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The live source actor bound at `path`, if any.
+    fn live_source(&self, path: &DataPath) -> Option<Address> {
+        match self.sources.get(path) {
+            Some(SourceState::Available(binding)) => Some(binding.source),
+            _ => None,
+        }
+    }
+}

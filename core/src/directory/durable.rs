@@ -1,0 +1,605 @@
+//! The directory's durable state and the one function that changes it.
+//!
+//! [`DurableState::apply`] is used both by the live directory (every mutation builds a
+//! [`LogRecord`], applies it, and emits it as `Persist`) and by recovery (which applies the
+//! logged records in order). Because both go through the same function, a recovered state is
+//! the live state by construction; `apply` validates every record first and changes nothing
+//! when it refuses one.
+
+use std::collections::BTreeMap;
+
+use crate::ids::{Address, AuthorityEpoch, OperationId, Revision, StreamIncarnation};
+use crate::log::{
+    Entry, LogRecord, Mutation, OperationRecord, Outcome, RequestKey, Reservation, SnapshotRecord,
+};
+use crate::path::DataPath;
+
+/// One outstanding obligation toward an address (SPEC §4.8, §4.6.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ObligationKey {
+    /// The source must be told to retire.
+    Retire(Address),
+    /// The stream endpoint must be told it was displaced.
+    Displace(Address),
+}
+
+impl ObligationKey {
+    /// The address the obligation is toward.
+    pub fn target(&self) -> Address {
+        match *self {
+            ObligationKey::Retire(a) | ObligationKey::Displace(a) => a,
+        }
+    }
+}
+
+/// The details of a displacement obligation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Displacement {
+    /// The displaced rendezvous.
+    pub incarnation: StreamIncarnation,
+    /// The path whose replacement fence waits for the acknowledgement, if any.
+    pub fence: Option<DataPath>,
+}
+
+#[derive(Clone, Debug)]
+struct Slot {
+    order: u64,
+    displacement: Option<Displacement>,
+}
+
+/// Why a record cannot be applied to the current state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApplyError(pub &'static str);
+
+impl core::fmt::Display for ApplyError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "inconsistent log record: {}", self.0)
+    }
+}
+
+impl std::error::Error for ApplyError {}
+
+fn require(condition: bool, what: &'static str) -> Result<(), ApplyError> {
+    if condition {
+        Ok(())
+    } else {
+        Err(ApplyError(what))
+    }
+}
+
+/// Everything the directory keeps across restarts (SPEC §3.1, with durable reservations).
+#[derive(Clone, Debug)]
+pub struct DurableState {
+    epoch: AuthorityEpoch,
+    next_revision: Revision,
+    entries: BTreeMap<DataPath, Entry>,
+    operations: BTreeMap<OperationId, OperationRecord>,
+    reservations: BTreeMap<DataPath, Reservation>,
+    obligations: BTreeMap<ObligationKey, Slot>,
+    obligation_order: BTreeMap<u64, ObligationKey>,
+    next_order: u64,
+}
+
+impl Default for DurableState {
+    fn default() -> Self {
+        DurableState {
+            epoch: AuthorityEpoch::NONE,
+            next_revision: Revision(1),
+            entries: BTreeMap::new(),
+            operations: BTreeMap::new(),
+            reservations: BTreeMap::new(),
+            obligations: BTreeMap::new(),
+            obligation_order: BTreeMap::new(),
+            next_order: 0,
+        }
+    }
+}
+
+impl PartialEq for DurableState {
+    /// Equal contents; obligations compare in persisted order (their internal sequence numbers
+    /// are not part of the state).
+    fn eq(&self, other: &Self) -> bool {
+        self.epoch == other.epoch
+            && self.next_revision == other.next_revision
+            && self.entries == other.entries
+            && self.operations == other.operations
+            && self.reservations == other.reservations
+            && self.obligations_in_order().eq(other.obligations_in_order())
+    }
+}
+
+impl Eq for DurableState {}
+
+impl DurableState {
+    /// The last adopted authority epoch (0 before the first recovery).
+    pub fn epoch(&self) -> AuthorityEpoch {
+        self.epoch
+    }
+
+    /// The next revision to allocate.
+    pub fn next_revision(&self) -> Revision {
+        self.next_revision
+    }
+
+    /// The entry at `path`.
+    pub fn entry(&self, path: &DataPath) -> Option<&Entry> {
+        self.entries.get(path)
+    }
+
+    /// Every entry, by path.
+    pub fn entries(&self) -> impl Iterator<Item = (&DataPath, &Entry)> {
+        self.entries.iter()
+    }
+
+    /// How many entries exist.
+    pub fn entry_count(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The idempotency row of `operation`.
+    pub fn operation(&self, operation: OperationId) -> Option<&OperationRecord> {
+        self.operations.get(&operation)
+    }
+
+    /// Every idempotency row, by id.
+    pub fn operations(&self) -> impl Iterator<Item = (&OperationId, &OperationRecord)> {
+        self.operations.iter()
+    }
+
+    /// The reservation on `path`.
+    pub fn reservation(&self, path: &DataPath) -> Option<&Reservation> {
+        self.reservations.get(path)
+    }
+
+    /// How many reservations are live.
+    pub fn reservation_count(&self) -> usize {
+        self.reservations.len()
+    }
+
+    /// Every reservation, by path.
+    pub fn reservations(&self) -> impl Iterator<Item = (&DataPath, &Reservation)> {
+        self.reservations.iter()
+    }
+
+    /// Whether an obligation exists.
+    pub fn has_obligation(&self, key: &ObligationKey) -> bool {
+        self.obligations.contains_key(key)
+    }
+
+    /// The displacement obligation toward `endpoint`.
+    pub fn displacement(&self, endpoint: Address) -> Option<&Displacement> {
+        self.obligations
+            .get(&ObligationKey::Displace(endpoint))?
+            .displacement
+            .as_ref()
+    }
+
+    /// How many obligations are outstanding.
+    pub fn obligation_count(&self) -> usize {
+        self.obligations.len()
+    }
+
+    /// Every obligation, in persisted order.
+    pub fn obligations_in_order(
+        &self,
+    ) -> impl Iterator<Item = (ObligationKey, Option<&Displacement>)> + '_ {
+        self.obligation_order.values().map(|key| {
+            let slot = &self.obligations[key];
+            (*key, slot.displacement.as_ref())
+        })
+    }
+
+    fn add_obligation(&mut self, key: ObligationKey, displacement: Option<Displacement>) {
+        if let Some(old) = self.obligations.remove(&key) {
+            self.obligation_order.remove(&old.order);
+        }
+        let order = self.next_order;
+        self.next_order += 1;
+        self.obligation_order.insert(order, key);
+        self.obligations.insert(
+            key,
+            Slot {
+                order,
+                displacement,
+            },
+        );
+    }
+
+    fn remove_obligation(&mut self, key: &ObligationKey) {
+        if let Some(slot) = self.obligations.remove(key) {
+            self.obligation_order.remove(&slot.order);
+        }
+    }
+
+    fn is_pristine(&self) -> bool {
+        *self == DurableState::default()
+    }
+
+    fn check_mutation(&self, mutation: &Mutation) -> Result<(), ApplyError> {
+        match mutation {
+            Mutation::Register {
+                path, reservation, ..
+            } => match reservation {
+                Some(op) => require(
+                    self.reservations
+                        .get(path)
+                        .is_some_and(|r| r.operation == *op),
+                    "register consumes a reservation that is not held",
+                ),
+                None => require(
+                    !self.reservations.contains_key(path),
+                    "register over another reservation",
+                ),
+            },
+            Mutation::Unregister { path } => require(
+                self.entries.contains_key(path),
+                "unregister of an absent path",
+            ),
+            Mutation::Rename {
+                source,
+                destination,
+                ..
+            } => {
+                require(
+                    self.entries.contains_key(source),
+                    "rename of an absent path",
+                )?;
+                require(
+                    !self.reservations.contains_key(destination),
+                    "rename onto a reserved path",
+                )
+            }
+            Mutation::BindStream { path } => require(
+                !self.reservations.contains_key(path),
+                "stream bind over a reservation",
+            ),
+        }
+    }
+
+    fn apply_mutation(&mut self, mutation: &Mutation, revision: Revision) {
+        match mutation {
+            Mutation::Register {
+                path,
+                length,
+                recovery,
+                reservation,
+            } => {
+                if reservation.is_some() {
+                    self.reservations.remove(path);
+                }
+                let entry = Entry::Blob {
+                    length: *length,
+                    revision,
+                    recovery: recovery.clone(),
+                };
+                self.entries.insert(path.clone(), entry);
+            }
+            Mutation::Unregister { path } => {
+                self.entries.remove(path);
+            }
+            Mutation::Rename {
+                source,
+                destination,
+                ..
+            } => {
+                if let Some(entry) = self.entries.remove(source) {
+                    let moved = match entry {
+                        Entry::Blob {
+                            length, recovery, ..
+                        } => Entry::Blob {
+                            length,
+                            revision,
+                            recovery,
+                        },
+                        Entry::Stream { .. } => Entry::Stream { revision },
+                    };
+                    self.entries.insert(destination.clone(), moved);
+                }
+            }
+            Mutation::BindStream { path } => {
+                self.entries
+                    .insert(path.clone(), Entry::Stream { revision });
+            }
+        }
+    }
+
+    /// Applies one record, or refuses it (changing nothing) if it does not fit the state.
+    pub fn apply(&mut self, record: &LogRecord) -> Result<(), ApplyError> {
+        match record {
+            LogRecord::EpochAdvanced { epoch } => {
+                require(*epoch > self.epoch, "epoch does not advance")?;
+                self.epoch = *epoch;
+            }
+            LogRecord::Committed {
+                operation,
+                revision,
+                mutation,
+                retire,
+            } => {
+                require(*revision == self.next_revision, "revision out of sequence")?;
+                require(revision.0 < u64::MAX, "revision space exhausted")?;
+                require(
+                    !self.operations.contains_key(operation),
+                    "operation id reused",
+                )?;
+                self.check_mutation(mutation)?;
+                self.apply_mutation(mutation, *revision);
+                if let Some(source) = retire {
+                    let key = ObligationKey::Retire(*source);
+                    if !self.obligations.contains_key(&key) {
+                        self.add_obligation(key, None);
+                    }
+                }
+                let record = OperationRecord {
+                    key: mutation.key(),
+                    outcome: Outcome::Committed(*revision),
+                };
+                self.operations.insert(*operation, record);
+                self.next_revision = Revision(revision.0 + 1);
+            }
+            LogRecord::Joined {
+                operation,
+                path,
+                revision,
+            } => {
+                require(
+                    !self.operations.contains_key(operation),
+                    "operation id reused",
+                )?;
+                require(
+                    self.entries.get(path)
+                        == Some(&Entry::Stream {
+                            revision: *revision,
+                        }),
+                    "join of a stream node that is not at that revision",
+                )?;
+                let record = OperationRecord {
+                    key: RequestKey::BindStream { path: path.clone() },
+                    outcome: Outcome::Committed(*revision),
+                };
+                self.operations.insert(*operation, record);
+            }
+            LogRecord::Rejected {
+                operation,
+                key,
+                rejection,
+            } => {
+                require(
+                    !self.operations.contains_key(operation),
+                    "operation id reused",
+                )?;
+                let record = OperationRecord {
+                    key: key.clone(),
+                    outcome: Outcome::Rejected(rejection.clone()),
+                };
+                self.operations.insert(*operation, record);
+            }
+            LogRecord::Reserved {
+                operation,
+                path,
+                owner,
+            } => {
+                require(
+                    !self.operations.contains_key(operation),
+                    "operation id reused",
+                )?;
+                require(
+                    !self.entries.contains_key(path),
+                    "reservation of an occupied path",
+                )?;
+                require(
+                    !self.reservations.contains_key(path),
+                    "path already reserved",
+                )?;
+                let record = OperationRecord {
+                    key: RequestKey::Reserve { path: path.clone() },
+                    outcome: Outcome::Reserved,
+                };
+                self.operations.insert(*operation, record);
+                let reservation = Reservation {
+                    operation: *operation,
+                    owner: *owner,
+                };
+                self.reservations.insert(path.clone(), reservation);
+            }
+            LogRecord::ReservationReleased { path } => {
+                require(
+                    self.reservations.remove(path).is_some(),
+                    "release of no reservation",
+                )?;
+            }
+            LogRecord::RetirementDone { source } => {
+                let key = ObligationKey::Retire(*source);
+                require(
+                    self.obligations.contains_key(&key),
+                    "retirement not pending",
+                )?;
+                self.remove_obligation(&key);
+            }
+            LogRecord::DisplacementQueued {
+                endpoint,
+                incarnation,
+                fence,
+            } => {
+                let displacement = Displacement {
+                    incarnation: *incarnation,
+                    fence: fence.clone(),
+                };
+                self.add_obligation(ObligationKey::Displace(*endpoint), Some(displacement));
+            }
+            LogRecord::DisplacementDone { endpoint } => {
+                let key = ObligationKey::Displace(*endpoint);
+                require(
+                    self.obligations.contains_key(&key),
+                    "displacement not pending",
+                )?;
+                self.remove_obligation(&key);
+            }
+            LogRecord::Snapshot(snapshot) => self.apply_snapshot(snapshot)?,
+        }
+        Ok(())
+    }
+
+    fn apply_snapshot(&mut self, record: &SnapshotRecord) -> Result<(), ApplyError> {
+        match record {
+            SnapshotRecord::Header {
+                epoch,
+                next_revision,
+            } => {
+                require(self.is_pristine(), "snapshot header after other records")?;
+                require(next_revision.0 >= 1, "next revision is zero")?;
+                self.epoch = *epoch;
+                self.next_revision = *next_revision;
+            }
+            SnapshotRecord::Entry { path, entry } => {
+                let revision = entry.revision();
+                require(
+                    revision.0 >= 1 && revision < self.next_revision,
+                    "entry revision",
+                )?;
+                require(!self.entries.contains_key(path), "duplicate entry")?;
+                require(
+                    !self.reservations.contains_key(path),
+                    "entry on a reserved path",
+                )?;
+                self.entries.insert(path.clone(), entry.clone());
+            }
+            SnapshotRecord::Operation { operation, record } => {
+                if let Outcome::Committed(revision) = record.outcome {
+                    require(
+                        revision.0 >= 1 && revision < self.next_revision,
+                        "operation revision",
+                    )?;
+                }
+                require(
+                    !self.operations.contains_key(operation),
+                    "duplicate operation",
+                )?;
+                self.operations.insert(*operation, record.clone());
+            }
+            SnapshotRecord::Reservation { path, reservation } => {
+                require(
+                    !self.reservations.contains_key(path),
+                    "duplicate reservation",
+                )?;
+                require(
+                    !self.entries.contains_key(path),
+                    "reservation on an occupied path",
+                )?;
+                self.reservations.insert(path.clone(), reservation.clone());
+            }
+            SnapshotRecord::Retirement { source } => {
+                let key = ObligationKey::Retire(*source);
+                require(!self.obligations.contains_key(&key), "duplicate retirement")?;
+                self.add_obligation(key, None);
+            }
+            SnapshotRecord::Displacement {
+                endpoint,
+                incarnation,
+                fence,
+            } => {
+                let key = ObligationKey::Displace(*endpoint);
+                require(
+                    !self.obligations.contains_key(&key),
+                    "duplicate displacement",
+                )?;
+                let displacement = Displacement {
+                    incarnation: *incarnation,
+                    fence: fence.clone(),
+                };
+                self.add_obligation(key, Some(displacement));
+            }
+        }
+        Ok(())
+    }
+
+    /// The compaction of this state: records whose replay from an empty state yields a state
+    /// equal to this one.
+    pub fn snapshot_records(&self) -> Vec<LogRecord> {
+        let mut records = Vec::with_capacity(
+            1 + self.entries.len()
+                + self.operations.len()
+                + self.reservations.len()
+                + self.obligations.len(),
+        );
+        let snap = LogRecord::Snapshot;
+        records.push(snap(SnapshotRecord::Header {
+            epoch: self.epoch,
+            next_revision: self.next_revision,
+        }));
+        for (path, entry) in &self.entries {
+            records.push(snap(SnapshotRecord::Entry {
+                path: path.clone(),
+                entry: entry.clone(),
+            }));
+        }
+        for (operation, record) in &self.operations {
+            records.push(snap(SnapshotRecord::Operation {
+                operation: *operation,
+                record: record.clone(),
+            }));
+        }
+        for (path, reservation) in &self.reservations {
+            records.push(snap(SnapshotRecord::Reservation {
+                path: path.clone(),
+                reservation: reservation.clone(),
+            }));
+        }
+        for (key, displacement) in self.obligations_in_order() {
+            records.push(snap(match (key, displacement) {
+                (ObligationKey::Retire(source), _) => SnapshotRecord::Retirement { source },
+                (ObligationKey::Displace(endpoint), Some(d)) => SnapshotRecord::Displacement {
+                    endpoint,
+                    incarnation: d.incarnation,
+                    fence: d.fence.clone(),
+                },
+                (ObligationKey::Displace(_), None) => {
+                    unreachable!("displacement obligations always carry their details")
+                }
+            }));
+        }
+        records
+    }
+
+    /// Checks the store invariants (SPEC §3.2, S1, S2, reservation exclusivity). Returns the
+    /// first violation found.
+    pub fn check(&self) -> Result<(), String> {
+        if self.next_revision.0 == 0 {
+            return Err("next revision is 0".into());
+        }
+        for (path, entry) in &self.entries {
+            let r = entry.revision();
+            if r.0 == 0 || r >= self.next_revision {
+                return Err(format!(
+                    "{path}: revision {r} outside [1, {})",
+                    self.next_revision
+                ));
+            }
+        }
+        for (op, record) in &self.operations {
+            if let Outcome::Committed(r) = record.outcome {
+                if r.0 == 0 || r >= self.next_revision {
+                    return Err(format!("operation {op}: revision {r} out of range"));
+                }
+            }
+        }
+        for path in self.reservations.keys() {
+            if self.entries.contains_key(path) {
+                return Err(format!("{path}: reserved and occupied"));
+            }
+        }
+        if self.obligations.len() != self.obligation_order.len() {
+            return Err("obligation order out of step".into());
+        }
+        for (key, slot) in &self.obligations {
+            let shape_ok = matches!(
+                (key, &slot.displacement),
+                (ObligationKey::Retire(_), None) | (ObligationKey::Displace(_), Some(_))
+            );
+            if !shape_ok || self.obligation_order.get(&slot.order) != Some(key) {
+                return Err(format!("obligation {key:?} malformed"));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,433 @@
+//! The namespace directory: the single authority over blobs and streams under paths
+//! (SPEC §3–§4, with the decisions of DESIGN.md §5).
+//!
+//! # Driving it
+//!
+//! Build one with [`Directory::recover`] from the durable records (an empty slice for a new
+//! store); that call already emits the first effects: the `Persist` of the new authority epoch
+//! (a barrier: nothing the directory says is released before its epoch is durable), the retry
+//! timer, route watches and the first retry pass. Then feed it:
+//!
+//! * [`Directory::handle_message`] for every frame addressed to it,
+//! * [`Directory::handle_timer`] when [`Timer::DirectoryRetry`] fires,
+//! * [`Directory::handle_route`] for route reports of watched targets,
+//!
+//! and execute the effects each call appends, in order, honouring the `Persist` barrier. If a
+//! `Persist` cannot be made durable, drop the machine and recover a new one from the log.
+//!
+//! # Determinism
+//!
+//! All state lives in `BTreeMap`s and counters; iteration is in key order; the retry rotation
+//! is seeded in persisted order. Identical inputs give byte-identical effects.
+
+mod blobs;
+mod durable;
+mod obligations;
+mod recovery;
+mod streams;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+pub use durable::{ApplyError, Displacement, DurableState, ObligationKey};
+pub use recovery::{ActorSources, RecoveredSource, RecoveryError, SourceRecoveryHook};
+pub use streams::{Active, Fence, OpenRequest, Pending, Rendezvous};
+
+use crate::effect::{Effect, Outbox, Timer};
+use crate::error::{NamespaceError, Reason};
+use crate::ids::{Address, AuthorityEpoch, OperationId, Revision};
+use crate::log::{LogRecord, Outcome, Rejection, RejectionKind, RequestKey};
+use crate::path::DataPath;
+use crate::time::{Duration, Instant};
+use crate::wire::{
+    BlobBinding, DirectoryCall, DirectoryReply, DirectoryRequest, Message, ReplyBody,
+};
+use obligations::Engine;
+
+/// How a directory is set up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirectoryConfig {
+    /// The directory's own address (the `reply_to` of Retire and Displaced).
+    pub address: Address,
+    /// Period of the obligation retry tick.
+    pub retry_period: Duration,
+}
+
+impl DirectoryConfig {
+    /// A configuration with the reference's one-second retry tick.
+    pub fn new(address: Address) -> Self {
+        DirectoryConfig {
+            address,
+            retry_period: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The runtime source of a blob binding (volatile; rebuilt by recovery).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceState {
+    /// A live source; resolves return this binding.
+    Available(BlobBinding),
+    /// The binding exists but no source could be recovered.
+    Unavailable(Reason),
+}
+
+/// An input the directory does not accept. Nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InputError {
+    /// The message is not one a directory handles (e.g. a reply).
+    UnexpectedMessage(&'static str),
+    /// The timer is not the directory's.
+    UnexpectedTimer(Timer),
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InputError::UnexpectedMessage(kind) => write!(f, "a directory does not accept {kind}"),
+            InputError::UnexpectedTimer(t) => write!(f, "a directory has no timer {t:?}"),
+        }
+    }
+}
+
+impl std::error::Error for InputError {}
+
+/// The directory state machine. See the module documentation for the driving contract.
+#[derive(Clone, Debug)]
+pub struct Directory {
+    config: DirectoryConfig,
+    durable: DurableState,
+    sources: BTreeMap<DataPath, SourceState>,
+    streams: BTreeMap<DataPath, Rendezvous>,
+    fences: BTreeMap<DataPath, Fence>,
+    engine: Engine,
+}
+
+impl Directory {
+    /// Handles one frame addressed to the directory.
+    pub fn handle_message(
+        &mut self,
+        now: Instant,
+        message: Message,
+        out: &mut Outbox,
+    ) -> Result<(), InputError> {
+        let _ = now;
+        match message {
+            Message::Call(call) => self.handle_call(call, out),
+            Message::SourceRetired { source } => self.source_retired(source, out),
+            Message::StreamDisplaced {
+                endpoint,
+                incarnation,
+            } => {
+                self.stream_displaced(endpoint, incarnation, out);
+            }
+            Message::AddressGone { scope, reply_to } => {
+                self.complete_gone_obligations(&scope, out);
+                self.end_gone_streams(&scope, out);
+                self.resume_fences(out);
+                out.send(reply_to, Message::GoneAcknowledged { scope });
+            }
+            Message::Reply(_) => return Err(InputError::UnexpectedMessage("Reply")),
+            Message::Retire { .. } => return Err(InputError::UnexpectedMessage("Retire")),
+            Message::Displaced { .. } => return Err(InputError::UnexpectedMessage("Displaced")),
+            Message::GoneAcknowledged { .. } => {
+                return Err(InputError::UnexpectedMessage("GoneAcknowledged"));
+            }
+        }
+        self.debug_check_step();
+        Ok(())
+    }
+
+    /// Handles the retry tick: one bounded retry pass, then re-arm.
+    pub fn handle_timer(
+        &mut self,
+        now: Instant,
+        timer: Timer,
+        out: &mut Outbox,
+    ) -> Result<(), InputError> {
+        if timer != Timer::DirectoryRetry {
+            return Err(InputError::UnexpectedTimer(timer));
+        }
+        self.retry_pass(out);
+        self.arm_timer(now, out);
+        self.debug_check_step();
+        Ok(())
+    }
+
+    /// Handles a route report for a watched target.
+    pub fn handle_route(
+        &mut self,
+        now: Instant,
+        target: Address,
+        routable: bool,
+        out: &mut Outbox,
+    ) {
+        let _ = now;
+        self.route_changed(target, routable, out);
+        self.debug_check_step();
+    }
+
+    fn arm_timer(&self, now: Instant, out: &mut Outbox) {
+        let at = now.saturating_add(self.config.retry_period);
+        out.push(Effect::SetTimer {
+            timer: Timer::DirectoryRetry,
+            at,
+        });
+    }
+
+    fn handle_call(&mut self, call: DirectoryCall, out: &mut Outbox) {
+        let DirectoryCall {
+            request_id,
+            reply_to,
+            request,
+        } = call;
+        let body = match request {
+            DirectoryRequest::Register {
+                path,
+                source,
+                source_node,
+                length,
+                recovery,
+                operation,
+                reservation,
+            } => {
+                let args = blobs::RegisterArgs {
+                    path,
+                    source,
+                    source_node,
+                    length,
+                    recovery,
+                    operation,
+                    reservation,
+                };
+                ReplyBody::Registered(self.register(args, out))
+            }
+            DirectoryRequest::Resolve { path } => ReplyBody::Resolved(self.resolve(&path)),
+            DirectoryRequest::Lookup { path } => ReplyBody::LookedUp(self.lookup(&path)),
+            DirectoryRequest::ReserveBlob {
+                path,
+                operation,
+                owner,
+            } => ReplyBody::BlobReserved(self.reserve(path, operation, owner, out)),
+            DirectoryRequest::ReleaseBlobReservation { path, operation } => {
+                ReplyBody::BlobReservationReleased(self.release_reservation(path, operation, out))
+            }
+            DirectoryRequest::Unregister { path, operation } => {
+                ReplyBody::Unregistered(self.unregister(path, operation, out))
+            }
+            DirectoryRequest::Rename {
+                source,
+                destination,
+                replace,
+                operation,
+            } => ReplyBody::Renamed(self.rename(source, destination, replace, operation, out)),
+            DirectoryRequest::OpenStream {
+                path,
+                role,
+                descriptor,
+                endpoint,
+                replace,
+                ensure,
+                expected_revision,
+                operation,
+            } => {
+                let request = OpenRequest {
+                    request_id,
+                    reply_to,
+                    path,
+                    role,
+                    descriptor,
+                    endpoint,
+                    replace,
+                    ensure,
+                    expected_revision,
+                    operation,
+                };
+                self.open(request, out);
+                return;
+            }
+            DirectoryRequest::CancelStream { path, operation } => {
+                ReplyBody::StreamCancelled(self.cancel(path, operation, out))
+            }
+            DirectoryRequest::CloseStream { path, incarnation } => {
+                ReplyBody::StreamClosed(self.close(path, incarnation))
+            }
+        };
+        let reply = DirectoryReply {
+            request_id,
+            epoch: self.durable.epoch(),
+            body,
+        };
+        out.send(reply_to, Message::Reply(reply));
+    }
+
+    /// Applies `record` to the durable state and emits it as a `Persist` barrier.
+    fn commit(&mut self, record: LogRecord, out: &mut Outbox) {
+        if let Err(error) = self.durable.apply(&record) {
+            // The directory only builds records that fit its state; a refusal is a bug here.
+            panic!("directory built an inconsistent record {record:?}: {error}");
+        }
+        out.push(Effect::Persist(record));
+    }
+
+    /// The replay check (SPEC §4.3): `None` for an unknown id, a conflict for a different
+    /// key, otherwise the stored outcome.
+    fn replay(
+        &self,
+        operation: OperationId,
+        key: &RequestKey,
+    ) -> Option<Result<&Outcome, NamespaceError>> {
+        let record = self.durable.operation(operation)?;
+        if record.key != *key {
+            return Some(Err(NamespaceError::OperationConflict(operation)));
+        }
+        Some(Ok(&record.outcome))
+    }
+
+    /// Persists a sticky rejection and returns the error to reply.
+    fn reject(
+        &mut self,
+        operation: OperationId,
+        key: RequestKey,
+        kind: RejectionKind,
+        path: &DataPath,
+        out: &mut Outbox,
+    ) -> NamespaceError {
+        let rejection = Rejection {
+            kind,
+            path: path.clone(),
+        };
+        let error = rejection.error();
+        self.commit(
+            LogRecord::Rejected {
+                operation,
+                key,
+                rejection,
+            },
+            out,
+        );
+        error
+    }
+
+    fn allocate_revision(&self) -> Result<Revision, NamespaceError> {
+        let next = self.durable.next_revision();
+        if next.0 == u64::MAX {
+            return Err(NamespaceError::Storage(crate::wire::reason(
+                "revision space exhausted",
+            )));
+        }
+        Ok(next)
+    }
+
+    fn debug_check_step(&self) {
+        debug_assert_eq!(self.engine.len(), self.durable.obligation_count());
+        debug_assert!(self.durable.epoch() > AuthorityEpoch::NONE);
+    }
+
+    /// The authority epoch stamped on replies and incarnations.
+    pub fn epoch(&self) -> AuthorityEpoch {
+        self.durable.epoch()
+    }
+
+    /// The directory's configuration.
+    pub fn config(&self) -> &DirectoryConfig {
+        &self.config
+    }
+
+    /// The durable state (what recovery would rebuild).
+    pub fn durable(&self) -> &DurableState {
+        &self.durable
+    }
+
+    /// The runtime rendezvous on `path`.
+    pub fn rendezvous(&self, path: &DataPath) -> Option<&Rendezvous> {
+        self.streams.get(path)
+    }
+
+    /// Every runtime rendezvous, by path.
+    pub fn rendezvous_all(&self) -> impl Iterator<Item = (&DataPath, &Rendezvous)> {
+        self.streams.iter()
+    }
+
+    /// The replacement fence on `path`.
+    pub fn fence(&self, path: &DataPath) -> Option<&Fence> {
+        self.fences.get(path)
+    }
+
+    /// Every replacement fence, by path.
+    pub fn fences(&self) -> impl Iterator<Item = (&DataPath, &Fence)> {
+        self.fences.iter()
+    }
+
+    /// The runtime source of the blob at `path`.
+    pub fn source(&self, path: &DataPath) -> Option<&SourceState> {
+        self.sources.get(path)
+    }
+
+    /// Whether the registrar last reported `target` unroutable.
+    pub fn is_routable(&self, target: &Address) -> bool {
+        self.engine.is_routable(target)
+    }
+
+    /// The records a compaction writes: replaying them rebuilds this durable state.
+    pub fn snapshot_records(&self) -> Vec<LogRecord> {
+        self.durable.snapshot_records()
+    }
+
+    /// Checks every invariant of the directory (store validity, S1, S14, runtime/durable
+    /// agreement, fences). O(state): for tests and the simulator's checkers.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.durable.check()?;
+        if self.durable.epoch() == AuthorityEpoch::NONE {
+            return Err("serving with epoch 0".into());
+        }
+        for (path, entry) in self.durable.entries() {
+            let is_blob = matches!(entry, crate::log::Entry::Blob { .. });
+            if is_blob != self.sources.contains_key(path) {
+                return Err(format!("{path}: runtime source and blob binding disagree"));
+            }
+        }
+        if let Some(path) = self
+            .sources
+            .keys()
+            .find(|p| self.durable.entry(p).is_none())
+        {
+            return Err(format!("{path}: runtime source without a binding"));
+        }
+        for (path, rendezvous) in &self.streams {
+            let node = match self.durable.entry(path) {
+                Some(crate::log::Entry::Stream { revision }) => *revision,
+                _ => return Err(format!("{path}: rendezvous without a stream node")),
+            };
+            let revision = match rendezvous {
+                Rendezvous::Pending(p) => p.revision,
+                Rendezvous::Active(a) => {
+                    if a.source_op == a.sink_op {
+                        return Err(format!("{path}: both roles under one operation"));
+                    }
+                    if a.matched.revision != a.matched.incarnation.revision {
+                        return Err(format!("{path}: match revision disagrees"));
+                    }
+                    a.matched.revision
+                }
+            };
+            if revision != node {
+                return Err(format!("{path}: rendezvous at {revision}, node at {node}"));
+            }
+        }
+        for (path, fence) in &self.fences {
+            if fence.held.len() > crate::limits::FENCE_HELD_OPENS_MAX {
+                return Err(format!("{path}: fence holds too many opens"));
+            }
+        }
+        if self.engine.len() != self.durable.obligation_count() {
+            return Err("retry rotation and durable obligations disagree".into());
+        }
+        for (key, _) in self.durable.obligations_in_order() {
+            if !self.engine.contains(&key) || !self.engine.is_watched(&key.target()) {
+                return Err(format!("obligation {key:?} is not tracked or watched"));
+            }
+        }
+        Ok(())
+    }
+}

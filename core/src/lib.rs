@@ -1,0 +1,54 @@
+//! # dataplane-core
+//!
+//! The data plane of SPEC.md as pure, deterministic state machines ("messages in, effects
+//! out"). This crate does no IO, reads no clock, spawns no thread and draws no random number;
+//! a driver (the simulator in `dataplane-sim`, or the real adapter in `dataplane-io`) does all
+//! of that on its behalf.
+//!
+//! ## The driving contract
+//!
+//! Every machine is a plain struct, driven the same way:
+//!
+//! 1. **Feed an input** through a `handle_*` method, passing `now` (a core [`Instant`]: the
+//!    machine never reads a clock) and a caller-owned [`Outbox`].
+//! 2. **Drain the effects** the call appended, and execute them *in order*:
+//!    [`Effect::Send`] (at most once; frames may be lost), [`Effect::Persist`],
+//!    [`Effect::SetTimer`]/[`Effect::CancelTimer`] and
+//!    [`Effect::WatchRoute`]/[`Effect::UnwatchRoute`].
+//! 3. **Honour the barrier**: an effect may be executed only once every `Persist` before it
+//!    is durable, so no reply or notice ever leaves before the state it acknowledges is on
+//!    disk. Records of many steps may share one sync (group commit) as long as the effects
+//!    behind them wait.
+//! 4. **Arm the timers** the effects asked for and call `handle_timer` when they fire.
+//! 5. **Fail-stop on storage errors**: if a `Persist` cannot be made durable, drop the machine
+//!    and rebuild it with `recover` from the durable log. Machines have no storage-error path.
+//!
+//! Bad input (a malformed frame, a bad path, an unknown operation reused) gets a typed error
+//! and changes nothing; nothing here panics on input from a peer.
+//!
+//! ## Map
+//!
+//! * [`time`], [`ids`], [`path`], [`error`], [`limits`]: the shared vocabulary.
+//! * [`wire`]: every message and the one `encode`/`decode` pair.
+//! * [`effect`]: effects, timers and the outbox.
+//! * [`log`]: durable log records and their framing.
+//! * [`directory`]: the namespace directory.
+
+pub mod directory;
+pub mod effect;
+pub mod error;
+pub mod ids;
+pub mod limits;
+pub mod log;
+pub mod path;
+pub mod time;
+pub mod wire;
+
+pub use directory::{Directory, DirectoryConfig};
+pub use effect::{Effect, Outbox, Timer};
+pub use error::{DataPlaneError, NamespaceError, Reason};
+pub use ids::{
+    Address, AuthorityEpoch, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
+};
+pub use path::{DataPath, JobContext, PathError};
+pub use time::{Duration, Instant};

@@ -1,0 +1,27 @@
+//! Every named limit of the data plane (STYLE.md rule 6). A limit that is reached produces a
+//! typed error; nothing grows without bound on input from a peer.
+
+/// Largest encoded frame (network or child socket), in bytes, before the length prefix.
+pub const FRAME_BYTES_MAX: usize = 1 << 20;
+/// Largest encoded log record body, in bytes.
+pub const LOG_RECORD_BYTES_MAX: usize = 64 * 1024;
+/// Longest data path, in bytes.
+pub const PATH_BYTES_MAX: usize = 4096;
+/// Longest path segment, in bytes.
+pub const SEGMENT_BYTES_MAX: usize = 255;
+/// Longest job run id, in bytes.
+pub const RUN_ID_BYTES_MAX: usize = 255;
+/// Most read (or write) prefixes in one job context.
+pub const JOB_PREFIXES_MAX: usize = 64;
+/// Longest opaque stream descriptor, in bytes.
+pub const DESCRIPTOR_BYTES_MAX: usize = 1024;
+/// Longest human-readable reason carried in an error, in bytes (longer ones are truncated).
+pub const REASON_BYTES_MAX: usize = 512;
+/// Longest file reference in a `SourceRecovery::File` record, in bytes.
+pub const FILE_REF_BYTES_MAX: usize = 4096;
+/// Most obligation frames (Retire or Displaced) the directory sends per retry tick.
+pub const RETRY_BATCH_MAX: usize = 32;
+/// Most opens one replacement fence holds; further opens get `LimitReached`.
+pub const FENCE_HELD_OPENS_MAX: usize = 64;
+/// Most live blob reservations in one directory; further reserves get `LimitReached`.
+pub const RESERVATIONS_MAX: usize = 1 << 16;

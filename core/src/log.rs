@@ -1,0 +1,552 @@
+//! The directory's durable delta log (DESIGN.md §4).
+//!
+//! Every mutation produces one [`LogRecord`]. On disk a record is framed as
+//!
+//! ```text
+//! [ body length: u32 LE ][ CRC-32C of body: u32 LE ][ body: postcard ]
+//! ```
+//!
+//! [`decode_log`] reads frames until the first one that is truncated, oversized, fails its
+//! checksum or does not decode, and reports where the valid prefix ends so the driver can cut
+//! the torn or corrupt tail off. Compaction writes [`SnapshotRecord`]s, whose replay yields the
+//! same durable state as the log they replace.
+
+use core::fmt;
+use serde::{Deserialize, Serialize};
+
+use crate::error::NamespaceError;
+use crate::ids::{Address, AuthorityEpoch, OperationId, Revision, StreamIncarnation};
+use crate::limits::LOG_RECORD_BYTES_MAX;
+use crate::path::DataPath;
+use crate::wire::{EncodeError, SourceRecovery};
+
+/// Bytes of framing before each record body.
+pub const FRAME_HEADER_BYTES: usize = 8;
+
+/// The request an operation id was first used for (SPEC §4.3). A retry with the same id must
+/// carry the same key, or it gets `OperationConflict`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RequestKey {
+    /// `Register{path, length, recovery}`; the source address is not part of the key.
+    Register {
+        /// Where.
+        path: DataPath,
+        /// Payload length.
+        length: u64,
+        /// Recovery record.
+        recovery: SourceRecovery,
+    },
+    /// Stream opens and cancels.
+    BindStream {
+        /// Where.
+        path: DataPath,
+    },
+    /// `Unregister{path}`.
+    Unregister {
+        /// Where.
+        path: DataPath,
+    },
+    /// `Rename{source, destination, replace}`.
+    Rename {
+        /// From.
+        source: DataPath,
+        /// To.
+        destination: DataPath,
+        /// Replace flag.
+        replace: bool,
+    },
+    /// `ReserveBlob` and `ReleaseBlobReservation`.
+    Reserve {
+        /// Where.
+        path: DataPath,
+    },
+}
+
+/// The kinds of rejection that are sticky (persisted under the operation id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RejectionKind {
+    /// Nothing bound.
+    PathNotFound,
+    /// Occupied or reserved.
+    PathExists,
+    /// A stream is pending or active.
+    StreamActive,
+    /// Replaced, reservation vanished, or cancelled.
+    PathReplaced,
+}
+
+/// A sticky rejection: the error an operation id answers forever.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Rejection {
+    /// Which error.
+    pub kind: RejectionKind,
+    /// The path it names.
+    pub path: DataPath,
+}
+
+impl Rejection {
+    /// The error replied for this rejection.
+    pub fn error(&self) -> NamespaceError {
+        let path = self.path.clone();
+        match self.kind {
+            RejectionKind::PathNotFound => NamespaceError::PathNotFound(path),
+            RejectionKind::PathExists => NamespaceError::PathExists(path),
+            RejectionKind::StreamActive => NamespaceError::StreamActive(path),
+            RejectionKind::PathReplaced => NamespaceError::PathReplaced(path),
+        }
+    }
+}
+
+/// What happened to an operation id.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Outcome {
+    /// The mutation committed at this revision.
+    Committed(Revision),
+    /// The mutation was rejected, for good.
+    Rejected(Rejection),
+    /// The reservation was granted (it may since have been consumed or released).
+    Reserved,
+}
+
+/// One entry of the idempotency table.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct OperationRecord {
+    /// What the id was used for.
+    pub key: RequestKey,
+    /// What became of it.
+    pub outcome: Outcome,
+}
+
+/// A revision-allocating mutation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Mutation {
+    /// Bind a blob (replacing whatever is there), consuming `reservation` if given.
+    Register {
+        /// Where.
+        path: DataPath,
+        /// Payload length.
+        length: u64,
+        /// Recovery record.
+        recovery: SourceRecovery,
+        /// The reservation consumed.
+        reservation: Option<OperationId>,
+    },
+    /// Remove a blob or a stream node.
+    Unregister {
+        /// Where.
+        path: DataPath,
+    },
+    /// Move an entry, replacing the destination.
+    Rename {
+        /// From.
+        source: DataPath,
+        /// To.
+        destination: DataPath,
+        /// The request's replace flag (part of the key).
+        replace: bool,
+    },
+    /// Make the path a stream node at the new revision (the first opener's bind).
+    BindStream {
+        /// Where.
+        path: DataPath,
+    },
+}
+
+impl Mutation {
+    /// The idempotency key of the request that produced this mutation.
+    pub fn key(&self) -> RequestKey {
+        match self {
+            Mutation::Register {
+                path,
+                length,
+                recovery,
+                ..
+            } => RequestKey::Register {
+                path: path.clone(),
+                length: *length,
+                recovery: recovery.clone(),
+            },
+            Mutation::Unregister { path } => RequestKey::Unregister { path: path.clone() },
+            Mutation::Rename {
+                source,
+                destination,
+                replace,
+            } => RequestKey::Rename {
+                source: source.clone(),
+                destination: destination.clone(),
+                replace: *replace,
+            },
+            Mutation::BindStream { path } => RequestKey::BindStream { path: path.clone() },
+        }
+    }
+}
+
+/// What a durable namespace entry is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Entry {
+    /// A blob binding.
+    Blob {
+        /// Payload length.
+        length: u64,
+        /// Revision of the binding.
+        revision: Revision,
+        /// How to recreate its source.
+        recovery: SourceRecovery,
+    },
+    /// A stream node.
+    Stream {
+        /// Revision of the node (the last bind or rename).
+        revision: Revision,
+    },
+}
+
+impl Entry {
+    /// The entry's revision.
+    pub fn revision(&self) -> Revision {
+        match self {
+            Entry::Blob { revision, .. } | Entry::Stream { revision } => *revision,
+        }
+    }
+}
+
+/// A durable blob reservation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Reservation {
+    /// The reserving operation.
+    pub operation: OperationId,
+    /// On whose behalf; released if reported gone.
+    pub owner: Address,
+}
+
+/// Records written by compaction; their replay from an empty state rebuilds the durable state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SnapshotRecord {
+    /// First record of a snapshot: the counters.
+    Header {
+        /// Last adopted epoch.
+        epoch: AuthorityEpoch,
+        /// Next revision to allocate.
+        next_revision: Revision,
+    },
+    /// One namespace entry.
+    Entry {
+        /// Where.
+        path: DataPath,
+        /// What.
+        entry: Entry,
+    },
+    /// One idempotency table row.
+    Operation {
+        /// The id.
+        operation: OperationId,
+        /// Its row.
+        record: OperationRecord,
+    },
+    /// One live reservation.
+    Reservation {
+        /// Where.
+        path: DataPath,
+        /// Held by.
+        reservation: Reservation,
+    },
+    /// One retirement obligation, in persisted order.
+    Retirement {
+        /// The source to retire.
+        source: Address,
+    },
+    /// One displacement obligation, in persisted order.
+    Displacement {
+        /// The endpoint to notify.
+        endpoint: Address,
+        /// The displaced rendezvous.
+        incarnation: StreamIncarnation,
+        /// The path whose replacement fence waits for it, if any.
+        fence: Option<DataPath>,
+    },
+}
+
+/// One durable change of the directory's state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum LogRecord {
+    /// A recovery adopted `epoch`; everything after it was served under that epoch.
+    EpochAdvanced {
+        /// The new epoch.
+        epoch: AuthorityEpoch,
+    },
+    /// A mutation committed at `revision` under `operation`; `retire` is the live source it
+    /// removed or replaced, which now has a retirement obligation (SPEC S7).
+    Committed {
+        /// The idempotency key.
+        operation: OperationId,
+        /// The allocated revision (must equal the state's next revision).
+        revision: Revision,
+        /// What changed.
+        mutation: Mutation,
+        /// The source to retire, if any.
+        retire: Option<Address>,
+    },
+    /// The second participant of a rendezvous joined at the first one's revision.
+    Joined {
+        /// The joiner's operation id.
+        operation: OperationId,
+        /// The stream path.
+        path: DataPath,
+        /// The rendezvous revision.
+        revision: Revision,
+    },
+    /// A sticky rejection (also the tombstone of a cancel or release of an unknown id).
+    Rejected {
+        /// The operation id.
+        operation: OperationId,
+        /// Its request key.
+        key: RequestKey,
+        /// The rejection.
+        rejection: Rejection,
+    },
+    /// A reservation was granted.
+    Reserved {
+        /// The reserving operation.
+        operation: OperationId,
+        /// Where.
+        path: DataPath,
+        /// On whose behalf.
+        owner: Address,
+    },
+    /// The reservation on `path` was released (by its owner, or because the owner is gone).
+    ReservationReleased {
+        /// Where.
+        path: DataPath,
+    },
+    /// The retirement obligation toward `source` completed.
+    RetirementDone {
+        /// The retired source.
+        source: Address,
+    },
+    /// A displacement obligation toward `endpoint` was created (replacing any earlier one).
+    DisplacementQueued {
+        /// The endpoint.
+        endpoint: Address,
+        /// The displaced rendezvous.
+        incarnation: StreamIncarnation,
+        /// The path whose replacement fence waits for the acknowledgement, if any.
+        fence: Option<DataPath>,
+    },
+    /// The displacement obligation toward `endpoint` completed.
+    DisplacementDone {
+        /// The endpoint.
+        endpoint: Address,
+    },
+    /// A compaction record.
+    Snapshot(SnapshotRecord),
+}
+
+/// Appends `record` framed (length, CRC-32C, postcard body) to `buf`; returns the frame size.
+pub fn append_record(buf: &mut Vec<u8>, record: &LogRecord) -> Result<usize, EncodeError> {
+    let start = buf.len();
+    buf.extend_from_slice(&[0; FRAME_HEADER_BYTES]);
+    let body_start = buf.len();
+    let framed = postcard::to_extend(record, core::mem::take(buf));
+    *buf = match framed {
+        Ok(b) => b,
+        Err(e) => return Err(EncodeError::Serialize(e.to_string())),
+    };
+    let body_len = buf.len() - body_start;
+    if body_len > LOG_RECORD_BYTES_MAX {
+        buf.truncate(start);
+        return Err(EncodeError::TooLarge {
+            len: body_len,
+            max: LOG_RECORD_BYTES_MAX,
+        });
+    }
+    let crc = crc32c::crc32c(&buf[body_start..]);
+    // `body_len` fits in u32: it is at most LOG_RECORD_BYTES_MAX.
+    buf[start..start + 4].copy_from_slice(&(body_len as u32).to_le_bytes());
+    buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    Ok(buf.len() - start)
+}
+
+/// Encodes a sequence of records as one log image.
+pub fn encode_log<'a>(
+    records: impl IntoIterator<Item = &'a LogRecord>,
+) -> Result<Vec<u8>, EncodeError> {
+    let mut buf = Vec::new();
+    for record in records {
+        append_record(&mut buf, record)?;
+    }
+    Ok(buf)
+}
+
+/// Why the log stops where it does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TailDefect {
+    /// The last frame is incomplete (a torn write).
+    Truncated {
+        /// Where the frame starts.
+        offset: usize,
+    },
+    /// A frame claims a body larger than [`LOG_RECORD_BYTES_MAX`].
+    Oversized {
+        /// Where the frame starts.
+        offset: usize,
+        /// The claimed length.
+        len: usize,
+    },
+    /// A frame's checksum does not match its body.
+    Checksum {
+        /// Where the frame starts.
+        offset: usize,
+    },
+    /// A frame's body does not decode as a record.
+    Malformed {
+        /// Where the frame starts.
+        offset: usize,
+    },
+}
+
+impl TailDefect {
+    /// Where the valid prefix ends.
+    pub fn offset(&self) -> usize {
+        match *self {
+            TailDefect::Truncated { offset }
+            | TailDefect::Oversized { offset, .. }
+            | TailDefect::Checksum { offset }
+            | TailDefect::Malformed { offset } => offset,
+        }
+    }
+}
+
+impl fmt::Display for TailDefect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TailDefect::Truncated { offset } => write!(f, "torn record at byte {offset}"),
+            TailDefect::Oversized { offset, len } => {
+                write!(f, "record at byte {offset} claims {len} bytes")
+            }
+            TailDefect::Checksum { offset } => write!(f, "checksum mismatch at byte {offset}"),
+            TailDefect::Malformed { offset } => write!(f, "undecodable record at byte {offset}"),
+        }
+    }
+}
+
+/// The valid prefix of a log image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodedLog {
+    /// The records of the valid prefix, in order.
+    pub records: Vec<LogRecord>,
+    /// Length of the valid prefix in bytes; the driver truncates the file here.
+    pub valid_len: usize,
+    /// Why decoding stopped before the end, if it did.
+    pub defect: Option<TailDefect>,
+}
+
+/// Decodes `bytes` up to the first bad frame. Never panics.
+pub fn decode_log(bytes: &[u8]) -> DecodedLog {
+    let mut records = Vec::new();
+    let mut offset = 0;
+    let defect = loop {
+        let rest = &bytes[offset..];
+        if rest.is_empty() {
+            break None;
+        }
+        if rest.len() < FRAME_HEADER_BYTES {
+            break Some(TailDefect::Truncated { offset });
+        }
+        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
+        if len > LOG_RECORD_BYTES_MAX {
+            break Some(TailDefect::Oversized { offset, len });
+        }
+        let Some(body) = rest.get(FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + len) else {
+            break Some(TailDefect::Truncated { offset });
+        };
+        if crc32c::crc32c(body) != crc {
+            break Some(TailDefect::Checksum { offset });
+        }
+        match postcard::take_from_bytes::<LogRecord>(body) {
+            Ok((record, [])) => records.push(record),
+            _ => break Some(TailDefect::Malformed { offset }),
+        }
+        offset += FRAME_HEADER_BYTES + len;
+    };
+    DecodedLog {
+        records,
+        valid_len: offset,
+        defect,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::NodeId;
+
+    fn records() -> Vec<LogRecord> {
+        let path = DataPath::new("/a").unwrap();
+        vec![
+            LogRecord::EpochAdvanced {
+                epoch: AuthorityEpoch(1),
+            },
+            LogRecord::Committed {
+                operation: OperationId(5),
+                revision: Revision(1),
+                mutation: Mutation::BindStream { path },
+                retire: Some(Address::new(NodeId(2), 1, 3)),
+            },
+            LogRecord::RetirementDone {
+                source: Address::new(NodeId(2), 1, 3),
+            },
+        ]
+    }
+
+    #[test]
+    fn logs_round_trip() {
+        let recs = records();
+        let image = encode_log(&recs).unwrap();
+        let decoded = decode_log(&image);
+        assert_eq!(decoded.records, recs);
+        assert_eq!(decoded.valid_len, image.len());
+        assert_eq!(decoded.defect, None);
+    }
+
+    #[test]
+    fn every_torn_tail_is_cut_at_the_last_whole_record() {
+        let recs = records();
+        let image = encode_log(&recs).unwrap();
+        let mut boundaries = vec![0];
+        let mut buf = Vec::new();
+        for r in &recs {
+            append_record(&mut buf, r).unwrap();
+            boundaries.push(buf.len());
+        }
+        for cut in 0..image.len() {
+            let decoded = decode_log(&image[..cut]);
+            let whole = boundaries.iter().filter(|&&b| b <= cut).count() - 1;
+            assert_eq!(decoded.records, recs[..whole], "cut at {cut}");
+            assert_eq!(decoded.valid_len, boundaries[whole]);
+            assert_eq!(decoded.defect.is_some(), cut != boundaries[whole]);
+        }
+    }
+
+    #[test]
+    fn a_flipped_bit_cuts_the_log_at_that_record() {
+        let recs = records();
+        let image = encode_log(&recs).unwrap();
+        let first =
+            FRAME_HEADER_BYTES + u32::from_le_bytes(image[0..4].try_into().unwrap()) as usize;
+        let mut corrupt = image;
+        corrupt[first + FRAME_HEADER_BYTES] ^= 0x40;
+        let decoded = decode_log(&corrupt);
+        assert_eq!(decoded.records, recs[..1]);
+        assert_eq!(decoded.defect, Some(TailDefect::Checksum { offset: first }));
+    }
+
+    #[test]
+    fn oversized_length_prefixes_are_defects() {
+        let mut image = vec![0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0];
+        image.extend_from_slice(&[1, 2, 3]);
+        assert!(matches!(
+            decode_log(&image).defect,
+            Some(TailDefect::Oversized { .. })
+        ));
+    }
+}

@@ -1,0 +1,340 @@
+//! Data paths and job contexts (SPEC §2.1), with the size limits of DESIGN.md §3.
+//!
+//! A [`DataPath`] can only be built through validation, including when it is decoded from a
+//! frame, so every path a machine sees is well formed.
+
+use core::fmt;
+use serde::{Deserialize, Serialize};
+
+use crate::limits::{JOB_PREFIXES_MAX, PATH_BYTES_MAX, RUN_ID_BYTES_MAX, SEGMENT_BYTES_MAX};
+
+/// Why a string is not a valid data path or job context.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PathError {
+    /// The path does not start with `/`.
+    NotAbsolute,
+    /// The path is exactly `/`, which names no data.
+    RootNotData,
+    /// The path contains a NUL byte.
+    Nul,
+    /// A `/`-separated segment is empty (`//` or a trailing `/`).
+    EmptySegment,
+    /// A segment is `.` or `..`.
+    DotSegment,
+    /// The path is longer than [`PATH_BYTES_MAX`] bytes.
+    TooLong {
+        /// The length found, in bytes.
+        len: usize,
+    },
+    /// A segment is longer than [`SEGMENT_BYTES_MAX`] bytes.
+    SegmentTooLong {
+        /// The length found, in bytes.
+        len: usize,
+    },
+    /// The job context's run id is empty, contains `/` or NUL, is `.`/`..`, or is too long.
+    InvalidRunId,
+    /// The job context has more than [`JOB_PREFIXES_MAX`] read or write prefixes.
+    TooManyPrefixes,
+}
+
+impl fmt::Display for PathError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PathError::NotAbsolute => f.write_str("path must start with '/'"),
+            PathError::RootNotData => f.write_str("'/' names no data"),
+            PathError::Nul => f.write_str("path contains a NUL byte"),
+            PathError::EmptySegment => f.write_str("path has an empty segment"),
+            PathError::DotSegment => f.write_str("path has a '.' or '..' segment"),
+            PathError::TooLong { len } => {
+                write!(f, "path is {len} bytes, the limit is {PATH_BYTES_MAX}")
+            }
+            PathError::SegmentTooLong { len } => {
+                write!(
+                    f,
+                    "path segment is {len} bytes, the limit is {SEGMENT_BYTES_MAX}"
+                )
+            }
+            PathError::InvalidRunId => f.write_str("invalid run id"),
+            PathError::TooManyPrefixes => {
+                write!(f, "job context has more than {JOB_PREFIXES_MAX} prefixes")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PathError {}
+
+/// A validated absolute data path such as `/runs/7/out/a`.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct DataPath(String);
+
+impl DataPath {
+    /// Validates `path` (SPEC §2.1 plus the length limits).
+    pub fn new(path: impl Into<String>) -> Result<Self, PathError> {
+        let path = path.into();
+        validate(&path)?;
+        Ok(DataPath(path))
+    }
+
+    /// The path as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Segment-aware prefix test: `self` is under `prefix` iff they are equal or `self`
+    /// continues `prefix` with a `/`.
+    pub fn is_under(&self, prefix: &DataPath) -> bool {
+        match self.0.strip_prefix(prefix.0.as_str()) {
+            Some(rest) => rest.is_empty() || rest.starts_with('/'),
+            None => false,
+        }
+    }
+}
+
+fn validate(path: &str) -> Result<(), PathError> {
+    if path.len() > PATH_BYTES_MAX {
+        return Err(PathError::TooLong { len: path.len() });
+    }
+    let Some(rest) = path.strip_prefix('/') else {
+        return Err(PathError::NotAbsolute);
+    };
+    if rest.is_empty() {
+        return Err(PathError::RootNotData);
+    }
+    if path.contains('\0') {
+        return Err(PathError::Nul);
+    }
+    for segment in rest.split('/') {
+        match segment {
+            "" => return Err(PathError::EmptySegment),
+            "." | ".." => return Err(PathError::DotSegment),
+            s if s.len() > SEGMENT_BYTES_MAX => {
+                return Err(PathError::SegmentTooLong { len: s.len() });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+impl TryFrom<String> for DataPath {
+    type Error = PathError;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        DataPath::new(value)
+    }
+}
+
+impl From<DataPath> for String {
+    fn from(value: DataPath) -> Self {
+        value.0
+    }
+}
+
+impl fmt::Display for DataPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for DataPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+/// Which access a job context is asked to allow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Access {
+    /// Reading blobs or streams.
+    Read,
+    /// Writing, publishing, renaming or unlinking.
+    Write,
+}
+
+/// The run a child session works for and the prefixes it may read and write.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "JobContextParts", into = "JobContextParts")]
+pub struct JobContext {
+    run_id: String,
+    read_prefixes: Vec<DataPath>,
+    write_prefixes: Vec<DataPath>,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+struct JobContextParts {
+    run_id: String,
+    read_prefixes: Vec<DataPath>,
+    write_prefixes: Vec<DataPath>,
+}
+
+impl TryFrom<JobContextParts> for JobContext {
+    type Error = PathError;
+    fn try_from(parts: JobContextParts) -> Result<Self, Self::Error> {
+        JobContext::new(parts.run_id, parts.read_prefixes, parts.write_prefixes)
+    }
+}
+
+impl From<JobContext> for JobContextParts {
+    fn from(ctx: JobContext) -> Self {
+        JobContextParts {
+            run_id: ctx.run_id,
+            read_prefixes: ctx.read_prefixes,
+            write_prefixes: ctx.write_prefixes,
+        }
+    }
+}
+
+const SELF_RUN: &str = "/runs/self";
+
+impl JobContext {
+    /// Validates the run id and the prefix counts.
+    pub fn new(
+        run_id: impl Into<String>,
+        read_prefixes: Vec<DataPath>,
+        write_prefixes: Vec<DataPath>,
+    ) -> Result<Self, PathError> {
+        let run_id = run_id.into();
+        let bad_run_id = run_id.is_empty()
+            || run_id.len() > RUN_ID_BYTES_MAX
+            || run_id.contains('/')
+            || run_id.contains('\0')
+            || run_id == "."
+            || run_id == "..";
+        if bad_run_id {
+            return Err(PathError::InvalidRunId);
+        }
+        if read_prefixes.len() > JOB_PREFIXES_MAX || write_prefixes.len() > JOB_PREFIXES_MAX {
+            return Err(PathError::TooManyPrefixes);
+        }
+        Ok(JobContext {
+            run_id,
+            read_prefixes,
+            write_prefixes,
+        })
+    }
+
+    /// The run id `/runs/self` stands for.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Rewrites `/runs/self` and `/runs/self/<rest>` to the run's own directory; every other
+    /// path is unchanged. The result is validated.
+    pub fn resolve(&self, logical: &str) -> Result<DataPath, PathError> {
+        let rest = logical.strip_prefix(SELF_RUN);
+        match rest {
+            Some(tail) if tail.is_empty() || tail.starts_with('/') => {
+                DataPath::new(format!("/runs/{}{}", self.run_id, tail))
+            }
+            _ => DataPath::new(logical),
+        }
+    }
+
+    /// Whether `path` (already resolved) lies under one of the prefixes for `access`.
+    pub fn allows(&self, path: &DataPath, access: Access) -> bool {
+        let prefixes = match access {
+            Access::Read => &self.read_prefixes,
+            Access::Write => &self.write_prefixes,
+        };
+        prefixes.iter().any(|prefix| path.is_under(prefix))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> DataPath {
+        DataPath::new(s).unwrap()
+    }
+
+    #[test]
+    fn paths_follow_the_spec_rules() {
+        assert_eq!(DataPath::new("a/b"), Err(PathError::NotAbsolute));
+        assert_eq!(DataPath::new(""), Err(PathError::NotAbsolute));
+        assert_eq!(DataPath::new("/"), Err(PathError::RootNotData));
+        assert_eq!(DataPath::new("/a\0b"), Err(PathError::Nul));
+        assert_eq!(DataPath::new("/a//b"), Err(PathError::EmptySegment));
+        assert_eq!(DataPath::new("/a/"), Err(PathError::EmptySegment));
+        assert_eq!(DataPath::new("/a/./b"), Err(PathError::DotSegment));
+        assert_eq!(DataPath::new("/a/.."), Err(PathError::DotSegment));
+        assert!(DataPath::new("/a/.hidden/..b").is_ok());
+    }
+
+    #[test]
+    fn paths_have_length_limits() {
+        let long_segment = format!("/{}", "x".repeat(SEGMENT_BYTES_MAX + 1));
+        assert_eq!(
+            DataPath::new(long_segment),
+            Err(PathError::SegmentTooLong {
+                len: SEGMENT_BYTES_MAX + 1
+            })
+        );
+        assert!(DataPath::new(format!("/{}", "x".repeat(SEGMENT_BYTES_MAX))).is_ok());
+        let many = "/abcdefg".repeat(PATH_BYTES_MAX / 8 + 1);
+        assert_eq!(
+            DataPath::new(many.clone()),
+            Err(PathError::TooLong { len: many.len() })
+        );
+    }
+
+    #[test]
+    fn prefix_test_is_segment_aware() {
+        assert!(p("/a/b").is_under(&p("/a")));
+        assert!(p("/a").is_under(&p("/a")));
+        assert!(!p("/ab").is_under(&p("/a")));
+        assert!(!p("/a").is_under(&p("/a/b")));
+    }
+
+    #[test]
+    fn decoding_validates_paths() {
+        let bytes = postcard::to_allocvec(&"/a/../b".to_string()).unwrap();
+        assert!(postcard::from_bytes::<DataPath>(&bytes).is_err());
+        let bytes = postcard::to_allocvec(&"/a/b".to_string()).unwrap();
+        assert_eq!(postcard::from_bytes::<DataPath>(&bytes).unwrap(), p("/a/b"));
+    }
+
+    #[test]
+    fn job_context_resolves_self_and_checks_prefixes() {
+        let ctx = JobContext::new(
+            "7",
+            vec![p("/runs/7"), p("/shared")],
+            vec![p("/runs/7/out")],
+        )
+        .unwrap();
+        assert_eq!(ctx.resolve("/runs/self").unwrap(), p("/runs/7"));
+        assert_eq!(ctx.resolve("/runs/self/out/a").unwrap(), p("/runs/7/out/a"));
+        assert_eq!(ctx.resolve("/runs/selfish").unwrap(), p("/runs/selfish"));
+        assert_eq!(ctx.resolve("/runs/self/../x"), Err(PathError::DotSegment));
+        let out = ctx.resolve("/runs/self/out/a").unwrap();
+        assert!(ctx.allows(&out, Access::Read));
+        assert!(ctx.allows(&out, Access::Write));
+        assert!(ctx.allows(&p("/shared/x"), Access::Read));
+        assert!(!ctx.allows(&p("/shared/x"), Access::Write));
+        assert!(!ctx.allows(&p("/sharedx"), Access::Read));
+    }
+
+    #[test]
+    fn job_context_rejects_bad_run_ids() {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "a\0",
+            &"x".repeat(RUN_ID_BYTES_MAX + 1),
+        ] {
+            assert_eq!(
+                JobContext::new(bad, vec![], vec![]),
+                Err(PathError::InvalidRunId),
+                "{bad:?}"
+            );
+        }
+        let too_many = vec![p("/a"); JOB_PREFIXES_MAX + 1];
+        assert_eq!(
+            JobContext::new("r", too_many, vec![]),
+            Err(PathError::TooManyPrefixes)
+        );
+    }
+}
