@@ -15,7 +15,7 @@ use core::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::error::NamespaceError;
-use crate::ids::{Address, AuthorityEpoch, OperationId, Revision, StreamIncarnation};
+use crate::ids::{Address, AuthorityEpoch, NodeId, OperationId, Revision, StreamIncarnation};
 use crate::limits::LOG_RECORD_BYTES_MAX;
 use crate::path::DataPath;
 use crate::wire::{EncodeError, SourceRecovery};
@@ -263,6 +263,13 @@ pub enum SnapshotRecord {
         /// The path whose replacement fence waits for it, if any.
         fence: Option<DataPath>,
     },
+    /// One node's incarnation floor.
+    NodeFloor {
+        /// The node.
+        node: NodeId,
+        /// Addresses of earlier incarnations are gone.
+        incarnation: u64,
+    },
 }
 
 /// One durable change of the directory's state.
@@ -335,6 +342,15 @@ pub enum LogRecord {
     DisplacementDone {
         /// The endpoint.
         endpoint: Address,
+    },
+    /// A host reported that `node` restarted into `incarnation`: every address of an earlier
+    /// incarnation is gone for good, and new opens, registers and reservations naming one are
+    /// refused.
+    NodeRestarted {
+        /// The node.
+        node: NodeId,
+        /// Its new incarnation (the floor below which addresses are gone).
+        incarnation: u64,
     },
     /// A compaction record.
     Snapshot(SnapshotRecord),
@@ -478,7 +494,6 @@ pub fn decode_log(bytes: &[u8]) -> DecodedLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::NodeId;
 
     fn records() -> Vec<LogRecord> {
         let path = DataPath::new("/a").unwrap();

@@ -210,7 +210,7 @@ impl StreamMatch {
 }
 
 /// A request to the directory (SPEC §4.2).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DirectoryRequest {
     /// Bind a blob source at a path (unconditional replace).
     Register {
@@ -452,7 +452,7 @@ impl ReplyBody {
 }
 
 /// A request as it travels to the directory.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DirectoryCall {
     /// Echoed in the reply.
     pub request_id: RequestId,
@@ -501,7 +501,7 @@ impl GoneScope {
 }
 
 /// Every message that crosses a link.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Message {
     /// A caller or proxy → the directory.
     Call(DirectoryCall),
@@ -546,7 +546,7 @@ pub enum Message {
 }
 
 /// A message with its addresses: the unit of transport.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Envelope {
     /// The sender.
     pub from: Address,

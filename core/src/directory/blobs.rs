@@ -65,6 +65,11 @@ impl Directory {
             // Q1: a replay displaces nothing and retires nothing.
             return receipt(stored);
         }
+        if self.durable.is_gone(&source) {
+            // A delayed Register from a node incarnation that has ended: its caller is gone and
+            // its source can never serve, so it must not replace a live binding.
+            return Err(NamespaceError::PathReplaced(path));
+        }
         match (self.durable.reservation(&path), reservation) {
             (Some(held), Some(quoted)) if held.operation == quoted => {}
             (Some(_), _) => {
@@ -292,6 +297,10 @@ impl Directory {
                 Outcome::Rejected(rejection) => Err(rejection.error()),
                 Outcome::Reserved | Outcome::Committed(_) => Ok(()),
             };
+        }
+        if self.durable.is_gone(&owner) {
+            // The owner's node restarted: nobody would ever use or release this reservation.
+            return Err(NamespaceError::PathReplaced(path));
         }
         if self.durable.entry(&path).is_some() || self.durable.reservation(&path).is_some() {
             return Err(self.reject(operation, key, RejectionKind::PathExists, &path, out));

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::ids::{Address, AuthorityEpoch, OperationId, Revision, StreamIncarnation};
+use crate::ids::{Address, AuthorityEpoch, NodeId, OperationId, Revision, StreamIncarnation};
 use crate::log::{
     Entry, LogRecord, Mutation, OperationRecord, Outcome, RequestKey, Reservation, SnapshotRecord,
 };
@@ -78,6 +78,7 @@ pub struct DurableState {
     obligations: BTreeMap<ObligationKey, Slot>,
     obligation_order: BTreeMap<u64, ObligationKey>,
     next_order: u64,
+    node_floors: BTreeMap<NodeId, u64>,
 }
 
 impl Default for DurableState {
@@ -91,6 +92,7 @@ impl Default for DurableState {
             obligations: BTreeMap::new(),
             obligation_order: BTreeMap::new(),
             next_order: 0,
+            node_floors: BTreeMap::new(),
         }
     }
 }
@@ -105,6 +107,7 @@ impl PartialEq for DurableState {
             && self.operations == other.operations
             && self.reservations == other.reservations
             && self.obligations_in_order().eq(other.obligations_in_order())
+            && self.node_floors == other.node_floors
     }
 }
 
@@ -159,6 +162,23 @@ impl DurableState {
     /// Every reservation, by path.
     pub fn reservations(&self) -> impl Iterator<Item = (&DataPath, &Reservation)> {
         self.reservations.iter()
+    }
+
+    /// Whether `address` belongs to an incarnation its node reported as ended.
+    pub fn is_gone(&self, address: &Address) -> bool {
+        self.node_floors
+            .get(&address.node)
+            .is_some_and(|floor| address.incarnation < *floor)
+    }
+
+    /// The incarnation floor of `node` (0 if it never restarted).
+    pub fn node_floor(&self, node: NodeId) -> u64 {
+        self.node_floors.get(&node).copied().unwrap_or(0)
+    }
+
+    /// Every node floor, by node.
+    pub fn node_floors(&self) -> impl Iterator<Item = (&NodeId, &u64)> {
+        self.node_floors.iter()
     }
 
     /// Whether an obligation exists.
@@ -435,6 +455,13 @@ impl DurableState {
                 )?;
                 self.remove_obligation(&key);
             }
+            LogRecord::NodeRestarted { node, incarnation } => {
+                require(
+                    *incarnation > self.node_floor(*node),
+                    "node floor does not rise",
+                )?;
+                self.node_floors.insert(*node, *incarnation);
+            }
             LogRecord::Snapshot(snapshot) => self.apply_snapshot(snapshot)?,
         }
         Ok(())
@@ -509,6 +536,10 @@ impl DurableState {
                 };
                 self.add_obligation(key, Some(displacement));
             }
+            SnapshotRecord::NodeFloor { node, incarnation } => {
+                require(!self.node_floors.contains_key(node), "duplicate node floor")?;
+                self.node_floors.insert(*node, *incarnation);
+            }
         }
         Ok(())
     }
@@ -520,7 +551,8 @@ impl DurableState {
             1 + self.entries.len()
                 + self.operations.len()
                 + self.reservations.len()
-                + self.obligations.len(),
+                + self.obligations.len()
+                + self.node_floors.len(),
         );
         let snap = LogRecord::Snapshot;
         records.push(snap(SnapshotRecord::Header {
@@ -543,6 +575,12 @@ impl DurableState {
             records.push(snap(SnapshotRecord::Reservation {
                 path: path.clone(),
                 reservation: reservation.clone(),
+            }));
+        }
+        for (node, incarnation) in &self.node_floors {
+            records.push(snap(SnapshotRecord::NodeFloor {
+                node: *node,
+                incarnation: *incarnation,
             }));
         }
         for (key, displacement) in self.obligations_in_order() {

@@ -40,7 +40,7 @@ use crate::log::{LogRecord, Outcome, Rejection, RejectionKind, RequestKey};
 use crate::path::DataPath;
 use crate::time::{Duration, Instant};
 use crate::wire::{
-    BlobBinding, DirectoryCall, DirectoryReply, DirectoryRequest, Message, ReplyBody,
+    BlobBinding, DirectoryCall, DirectoryReply, DirectoryRequest, GoneScope, Message, ReplyBody,
 };
 use obligations::Engine;
 
@@ -122,6 +122,11 @@ impl Directory {
                 self.stream_displaced(endpoint, incarnation, out);
             }
             Message::AddressGone { scope, reply_to } => {
+                if let GoneScope::NodeBefore { node, incarnation } = scope {
+                    if incarnation > self.durable.node_floor(node) {
+                        self.commit(LogRecord::NodeRestarted { node, incarnation }, out);
+                    }
+                }
                 self.complete_gone_obligations(&scope, out);
                 self.end_gone_streams(&scope, out);
                 self.resume_fences(out);

@@ -172,6 +172,12 @@ impl Directory {
                 return;
             }
         }
+        // A delayed open from an endpoint whose node restarted would park a ghost nobody can
+        // retract (L1): refuse it.
+        if self.durable.is_gone(&request.endpoint) {
+            self.answer_open(&request, Err(NamespaceError::PathReplaced(path)), out);
+            return;
+        }
         // 3–4. Own retries, recognised before the expected-revision check (Q3, Q18).
         match self.streams.get_mut(&path) {
             Some(Rendezvous::Pending(p)) if p.request.operation == request.operation => {
