@@ -81,12 +81,7 @@ impl Directory {
             (None, None) => {}
         }
         let revision = self.allocate_revision()?;
-        let retire = match self.sources.get(&path) {
-            Some(SourceState::Available(binding)) if binding.source != source => {
-                Some(binding.source)
-            }
-            _ => None,
-        };
+        let retire = self.live_source(&path).filter(|old| *old != source);
         let owner = match &recovery {
             SourceRecovery::Actor { owner, .. } => *owner,
             SourceRecovery::File { .. } => None,
@@ -346,10 +341,14 @@ impl Directory {
         Ok(())
     }
 
-    /// The live source actor bound at `path`, if any.
-    fn live_source(&self, path: &DataPath) -> Option<Address> {
+    /// The live source actor bound at `path`, if any: the one a replacement must retire. A
+    /// source whose node incarnation was reported gone needs no retirement (its obligation
+    /// would be complete the moment it was created).
+    pub(super) fn live_source(&self, path: &DataPath) -> Option<Address> {
         match self.sources.get(path) {
-            Some(SourceState::Available(binding)) => Some(binding.source),
+            Some(SourceState::Available(binding)) if !self.durable.is_gone(&binding.source) => {
+                Some(binding.source)
+            }
             _ => None,
         }
     }

@@ -290,10 +290,8 @@ impl Directory {
                 return;
             }
         };
-        let retire = match self.sources.remove(&path) {
-            Some(super::SourceState::Available(binding)) => Some(binding.source),
-            _ => None,
-        };
+        let retire = self.live_source(&path);
+        self.sources.remove(&path);
         let mutation = Mutation::BindStream { path: path.clone() };
         self.commit(
             LogRecord::Committed {

@@ -1,0 +1,882 @@
+//! Checkers, outside production code (STYLE.md rule 11).
+//!
+//! * **always** — after every directory step: the reference model's predicted replies and
+//!   fresh notices must equal what the directory emitted; the durable state must equal the
+//!   model's; the directory's own invariants hold; and the SPEC §13 safety properties that apply
+//!   at this layer (S3, S9, S15, S16, S22–S25) hold.
+//! * **eventually** — at the end of the liveness phase (faults stopped, network healed, clients
+//!   quiesced): L1–L6 as stated in `at_end`.
+//! * **sometimes** — [`Coverage`] counts every operation, fault kind, reply variant and
+//!   interesting path; a swarm reports the ones it never saw, and a run that saw no reply fails.
+
+mod journal;
+mod model;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use dataplane_core::directory::{Directory, ObligationKey, Rendezvous};
+use dataplane_core::effect::Effect;
+use dataplane_core::ids::{Address, AuthorityEpoch, OperationId, StreamIncarnation};
+use dataplane_core::log::{Entry, Outcome};
+use dataplane_core::time::Instant;
+use dataplane_core::wire::{DirectoryReply, DirectoryRequest, Message, ReplyBody, StreamMatch};
+
+use crate::host::HostNode;
+use crate::options::Options;
+pub use model::{Expect, Model};
+
+/// What the directory was fed in one step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DirInput {
+    /// Recovery (the first step of an instance).
+    Recover,
+    /// A frame.
+    Message(Message),
+    /// The retry tick.
+    Timer,
+    /// A route report.
+    Route {
+        /// The watched target.
+        target: Address,
+        /// Its new routability.
+        routable: bool,
+    },
+}
+
+/// "Sometimes" counters: how often each interesting thing happened.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Coverage {
+    counts: BTreeMap<&'static str, u64>,
+}
+
+impl Coverage {
+    /// Counts one occurrence of `name`.
+    pub fn hit(&mut self, name: &'static str) {
+        *self.counts.entry(name).or_insert(0) += 1;
+    }
+
+    /// Adds another run's counts.
+    pub fn merge(&mut self, other: &Coverage) {
+        for (name, n) in &other.counts {
+            *self.counts.entry(name).or_insert(0) += n;
+        }
+    }
+
+    /// The count of `name`.
+    pub fn count(&self, name: &str) -> u64 {
+        self.counts.get(name).copied().unwrap_or(0)
+    }
+
+    /// Every counter.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        self.counts.iter().map(|(k, v)| (*k, *v))
+    }
+}
+
+/// Every coverage name a healthy swarm is expected to hit at least once.
+pub const EXPECTED_COVERAGE: &[&str] = &[
+    "op.Register",
+    "op.Resolve",
+    "op.Lookup",
+    "op.ReserveBlob",
+    "op.ReleaseBlobReservation",
+    "op.Unregister",
+    "op.Rename",
+    "op.OpenStream",
+    "op.CancelStream",
+    "op.CloseStream",
+    "input.SourceRetired",
+    "input.StreamDisplaced",
+    "input.AddressGone.node",
+    "input.AddressGone.address",
+    "input.route_unroutable",
+    "input.route_routable",
+    "reply.ok",
+    "reply.PathNotFound",
+    "reply.PathExists",
+    "reply.WrongEntryType",
+    "reply.PathReplaced",
+    "reply.DuplicateStreamRole",
+    "reply.StaleIncarnation",
+    "reply.OperationConflict",
+    "reply.StreamActive",
+    "stream.match",
+    "stream.fence_begun",
+    "stream.fence_resolved",
+    "stream.cancel_active",
+    "stream.open_refused_by_stored_rejection",
+    "stream.close_ok",
+    "replay.definitive",
+    "fault.frame_lost",
+    "fault.frame_duplicated",
+    "fault.frame_reordered",
+    "fault.directory_crash",
+    "fault.fsync_failure",
+    "fault.torn_tail",
+    "fault.host_crash",
+    "fault.actor_death",
+    "fault.partition",
+    "fault.route_flap",
+    "recovery.cut_torn_tail",
+    "recovery.obligations_restored",
+    "recovery.fence_restored",
+    "tick.batch_full",
+];
+
+/// What `at_end` looks at.
+#[derive(Debug)]
+pub struct EndView<'a> {
+    /// The directory, if it is up.
+    pub directory: Option<&'a Directory>,
+    /// The hosts.
+    pub hosts: &'a [HostNode],
+}
+
+/// All checkers of one run.
+#[derive(Debug)]
+pub struct Checker {
+    model: Model,
+    failure: Option<String>,
+    /// "Sometimes" counters.
+    pub coverage: Coverage,
+    released_epoch: AuthorityEpoch,
+    matches: BTreeMap<StreamIncarnation, StreamMatch>,
+    definitive: BTreeMap<OperationId, ReplyBody>,
+    told_unroutable: BTreeSet<Address>,
+    ticks_without_frame: BTreeMap<ObligationKey, u64>,
+    replies_released: u64,
+    healed_at: Option<Instant>,
+    call_ops: BTreeMap<(Address, dataplane_core::ids::RequestId), OperationId>,
+}
+
+fn error_name(body: &ReplyBody) -> &'static str {
+    use dataplane_core::error::NamespaceError as E;
+    match body.err() {
+        None => "reply.ok",
+        Some(E::PathNotFound(_)) => "reply.PathNotFound",
+        Some(E::PathExists(_)) => "reply.PathExists",
+        Some(E::WrongEntryType { .. }) => "reply.WrongEntryType",
+        Some(E::PathReplaced(_)) => "reply.PathReplaced",
+        Some(E::DuplicateStreamRole { .. }) => "reply.DuplicateStreamRole",
+        Some(E::StaleIncarnation { .. }) => "reply.StaleIncarnation",
+        Some(E::OperationConflict(_)) => "reply.OperationConflict",
+        Some(E::StreamActive(_)) => "reply.StreamActive",
+        Some(E::Storage(_)) => "reply.Storage",
+        Some(E::SourceRecovery(_)) => "reply.SourceRecovery",
+        Some(E::DirectoryUnavailable(_)) => "reply.DirectoryUnavailable",
+        Some(E::Timeout) => "reply.Timeout",
+        Some(E::Protocol(_)) => "reply.Protocol",
+        Some(E::LimitReached(_)) => "reply.LimitReached",
+    }
+}
+
+fn op_name(request: &DirectoryRequest) -> &'static str {
+    use dataplane_core::wire::RequestKind as K;
+    match request.kind() {
+        K::Register => "op.Register",
+        K::Resolve => "op.Resolve",
+        K::Lookup => "op.Lookup",
+        K::ReserveBlob => "op.ReserveBlob",
+        K::ReleaseBlobReservation => "op.ReleaseBlobReservation",
+        K::Unregister => "op.Unregister",
+        K::Rename => "op.Rename",
+        K::OpenStream => "op.OpenStream",
+        K::CancelStream => "op.CancelStream",
+        K::CloseStream => "op.CloseStream",
+    }
+}
+
+/// Sends of one step, sorted into the kinds the checks care about.
+#[derive(Default)]
+struct StepSends {
+    replies: Vec<(Address, DirectoryReply)>,
+    retires: Vec<Address>,
+    displaced: Vec<(Address, StreamIncarnation)>,
+    gone_acks: Vec<(Address, dataplane_core::wire::GoneScope)>,
+}
+
+fn classify(effects: &[Effect]) -> StepSends {
+    let mut s = StepSends::default();
+    for effect in effects {
+        if let Effect::Send { to, message } = effect {
+            match message {
+                Message::Reply(reply) => s.replies.push((*to, reply.clone())),
+                Message::Retire { .. } => s.retires.push(*to),
+                Message::Displaced { incarnation, .. } => s.displaced.push((*to, *incarnation)),
+                Message::GoneAcknowledged { scope } => s.gone_acks.push((*to, *scope)),
+                _ => {}
+            }
+        }
+    }
+    s
+}
+
+/// Removes equal items pairwise; returns what is left on each side.
+fn diff<T: PartialEq + Clone>(expected: &[T], actual: &[T]) -> (Vec<T>, Vec<T>) {
+    let mut missing = Vec::new();
+    let mut extra: Vec<T> = actual.to_vec();
+    for e in expected {
+        match extra.iter().position(|a| a == e) {
+            Some(i) => {
+                extra.remove(i);
+            }
+            None => missing.push(e.clone()),
+        }
+    }
+    (missing, extra)
+}
+
+impl Checker {
+    /// A checker for a run with `options`.
+    pub fn new(_options: &Options) -> Self {
+        Checker {
+            model: Model::default(),
+            failure: None,
+            coverage: Coverage::default(),
+            released_epoch: AuthorityEpoch::NONE,
+            matches: BTreeMap::new(),
+            definitive: BTreeMap::new(),
+            told_unroutable: BTreeSet::new(),
+            ticks_without_frame: BTreeMap::new(),
+            replies_released: 0,
+            healed_at: None,
+            call_ops: BTreeMap::new(),
+        }
+    }
+
+    /// Records a violation (the first one wins; the run stops).
+    pub fn fail(&mut self, now: Instant, message: String) {
+        if self.failure.is_none() {
+            self.failure = Some(format!("at {now}: {message}"));
+        }
+    }
+
+    /// Whether a violation was found.
+    pub fn failed(&self) -> bool {
+        self.failure.is_some()
+    }
+
+    /// The first violation.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// The model (for tests and traces).
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The run healed.
+    pub fn healed(&mut self, now: Instant) {
+        self.healed_at = Some(now);
+    }
+
+    /// A host crashed.
+    pub fn host_crashed(&mut self, _host: usize) {
+        self.coverage.hit("fault.host_crash");
+    }
+
+    /// The directory's steps up to `step` are durable.
+    pub fn directory_synced(&mut self, step: u64) {
+        self.model.forget_through(step);
+    }
+
+    /// The directory crashed; steps after `surviving_step` did not reach the disk.
+    pub fn directory_crashed(&mut self, surviving_step: u64) {
+        self.model.rollback_after(surviving_step);
+        self.told_unroutable.clear();
+        self.ticks_without_frame.clear();
+    }
+
+    /// A recovered directory served its first step.
+    pub fn directory_recovered(
+        &mut self,
+        now: Instant,
+        step: u64,
+        effects: &[Effect],
+        dir: &Directory,
+    ) {
+        self.model.recover(step);
+        if dir.epoch() != self.model.epoch() {
+            let (got, want) = (dir.epoch(), self.model.epoch());
+            self.fail(now, format!("S3: recovered epoch {got}, expected {want}"));
+        }
+        if dir.epoch() <= self.released_epoch {
+            let (got, seen) = (dir.epoch(), self.released_epoch);
+            self.fail(
+                now,
+                format!("S3: recovered epoch {got} not above served epoch {seen}"),
+            );
+        }
+        if dir.durable().obligation_count() > 0 {
+            self.coverage.hit("recovery.obligations_restored");
+        }
+        if dir.fences().next().is_some() {
+            self.coverage.hit("recovery.fence_restored");
+        }
+        self.compare_full(now, dir);
+        let sends = classify(effects);
+        self.check_obligation_frames(now, &sends, dir, true);
+        let _ = self.model.take_expectations();
+    }
+
+    /// One directory step: compare with the model, then check the safety properties.
+    pub fn directory_step(
+        &mut self,
+        now: Instant,
+        step: u64,
+        input: &DirInput,
+        effects: &[Effect],
+        dir: &Directory,
+    ) {
+        if self.failed() {
+            return;
+        }
+        let before_fences: BTreeSet<_> = self.model.fenced_paths().cloned().collect();
+        match input {
+            DirInput::Message(Message::Call(call)) => {
+                self.coverage.hit(op_name(&call.request));
+                self.model
+                    .call(step, call.request_id, call.reply_to, call.request.clone());
+            }
+            DirInput::Message(Message::SourceRetired { source }) => {
+                self.coverage.hit("input.SourceRetired");
+                self.model.source_retired(step, *source);
+            }
+            DirInput::Message(Message::StreamDisplaced {
+                endpoint,
+                incarnation,
+            }) => {
+                self.coverage.hit("input.StreamDisplaced");
+                self.model.stream_displaced(step, *endpoint, *incarnation);
+            }
+            DirInput::Message(Message::AddressGone { scope, reply_to }) => {
+                self.coverage.hit(match scope {
+                    dataplane_core::wire::GoneScope::Address(_) => "input.AddressGone.address",
+                    dataplane_core::wire::GoneScope::NodeBefore { .. } => "input.AddressGone.node",
+                });
+                self.model.address_gone(step, *scope, *reply_to);
+            }
+            DirInput::Message(_) => {}
+            DirInput::Timer => self.model.tick(step),
+            DirInput::Route { target, routable } => {
+                if *routable {
+                    self.coverage.hit("input.route_routable");
+                    self.told_unroutable.remove(target);
+                } else {
+                    self.coverage.hit("input.route_unroutable");
+                    self.told_unroutable.insert(*target);
+                }
+            }
+            DirInput::Recover => {}
+        }
+        let after_fences: BTreeSet<_> = self.model.fenced_paths().cloned().collect();
+        if after_fences.difference(&before_fences).next().is_some() {
+            self.coverage.hit("stream.fence_begun");
+        }
+        if before_fences.difference(&after_fences).next().is_some() {
+            self.coverage.hit("stream.fence_resolved");
+        }
+        for note in std::mem::take(&mut self.model.notes) {
+            self.coverage.hit(note);
+        }
+        let expected = self.model.take_expectations();
+        let sends = classify(effects);
+        self.compare_replies(now, input, &expected, &sends);
+        if !self.failed() {
+            self.compare_notices(now, input, &expected, &sends, dir);
+        }
+        if !self.failed() {
+            self.compare_durable(now, dir);
+        }
+        if !self.failed() {
+            self.check_step_safety(now, input, &sends, dir);
+        }
+    }
+
+    fn compare_replies(
+        &mut self,
+        now: Instant,
+        input: &DirInput,
+        expected: &[Expect],
+        sends: &StepSends,
+    ) {
+        let want: Vec<(Address, DirectoryReply)> = expected
+            .iter()
+            .filter_map(|e| match e {
+                Expect::Reply(to, r) => Some((*to, r.clone())),
+                _ => None,
+            })
+            .collect();
+        let (missing, extra) = diff(&want, &sends.replies);
+        if !missing.is_empty() || !extra.is_empty() {
+            self.fail(
+                now,
+                format!("model: replies differ for {input:?}\n  expected but not sent: {missing:?}\n  sent but not expected: {extra:?}"),
+            );
+        }
+        let want_acks: Vec<_> = expected
+            .iter()
+            .filter_map(|e| match e {
+                Expect::GoneAck(to, s) => Some((*to, *s)),
+                _ => None,
+            })
+            .collect();
+        if want_acks != sends.gone_acks {
+            self.fail(
+                now,
+                format!(
+                    "model: gone acknowledgements differ: expected {want_acks:?}, sent {:?}",
+                    sends.gone_acks
+                ),
+            );
+        }
+    }
+
+    /// Fresh Retire/Displaced notices must be exactly the model's for ordinary inputs; ticks,
+    /// route wakes and recoveries are checked by the engine properties instead.
+    fn compare_notices(
+        &mut self,
+        now: Instant,
+        input: &DirInput,
+        expected: &[Expect],
+        sends: &StepSends,
+        dir: &Directory,
+    ) {
+        match input {
+            DirInput::Timer | DirInput::Recover => {
+                self.check_obligation_frames(now, sends, dir, matches!(input, DirInput::Recover));
+                return;
+            }
+            DirInput::Route { target, .. } => {
+                let stray = sends
+                    .retires
+                    .iter()
+                    .chain(sends.displaced.iter().map(|(a, _)| a))
+                    .any(|a| a != target);
+                if stray || sends.retires.len() > 1 || sends.displaced.len() > 1 {
+                    self.fail(
+                        now,
+                        format!(
+                            "S23: route wake for {target} sent {:?} / {:?}",
+                            sends.retires, sends.displaced
+                        ),
+                    );
+                }
+                return;
+            }
+            DirInput::Message(_) => {}
+        }
+        let want_retire: Vec<Address> = expected
+            .iter()
+            .filter_map(|e| match e {
+                Expect::Retire(a) => Some(*a),
+                _ => None,
+            })
+            .collect();
+        let want_displaced: Vec<(Address, StreamIncarnation)> = expected
+            .iter()
+            .filter_map(|e| match e {
+                Expect::Displaced(a, i) => Some((*a, *i)),
+                _ => None,
+            })
+            .collect();
+        let (m1, x1) = diff(&want_retire, &sends.retires);
+        let (m2, x2) = diff(&want_displaced, &sends.displaced);
+        if !(m1.is_empty() && x1.is_empty() && m2.is_empty() && x2.is_empty()) {
+            self.fail(now, format!("model/S23: notices differ for {input:?}: retire missing {m1:?} extra {x1:?}; displaced missing {m2:?} extra {x2:?}"));
+        }
+        for key in sends
+            .retires
+            .iter()
+            .map(|a| ObligationKey::Retire(*a))
+            .chain(
+                sends
+                    .displaced
+                    .iter()
+                    .map(|(a, _)| ObligationKey::Displace(*a)),
+            )
+        {
+            self.ticks_without_frame.insert(key, 0);
+        }
+    }
+
+    /// Tick and recovery frames: at most 32, only to pending obligations, never to a target
+    /// reported unroutable (tick), never to the source of a live binding; fair rotation.
+    fn check_obligation_frames(
+        &mut self,
+        now: Instant,
+        sends: &StepSends,
+        dir: &Directory,
+        recovery: bool,
+    ) {
+        let frames = sends.retires.len() + sends.displaced.len();
+        if frames > dataplane_core::limits::RETRY_BATCH_MAX {
+            self.fail(now, format!("S23: {frames} obligation frames in one pass"));
+            return;
+        }
+        if frames == dataplane_core::limits::RETRY_BATCH_MAX {
+            self.coverage.hit("tick.batch_full");
+        }
+        let durable = dir.durable();
+        let mut sent = BTreeSet::new();
+        for a in &sends.retires {
+            sent.insert(ObligationKey::Retire(*a));
+        }
+        for (a, inc) in &sends.displaced {
+            sent.insert(ObligationKey::Displace(*a));
+            if durable.displacement(*a).map(|d| d.incarnation) != Some(*inc) {
+                self.fail(
+                    now,
+                    format!("S8: Displaced({inc}) to {a} without that durable obligation"),
+                );
+            }
+        }
+        for key in &sent {
+            if !durable.has_obligation(key) {
+                self.fail(
+                    now,
+                    format!("S22: frame for {key:?} without a pending obligation"),
+                );
+            }
+            if !recovery && self.told_unroutable.contains(&key.target()) {
+                self.fail(
+                    now,
+                    format!("S24: tick frame for {key:?} to a target reported unroutable"),
+                );
+            }
+        }
+        if recovery {
+            return;
+        }
+        // S25: every routable obligation gets a frame within ⌈N/32⌉ ticks.
+        let n = durable.obligation_count() as u64;
+        let bound = n.div_ceil(dataplane_core::limits::RETRY_BATCH_MAX as u64);
+        let keys: Vec<ObligationKey> = durable.obligations_in_order().map(|(k, _)| k).collect();
+        let mut next = BTreeMap::new();
+        for key in keys {
+            if self.told_unroutable.contains(&key.target()) || sent.contains(&key) {
+                next.insert(key, 0);
+                continue;
+            }
+            let waited = self.ticks_without_frame.get(&key).copied().unwrap_or(0) + 1;
+            if waited > bound {
+                self.fail(
+                    now,
+                    format!("S25: {key:?} waited {waited} ticks with {n} obligations"),
+                );
+            }
+            next.insert(key, waited);
+        }
+        self.ticks_without_frame = next;
+    }
+
+    fn check_step_safety(
+        &mut self,
+        now: Instant,
+        input: &DirInput,
+        sends: &StepSends,
+        dir: &Directory,
+    ) {
+        if let Err(violation) = dir.check_invariants_fast() {
+            self.fail(now, format!("directory invariant: {violation}"));
+            return;
+        }
+        // S3: every reply carries the instance's epoch.
+        if let Some((_, r)) = sends.replies.iter().find(|(_, r)| r.epoch != dir.epoch()) {
+            self.fail(
+                now,
+                format!(
+                    "S3: reply {r:?} carries epoch {} under {}",
+                    r.epoch,
+                    dir.epoch()
+                ),
+            );
+        }
+        // S22a: never retire the source of a live binding.
+        for a in &sends.retires {
+            if let Some((path, _)) = self.model.sources().iter().find(|(_, b)| b.source == *a) {
+                self.fail(
+                    now,
+                    format!("S22a: Retire to {a}, the live source of {path}"),
+                );
+            }
+        }
+        // S16: while a fence stands on P, no match newer than the fenced incarnation on P.
+        for (_, reply) in &sends.replies {
+            if let ReplyBody::StreamOpened(Ok(m)) = &reply.body {
+                for (path, fence) in dir.fences() {
+                    let on_path = matches!(dir.durable().entry(path), Some(Entry::Stream { revision }) if *revision == m.revision);
+                    if on_path && m.incarnation > fence.incarnation {
+                        self.fail(
+                            now,
+                            format!(
+                                "S16: match {} on fenced {path} (fence {})",
+                                m.incarnation, fence.incarnation
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        // S9 is checked on release: remember which op each call carried.
+        if let DirInput::Message(Message::Call(call)) = input {
+            let sticky_kind = matches!(
+                call.request,
+                DirectoryRequest::Register { .. }
+                    | DirectoryRequest::Unregister { .. }
+                    | DirectoryRequest::Rename { .. }
+                    | DirectoryRequest::ReserveBlob { .. }
+            );
+            if let (true, Some(op)) = (sticky_kind, call.request.operation()) {
+                self.call_ops.insert((call.reply_to, call.request_id), op);
+            }
+        }
+    }
+
+    fn check_same_result(&mut self, now: Instant, op: OperationId, body: &ReplyBody) {
+        use dataplane_core::error::NamespaceError as E;
+        let transient = matches!(
+            body.err(),
+            Some(
+                E::OperationConflict(_)
+                    | E::LimitReached(_)
+                    | E::Storage(_)
+                    | E::WrongEntryType { .. }
+            )
+        ) || matches!(body.err(), Some(E::PathReplaced(_)))
+            && !self.model.ops.contains(&op);
+        if transient {
+            return;
+        }
+        match self.definitive.get(&op) {
+            Some(first) if first != body => {
+                self.fail(
+                    now,
+                    format!("S9: op {op} answered {first:?} and later {body:?}"),
+                );
+            }
+            Some(_) => self.coverage.hit("replay.definitive"),
+            None => {
+                self.definitive.insert(op, body.clone());
+            }
+        }
+    }
+
+    fn compare_durable(&mut self, now: Instant, dir: &Directory) {
+        let durable = dir.durable();
+        let m = &self.model;
+        let entries_equal = durable.entry_count() == m.entries.map().len()
+            && durable
+                .entries()
+                .zip(m.entries.map())
+                .all(|((p1, e1), (p2, e2))| {
+                    p1 == p2
+                        && match (e1, e2) {
+                            (
+                                Entry::Blob {
+                                    length,
+                                    revision,
+                                    recovery,
+                                },
+                                model::MEntry::Blob {
+                                    length: l,
+                                    revision: r,
+                                    recovery: rc,
+                                },
+                            ) => length == l && revision.0 == *r && recovery == rc,
+                            (Entry::Stream { revision }, model::MEntry::Stream { revision: r }) => {
+                                revision.0 == *r
+                            }
+                            _ => false,
+                        }
+                });
+        let reservations_equal = durable.reservation_count() == m.reservations.map().len()
+            && durable.reservations().zip(m.reservations.map()).all(
+                |((p1, r1), (p2, (op, owner)))| {
+                    p1 == p2 && r1.operation == *op && r1.owner == *owner
+                },
+            );
+        let mut retire: Vec<Address> = Vec::new();
+        let mut displace: Vec<(Address, StreamIncarnation)> = Vec::new();
+        for (key, d) in durable.obligations_in_order() {
+            match (key, d) {
+                (ObligationKey::Retire(a), _) => retire.push(a),
+                (ObligationKey::Displace(a), Some(d)) => displace.push((a, d.incarnation)),
+                (ObligationKey::Displace(_), None) => {}
+            }
+        }
+        retire.sort();
+        displace.sort();
+        let model_retire: Vec<Address> = m.retirements.map().keys().copied().collect();
+        let model_displace: Vec<(Address, StreamIncarnation)> = m
+            .displacements
+            .map()
+            .iter()
+            .map(|(a, (i, _))| (*a, *i))
+            .collect();
+        let counters_equal =
+            durable.next_revision().0 == m.next_revision() && durable.epoch() == m.epoch();
+        let runtime_equal = dir.rendezvous_all().map(|(p, _)| p).eq(m.active_paths())
+            && dir.fences().map(|(p, _)| p).eq(m.fenced_paths());
+        if !(entries_equal
+            && reservations_equal
+            && retire == model_retire
+            && displace == model_displace
+            && counters_equal
+            && runtime_equal)
+        {
+            let detail = format!(
+                "entries {entries_equal}, reservations {reservations_equal}, retirements {:?} vs model {:?}, displacements {:?} vs model {:?}, counters {counters_equal}, runtime {runtime_equal}",
+                retire, model_retire, displace, model_displace
+            );
+            self.fail(
+                now,
+                format!("model: durable state differs after step: {detail}"),
+            );
+        }
+    }
+
+    fn compare_full(&mut self, now: Instant, dir: &Directory) {
+        self.compare_durable(now, dir);
+        let durable = dir.durable();
+        let ops_equal = durable.operations().count() == self.model.ops.map().len()
+            && durable.operations().zip(self.model.ops.map()).all(
+                |((o1, r1), (o2, (_, outcome)))| {
+                    o1 == o2
+                        && match (&r1.outcome, outcome) {
+                            (Outcome::Committed(r), model::MOutcome::Committed(m)) => r.0 == *m,
+                            (Outcome::Rejected(r), model::MOutcome::Rejected(e)) => r.error() == *e,
+                            (Outcome::Reserved, model::MOutcome::Reserved) => true,
+                            _ => false,
+                        }
+                },
+            );
+        if !ops_equal {
+            self.fail(now, "model: operation tables differ after recovery".into());
+        }
+        if let Err(v) = dir.check_invariants() {
+            self.fail(now, format!("directory invariant after recovery: {v}"));
+        }
+    }
+
+    /// A directory send was released past the barrier (it leaves the node now).
+    pub fn released(&mut self, now: Instant, to: Address, message: &Message) {
+        if let Message::Reply(reply) = message {
+            // S9: the same op id always answers the same definitive result, as observed.
+            if let Some(op) = self.call_ops.get(&(to, reply.request_id)).copied() {
+                self.check_same_result(now, op, &reply.body);
+            }
+            self.replies_released += 1;
+            self.coverage.hit(error_name(&reply.body));
+            if reply.epoch > self.released_epoch {
+                self.released_epoch = reply.epoch;
+            }
+            if let ReplyBody::StreamOpened(Ok(m)) = &reply.body {
+                self.coverage.hit("stream.match");
+                match self.matches.get(&m.incarnation) {
+                    Some(first) if first != m => {
+                        self.fail(
+                            now,
+                            format!(
+                                "S15: two matches carry incarnation {}: {first:?} and {m:?}",
+                                m.incarnation
+                            ),
+                        );
+                    }
+                    Some(_) => {}
+                    None => {
+                        self.matches.insert(m.incarnation, m.clone());
+                    }
+                }
+            }
+            if let ReplyBody::StreamClosed(Ok(())) = &reply.body {
+                self.coverage.hit("stream.close_ok");
+            }
+            if let ReplyBody::StreamCancelled(Ok(())) = &reply.body {
+                self.coverage.hit("stream.cancel_ok");
+            }
+        }
+    }
+
+    /// The liveness phase is over: every eventual property must hold now.
+    pub fn at_end(&mut self, now: Instant, view: &EndView<'_>) {
+        if self.failed() {
+            return;
+        }
+        let Some(dir) = view.directory else {
+            self.fail(
+                now,
+                "liveness: the directory is not running after the heal".into(),
+            );
+            return;
+        };
+        let durable = dir.durable();
+        let bound = self
+            .healed_at
+            .map(|h| now.saturating_since(h))
+            .unwrap_or_default();
+        let mut problems = Vec::new();
+        if let Some((path, r)) = dir.rendezvous_all().next() {
+            let kind = match r {
+                Rendezvous::Pending(_) => "pending",
+                Rendezvous::Active(_) => "active",
+            };
+            problems.push(format!("L1: {path} still has an {kind} rendezvous"));
+        }
+        if let Some((path, _)) = dir.fences().next() {
+            problems.push(format!("L3: {path} still fenced"));
+        }
+        for (key, _) in durable.obligations_in_order() {
+            match key {
+                ObligationKey::Retire(a) => {
+                    problems.push(format!("L5: retirement of {a} still pending"));
+                }
+                ObligationKey::Displace(a) => {
+                    problems.push(format!("L2: displacement of {a} still pending"));
+                }
+            }
+        }
+        if let Some((path, r)) = durable.reservations().next() {
+            problems.push(format!("L4: {path} still reserved by {}", r.operation));
+        }
+        let bound_sources: BTreeSet<Address> = durable
+            .entries()
+            .filter_map(|(path, _)| match dir.source(path) {
+                Some(dataplane_core::directory::SourceState::Available(b)) => Some(b.source),
+                _ => None,
+            })
+            .collect();
+        for host in view.hosts.iter().filter(|h| h.up) {
+            for actor in &host.sources {
+                let a = Address::new(host.node, host.incarnation, *actor);
+                if !bound_sources.contains(&a) {
+                    problems.push(format!(
+                        "L6: live source {a} is bound nowhere (never retired)"
+                    ));
+                }
+            }
+            for (i, client) in host.clients.iter().enumerate() {
+                if !client.is_idle() {
+                    problems.push(format!(
+                        "L7: client {}#{i} still busy: {:?}",
+                        host.node, client.state
+                    ));
+                }
+            }
+            if !host.gone_reports.is_empty() {
+                problems.push(format!("gone report of {} never acknowledged", host.node));
+            }
+        }
+        if self.replies_released == 0 {
+            problems.push("the run exercised nothing: no reply was ever sent".into());
+        }
+        if !problems.is_empty() {
+            problems.truncate(8);
+            self.fail(
+                now,
+                format!("liveness ({bound} after the heal): {}", problems.join("; ")),
+            );
+        }
+    }
+}

@@ -1,0 +1,635 @@
+//! Simulated clients: they talk to the directory with operation ids and retries (the same op id
+//! on every retry), on a small set of contended paths.
+//!
+//! A client runs one *plan* at a time. Mutations and retractions (cancel, close, release) are
+//! re-sent until a definitive reply arrives; reads give up after a few attempts; a stream opener
+//! waits for its peer until `open_wait`, then cancels. When the run heals, clients *quiesce*:
+//! they start nothing new, close what they hold and cancel what they wait for, so every
+//! liveness property can be checked against a quiet system.
+
+use std::collections::VecDeque;
+
+use dataplane_core::ids::{Address, OperationId, RequestId, Revision, StreamIncarnation};
+use dataplane_core::path::DataPath;
+use dataplane_core::time::{Duration, Instant};
+use dataplane_core::wire::{
+    Descriptor, DirectoryCall, DirectoryReply, DirectoryRequest, ReplyBody, SourceRecovery,
+    StreamRole,
+};
+
+use crate::options::WorkloadOptions;
+use crate::rng::SimRng;
+
+/// The operations a client picks from (weights per seed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum OpKind {
+    /// Register a fresh source (replacing whatever is bound).
+    Register,
+    /// Unlink a path.
+    Unregister,
+    /// Move a path (replace or not).
+    Rename,
+    /// Resolve a blob.
+    Resolve,
+    /// Look a path up.
+    Lookup,
+    /// Reserve, then register with the reservation.
+    ReserveRegister,
+    /// Reserve, then release.
+    ReserveRelease,
+    /// Open one side of a stream; hold the match, then close.
+    OpenStream,
+    /// Re-send an old request with its old operation id.
+    Replay,
+    /// Reuse an old operation id for a different request.
+    Conflict,
+}
+
+impl OpKind {
+    /// Every kind, in weight order.
+    pub const ALL: [OpKind; 10] = [
+        OpKind::Register,
+        OpKind::Unregister,
+        OpKind::Rename,
+        OpKind::Resolve,
+        OpKind::Lookup,
+        OpKind::ReserveRegister,
+        OpKind::ReserveRelease,
+        OpKind::OpenStream,
+        OpKind::Replay,
+        OpKind::Conflict,
+    ];
+}
+
+/// How many attempts a read or a replay gets before the client gives up.
+const READ_ATTEMPTS: u32 = 4;
+/// How many finished requests a client remembers for replays.
+const HISTORY_MAX: usize = 16;
+
+/// What the client is doing with its current request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// One request; `persistent` requests are retried until answered.
+    Once {
+        /// Retry forever (mutations).
+        persistent: bool,
+        /// The source a Register created (stopped if the Register is refused).
+        source: Option<Address>,
+    },
+    /// A reservation, then a register with it (or a release).
+    Reserve {
+        /// Register after the reservation (else release it).
+        then_register: bool,
+    },
+    /// Waiting for a stream peer.
+    Open {
+        /// The endpoint actor.
+        endpoint: Address,
+        /// When to give up and cancel.
+        give_up_at: Instant,
+    },
+    /// A retraction (cancel, close or release): retried until any reply.
+    Retract,
+}
+
+/// The client's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Waiting to start the next operation.
+    Idle,
+    /// A request is in flight.
+    Calling {
+        /// What for.
+        plan: Plan,
+        /// The request (re-sent unchanged on retry).
+        request: DirectoryRequest,
+        /// Request ids of every attempt (a reply to any of them counts).
+        attempts: Vec<RequestId>,
+    },
+    /// Holding a matched stream until `until`.
+    Holding {
+        /// The stream path.
+        path: DataPath,
+        /// The match.
+        incarnation: StreamIncarnation,
+        /// Our endpoint.
+        endpoint: Address,
+    },
+}
+
+/// What a client asks its host to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send a call to the directory.
+    Call(DirectoryCall),
+    /// Create a blob source actor with this address.
+    SpawnSource(Address),
+    /// Stop a blob source (its Register was refused).
+    StopSource(Address),
+    /// Create a stream endpoint actor.
+    SpawnEndpoint(Address),
+    /// Stop a stream endpoint.
+    StopEndpoint(Address),
+    /// Call `wake` at this instant.
+    WakeAt(Instant),
+}
+
+/// One simulated client.
+#[derive(Clone, Debug)]
+pub struct Client {
+    /// The client's address (its reply inbox).
+    pub address: Address,
+    /// A world-unique number used to derive operation ids.
+    pub global: u32,
+    /// What it is doing.
+    pub state: State,
+    next_request: u64,
+    next_op: u64,
+    history: VecDeque<DirectoryRequest>,
+    observed: Vec<(DataPath, Revision)>,
+    quiescing: bool,
+    /// Wake-ups are valid only for the current generation.
+    pub wake_generation: u64,
+}
+
+/// What a client needs from the world for one step.
+#[derive(Debug)]
+pub struct Io<'a> {
+    /// Current time.
+    pub now: Instant,
+    /// The workload stream.
+    pub rng: &'a mut SimRng,
+    /// Workload options.
+    pub options: &'a WorkloadOptions,
+    /// The contended paths.
+    pub paths: &'a [DataPath],
+    /// Allocates an actor number on the client's node.
+    pub next_actor: &'a mut u64,
+    /// What the client wants done, in order.
+    pub actions: Vec<Action>,
+}
+
+impl Io<'_> {
+    fn spawn(&mut self, base: Address) -> Address {
+        let actor = *self.next_actor;
+        *self.next_actor += 1;
+        Address { actor, ..base }
+    }
+
+    fn jitter(&mut self, mean: Duration) -> Duration {
+        Duration::from_nanos(self.rng.exponential(mean.as_nanos() as f64) as u64)
+    }
+}
+
+fn is_definitive(body: &ReplyBody) -> bool {
+    use dataplane_core::error::NamespaceError as E;
+    !matches!(
+        body.err(),
+        Some(E::Storage(_) | E::LimitReached(_) | E::DirectoryUnavailable(_) | E::Timeout)
+    )
+}
+
+impl Client {
+    /// A fresh client.
+    pub fn new(address: Address, global: u32) -> Self {
+        Client {
+            address,
+            global,
+            state: State::Idle,
+            next_request: 1,
+            next_op: 1,
+            history: VecDeque::new(),
+            observed: Vec::new(),
+            quiescing: false,
+            wake_generation: 0,
+        }
+    }
+
+    /// Whether the client has nothing in flight and holds nothing.
+    pub fn is_idle(&self) -> bool {
+        self.state == State::Idle
+    }
+
+    fn fresh_op(&mut self) -> OperationId {
+        let op = (u128::from(self.global) << 96)
+            | (u128::from(self.address.incarnation) << 64)
+            | u128::from(self.next_op);
+        self.next_op += 1;
+        OperationId(op)
+    }
+
+    fn send(&mut self, io: &mut Io<'_>, plan: Plan, request: DirectoryRequest) {
+        self.state = State::Calling {
+            plan,
+            request,
+            attempts: Vec::new(),
+        };
+        self.attempt(io);
+    }
+
+    /// (Re-)sends the current request under a new request id and arms the retry timer.
+    fn attempt(&mut self, io: &mut Io<'_>) {
+        let request_id = RequestId(self.next_request);
+        self.next_request += 1;
+        let State::Calling {
+            request, attempts, ..
+        } = &mut self.state
+        else {
+            return;
+        };
+        attempts.push(request_id);
+        let call = DirectoryCall {
+            request_id,
+            reply_to: self.address,
+            request: request.clone(),
+        };
+        io.actions.push(Action::Call(call));
+        let at = io.now.saturating_add(io.options.request_timeout);
+        io.actions.push(Action::WakeAt(at));
+    }
+
+    fn idle(&mut self, io: &mut Io<'_>) {
+        self.state = State::Idle;
+        if !self.quiescing {
+            let pause = io.jitter(io.options.think_mean);
+            io.actions
+                .push(Action::WakeAt(io.now.saturating_add(pause)));
+        }
+    }
+
+    fn remember(&mut self, request: DirectoryRequest) {
+        if self.history.len() == HISTORY_MAX {
+            self.history.pop_front();
+        }
+        self.history.push_back(request);
+    }
+
+    fn observe(&mut self, path: &DataPath, revision: Revision) {
+        self.observed.retain(|(p, _)| p != path);
+        self.observed.push((path.clone(), revision));
+    }
+
+    /// The world calls this when the client's wake-up fires.
+    pub fn wake(&mut self, io: &mut Io<'_>) {
+        match &self.state {
+            State::Idle => {
+                if !self.quiescing {
+                    self.start(io);
+                }
+            }
+            State::Holding {
+                path,
+                incarnation,
+                endpoint,
+            } => {
+                let close = DirectoryRequest::CloseStream {
+                    path: path.clone(),
+                    incarnation: *incarnation,
+                };
+                io.actions.push(Action::StopEndpoint(*endpoint));
+                self.send(io, Plan::Retract, close);
+            }
+            State::Calling {
+                plan,
+                request,
+                attempts,
+            } => {
+                if let Plan::Open {
+                    give_up_at,
+                    endpoint,
+                } = plan
+                {
+                    if io.now >= *give_up_at || self.quiescing {
+                        let DirectoryRequest::OpenStream {
+                            path, operation, ..
+                        } = request
+                        else {
+                            return;
+                        };
+                        let cancel = DirectoryRequest::CancelStream {
+                            path: path.clone(),
+                            operation: *operation,
+                        };
+                        io.actions.push(Action::StopEndpoint(*endpoint));
+                        self.send(io, Plan::Retract, cancel);
+                        return;
+                    }
+                }
+                let persistent = match plan {
+                    Plan::Once { persistent, .. } => *persistent,
+                    Plan::Reserve { .. } | Plan::Open { .. } | Plan::Retract => true,
+                };
+                if persistent || (attempts.len() as u32) < READ_ATTEMPTS {
+                    self.attempt(io);
+                } else {
+                    self.idle(io);
+                }
+            }
+        }
+    }
+
+    /// The run heals: start nothing new, wind down what is running.
+    pub fn quiesce(&mut self, io: &mut Io<'_>) {
+        self.quiescing = true;
+        match &self.state {
+            State::Holding { .. }
+            | State::Calling {
+                plan: Plan::Open { .. },
+                ..
+            } => {
+                self.wake(io);
+            }
+            _ => {}
+        }
+    }
+
+    /// The client's endpoint was displaced: its stream is over.
+    pub fn displaced(&mut self, endpoint: Address, io: &mut Io<'_>) {
+        if matches!(&self.state, State::Holding { endpoint: e, .. } if *e == endpoint) {
+            io.actions.push(Action::StopEndpoint(endpoint));
+            self.idle(io);
+        }
+    }
+
+    /// A directory reply addressed to this client.
+    pub fn reply(&mut self, reply: &DirectoryReply, io: &mut Io<'_>) {
+        let State::Calling {
+            plan,
+            request,
+            attempts,
+        } = &self.state
+        else {
+            return;
+        };
+        if !attempts.contains(&reply.request_id) || reply.body.kind() != request.kind() {
+            return;
+        }
+        let plan = plan.clone();
+        let request = request.clone();
+        let body = &reply.body;
+        match (&plan, body) {
+            (
+                Plan::Once {
+                    source: Some(source),
+                    ..
+                },
+                ReplyBody::Registered(Err(_)),
+            ) => {
+                io.actions.push(Action::StopSource(*source));
+            }
+            (Plan::Reserve { then_register }, ReplyBody::BlobReserved(Ok(()))) => {
+                let DirectoryRequest::ReserveBlob {
+                    path, operation, ..
+                } = &request
+                else {
+                    return;
+                };
+                self.remember(request.clone());
+                let (path, reservation) = (path.clone(), *operation);
+                if *then_register && !self.quiescing {
+                    let source = io.spawn(self.address);
+                    io.actions.push(Action::SpawnSource(source));
+                    let register = self.register_request(io, path, source, Some(reservation));
+                    self.send(
+                        io,
+                        Plan::Once {
+                            persistent: true,
+                            source: Some(source),
+                        },
+                        register,
+                    );
+                } else {
+                    let release = DirectoryRequest::ReleaseBlobReservation {
+                        path,
+                        operation: reservation,
+                    };
+                    self.send(io, Plan::Retract, release);
+                }
+                return;
+            }
+            (Plan::Open { endpoint, .. }, ReplyBody::StreamOpened(result)) => {
+                let DirectoryRequest::OpenStream { path, .. } = &request else {
+                    return;
+                };
+                match result {
+                    Ok(matched) => {
+                        self.observe(path, matched.revision);
+                        self.state = State::Holding {
+                            path: path.clone(),
+                            incarnation: matched.incarnation,
+                            endpoint: *endpoint,
+                        };
+                        let hold = if self.quiescing {
+                            Duration::ZERO
+                        } else {
+                            io.options.hold_time
+                        };
+                        io.actions.push(Action::WakeAt(io.now.saturating_add(hold)));
+                    }
+                    Err(_) => {
+                        io.actions.push(Action::StopEndpoint(*endpoint));
+                        self.idle(io);
+                    }
+                }
+                self.remember(request);
+                return;
+            }
+            _ => {}
+        }
+        if let ReplyBody::LookedUp(Ok(node)) = body {
+            if let DirectoryRequest::Lookup { path } = &request {
+                self.observe(path, node.revision);
+            }
+        }
+        if is_definitive(body) && !matches!(plan, Plan::Retract) {
+            self.remember(request);
+        }
+        self.idle(io);
+    }
+
+    fn register_request(
+        &mut self,
+        io: &mut Io<'_>,
+        path: DataPath,
+        source: Address,
+        reservation: Option<OperationId>,
+    ) -> DirectoryRequest {
+        DirectoryRequest::Register {
+            path,
+            source,
+            source_node: source.node,
+            length: io.rng.range(0, 1 << 20),
+            recovery: SourceRecovery::Actor {
+                actor: source,
+                node: source.node,
+                owner: None,
+            },
+            operation: self.fresh_op(),
+            reservation,
+        }
+    }
+
+    fn start(&mut self, io: &mut Io<'_>) {
+        let kind = OpKind::ALL[io.rng.weighted(&io.options.weights)];
+        let path = io.rng.pick(io.paths).clone();
+        match kind {
+            OpKind::Register => {
+                let source = io.spawn(self.address);
+                io.actions.push(Action::SpawnSource(source));
+                let request = self.register_request(io, path, source, None);
+                self.send(
+                    io,
+                    Plan::Once {
+                        persistent: true,
+                        source: Some(source),
+                    },
+                    request,
+                );
+            }
+            OpKind::Unregister => {
+                let request = DirectoryRequest::Unregister {
+                    path,
+                    operation: self.fresh_op(),
+                };
+                self.send(
+                    io,
+                    Plan::Once {
+                        persistent: true,
+                        source: None,
+                    },
+                    request,
+                );
+            }
+            OpKind::Rename => {
+                let destination = io.rng.pick(io.paths).clone();
+                let replace = io.rng.chance(0.5);
+                let request = DirectoryRequest::Rename {
+                    source: path,
+                    destination,
+                    replace,
+                    operation: self.fresh_op(),
+                };
+                self.send(
+                    io,
+                    Plan::Once {
+                        persistent: true,
+                        source: None,
+                    },
+                    request,
+                );
+            }
+            OpKind::Resolve => {
+                let request = DirectoryRequest::Resolve { path };
+                self.send(
+                    io,
+                    Plan::Once {
+                        persistent: false,
+                        source: None,
+                    },
+                    request,
+                );
+            }
+            OpKind::Lookup => {
+                let request = DirectoryRequest::Lookup { path };
+                self.send(
+                    io,
+                    Plan::Once {
+                        persistent: false,
+                        source: None,
+                    },
+                    request,
+                );
+            }
+            OpKind::ReserveRegister | OpKind::ReserveRelease => {
+                let request = DirectoryRequest::ReserveBlob {
+                    path,
+                    operation: self.fresh_op(),
+                    owner: self.address,
+                };
+                let then_register = kind == OpKind::ReserveRegister;
+                self.send(io, Plan::Reserve { then_register }, request);
+            }
+            OpKind::OpenStream => {
+                let endpoint = io.spawn(self.address);
+                io.actions.push(Action::SpawnEndpoint(endpoint));
+                let role = if io.rng.chance(0.5) {
+                    StreamRole::Source
+                } else {
+                    StreamRole::Sink
+                };
+                let ensure = io.rng.chance(0.6);
+                let expected_revision = if ensure {
+                    None
+                } else {
+                    self.observed
+                        .iter()
+                        .find(|(p, _)| *p == path)
+                        .map(|(_, r)| *r)
+                        .or_else(|| Some(Revision(io.rng.range(1, 8))))
+                };
+                let request = DirectoryRequest::OpenStream {
+                    path,
+                    role,
+                    descriptor: Descriptor::new(endpoint.actor.to_le_bytes().to_vec())
+                        .expect("8 bytes fit"),
+                    endpoint,
+                    replace: io.rng.chance(0.25),
+                    ensure,
+                    expected_revision,
+                    operation: self.fresh_op(),
+                };
+                let give_up_at = io.now.saturating_add(io.options.open_wait);
+                self.send(
+                    io,
+                    Plan::Open {
+                        endpoint,
+                        give_up_at,
+                    },
+                    request,
+                );
+            }
+            OpKind::Replay | OpKind::Conflict if !self.history.is_empty() => {
+                let index = io.rng.below(self.history.len() as u64) as usize;
+                let old = self.history[index].clone();
+                if let (OpKind::Replay, DirectoryRequest::OpenStream { endpoint, .. }) =
+                    (kind, &old)
+                {
+                    // An open whose first answer was not sticky (say DuplicateStreamRole) is a
+                    // real open when replayed: it may park, so it needs the whole open plan.
+                    let endpoint = *endpoint;
+                    io.actions.push(Action::SpawnEndpoint(endpoint));
+                    let give_up_at = io.now.saturating_add(io.options.open_wait);
+                    return self.send(
+                        io,
+                        Plan::Open {
+                            endpoint,
+                            give_up_at,
+                        },
+                        old,
+                    );
+                }
+                let request = if kind == OpKind::Replay {
+                    old
+                } else {
+                    let Some(operation) = old.operation() else {
+                        return self.idle(io);
+                    };
+                    DirectoryRequest::Unregister {
+                        path: DataPath::new("/conflict").expect("valid"),
+                        operation,
+                    }
+                };
+                // A replay must change nothing, so the client does not insist on an answer.
+                self.send(
+                    io,
+                    Plan::Once {
+                        persistent: false,
+                        source: None,
+                    },
+                    request,
+                );
+            }
+            OpKind::Replay | OpKind::Conflict => self.idle(io),
+        }
+    }
+}

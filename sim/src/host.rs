@@ -1,0 +1,217 @@
+//! A host node at this stage: simulated clients plus the actors they create (blob sources and
+//! stream endpoints) and a node agent.
+//!
+//! The agent is the long-lived responder of DESIGN.md Q5/Q8: it answers `Retire` and
+//! `Displaced` for actors that no longer exist (retired, died, or from an earlier incarnation of
+//! the node) with the acknowledgement, and after a restart it reports the previous incarnation
+//! gone (`AddressGone{NodeBefore}`), re-sending until the directory acknowledges.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use dataplane_core::ids::{Address, NodeId};
+use dataplane_core::wire::{GoneScope, Message};
+
+use crate::client::{Action, Client, Io};
+
+/// Actor number of the node agent.
+pub const AGENT: u64 = 0;
+/// First actor number handed to sources and endpoints.
+pub const FIRST_SPAWNED: u64 = 1_000;
+
+/// One host node.
+#[derive(Clone, Debug)]
+pub struct HostNode {
+    /// The node id.
+    pub node: NodeId,
+    /// Boot count; addresses carry it.
+    pub incarnation: u64,
+    /// Whether the node is running.
+    pub up: bool,
+    /// The clients (actor numbers 1..=n).
+    pub clients: Vec<Client>,
+    /// Live blob sources (actor numbers).
+    pub sources: BTreeSet<u64>,
+    /// Live stream endpoints → the client that owns them.
+    pub endpoints: BTreeMap<u64, usize>,
+    /// The next actor number to hand out.
+    pub next_actor: u64,
+    /// Gone reports not yet acknowledged.
+    pub gone_reports: Vec<GoneScope>,
+    /// Whether the agent's re-send tick is scheduled.
+    pub agent_armed: bool,
+    first_client_global: u32,
+}
+
+/// What a host asks the world to do after handling an input.
+#[derive(Debug, Default)]
+pub struct HostOutput {
+    /// Frames to send: (from, to, message).
+    pub sends: Vec<(Address, Address, Message)>,
+    /// Client wake-ups to schedule: (client index, generation, at).
+    pub wakes: Vec<(usize, u64, dataplane_core::time::Instant)>,
+}
+
+impl HostNode {
+    /// A host with `clients` clients whose global numbers start at `first_client_global`.
+    pub fn new(node: NodeId, clients: u32, first_client_global: u32) -> Self {
+        let mut host = HostNode {
+            node,
+            incarnation: 1,
+            up: true,
+            clients: Vec::new(),
+            sources: BTreeSet::new(),
+            endpoints: BTreeMap::new(),
+            next_actor: FIRST_SPAWNED,
+            gone_reports: Vec::new(),
+            agent_armed: false,
+            first_client_global,
+        };
+        host.spawn_clients(clients as usize);
+        host
+    }
+
+    fn spawn_clients(&mut self, count: usize) {
+        self.clients = (0..count)
+            .map(|i| {
+                let address = Address::new(self.node, self.incarnation, 1 + i as u64);
+                Client::new(address, self.first_client_global + i as u32)
+            })
+            .collect();
+    }
+
+    /// The agent's address.
+    pub fn agent(&self) -> Address {
+        Address::new(self.node, self.incarnation, AGENT)
+    }
+
+    /// The node stops: every actor and all volatile state is lost.
+    pub fn crash(&mut self) {
+        self.up = false;
+        self.clients.clear();
+        self.sources.clear();
+        self.endpoints.clear();
+        self.gone_reports.clear();
+        self.agent_armed = false;
+    }
+
+    /// The node boots into its next incarnation and reports the previous one gone.
+    pub fn restart(&mut self, client_count: usize) {
+        self.incarnation += 1;
+        self.up = true;
+        self.next_actor = FIRST_SPAWNED;
+        self.spawn_clients(client_count);
+        self.gone_reports = vec![GoneScope::NodeBefore {
+            node: self.node,
+            incarnation: self.incarnation,
+        }];
+    }
+
+    /// Whether `address` names a live actor of this node.
+    pub fn is_live(&self, address: &Address) -> bool {
+        self.up
+            && address.node == self.node
+            && address.incarnation == self.incarnation
+            && (address.actor == AGENT
+                || (address.actor as usize) <= self.clients.len()
+                || self.sources.contains(&address.actor)
+                || self.endpoints.contains_key(&address.actor))
+    }
+
+    /// Executes a client's actions.
+    pub fn apply_actions(&mut self, client: usize, actions: Vec<Action>, out: &mut HostOutput) {
+        let from = self.clients[client].address;
+        for action in actions {
+            match action {
+                Action::Call(call) => {
+                    out.sends
+                        .push((from, crate::world::DIRECTORY, Message::Call(call)));
+                }
+                Action::SpawnSource(a) => {
+                    self.sources.insert(a.actor);
+                }
+                Action::StopSource(a) => {
+                    self.sources.remove(&a.actor);
+                }
+                Action::SpawnEndpoint(a) => {
+                    self.endpoints.insert(a.actor, client);
+                }
+                Action::StopEndpoint(a) => {
+                    self.endpoints.remove(&a.actor);
+                }
+                Action::WakeAt(at) => {
+                    let c = &mut self.clients[client];
+                    c.wake_generation += 1;
+                    out.wakes.push((client, c.wake_generation, at));
+                }
+            }
+        }
+    }
+
+    /// Delivers a frame addressed to this node. `io` is the client context (its action list
+    /// must be empty).
+    pub fn deliver(
+        &mut self,
+        to: Address,
+        message: Message,
+        io: &mut Io<'_>,
+        out: &mut HostOutput,
+    ) {
+        if !self.up {
+            return;
+        }
+        let ack = |message: &Message| match message {
+            Message::Retire { reply_to } => {
+                Some((*reply_to, Message::SourceRetired { source: to }))
+            }
+            Message::Displaced {
+                incarnation,
+                reply_to,
+            } => Some((
+                *reply_to,
+                Message::StreamDisplaced {
+                    endpoint: to,
+                    incarnation: *incarnation,
+                },
+            )),
+            _ => None,
+        };
+        if to.incarnation != self.incarnation {
+            // An actor of an earlier life: the agent acknowledges on its behalf.
+            if let Some((reply_to, reply)) = ack(&message) {
+                out.sends.push((self.agent(), reply_to, reply));
+            }
+            return;
+        }
+        match to.actor {
+            AGENT => {
+                if let Message::GoneAcknowledged { scope } = message {
+                    self.gone_reports.retain(|s| *s != scope);
+                }
+            }
+            n if (n as usize) <= self.clients.len() && n >= 1 => {
+                let index = n as usize - 1;
+                if let Message::Reply(reply) = &message {
+                    self.clients[index].reply(reply, io);
+                    let actions = std::mem::take(&mut io.actions);
+                    self.apply_actions(index, actions, out);
+                }
+            }
+            actor => {
+                if matches!(message, Message::Retire { .. }) {
+                    // A live source stops serving; an unknown one is answered all the same.
+                    self.sources.remove(&actor);
+                }
+                if matches!(message, Message::Displaced { .. }) {
+                    if let Some(client) = self.endpoints.remove(&actor) {
+                        self.clients[client].displaced(to, io);
+                        let actions = std::mem::take(&mut io.actions);
+                        self.apply_actions(client, actions, out);
+                    }
+                }
+                if let Some((reply_to, reply)) = ack(&message) {
+                    out.sends.push((to, reply_to, reply));
+                }
+            }
+        }
+    }
+}

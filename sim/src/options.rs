@@ -1,0 +1,282 @@
+//! Everything a run draws from its seed before it starts (swarm testing): the topology, which
+//! fault kinds are on and at what rate, the workload mix and the timings. `describe` prints the
+//! draw so a failing seed can be read without re-running it.
+
+use std::fmt::Write as _;
+
+use dataplane_core::path::DataPath;
+use dataplane_core::time::Duration;
+
+use crate::rng::{SimRng, Stream};
+
+/// Rates of link faults (probabilities per frame).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetOptions {
+    /// Lowest one-way latency.
+    pub latency_min: Duration,
+    /// Mean extra latency on top of the minimum (exponentially distributed).
+    pub latency_jitter_mean: Duration,
+    /// Probability a frame is lost.
+    pub loss: f64,
+    /// Probability a frame is delivered twice.
+    pub duplicate: f64,
+    /// Probability a frame is held back long enough to be overtaken.
+    pub reorder: f64,
+    /// Longest extra delay of a reordered frame.
+    pub reorder_delay_max: Duration,
+}
+
+/// A recurring fault: mean time between occurrences and the longest duration of one.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Recurring {
+    /// Mean time between starts.
+    pub mean_interval: Duration,
+    /// Longest duration (drawn uniformly up to this).
+    pub max_duration: Duration,
+}
+
+/// Disk behaviour of the directory node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DiskOptions {
+    /// Lowest fsync latency.
+    pub sync_min: Duration,
+    /// Highest fsync latency.
+    pub sync_max: Duration,
+    /// Probability an fsync fails (the node then stops: fail-stop).
+    pub fsync_failure: f64,
+    /// Probability that a crash tears the unsynced tail (garbage after the last whole step).
+    pub torn_tail: f64,
+    /// Probability that each unsynced step survives a crash anyway (it reached the platter).
+    pub unsynced_survives: f64,
+}
+
+/// Which operations clients pick, and how they wait.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadOptions {
+    /// Weights of [`crate::client::OpKind::ALL`], in order.
+    pub weights: Vec<u32>,
+    /// Mean pause between two operations of one client.
+    pub think_mean: Duration,
+    /// How long a client waits for a reply before re-sending the same request.
+    pub request_timeout: Duration,
+    /// How long a stream opener waits for its peer before cancelling.
+    pub open_wait: Duration,
+    /// How long a matched stream is held before it is closed.
+    pub hold_time: Duration,
+}
+
+/// The options of one run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    /// The seed everything derives from.
+    pub seed: u64,
+    /// Clients on each host node (2–5 nodes, 1–4 clients each).
+    pub clients_per_host: Vec<u32>,
+    /// The contended paths.
+    pub paths: Vec<DataPath>,
+    /// The directory's retry tick period.
+    pub directory_retry: Duration,
+    /// How long faults are injected.
+    pub fault_phase: Duration,
+    /// How long after the heal every liveness property must hold.
+    pub liveness_bound: Duration,
+    /// Link behaviour.
+    pub net: NetOptions,
+    /// Partitions between the directory and a host (one-way or two-way).
+    pub partitions: Option<Recurring>,
+    /// Directory crashes (the value bounds the downtime).
+    pub directory_crashes: Option<Recurring>,
+    /// Host crashes (the value bounds the downtime).
+    pub host_crashes: Option<Recurring>,
+    /// Route flaps: a watched target reported unroutable for a while.
+    pub route_flaps: Option<Recurring>,
+    /// Blob sources or stream endpoints that die on their own.
+    pub actor_deaths: Option<Recurring>,
+    /// Disk behaviour.
+    pub disk: DiskOptions,
+    /// Client behaviour.
+    pub workload: WorkloadOptions,
+}
+
+const PATH_POOL: [&str; 8] = [
+    "/a",
+    "/b",
+    "/c/d",
+    "/runs/1/x",
+    "/runs/1/y",
+    "/s",
+    "/t/u",
+    "/v",
+];
+
+fn ms(rng: &mut SimRng, lo: u64, hi: u64) -> Duration {
+    Duration::from_millis(rng.range(lo, hi))
+}
+
+fn recurring(
+    rng: &mut SimRng,
+    p_on: f64,
+    interval_ms: (u64, u64),
+    duration_ms: (u64, u64),
+) -> Option<Recurring> {
+    let on = rng.chance(p_on);
+    let mean_interval = ms(rng, interval_ms.0, interval_ms.1);
+    let max_duration = ms(rng, duration_ms.0, duration_ms.1);
+    on.then_some(Recurring {
+        mean_interval,
+        max_duration,
+    })
+}
+
+impl Options {
+    /// Draws the options of run `seed`.
+    pub fn draw(seed: u64) -> Options {
+        let mut rng = SimRng::new(seed, Stream::Options);
+        let hosts = rng.range(2, 5) as usize;
+        let clients_per_host = (0..hosts).map(|_| rng.range(1, 4) as u32).collect();
+        let path_count = rng.range(2, PATH_POOL.len() as u64) as usize;
+        let paths = PATH_POOL[..path_count]
+            .iter()
+            .map(|p| DataPath::new(*p).expect("pool paths are valid"))
+            .collect();
+        let net = NetOptions {
+            latency_min: Duration::from_micros(rng.range(100, 5_000)),
+            latency_jitter_mean: Duration::from_micros(rng.range(0, 20_000)),
+            loss: if rng.chance(0.6) {
+                rng.float(0.002, 0.15)
+            } else {
+                0.0
+            },
+            duplicate: if rng.chance(0.4) {
+                rng.float(0.002, 0.08)
+            } else {
+                0.0
+            },
+            reorder: if rng.chance(0.5) {
+                rng.float(0.01, 0.2)
+            } else {
+                0.0
+            },
+            reorder_delay_max: ms(&mut rng, 10, 3_000),
+        };
+        let partitions = recurring(&mut rng, 0.4, (2_000, 30_000), (100, 15_000));
+        let directory_crashes = recurring(&mut rng, 0.5, (3_000, 40_000), (1, 5_000));
+        let host_crashes = recurring(&mut rng, 0.35, (5_000, 60_000), (1, 5_000));
+        let route_flaps = recurring(&mut rng, 0.35, (500, 10_000), (50, 8_000));
+        let actor_deaths = recurring(&mut rng, 0.3, (1_000, 20_000), (0, 0));
+        let sync_min = Duration::from_micros(rng.range(50, 2_000));
+        let disk = DiskOptions {
+            sync_min,
+            sync_max: sync_min.saturating_add(Duration::from_micros(rng.range(0, 10_000))),
+            fsync_failure: if rng.chance(0.25) {
+                rng.float(0.0005, 0.02)
+            } else {
+                0.0
+            },
+            torn_tail: rng.float(0.0, 1.0),
+            unsynced_survives: rng.float(0.0, 0.7),
+        };
+        let kinds = crate::client::OpKind::ALL.len();
+        let weights = (0..kinds)
+            .map(|_| {
+                if rng.chance(0.85) {
+                    rng.range(1, 10) as u32
+                } else {
+                    0
+                }
+            })
+            .collect::<Vec<_>>();
+        let weights = if weights.iter().all(|&w| w == 0) {
+            vec![1; kinds]
+        } else {
+            weights
+        };
+        let workload = WorkloadOptions {
+            weights,
+            think_mean: ms(&mut rng, 5, 2_000),
+            request_timeout: ms(&mut rng, 200, 3_000),
+            open_wait: ms(&mut rng, 500, 20_000),
+            hold_time: ms(&mut rng, 0, 5_000),
+        };
+        Options {
+            seed,
+            clients_per_host,
+            paths,
+            directory_retry: ms(&mut rng, 100, 2_000),
+            fault_phase: Duration::from_secs(rng.range(20, 90)),
+            liveness_bound: Duration::from_secs(120),
+            net,
+            partitions,
+            directory_crashes,
+            host_crashes,
+            route_flaps,
+            actor_deaths,
+            disk,
+            workload,
+        }
+    }
+
+    /// A multi-line description of the draw, each line starting with `#`.
+    pub fn describe(&self) -> String {
+        let mut s = String::new();
+        let on = |r: &Option<Recurring>| match r {
+            Some(r) => format!("every~{} up-to {}", r.mean_interval, r.max_duration),
+            None => "off".to_string(),
+        };
+        let paths: Vec<&str> = self.paths.iter().map(DataPath::as_str).collect();
+        let _ = writeln!(
+            s,
+            "# seed={} hosts={} clients={:?} paths={:?} retry_tick={} faults_for={} liveness_bound={}",
+            self.seed,
+            self.clients_per_host.len(),
+            self.clients_per_host,
+            paths,
+            self.directory_retry,
+            self.fault_phase,
+            self.liveness_bound,
+        );
+        let n = &self.net;
+        let _ = writeln!(
+            s,
+            "# net: latency={}+exp({}) loss={:.3} dup={:.3} reorder={:.3} (up to {})",
+            n.latency_min,
+            n.latency_jitter_mean,
+            n.loss,
+            n.duplicate,
+            n.reorder,
+            n.reorder_delay_max
+        );
+        let _ = writeln!(
+            s,
+            "# faults: partitions={} directory_crashes={} host_crashes={} route_flaps={} actor_deaths={}",
+            on(&self.partitions),
+            on(&self.directory_crashes),
+            on(&self.host_crashes),
+            on(&self.route_flaps),
+            on(&self.actor_deaths),
+        );
+        let d = &self.disk;
+        let _ = writeln!(
+            s,
+            "# disk: fsync={}..{} fsync_failure={:.4} torn_tail={:.2} unsynced_survives={:.2}",
+            d.sync_min, d.sync_max, d.fsync_failure, d.torn_tail, d.unsynced_survives
+        );
+        let w = &self.workload;
+        let mix: Vec<String> = crate::client::OpKind::ALL
+            .iter()
+            .zip(&w.weights)
+            .filter(|(_, w)| **w > 0)
+            .map(|(k, w)| format!("{k:?}:{w}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "# workload: think={} timeout={} open_wait={} hold={} mix=[{}]",
+            w.think_mean,
+            w.request_timeout,
+            w.open_wait,
+            w.hold_time,
+            mix.join(" ")
+        );
+        s
+    }
+}

@@ -1,0 +1,967 @@
+//! The discrete-event world: a priority queue of (time, sequence) events, the network, the
+//! directory node with its disk, the host nodes, the fault schedule and the phases of a run.
+//!
+//! Nothing sleeps: time jumps to the next event. Every random draw comes from the seed's
+//! streams, so a seed replays the same run event for event (the trace hash proves it).
+//!
+//! The directory's effects are executed with the `Persist` barrier: records are appended to the
+//! simulated disk at once, an fsync is started (group commit: one sync covers everything
+//! written when it started), and every later effect waits in order until the sync that covers
+//! the record before it completes.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+
+use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
+use dataplane_core::effect::{Effect, Outbox, Timer};
+use dataplane_core::ids::{Address, NodeId};
+use dataplane_core::log::{FRAME_HEADER_BYTES, append_record, decode_log};
+use dataplane_core::time::{Duration, Instant};
+use dataplane_core::wire::{Envelope, Message};
+
+use crate::check::{Checker, DirInput};
+use crate::client::Io;
+use crate::host::{HostNode, HostOutput};
+use crate::options::{Options, Recurring};
+use crate::rng::{SimRng, Stream};
+use crate::trace::Trace;
+
+/// The directory's node.
+pub const DIRECTORY_NODE: NodeId = NodeId(0);
+/// The address clients send directory calls to (the node routes it to the current instance).
+pub const DIRECTORY: Address = Address::new(DIRECTORY_NODE, 0, 0);
+/// Most events one run may process before it is declared runaway.
+pub const EVENT_BUDGET: u64 = 20_000_000;
+/// Period of a host agent's re-send of unacknowledged gone reports.
+const AGENT_PERIOD: Duration = Duration::from_secs(1);
+
+/// Phases of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Faults are injected and clients run their workload.
+    Faulty,
+    /// Faults stopped, the network healed, clients wind down; liveness must follow.
+    Healed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum EventKind {
+    Deliver(Box<Envelope>),
+    DirTimer {
+        boot: u64,
+        generation: u64,
+    },
+    DirSync {
+        boot: u64,
+        generation: u64,
+    },
+    DirRoute {
+        boot: u64,
+        target: Address,
+        routable: bool,
+    },
+    DirCrash,
+    DirRestart,
+    HostCrash,
+    HostRestart(usize),
+    ClientWake {
+        host: usize,
+        incarnation: u64,
+        client: usize,
+        generation: u64,
+    },
+    AgentTick {
+        host: usize,
+        incarnation: u64,
+    },
+    PartitionStart,
+    PartitionEnd {
+        from: NodeId,
+        to: NodeId,
+    },
+    FlapStart,
+    FlapEnd(Address),
+    ActorDeath,
+    Heal,
+    End,
+}
+
+#[derive(Debug)]
+struct Event {
+    at: Instant,
+    seq: u64,
+    kind: EventKind,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Event {}
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Event {
+    /// Reversed, so the `BinaryHeap` pops the earliest (time, sequence) first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// Counters of what a run did (reported and fed to the coverage checker).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Events processed.
+    pub events: u64,
+    /// Frames handed to the network.
+    pub frames: u64,
+    /// Frames lost to loss or partitions.
+    pub lost: u64,
+    /// Frames delivered twice.
+    pub duplicated: u64,
+    /// Frames held back to be overtaken.
+    pub reordered: u64,
+    /// Directory crashes (including fsync failures).
+    pub directory_crashes: u64,
+    /// Crashes caused by a failed fsync.
+    pub fsync_failures: u64,
+    /// Crashes that tore the log tail.
+    pub torn_tails: u64,
+    /// Host crashes.
+    pub host_crashes: u64,
+    /// Partitions started.
+    pub partitions: u64,
+    /// Route flaps started.
+    pub route_flaps: u64,
+    /// Actors that died on their own.
+    pub actor_deaths: u64,
+    /// Directory steps.
+    pub directory_steps: u64,
+}
+
+/// The directory node: the machine, its disk and the effects held behind the barrier.
+#[derive(Debug)]
+struct DirectoryNode {
+    machine: Option<Directory>,
+    boot: u64,
+    disk: Vec<u8>,
+    synced: usize,
+    sync: Option<(u64, usize)>,
+    sync_generation: u64,
+    held: VecDeque<(usize, Effect)>,
+    barrier: usize,
+    unsynced_steps: VecDeque<(u64, usize)>,
+    step: u64,
+    timer_generation: u64,
+    watched: BTreeMap<Address, Option<bool>>,
+}
+
+impl DirectoryNode {
+    fn address(&self) -> Address {
+        Address::new(DIRECTORY_NODE, self.boot, 0)
+    }
+}
+
+/// One simulated run.
+#[derive(Debug)]
+pub struct World {
+    options: Options,
+    now: Instant,
+    queue: BinaryHeap<Event>,
+    seq: u64,
+    net_rng: SimRng,
+    fault_rng: SimRng,
+    work_rng: SimRng,
+    disk_rng: SimRng,
+    directory: DirectoryNode,
+    hosts: Vec<HostNode>,
+    blocked: BTreeSet<(NodeId, NodeId)>,
+    flapped: BTreeSet<Address>,
+    phase: Phase,
+    heal_at: Instant,
+    end_at: Instant,
+    outbox: Outbox,
+    /// What the run did.
+    pub stats: Stats,
+    /// The checkers.
+    pub checker: Checker,
+    /// The trace (hash, and text when asked for).
+    pub trace: Trace,
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The first violation, if any.
+    pub failure: Option<String>,
+    /// Events processed.
+    pub events: u64,
+    /// Simulated time at the end.
+    pub sim_time: Duration,
+    /// Hash of the whole event trace.
+    pub trace_hash: u64,
+}
+
+fn uniform(rng: &mut SimRng, max: Duration) -> Duration {
+    Duration::from_nanos(rng.range(0, max.as_nanos()))
+}
+
+impl World {
+    /// Builds the world of `options`; `trace_text` keeps a readable event log.
+    pub fn new(options: Options, trace_text: bool) -> World {
+        let seed = options.seed;
+        let mut first_global = 0;
+        let hosts = options
+            .clients_per_host
+            .iter()
+            .enumerate()
+            .map(|(i, &clients)| {
+                let host = HostNode::new(NodeId(1 + i as u64), clients, first_global);
+                first_global += clients;
+                host
+            })
+            .collect();
+        let heal_at = Instant::ZERO.saturating_add(options.fault_phase);
+        let end_at = heal_at.saturating_add(options.liveness_bound);
+        let checker = Checker::new(&options);
+        World {
+            now: Instant::ZERO,
+            queue: BinaryHeap::new(),
+            seq: 0,
+            net_rng: SimRng::new(seed, Stream::Network),
+            fault_rng: SimRng::new(seed, Stream::Faults),
+            work_rng: SimRng::new(seed, Stream::Workload),
+            disk_rng: SimRng::new(seed, Stream::Disk),
+            directory: DirectoryNode {
+                machine: None,
+                boot: 0,
+                disk: Vec::new(),
+                synced: 0,
+                sync: None,
+                sync_generation: 0,
+                held: VecDeque::new(),
+                barrier: 0,
+                unsynced_steps: VecDeque::new(),
+                step: 0,
+                timer_generation: 0,
+                watched: BTreeMap::new(),
+            },
+            hosts,
+            blocked: BTreeSet::new(),
+            flapped: BTreeSet::new(),
+            phase: Phase::Faulty,
+            heal_at,
+            end_at,
+            outbox: Outbox::new(),
+            stats: Stats::default(),
+            checker,
+            trace: Trace::new(trace_text),
+            options,
+        }
+    }
+
+    fn schedule(&mut self, at: Instant, kind: EventKind) {
+        self.seq += 1;
+        self.queue.push(Event {
+            at,
+            seq: self.seq,
+            kind,
+        });
+    }
+
+    fn schedule_in(&mut self, delay: Duration, kind: EventKind) {
+        self.schedule(self.now.saturating_add(delay), kind);
+    }
+
+    /// Runs to the end and returns how it went.
+    pub fn run(mut self) -> (Outcome, World) {
+        self.start();
+        while let Some(event) = self.queue.pop() {
+            self.now = event.at;
+            self.stats.events += 1;
+            self.trace.event(event.at, event.seq, &event.kind);
+            if self.stats.events > EVENT_BUDGET {
+                self.checker
+                    .fail(self.now, "event budget exhausted (runaway run)".into());
+            }
+            let end = event.kind == EventKind::End;
+            self.handle(event.kind);
+            if end || self.checker.failed() {
+                break;
+            }
+        }
+        let outcome = Outcome {
+            failure: self.checker.failure().map(str::to_owned),
+            events: self.stats.events,
+            sim_time: self.now.saturating_since(Instant::ZERO),
+            trace_hash: self.trace.hash(),
+        };
+        (outcome, self)
+    }
+
+    fn start(&mut self) {
+        self.restart_directory();
+        for host in 0..self.hosts.len() {
+            for client in 0..self.hosts[host].clients.len() {
+                let delay = uniform(&mut self.work_rng, self.options.workload.think_mean);
+                let incarnation = self.hosts[host].incarnation;
+                self.schedule_in(
+                    delay,
+                    EventKind::ClientWake {
+                        host,
+                        incarnation,
+                        client,
+                        generation: 0,
+                    },
+                );
+            }
+        }
+        let recurring = [
+            (self.options.partitions, EventKind::PartitionStart),
+            (self.options.directory_crashes, EventKind::DirCrash),
+            (self.options.host_crashes, EventKind::HostCrash),
+            (self.options.route_flaps, EventKind::FlapStart),
+            (self.options.actor_deaths, EventKind::ActorDeath),
+        ];
+        for (fault, kind) in recurring {
+            if let Some(fault) = fault {
+                self.schedule_next(fault, kind);
+            }
+        }
+        self.schedule(self.heal_at, EventKind::Heal);
+        self.schedule(self.end_at, EventKind::End);
+    }
+
+    fn schedule_next(&mut self, fault: Recurring, kind: EventKind) {
+        let mean = fault.mean_interval.as_nanos() as f64;
+        let delay = Duration::from_nanos(self.fault_rng.exponential(mean) as u64);
+        if self.now.saturating_add(delay) < self.heal_at {
+            self.schedule_in(delay, kind);
+        }
+    }
+
+    fn handle(&mut self, kind: EventKind) {
+        match kind {
+            EventKind::Deliver(envelope) => self.deliver(*envelope),
+            EventKind::DirTimer { boot, generation } => {
+                let d = &self.directory;
+                if d.machine.is_some() && d.boot == boot && d.timer_generation == generation {
+                    self.directory_input(DirInput::Timer);
+                }
+            }
+            EventKind::DirSync { boot, generation } => self.sync_done(boot, generation),
+            EventKind::DirRoute {
+                boot,
+                target,
+                routable,
+            } => {
+                let d = &self.directory;
+                if d.machine.is_some() && d.boot == boot && d.watched.contains_key(&target) {
+                    self.directory_input(DirInput::Route { target, routable });
+                }
+            }
+            EventKind::DirCrash => {
+                if self.directory.machine.is_some() {
+                    self.crash_directory();
+                }
+                if let Some(f) = self.options.directory_crashes {
+                    self.schedule_next(f, EventKind::DirCrash);
+                }
+            }
+            EventKind::DirRestart => {
+                if self.directory.machine.is_none() {
+                    self.restart_directory();
+                }
+            }
+            EventKind::HostCrash => {
+                let up: Vec<usize> = (0..self.hosts.len())
+                    .filter(|&h| self.hosts[h].up)
+                    .collect();
+                if !up.is_empty() {
+                    let host = *self.fault_rng.pick(&up);
+                    self.hosts[host].crash();
+                    self.stats.host_crashes += 1;
+                    self.checker.host_crashed(host);
+                    let max = self
+                        .options
+                        .host_crashes
+                        .map_or(Duration::ZERO, |f| f.max_duration);
+                    let down = uniform(&mut self.fault_rng, max);
+                    self.schedule_in(down, EventKind::HostRestart(host));
+                    self.report_routes();
+                }
+                if let Some(f) = self.options.host_crashes {
+                    self.schedule_next(f, EventKind::HostCrash);
+                }
+            }
+            EventKind::HostRestart(host) => self.restart_host(host),
+            EventKind::ClientWake {
+                host,
+                incarnation,
+                client,
+                generation,
+            } => {
+                let h = &self.hosts[host];
+                let current = h.up
+                    && h.incarnation == incarnation
+                    && h.clients
+                        .get(client)
+                        .is_some_and(|c| c.wake_generation == generation);
+                if current {
+                    self.client_step(host, client, |c, io| c.wake(io));
+                }
+            }
+            EventKind::AgentTick { host, incarnation } => {
+                let h = &mut self.hosts[host];
+                if h.up && h.incarnation == incarnation {
+                    let from = h.agent();
+                    let reports = h.gone_reports.clone();
+                    h.agent_armed = !reports.is_empty();
+                    for scope in reports {
+                        self.send(
+                            from,
+                            DIRECTORY,
+                            Message::AddressGone {
+                                scope,
+                                reply_to: from,
+                            },
+                        );
+                    }
+                    if self.hosts[host].agent_armed {
+                        self.schedule_in(AGENT_PERIOD, EventKind::AgentTick { host, incarnation });
+                    }
+                }
+            }
+            EventKind::PartitionStart => {
+                let host = self.fault_rng.below(self.hosts.len() as u64) as usize;
+                let node = self.hosts[host].node;
+                let pairs = match self.fault_rng.below(3) {
+                    0 => vec![(DIRECTORY_NODE, node)],
+                    1 => vec![(node, DIRECTORY_NODE)],
+                    _ => vec![(DIRECTORY_NODE, node), (node, DIRECTORY_NODE)],
+                };
+                let max = self
+                    .options
+                    .partitions
+                    .map_or(Duration::ZERO, |f| f.max_duration);
+                for (from, to) in pairs {
+                    self.blocked.insert((from, to));
+                    let length = uniform(&mut self.fault_rng, max);
+                    self.schedule_in(length, EventKind::PartitionEnd { from, to });
+                }
+                self.stats.partitions += 1;
+                self.checker.coverage.hit("fault.partition");
+                self.report_routes();
+                if let Some(f) = self.options.partitions {
+                    self.schedule_next(f, EventKind::PartitionStart);
+                }
+            }
+            EventKind::PartitionEnd { from, to } => {
+                self.blocked.remove(&(from, to));
+                self.report_routes();
+            }
+            EventKind::FlapStart => {
+                let watched: Vec<Address> = self.directory.watched.keys().copied().collect();
+                if !watched.is_empty() {
+                    let target = *self.fault_rng.pick(&watched);
+                    self.flapped.insert(target);
+                    self.stats.route_flaps += 1;
+                    self.checker.coverage.hit("fault.route_flap");
+                    let max = self
+                        .options
+                        .route_flaps
+                        .map_or(Duration::ZERO, |f| f.max_duration);
+                    let length = uniform(&mut self.fault_rng, max);
+                    self.schedule_in(length, EventKind::FlapEnd(target));
+                    self.report_routes();
+                }
+                if let Some(f) = self.options.route_flaps {
+                    self.schedule_next(f, EventKind::FlapStart);
+                }
+            }
+            EventKind::FlapEnd(target) => {
+                self.flapped.remove(&target);
+                self.report_routes();
+            }
+            EventKind::ActorDeath => {
+                self.kill_random_actor();
+                if let Some(f) = self.options.actor_deaths {
+                    self.schedule_next(f, EventKind::ActorDeath);
+                }
+            }
+            EventKind::Heal => self.heal(),
+            EventKind::End => {
+                let view = crate::check::EndView {
+                    directory: self.directory.machine.as_ref(),
+                    hosts: &self.hosts,
+                };
+                self.checker.at_end(self.now, &view);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- network
+
+    fn link_up(&self, from: NodeId, to: NodeId) -> bool {
+        !self.blocked.contains(&(from, to))
+    }
+
+    fn latency(&mut self) -> Duration {
+        let n = &self.options.net;
+        let jitter = self
+            .net_rng
+            .exponential(n.latency_jitter_mean.as_nanos() as f64);
+        n.latency_min
+            .saturating_add(Duration::from_nanos(jitter as u64))
+    }
+
+    /// Hands a frame to the network: it may be lost, duplicated or delayed past later frames.
+    fn send(&mut self, from: Address, to: Address, message: Message) {
+        self.stats.frames += 1;
+        let faulty = self.phase == Phase::Faulty;
+        if !self.link_up(from.node, to.node)
+            || (faulty && self.net_rng.chance(self.options.net.loss))
+        {
+            self.stats.lost += 1;
+            self.checker.coverage.hit("fault.frame_lost");
+            return;
+        }
+        let mut delay = self.latency();
+        if faulty && self.net_rng.chance(self.options.net.reorder) {
+            self.stats.reordered += 1;
+            self.checker.coverage.hit("fault.frame_reordered");
+            delay = delay.saturating_add(uniform(
+                &mut self.net_rng,
+                self.options.net.reorder_delay_max,
+            ));
+        }
+        let envelope = Box::new(Envelope { from, to, message });
+        if faulty && self.net_rng.chance(self.options.net.duplicate) {
+            self.stats.duplicated += 1;
+            self.checker.coverage.hit("fault.frame_duplicated");
+            let again = self.latency().saturating_add(delay);
+            self.schedule_in(again, EventKind::Deliver(envelope.clone()));
+        }
+        self.schedule_in(delay, EventKind::Deliver(envelope));
+    }
+
+    fn deliver(&mut self, envelope: Envelope) {
+        if envelope.to.node == DIRECTORY_NODE {
+            if self.directory.machine.is_some() {
+                self.directory_input(DirInput::Message(envelope.message));
+            }
+            return;
+        }
+        let Some(host) = self.host_index(envelope.to.node) else {
+            return;
+        };
+        let mut out = HostOutput::default();
+        {
+            let mut next_actor = self.hosts[host].next_actor;
+            let mut io = Io {
+                now: self.now,
+                rng: &mut self.work_rng,
+                options: &self.options.workload,
+                paths: &self.options.paths,
+                next_actor: &mut next_actor,
+                actions: Vec::new(),
+            };
+            self.hosts[host].deliver(envelope.to, envelope.message, &mut io, &mut out);
+            self.hosts[host].next_actor = self.hosts[host].next_actor.max(next_actor);
+        }
+        self.host_output(host, out);
+    }
+
+    fn host_index(&self, node: NodeId) -> Option<usize> {
+        let index = (node.0 as usize).checked_sub(1)?;
+        (index < self.hosts.len()).then_some(index)
+    }
+
+    fn host_output(&mut self, host: usize, out: HostOutput) {
+        let incarnation = self.hosts[host].incarnation;
+        for (from, to, message) in out.sends {
+            self.send(from, to, message);
+        }
+        for (client, generation, at) in out.wakes {
+            self.schedule(
+                at,
+                EventKind::ClientWake {
+                    host,
+                    incarnation,
+                    client,
+                    generation,
+                },
+            );
+        }
+    }
+
+    fn client_step(
+        &mut self,
+        host: usize,
+        client: usize,
+        f: impl FnOnce(&mut crate::client::Client, &mut Io<'_>),
+    ) {
+        let mut next_actor = self.hosts[host].next_actor;
+        let actions = {
+            let mut io = Io {
+                now: self.now,
+                rng: &mut self.work_rng,
+                options: &self.options.workload,
+                paths: &self.options.paths,
+                next_actor: &mut next_actor,
+                actions: Vec::new(),
+            };
+            f(&mut self.hosts[host].clients[client], &mut io);
+            io.actions
+        };
+        self.hosts[host].next_actor = next_actor;
+        let mut out = HostOutput::default();
+        self.hosts[host].apply_actions(client, actions, &mut out);
+        self.host_output(host, out);
+    }
+
+    // ---------------------------------------------------------------- directory
+
+    fn directory_input(&mut self, input: DirInput) {
+        let Some(machine) = self.directory.machine.as_mut() else {
+            return;
+        };
+        let now = self.now;
+        let result = match &input {
+            DirInput::Message(m) => machine.handle_message(now, m.clone(), &mut self.outbox),
+            DirInput::Timer => machine.handle_timer(now, Timer::DirectoryRetry, &mut self.outbox),
+            DirInput::Route { target, routable } => {
+                machine.handle_route(now, *target, *routable, &mut self.outbox);
+                Ok(())
+            }
+            DirInput::Recover => Ok(()),
+        };
+        if let Err(error) = result {
+            self.checker.fail(
+                now,
+                format!("directory refused an input it should accept: {error}"),
+            );
+            return;
+        }
+        let effects = self.outbox.take();
+        self.directory.step += 1;
+        self.stats.directory_steps += 1;
+        self.checker
+            .directory_step(now, self.directory.step, &input, &effects, machine);
+        self.execute_directory_effects(effects);
+    }
+
+    fn execute_directory_effects(&mut self, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Persist(record) => {
+                    if let Err(error) = append_record(&mut self.directory.disk, &record) {
+                        self.checker
+                            .fail(self.now, format!("log record does not encode: {error}"));
+                    }
+                    self.directory.barrier = self.directory.disk.len();
+                }
+                other => {
+                    let d = &self.directory;
+                    if d.held.is_empty() && d.synced >= d.barrier {
+                        self.execute_released(other);
+                    } else {
+                        let barrier = self.directory.barrier;
+                        self.directory.held.push_back((barrier, other));
+                    }
+                }
+            }
+        }
+        let (step, end) = (self.directory.step, self.directory.disk.len());
+        if end > self.directory.synced || !self.directory.unsynced_steps.is_empty() {
+            self.directory.unsynced_steps.push_back((step, end));
+        } else {
+            self.checker.directory_synced(step);
+        }
+        // Syncs start only between steps, so every sync target is a step boundary (the
+        // model's rollback on a crash is step-granular).
+        if self.directory.sync.is_none() && end > self.directory.synced {
+            self.start_sync();
+        }
+    }
+
+    fn start_sync(&mut self) {
+        let d = &self.options.disk;
+        let latency = Duration::from_nanos(
+            self.disk_rng
+                .range(d.sync_min.as_nanos(), d.sync_max.as_nanos()),
+        );
+        self.directory.sync_generation += 1;
+        let generation = self.directory.sync_generation;
+        self.directory.sync = Some((generation, self.directory.disk.len()));
+        let boot = self.directory.boot;
+        self.schedule_in(latency, EventKind::DirSync { boot, generation });
+    }
+
+    fn sync_done(&mut self, boot: u64, generation: u64) {
+        let d = &self.directory;
+        let Some((current, target)) = d.sync else {
+            return;
+        };
+        if d.machine.is_none() || d.boot != boot || current != generation {
+            return;
+        }
+        if self.phase == Phase::Faulty && self.disk_rng.chance(self.options.disk.fsync_failure) {
+            // Fail-stop: after a failed fsync the file's state is unknown.
+            self.stats.fsync_failures += 1;
+            self.checker.coverage.hit("fault.fsync_failure");
+            self.crash_directory();
+            return;
+        }
+        self.directory.sync = None;
+        self.directory.synced = target;
+        let mut durable_step = None;
+        while let Some(&(step, end)) = self.directory.unsynced_steps.front() {
+            if end > target {
+                break;
+            }
+            durable_step = Some(step);
+            self.directory.unsynced_steps.pop_front();
+        }
+        if let Some(step) = durable_step {
+            self.checker.directory_synced(step);
+        }
+        while let Some((barrier, _)) = self.directory.held.front() {
+            if *barrier > target {
+                break;
+            }
+            let (_, effect) = self.directory.held.pop_front().expect("front exists");
+            self.execute_released(effect);
+        }
+        if self.directory.disk.len() > self.directory.synced {
+            self.start_sync();
+        }
+    }
+
+    fn execute_released(&mut self, effect: Effect) {
+        match effect {
+            Effect::Send { to, message } => {
+                let from = self.directory.address();
+                self.checker.released(self.now, to, &message);
+                self.send(from, to, message);
+            }
+            Effect::SetTimer { timer: _, at } => {
+                self.directory.timer_generation += 1;
+                let (boot, generation) = (self.directory.boot, self.directory.timer_generation);
+                self.schedule(at, EventKind::DirTimer { boot, generation });
+            }
+            Effect::CancelTimer { .. } => self.directory.timer_generation += 1,
+            Effect::WatchRoute { target } => {
+                self.directory.watched.insert(target, None);
+                self.report_routes();
+            }
+            Effect::UnwatchRoute { target } => {
+                self.directory.watched.remove(&target);
+            }
+            Effect::Persist(_) => unreachable!("persists are never held"),
+        }
+    }
+
+    fn routable(&self, target: &Address) -> bool {
+        let Some(host) = self.host_index(target.node) else {
+            return true;
+        };
+        let h = &self.hosts[host];
+        h.up && h.incarnation == target.incarnation
+            && self.link_up(DIRECTORY_NODE, target.node)
+            && !self.flapped.contains(target)
+    }
+
+    /// Tells the directory about every watched target whose routability changed (after a
+    /// registrar delay), including the initial observation of new watches.
+    fn report_routes(&mut self) {
+        let changes: Vec<(Address, bool)> = self
+            .directory
+            .watched
+            .iter()
+            .filter_map(|(target, last)| {
+                let now = self.routable(target);
+                (*last != Some(now)).then_some((*target, now))
+            })
+            .collect();
+        for (target, routable) in changes {
+            self.directory.watched.insert(target, Some(routable));
+            let delay = Duration::from_micros(self.net_rng.range(100, 20_000));
+            let boot = self.directory.boot;
+            self.schedule_in(
+                delay,
+                EventKind::DirRoute {
+                    boot,
+                    target,
+                    routable,
+                },
+            );
+        }
+    }
+
+    fn crash_directory(&mut self) {
+        self.stats.directory_crashes += 1;
+        self.checker.coverage.hit("fault.directory_crash");
+        let d = &mut self.directory;
+        d.machine = None;
+        d.held.clear();
+        d.sync = None;
+        d.watched.clear();
+        // What reaches the platter: everything synced, then each unsynced step with some
+        // probability (in order), then possibly a torn fragment of the next record.
+        let mut surviving = d.synced;
+        let mut surviving_step = d.unsynced_steps.front().map_or(d.step, |(s, _)| s - 1);
+        for &(step, end) in &d.unsynced_steps {
+            if !self.disk_rng.chance(self.options.disk.unsynced_survives) {
+                break;
+            }
+            surviving = end;
+            surviving_step = step;
+        }
+        let lost_tail = d.disk.split_off(surviving);
+        d.unsynced_steps.clear();
+        if !lost_tail.is_empty() && self.disk_rng.chance(self.options.disk.torn_tail) {
+            // Tear inside the first lost record, so no record of a lost step survives whole.
+            let first_len = FRAME_HEADER_BYTES
+                + u32::from_le_bytes([lost_tail[0], lost_tail[1], lost_tail[2], lost_tail[3]])
+                    as usize;
+            let cut = self.disk_rng.range(1, first_len as u64 - 1) as usize;
+            d.disk.extend_from_slice(&lost_tail[..cut]);
+            self.stats.torn_tails += 1;
+            self.checker.coverage.hit("fault.torn_tail");
+        }
+        d.synced = d.disk.len();
+        d.barrier = d.disk.len();
+        self.checker.directory_crashed(surviving_step);
+        let max = self
+            .options
+            .directory_crashes
+            .map_or(Duration::from_millis(1), |f| f.max_duration);
+        let down = uniform(&mut self.fault_rng, max);
+        self.schedule_in(down, EventKind::DirRestart);
+    }
+
+    fn restart_directory(&mut self) {
+        let d = &mut self.directory;
+        d.boot += 1;
+        let decoded = decode_log(&d.disk);
+        if decoded.defect.is_some() {
+            self.checker.coverage.hit("recovery.cut_torn_tail");
+        }
+        d.disk.truncate(decoded.valid_len);
+        d.synced = d.disk.len();
+        d.barrier = d.disk.len();
+        d.timer_generation += 1;
+        let config = DirectoryConfig {
+            address: d.address(),
+            retry_period: self.options.directory_retry,
+        };
+        let recovered = Directory::recover(
+            config,
+            &decoded.records,
+            &mut ActorSources,
+            self.now,
+            &mut self.outbox,
+        );
+        match recovered {
+            Ok(machine) => {
+                let effects = self.outbox.take();
+                self.directory.step += 1;
+                self.checker
+                    .directory_recovered(self.now, self.directory.step, &effects, &machine);
+                self.directory.machine = Some(machine);
+                self.execute_directory_effects(effects);
+            }
+            Err(error) => self
+                .checker
+                .fail(self.now, format!("directory recovery failed: {error}")),
+        }
+    }
+
+    // ---------------------------------------------------------------- hosts
+
+    fn restart_host(&mut self, host: usize) {
+        if self.hosts[host].up {
+            return;
+        }
+        let clients = self.options.clients_per_host[host] as usize;
+        self.hosts[host].restart(clients);
+        let incarnation = self.hosts[host].incarnation;
+        for client in 0..clients {
+            let delay = uniform(&mut self.work_rng, self.options.workload.think_mean);
+            self.schedule_in(
+                delay,
+                EventKind::ClientWake {
+                    host,
+                    incarnation,
+                    client,
+                    generation: 0,
+                },
+            );
+        }
+        self.hosts[host].agent_armed = true;
+        self.schedule_in(Duration::ZERO, EventKind::AgentTick { host, incarnation });
+        if self.phase == Phase::Healed {
+            for client in 0..clients {
+                self.client_step(host, client, |c, io| c.quiesce(io));
+            }
+        }
+        self.report_routes();
+    }
+
+    fn kill_random_actor(&mut self) {
+        let up: Vec<usize> = (0..self.hosts.len())
+            .filter(|&h| self.hosts[h].up)
+            .collect();
+        if up.is_empty() {
+            return;
+        }
+        let host = *self.fault_rng.pick(&up);
+        let h = &self.hosts[host];
+        let mut actors: Vec<u64> = h.sources.iter().copied().collect();
+        actors.extend(h.endpoints.keys().copied());
+        if actors.is_empty() {
+            return;
+        }
+        let actor = *self.fault_rng.pick(&actors);
+        let address = Address::new(h.node, h.incarnation, actor);
+        let report = self.fault_rng.chance(0.5);
+        let h = &mut self.hosts[host];
+        h.sources.remove(&actor);
+        h.endpoints.remove(&actor);
+        self.stats.actor_deaths += 1;
+        self.checker.coverage.hit("fault.actor_death");
+        if report {
+            h.gone_reports
+                .push(dataplane_core::wire::GoneScope::Address(address));
+            if !h.agent_armed {
+                h.agent_armed = true;
+                let incarnation = h.incarnation;
+                self.schedule_in(Duration::ZERO, EventKind::AgentTick { host, incarnation });
+            }
+        }
+    }
+
+    fn heal(&mut self) {
+        self.phase = Phase::Healed;
+        self.checker.healed(self.now);
+        self.blocked.clear();
+        self.flapped.clear();
+        if self.directory.machine.is_none() {
+            self.restart_directory();
+        }
+        for host in 0..self.hosts.len() {
+            if !self.hosts[host].up {
+                self.restart_host(host);
+            } else {
+                for client in 0..self.hosts[host].clients.len() {
+                    self.client_step(host, client, |c, io| c.quiesce(io));
+                }
+            }
+        }
+        self.report_routes();
+    }
+}
