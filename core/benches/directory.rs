@@ -151,7 +151,11 @@ impl Workload {
     fn unregister(&mut self) -> Message {
         let path = self.live.pop_front().expect("a live path to unregister");
         let operation = self.operation();
-        self.call(DirectoryRequest::Unregister { path, operation })
+        self.call(DirectoryRequest::Unregister {
+            path,
+            expected_revision: None,
+            operation,
+        })
     }
 
     /// The next `n` steps of the alternating mix.

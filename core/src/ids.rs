@@ -124,6 +124,14 @@ pub struct StreamIncarnation {
     pub revision: Revision,
 }
 
+impl StreamIncarnation {
+    /// The largest incarnation (a bound for range queries).
+    pub const MAX: StreamIncarnation = StreamIncarnation {
+        epoch: AuthorityEpoch(u64::MAX),
+        revision: Revision(u64::MAX),
+    };
+}
+
 impl fmt::Display for StreamIncarnation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}{}", self.epoch, self.revision)

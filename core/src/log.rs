@@ -41,10 +41,12 @@ pub enum RequestKey {
         /// Where.
         path: DataPath,
     },
-    /// `Unregister{path}`.
+    /// `Unregister{path, expected_revision}`.
     Unregister {
         /// Where.
         path: DataPath,
+        /// The compare-and-delete revision.
+        expected_revision: Option<Revision>,
     },
     /// `Rename{source, destination, replace}`.
     Rename {
@@ -135,6 +137,8 @@ pub enum Mutation {
     Unregister {
         /// Where.
         path: DataPath,
+        /// The request's compare-and-delete revision (part of the key).
+        expected_revision: Option<Revision>,
     },
     /// Move an entry, replacing the destination.
     Rename {
@@ -166,7 +170,13 @@ impl Mutation {
                 length: *length,
                 recovery: recovery.clone(),
             },
-            Mutation::Unregister { path } => RequestKey::Unregister { path: path.clone() },
+            Mutation::Unregister {
+                path,
+                expected_revision,
+            } => RequestKey::Unregister {
+                path: path.clone(),
+                expected_revision: *expected_revision,
+            },
             Mutation::Rename {
                 source,
                 destination,
@@ -329,7 +339,7 @@ pub enum LogRecord {
         /// The retired source.
         source: Address,
     },
-    /// A displacement obligation toward `endpoint` was created (replacing any earlier one).
+    /// A displacement obligation toward `endpoint` for `incarnation` was created.
     DisplacementQueued {
         /// The endpoint.
         endpoint: Address,
@@ -338,10 +348,12 @@ pub enum LogRecord {
         /// The path whose replacement fence waits for the acknowledgement, if any.
         fence: Option<DataPath>,
     },
-    /// The displacement obligation toward `endpoint` completed.
+    /// The displacement obligation toward `endpoint` for `incarnation` completed.
     DisplacementDone {
         /// The endpoint.
         endpoint: Address,
+        /// The displaced rendezvous.
+        incarnation: StreamIncarnation,
     },
     /// A host reported that `node` restarted into `incarnation`: every address of an earlier
     /// incarnation is gone for good, and new opens, registers and reservations naming one are

@@ -256,10 +256,13 @@ pub enum DirectoryRequest {
         /// The reservation's operation id.
         operation: OperationId,
     },
-    /// Unlink a blob or a quiescent stream node.
+    /// Unlink a blob or a quiescent stream node; with `expected_revision`, only if the entry
+    /// still has that revision (compare-and-delete, DESIGN Q19).
     Unregister {
         /// Where.
         path: DataPath,
+        /// The revision the caller expects to delete (e.g. the one it published).
+        expected_revision: Option<Revision>,
         /// Idempotency key.
         operation: OperationId,
     },

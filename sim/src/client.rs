@@ -487,8 +487,18 @@ impl Client {
                 );
             }
             OpKind::Unregister => {
+                // Sometimes a compare-and-delete of the revision last seen (Q19).
+                let expected_revision = if io.rng.chance(0.3) {
+                    self.observed
+                        .iter()
+                        .find(|(p, _)| *p == path)
+                        .map(|(_, r)| *r)
+                } else {
+                    None
+                };
                 let request = DirectoryRequest::Unregister {
                     path,
+                    expected_revision,
                     operation: self.fresh_op(),
                 };
                 self.send(
@@ -616,6 +626,7 @@ impl Client {
                     };
                     DirectoryRequest::Unregister {
                         path: DataPath::new("/conflict").expect("valid"),
+                        expected_revision: None,
                         operation,
                     }
                 };

@@ -8,7 +8,7 @@
 use super::{Directory, SourceState};
 use crate::effect::Outbox;
 use crate::error::{Limit, NamespaceError};
-use crate::ids::{Address, NodeId, OperationId};
+use crate::ids::{Address, NodeId, OperationId, Revision};
 use crate::limits::RESERVATIONS_MAX;
 use crate::log::{Entry, LogRecord, Mutation, Outcome, RejectionKind, RequestKey};
 use crate::path::DataPath;
@@ -117,14 +117,19 @@ impl Directory {
         Ok(MutationReceipt { revision })
     }
 
-    /// Unregister (SPEC §4.4; Q2: the replay check comes first).
+    /// Unregister (SPEC §4.4; Q2: the replay check comes first; Q19: with an expected
+    /// revision it deletes only that revision, else a sticky `PathReplaced`).
     pub(super) fn unregister(
         &mut self,
         path: DataPath,
+        expected_revision: Option<Revision>,
         operation: OperationId,
         out: &mut Outbox,
     ) -> Result<MutationReceipt, NamespaceError> {
-        let key = RequestKey::Unregister { path: path.clone() };
+        let key = RequestKey::Unregister {
+            path: path.clone(),
+            expected_revision,
+        };
         if let Some(stored) = self.replay(operation, &key) {
             return receipt(stored);
         }
@@ -139,12 +144,18 @@ impl Directory {
         if self.durable.reservation(&path).is_some() {
             return Err(self.reject(operation, key, RejectionKind::PathExists, &path, out));
         }
-        if self.durable.entry(&path).is_none() {
+        let Some(current) = self.durable.entry(&path).map(Entry::revision) else {
             return Err(self.reject(operation, key, RejectionKind::PathNotFound, &path, out));
+        };
+        if expected_revision.is_some_and(|expected| expected != current) {
+            return Err(self.reject(operation, key, RejectionKind::PathReplaced, &path, out));
         }
         let revision = self.allocate_revision()?;
         let retire = self.live_source(&path);
-        let mutation = Mutation::Unregister { path: path.clone() };
+        let mutation = Mutation::Unregister {
+            path: path.clone(),
+            expected_revision,
+        };
         self.commit(
             LogRecord::Committed {
                 operation,

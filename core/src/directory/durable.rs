@@ -19,32 +19,25 @@ use crate::path::DataPath;
 pub enum ObligationKey {
     /// The source must be told to retire.
     Retire(Address),
-    /// The stream endpoint must be told it was displaced.
-    Displace(Address),
+    /// The stream endpoint must be told that this incarnation was displaced. Keyed by the
+    /// incarnation too: one endpoint displaced from two rendezvous owes two acknowledgements.
+    Displace(Address, StreamIncarnation),
 }
 
 impl ObligationKey {
     /// The address the obligation is toward.
     pub fn target(&self) -> Address {
         match *self {
-            ObligationKey::Retire(a) | ObligationKey::Displace(a) => a,
+            ObligationKey::Retire(a) | ObligationKey::Displace(a, _) => a,
         }
     }
-}
-
-/// The details of a displacement obligation.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Displacement {
-    /// The displaced rendezvous.
-    pub incarnation: StreamIncarnation,
-    /// The path whose replacement fence waits for the acknowledgement, if any.
-    pub fence: Option<DataPath>,
 }
 
 #[derive(Clone, Debug)]
 struct Slot {
     order: u64,
-    displacement: Option<Displacement>,
+    /// For displacements: the path whose replacement fence waits for the acknowledgement.
+    fence: Option<DataPath>,
 }
 
 /// Why a record cannot be applied to the current state.
@@ -186,12 +179,20 @@ impl DurableState {
         self.obligations.contains_key(key)
     }
 
-    /// The displacement obligation toward `endpoint`.
-    pub fn displacement(&self, endpoint: Address) -> Option<&Displacement> {
+    /// Whether `endpoint` still owes an acknowledgement for `incarnation`.
+    pub fn is_displacing(&self, endpoint: Address, incarnation: StreamIncarnation) -> bool {
         self.obligations
-            .get(&ObligationKey::Displace(endpoint))?
-            .displacement
-            .as_ref()
+            .contains_key(&ObligationKey::Displace(endpoint, incarnation))
+    }
+
+    /// Every obligation toward `target` (a retirement and any number of displacements).
+    pub fn obligations_toward(&self, target: Address) -> impl Iterator<Item = ObligationKey> + '_ {
+        let first = ObligationKey::Retire(target);
+        let last = ObligationKey::Displace(target, StreamIncarnation::MAX);
+        self.obligations
+            .range(first..=last)
+            .map(|(key, _)| *key)
+            .filter(move |key| key.target() == target)
     }
 
     /// How many obligations are outstanding.
@@ -202,27 +203,21 @@ impl DurableState {
     /// Every obligation, in persisted order.
     pub fn obligations_in_order(
         &self,
-    ) -> impl Iterator<Item = (ObligationKey, Option<&Displacement>)> + '_ {
+    ) -> impl Iterator<Item = (ObligationKey, Option<&DataPath>)> + '_ {
         self.obligation_order.values().map(|key| {
             let slot = &self.obligations[key];
-            (*key, slot.displacement.as_ref())
+            (*key, slot.fence.as_ref())
         })
     }
 
-    fn add_obligation(&mut self, key: ObligationKey, displacement: Option<Displacement>) {
+    fn add_obligation(&mut self, key: ObligationKey, fence: Option<DataPath>) {
         if let Some(old) = self.obligations.remove(&key) {
             self.obligation_order.remove(&old.order);
         }
         let order = self.next_order;
         self.next_order += 1;
         self.obligation_order.insert(order, key);
-        self.obligations.insert(
-            key,
-            Slot {
-                order,
-                displacement,
-            },
-        );
+        self.obligations.insert(key, Slot { order, fence });
     }
 
     fn remove_obligation(&mut self, key: &ObligationKey) {
@@ -251,7 +246,7 @@ impl DurableState {
                     "register over another reservation",
                 ),
             },
-            Mutation::Unregister { path } => require(
+            Mutation::Unregister { path, .. } => require(
                 self.entries.contains_key(path),
                 "unregister of an absent path",
             ),
@@ -294,7 +289,7 @@ impl DurableState {
                 };
                 self.entries.insert(path.clone(), entry);
             }
-            Mutation::Unregister { path } => {
+            Mutation::Unregister { path, .. } => {
                 self.entries.remove(path);
             }
             Mutation::Rename {
@@ -441,14 +436,18 @@ impl DurableState {
                 incarnation,
                 fence,
             } => {
-                let displacement = Displacement {
-                    incarnation: *incarnation,
-                    fence: fence.clone(),
-                };
-                self.add_obligation(ObligationKey::Displace(*endpoint), Some(displacement));
+                let key = ObligationKey::Displace(*endpoint, *incarnation);
+                require(
+                    !self.obligations.contains_key(&key),
+                    "displacement already pending",
+                )?;
+                self.add_obligation(key, fence.clone());
             }
-            LogRecord::DisplacementDone { endpoint } => {
-                let key = ObligationKey::Displace(*endpoint);
+            LogRecord::DisplacementDone {
+                endpoint,
+                incarnation,
+            } => {
+                let key = ObligationKey::Displace(*endpoint, *incarnation);
                 require(
                     self.obligations.contains_key(&key),
                     "displacement not pending",
@@ -525,16 +524,12 @@ impl DurableState {
                 incarnation,
                 fence,
             } => {
-                let key = ObligationKey::Displace(*endpoint);
+                let key = ObligationKey::Displace(*endpoint, *incarnation);
                 require(
                     !self.obligations.contains_key(&key),
                     "duplicate displacement",
                 )?;
-                let displacement = Displacement {
-                    incarnation: *incarnation,
-                    fence: fence.clone(),
-                };
-                self.add_obligation(key, Some(displacement));
+                self.add_obligation(key, fence.clone());
             }
             SnapshotRecord::NodeFloor { node, incarnation } => {
                 require(!self.node_floors.contains_key(node), "duplicate node floor")?;
@@ -583,17 +578,14 @@ impl DurableState {
                 incarnation: *incarnation,
             }));
         }
-        for (key, displacement) in self.obligations_in_order() {
-            records.push(snap(match (key, displacement) {
-                (ObligationKey::Retire(source), _) => SnapshotRecord::Retirement { source },
-                (ObligationKey::Displace(endpoint), Some(d)) => SnapshotRecord::Displacement {
+        for (key, fence) in self.obligations_in_order() {
+            records.push(snap(match key {
+                ObligationKey::Retire(source) => SnapshotRecord::Retirement { source },
+                ObligationKey::Displace(endpoint, incarnation) => SnapshotRecord::Displacement {
                     endpoint,
-                    incarnation: d.incarnation,
-                    fence: d.fence.clone(),
+                    incarnation,
+                    fence: fence.cloned(),
                 },
-                (ObligationKey::Displace(_), None) => {
-                    unreachable!("displacement obligations always carry their details")
-                }
             }));
         }
         records
@@ -636,10 +628,7 @@ impl DurableState {
             return Err("obligation order out of step".into());
         }
         for (key, slot) in &self.obligations {
-            let shape_ok = matches!(
-                (key, &slot.displacement),
-                (ObligationKey::Retire(_), None) | (ObligationKey::Displace(_), Some(_))
-            );
+            let shape_ok = matches!(key, ObligationKey::Displace(..)) || slot.fence.is_none();
             if !shape_ok || self.obligation_order.get(&slot.order) != Some(key) {
                 return Err(format!("obligation {key:?} malformed"));
             }

@@ -29,7 +29,7 @@ mod streams;
 use std::collections::BTreeMap;
 use std::fmt;
 
-pub use durable::{ApplyError, Displacement, DurableState, ObligationKey};
+pub use durable::{ApplyError, DurableState, ObligationKey};
 pub use recovery::{ActorSources, RecoveredSource, RecoveryError, SourceRecoveryHook};
 pub use streams::{Active, Fence, OpenRequest, Pending, Rendezvous};
 
@@ -217,9 +217,11 @@ impl Directory {
             DirectoryRequest::ReleaseBlobReservation { path, operation } => {
                 ReplyBody::BlobReservationReleased(self.release_reservation(path, operation, out))
             }
-            DirectoryRequest::Unregister { path, operation } => {
-                ReplyBody::Unregistered(self.unregister(path, operation, out))
-            }
+            DirectoryRequest::Unregister {
+                path,
+                expected_revision,
+                operation,
+            } => ReplyBody::Unregistered(self.unregister(path, expected_revision, operation, out)),
             DirectoryRequest::Rename {
                 source,
                 destination,

@@ -112,28 +112,20 @@ impl Directory {
         }
     }
 
-    /// The frame that discharges `key`.
-    fn obligation_frame(&self, key: ObligationKey) -> Option<(Address, Message)> {
+    /// Sends the frame that discharges `key`.
+    fn send_obligation(&self, key: ObligationKey, out: &mut Outbox) {
         let reply_to = self.config.address;
         match key {
-            ObligationKey::Retire(source) => Some((source, Message::Retire { reply_to })),
-            ObligationKey::Displace(endpoint) => {
-                let displacement = self.durable.displacement(endpoint)?;
-                let incarnation = displacement.incarnation;
-                Some((
+            ObligationKey::Retire(source) => out.send(source, Message::Retire { reply_to }),
+            ObligationKey::Displace(endpoint, incarnation) => {
+                out.send(
                     endpoint,
                     Message::Displaced {
                         incarnation,
                         reply_to,
                     },
-                ))
+                );
             }
-        }
-    }
-
-    fn send_obligation(&self, key: ObligationKey, out: &mut Outbox) {
-        if let Some((to, message)) = self.obligation_frame(key) {
-            out.send(to, message);
         }
     }
 
@@ -146,7 +138,8 @@ impl Directory {
     }
 
     /// Creates (durably) a displacement obligation toward `endpoint` for `incarnation`, unless
-    /// the same one is already pending, and sends the first notice.
+    /// it is already pending or the endpoint's incarnation was reported gone, and sends the
+    /// first notice.
     pub(super) fn queue_displacement(
         &mut self,
         endpoint: Address,
@@ -154,22 +147,16 @@ impl Directory {
         fence: Option<DataPath>,
         out: &mut Outbox,
     ) {
-        let same = self
-            .durable
-            .displacement(endpoint)
-            .is_some_and(|d| d.incarnation == incarnation);
-        if same {
+        if self.durable.is_displacing(endpoint, incarnation) || self.durable.is_gone(&endpoint) {
             return;
         }
-        self.commit(
-            LogRecord::DisplacementQueued {
-                endpoint,
-                incarnation,
-                fence,
-            },
-            out,
-        );
-        let key = ObligationKey::Displace(endpoint);
+        let queued = LogRecord::DisplacementQueued {
+            endpoint,
+            incarnation,
+            fence,
+        };
+        self.commit(queued, out);
+        let key = ObligationKey::Displace(endpoint, incarnation);
         self.track_obligation(key, out);
         self.send_obligation(key, out);
     }
@@ -178,7 +165,10 @@ impl Directory {
     fn complete_obligation(&mut self, key: ObligationKey, out: &mut Outbox) {
         let record = match key {
             ObligationKey::Retire(source) => LogRecord::RetirementDone { source },
-            ObligationKey::Displace(endpoint) => LogRecord::DisplacementDone { endpoint },
+            ObligationKey::Displace(endpoint, incarnation) => LogRecord::DisplacementDone {
+                endpoint,
+                incarnation,
+            },
         };
         self.commit(record, out);
         if self.engine.remove(&key) {
@@ -194,20 +184,17 @@ impl Directory {
         }
     }
 
-    /// `StreamDisplaced{endpoint, incarnation}`: complete the displacement if it is pending for
-    /// that incarnation, then let fences whose obligations are all done resume.
+    /// `StreamDisplaced{endpoint, incarnation}`: complete that displacement if it is pending,
+    /// then let fences whose obligations are all done resume.
     pub(super) fn stream_displaced(
         &mut self,
         endpoint: Address,
         incarnation: StreamIncarnation,
         out: &mut Outbox,
     ) {
-        let matches = self
-            .durable
-            .displacement(endpoint)
-            .is_some_and(|d| d.incarnation == incarnation);
-        if matches {
-            self.complete_obligation(ObligationKey::Displace(endpoint), out);
+        let key = ObligationKey::Displace(endpoint, incarnation);
+        if self.durable.has_obligation(&key) {
+            self.complete_obligation(key, out);
             self.resume_fences(out);
         }
     }
@@ -266,13 +253,9 @@ impl Directory {
             return;
         }
         self.engine.unroutable.remove(&target);
-        for key in [
-            ObligationKey::Retire(target),
-            ObligationKey::Displace(target),
-        ] {
-            if self.engine.contains(&key) {
-                self.send_obligation(key, out);
-            }
+        let keys: Vec<ObligationKey> = self.durable.obligations_toward(target).collect();
+        for key in keys {
+            self.send_obligation(key, out);
         }
     }
 }

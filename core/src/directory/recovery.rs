@@ -173,15 +173,10 @@ impl Directory {
     /// A displacement that was fencing a path whose node still has the displaced revision
     /// fences it again (no old rendezvous, no held opens).
     fn rebuild_fences(&mut self) {
-        for (key, displacement) in self.durable.obligations_in_order() {
-            let (ObligationKey::Displace(endpoint), Some(displacement)) = (key, displacement)
-            else {
+        for (key, fence) in self.durable.obligations_in_order() {
+            let (ObligationKey::Displace(endpoint, incarnation), Some(path)) = (key, fence) else {
                 continue;
             };
-            let Some(path) = &displacement.fence else {
-                continue;
-            };
-            let incarnation = displacement.incarnation;
             let node_matches = matches!(
                 self.durable.entry(path),
                 Some(Entry::Stream { revision }) if *revision == incarnation.revision

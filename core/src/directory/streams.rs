@@ -145,6 +145,18 @@ impl Directory {
     /// parks until its peer arrives).
     pub(super) fn open(&mut self, request: OpenRequest, out: &mut Outbox) {
         let path = request.path.clone();
+        // An operation id already used for another request conflicts at once, fence or not
+        // (S10); the reference held it behind a fence first.
+        let key = RequestKey::BindStream { path: path.clone() };
+        if self
+            .durable
+            .operation(request.operation)
+            .is_some_and(|record| record.key != key)
+        {
+            let conflict = NamespaceError::OperationConflict(request.operation);
+            self.answer_open(&request, Err(conflict), out);
+            return;
+        }
         // 1. Fence hold.
         if self.fences.contains_key(&path) {
             self.hold(request, out);
@@ -152,7 +164,6 @@ impl Directory {
         }
         // 2. Replay: a stored rejection (e.g. a cancel tombstone) wins; a committed op whose
         //    rendezvous is gone is stale.
-        let key = RequestKey::BindStream { path: path.clone() };
         if let Some(stored) = self.replay(request.operation, &key) {
             let refusal = match stored {
                 Err(conflict) => Some(conflict),
@@ -412,11 +423,10 @@ impl Directory {
             .fences
             .iter()
             .filter(|(_, fence)| {
-                fence.endpoints.iter().all(|endpoint| {
-                    self.durable
-                        .displacement(*endpoint)
-                        .is_none_or(|d| d.incarnation != fence.incarnation)
-                })
+                fence
+                    .endpoints
+                    .iter()
+                    .all(|endpoint| !self.durable.is_displacing(*endpoint, fence.incarnation))
             })
             .map(|(path, _)| path.clone())
             .collect();

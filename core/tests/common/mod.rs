@@ -151,6 +151,7 @@ impl Dir {
     pub fn unregister(&mut self, p: &str, operation: u128) -> ReplyBody {
         self.call(DirectoryRequest::Unregister {
             path: path(p),
+            expected_revision: None,
             operation: op(operation),
         })
     }

@@ -494,7 +494,7 @@ impl Checker {
                 sends
                     .displaced
                     .iter()
-                    .map(|(a, _)| ObligationKey::Displace(*a)),
+                    .map(|(a, inc)| ObligationKey::Displace(*a, *inc)),
             )
         {
             self.ticks_without_frame.insert(key, 0);
@@ -524,8 +524,8 @@ impl Checker {
             sent.insert(ObligationKey::Retire(*a));
         }
         for (a, inc) in &sends.displaced {
-            sent.insert(ObligationKey::Displace(*a));
-            if durable.displacement(*a).map(|d| d.incarnation) != Some(*inc) {
+            sent.insert(ObligationKey::Displace(*a, *inc));
+            if !durable.is_displacing(*a, *inc) {
                 self.fail(
                     now,
                     format!("S8: Displaced({inc}) to {a} without that durable obligation"),
@@ -699,22 +699,17 @@ impl Checker {
             );
         let mut retire: Vec<Address> = Vec::new();
         let mut displace: Vec<(Address, StreamIncarnation)> = Vec::new();
-        for (key, d) in durable.obligations_in_order() {
-            match (key, d) {
-                (ObligationKey::Retire(a), _) => retire.push(a),
-                (ObligationKey::Displace(a), Some(d)) => displace.push((a, d.incarnation)),
-                (ObligationKey::Displace(_), None) => {}
+        for (key, _) in durable.obligations_in_order() {
+            match key {
+                ObligationKey::Retire(a) => retire.push(a),
+                ObligationKey::Displace(a, incarnation) => displace.push((a, incarnation)),
             }
         }
         retire.sort();
         displace.sort();
         let model_retire: Vec<Address> = m.retirements.map().keys().copied().collect();
-        let model_displace: Vec<(Address, StreamIncarnation)> = m
-            .displacements
-            .map()
-            .iter()
-            .map(|(a, (i, _))| (*a, *i))
-            .collect();
+        let model_displace: Vec<(Address, StreamIncarnation)> =
+            m.displacements.map().keys().copied().collect();
         let counters_equal =
             durable.next_revision().0 == m.next_revision() && durable.epoch() == m.epoch();
         let runtime_equal = dir.rendezvous_all().map(|(p, _)| p).eq(m.active_paths())
@@ -832,7 +827,7 @@ impl Checker {
                 ObligationKey::Retire(a) => {
                     problems.push(format!("L5: retirement of {a} still pending"));
                 }
-                ObligationKey::Displace(a) => {
+                ObligationKey::Displace(a, _) => {
                     problems.push(format!("L2: displacement of {a} still pending"));
                 }
             }

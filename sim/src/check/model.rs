@@ -41,8 +41,8 @@ pub enum MKey {
     Register(DataPath, u64, SourceRecovery),
     /// Stream opens and cancels.
     Bind(DataPath),
-    /// Unregister{path}.
-    Unregister(DataPath),
+    /// Unregister{path, expected_revision}.
+    Unregister(DataPath, Option<Revision>),
     /// Rename{source, destination, replace}.
     Rename(DataPath, DataPath, bool),
     /// Reserve and release.
@@ -135,7 +135,7 @@ pub struct Model {
     /// Durable retirement obligations.
     pub retirements: JMap<Address, ()>,
     /// Durable displacement obligations: endpoint → (incarnation, fenced path).
-    pub displacements: JMap<Address, (StreamIncarnation, Option<DataPath>)>,
+    pub displacements: JMap<(Address, StreamIncarnation), Option<DataPath>>,
     /// Durable node floors.
     pub floors: JMap<NodeId, u64>,
     sources: BTreeMap<DataPath, BlobBinding>,
@@ -229,7 +229,7 @@ impl Model {
             .displacements
             .map()
             .iter()
-            .map(|(e, (inc, fence))| (*e, *inc, fence.clone()))
+            .map(|((e, inc), fence)| (*e, *inc, fence.clone()))
             .collect();
         for (endpoint, incarnation, fence) in displacements {
             let Some(path) = fence else { continue };
@@ -311,15 +311,11 @@ impl Model {
         incarnation: StreamIncarnation,
         fence: Option<DataPath>,
     ) {
-        if self
-            .displacements
-            .get(&endpoint)
-            .is_some_and(|(inc, _)| *inc == incarnation)
-        {
+        if self.displacements.contains(&(endpoint, incarnation)) || self.gone(&endpoint) {
             return;
         }
         self.displacements
-            .insert(self.step, endpoint, (incarnation, fence));
+            .insert(self.step, (endpoint, incarnation), fence);
         self.out.push(Expect::Displaced(endpoint, incarnation));
     }
 
@@ -376,9 +372,11 @@ impl Model {
             DirectoryRequest::ReleaseBlobReservation { path, operation } => {
                 ReplyBody::BlobReservationReleased(self.release(path, operation))
             }
-            DirectoryRequest::Unregister { path, operation } => {
-                ReplyBody::Unregistered(self.unregister(path, operation))
-            }
+            DirectoryRequest::Unregister {
+                path,
+                expected_revision,
+                operation,
+            } => ReplyBody::Unregistered(self.unregister(path, expected_revision, operation)),
             DirectoryRequest::Rename {
                 source,
                 destination,
@@ -497,9 +495,10 @@ impl Model {
     fn unregister(
         &mut self,
         path: DataPath,
+        expected: Option<Revision>,
         op: OperationId,
     ) -> Result<MutationReceipt, NamespaceError> {
-        let key = MKey::Unregister(path.clone());
+        let key = MKey::Unregister(path.clone(), expected);
         if let Some(stored) = self.stored(op, &key) {
             return Self::receipt(stored);
         }
@@ -513,8 +512,12 @@ impl Model {
         if self.reservations.contains(&path) {
             return Err(self.sticky(op, key, NamespaceError::PathExists(path)));
         }
-        if !self.entries.contains(&path) {
-            return Err(self.sticky(op, key, NamespaceError::PathNotFound(path)));
+        let current = match self.entries.get(&path) {
+            None => return Err(self.sticky(op, key, NamespaceError::PathNotFound(path))),
+            Some(MEntry::Blob { revision, .. } | MEntry::Stream { revision }) => *revision,
+        };
+        if expected.is_some_and(|e| e.0 != current) {
+            return Err(self.sticky(op, key, NamespaceError::PathReplaced(path)));
         }
         let r = self.allocate();
         self.entries.remove(self.step, &path);
@@ -702,6 +705,9 @@ impl Model {
 
     fn open(&mut self, open: MOpen) {
         let path = open.path.clone();
+        if matches!(self.ops.get(&open.op), Some((key, _)) if *key != MKey::Bind(path.clone())) {
+            return self.reply_open(&open, Err(NamespaceError::OperationConflict(open.op)));
+        }
         if let Some(fence) = self.fences.get_mut(&path) {
             if let Some(old) = fence
                 .old
@@ -985,11 +991,9 @@ impl Model {
             .fences
             .iter()
             .filter(|(_, f)| {
-                f.endpoints.iter().all(|e| {
-                    self.displacements
-                        .get(e)
-                        .is_none_or(|(inc, _)| *inc != f.incarnation)
-                })
+                f.endpoints
+                    .iter()
+                    .all(|e| !self.displacements.contains(&(*e, f.incarnation)))
             })
             .map(|(p, _)| p.clone())
             .collect();
@@ -1016,12 +1020,8 @@ impl Model {
         incarnation: StreamIncarnation,
     ) {
         self.step = step;
-        if self
-            .displacements
-            .get(&endpoint)
-            .is_some_and(|(inc, _)| *inc == incarnation)
-        {
-            self.displacements.remove(step, &endpoint);
+        if self.displacements.contains(&(endpoint, incarnation)) {
+            self.displacements.remove(step, &(endpoint, incarnation));
             self.resume_fences();
         }
     }
@@ -1044,11 +1044,11 @@ impl Model {
         for a in retired {
             self.retirements.remove(step, &a);
         }
-        let displaced: Vec<Address> = self
+        let displaced: Vec<(Address, StreamIncarnation)> = self
             .displacements
             .map()
             .keys()
-            .filter(|a| scope.covers(a))
+            .filter(|(a, _)| scope.covers(a))
             .copied()
             .collect();
         for a in displaced {
