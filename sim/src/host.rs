@@ -49,6 +49,8 @@ pub struct HostOutput {
     pub sends: Vec<(Address, Address, Message)>,
     /// Client wake-ups to schedule: (client index, generation, at).
     pub wakes: Vec<(usize, u64, dataplane_core::time::Instant)>,
+    /// Frames to send later (slow acknowledgements): (delay, from, to, message).
+    pub delayed: Vec<(dataplane_core::time::Duration, Address, Address, Message)>,
 }
 
 impl HostNode {
@@ -197,6 +199,7 @@ impl HostNode {
                 }
             }
             actor => {
+                let live = self.sources.contains(&actor) || self.endpoints.contains_key(&actor);
                 if matches!(message, Message::Retire { .. }) {
                     // A live source stops serving; an unknown one is answered all the same.
                     self.sources.remove(&actor);
@@ -209,7 +212,14 @@ impl HostNode {
                     }
                 }
                 if let Some((reply_to, reply)) = ack(&message) {
-                    out.sends.push((to, reply_to, reply));
+                    let max = io.options.ack_delay_max.as_nanos();
+                    if live && max > 0 {
+                        let delay =
+                            dataplane_core::time::Duration::from_nanos(io.rng.range(0, max));
+                        out.delayed.push((delay, to, reply_to, reply));
+                    } else {
+                        out.sends.push((to, reply_to, reply));
+                    }
                 }
             }
         }

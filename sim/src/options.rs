@@ -63,6 +63,9 @@ pub struct WorkloadOptions {
     pub open_wait: Duration,
     /// How long a matched stream is held before it is closed.
     pub hold_time: Duration,
+    /// Longest delay before a live source or endpoint acknowledges Retire or Displaced
+    /// (slow acknowledgements keep obligations and fences open longer).
+    pub ack_delay_max: Duration,
 }
 
 /// The options of one run.
@@ -191,12 +194,28 @@ impl Options {
         } else {
             weights
         };
-        let workload = WorkloadOptions {
+        let mut workload = WorkloadOptions {
             weights,
             think_mean: ms(&mut rng, 5, 2_000),
             request_timeout: ms(&mut rng, 200, 3_000),
             open_wait: ms(&mut rng, 500, 20_000),
             hold_time: ms(&mut rng, 0, 5_000),
+            ack_delay_max: Duration::ZERO,
+        };
+        // Swarm knobs that keep obligations and fences open longer.
+        if rng.chance(0.4) {
+            workload.ack_delay_max = ms(&mut rng, 1, 8_000);
+        }
+        let paths = if rng.chance(0.15) {
+            // A wide namespace under a register storm: obligations pile up past one retry
+            // batch (S23, S25 with N > 32).
+            workload.think_mean = ms(&mut rng, 5, 50);
+            workload.weights[0] += 30;
+            (0..rng.range(40, 96))
+                .map(|i| DataPath::new(format!("/w/{i}")).expect("valid"))
+                .collect()
+        } else {
+            paths
         };
         Options {
             seed,
@@ -270,11 +289,12 @@ impl Options {
             .collect();
         let _ = writeln!(
             s,
-            "# workload: think={} timeout={} open_wait={} hold={} mix=[{}]",
+            "# workload: think={} timeout={} open_wait={} hold={} ack_delay<={} mix=[{}]",
             w.think_mean,
             w.request_timeout,
             w.open_wait,
             w.hold_time,
+            w.ack_delay_max,
             mix.join(" ")
         );
         s

@@ -69,6 +69,11 @@ impl SwarmReport {
 
     /// Expected coverage names that no run hit.
     pub fn never_exercised(&self) -> Vec<&'static str> {
+        if std::env::var_os("DATAPLANE_SIM_COVERAGE").is_some() {
+            for (name, count) in self.coverage.iter() {
+                eprintln!("coverage {name} {count}");
+            }
+        }
         EXPECTED_COVERAGE
             .iter()
             .copied()

@@ -64,6 +64,11 @@ enum EventKind {
     DirRestart,
     HostCrash,
     HostRestart(usize),
+    HostSend {
+        host: usize,
+        incarnation: u64,
+        envelope: Box<Envelope>,
+    },
     ClientWake {
         host: usize,
         incarnation: u64,
@@ -398,6 +403,17 @@ impl World {
                 }
             }
             EventKind::HostRestart(host) => self.restart_host(host),
+            EventKind::HostSend {
+                host,
+                incarnation,
+                envelope,
+            } => {
+                let h = &self.hosts[host];
+                if h.up && h.incarnation == incarnation {
+                    let Envelope { from, to, message } = *envelope;
+                    self.send(from, to, message);
+                }
+            }
             EventKind::ClientWake {
                 host,
                 incarnation,
@@ -584,6 +600,17 @@ impl World {
         let incarnation = self.hosts[host].incarnation;
         for (from, to, message) in out.sends {
             self.send(from, to, message);
+        }
+        for (delay, from, to, message) in out.delayed {
+            let envelope = Box::new(Envelope { from, to, message });
+            self.schedule_in(
+                delay,
+                EventKind::HostSend {
+                    host,
+                    incarnation,
+                    envelope,
+                },
+            );
         }
         for (client, generation, at) in out.wakes {
             self.schedule(

@@ -518,6 +518,15 @@ impl Checker {
         if frames == dataplane_core::limits::RETRY_BATCH_MAX {
             self.coverage.hit("tick.batch_full");
         }
+        if dir.durable().obligation_count() > dataplane_core::limits::RETRY_BATCH_MAX {
+            self.coverage.hit("tick.obligations_beyond_batch");
+        }
+        match dir.durable().obligation_count() {
+            0 => {}
+            1..=3 => self.coverage.hit("tick.obligations_1_3"),
+            4..=15 => self.coverage.hit("tick.obligations_4_15"),
+            _ => self.coverage.hit("tick.obligations_16_plus"),
+        }
         let durable = dir.durable();
         let mut sent = BTreeSet::new();
         for a in &sends.retires {
