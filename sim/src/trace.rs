@@ -55,13 +55,19 @@ impl Trace {
         }
     }
 
-    /// Folds one event into the hash (and the log).
-    pub fn event<E: Hash + Debug>(&mut self, at: Instant, seq: u64, event: &E) {
+    /// Folds one event into the hash (and the log, rendered by `render`).
+    pub fn event<E: Hash + Debug>(
+        &mut self,
+        at: Instant,
+        seq: u64,
+        event: &E,
+        render: impl FnOnce(&E) -> String,
+    ) {
         self.hasher.write_u64(at.as_nanos());
         self.hasher.write_u64(seq);
         event.hash(&mut self.hasher);
         if let Some(text) = &mut self.text {
-            text.push(format!("{at} #{seq} {event:?}"));
+            text.push(format!("{at} #{seq} {}", render(event)));
         }
     }
 
@@ -80,5 +86,69 @@ impl Trace {
     /// The readable log, if kept.
     pub fn lines(&self) -> Option<&[String]> {
         self.text.as_deref()
+    }
+}
+
+/// A one-line rendering of a message for the readable trace.
+pub fn describe(message: &dataplane_core::wire::Message) -> String {
+    use dataplane_core::wire::{DirectoryRequest as R, Message as M, ReplyBody as B};
+    match message {
+        M::Call(call) => {
+            let id = call.request_id;
+            let what = match &call.request {
+                R::Register { path, source, operation, reservation, .. } => {
+                    let res = reservation.map(|r| format!(" reservation={r}")).unwrap_or_default();
+                    format!("Register {path} source={source} op={operation}{res}")
+                }
+                R::Resolve { path } => format!("Resolve {path}"),
+                R::Lookup { path } => format!("Lookup {path}"),
+                R::ReserveBlob { path, operation, owner } => {
+                    format!("ReserveBlob {path} op={operation} owner={owner}")
+                }
+                R::ReleaseBlobReservation { path, operation } => {
+                    format!("ReleaseBlobReservation {path} op={operation}")
+                }
+                R::Unregister { path, expected_revision, operation } => {
+                    let exp = expected_revision.map(|r| format!(" expected={r}")).unwrap_or_default();
+                    format!("Unregister {path}{exp} op={operation}")
+                }
+                R::Rename { source, destination, replace, operation } => {
+                    format!("Rename {source} -> {destination} replace={replace} op={operation}")
+                }
+                R::OpenStream { path, role, endpoint, replace, ensure, expected_revision, operation, .. } => {
+                    let exp = expected_revision.map(|r| format!(" expected={r}")).unwrap_or_default();
+                    format!(
+                        "OpenStream {path} {role:?} endpoint={endpoint} replace={replace} ensure={ensure}{exp} op={operation}"
+                    )
+                }
+                R::CancelStream { path, operation } => format!("CancelStream {path} op={operation}"),
+                R::CloseStream { path, incarnation } => format!("CloseStream {path} {incarnation}"),
+            };
+            format!("call {id} {what} reply_to={}", call.reply_to)
+        }
+        M::Reply(reply) => {
+            let body = match &reply.body {
+                B::Registered(r) | B::Unregistered(r) | B::Renamed(r) => match r {
+                    Ok(receipt) => format!("Ok({})", receipt.revision),
+                    Err(e) => format!("Err({e})"),
+                },
+                B::StreamOpened(Ok(m)) => {
+                    format!("Ok(match {} source={} sink={})", m.incarnation, m.source, m.sink)
+                }
+                other => match other.err() {
+                    Some(e) => format!("Err({e})"),
+                    None => format!("{other:?}"),
+                },
+            };
+            format!("reply {} {:?} {} {body}", reply.request_id, reply.body.kind(), reply.epoch)
+        }
+        M::Retire { .. } => "Retire".to_string(),
+        M::SourceRetired { source } => format!("SourceRetired {source}"),
+        M::Displaced { incarnation, .. } => format!("Displaced {incarnation}"),
+        M::StreamDisplaced { endpoint, incarnation } => {
+            format!("StreamDisplaced {endpoint} {incarnation}")
+        }
+        M::AddressGone { scope, .. } => format!("AddressGone {scope:?}"),
+        M::GoneAcknowledged { scope } => format!("GoneAcknowledged {scope:?}"),
     }
 }
