@@ -680,10 +680,7 @@ fn register_over_a_live_source_retires_it_durably_and_at_once() {
         .obligations_in_order()
         .map(|(k, _)| k)
         .collect();
-    assert_eq!(
-        obligations,
-        vec![ObligationKey::Retire(S1)]
-    );
+    assert_eq!(obligations, vec![ObligationKey::Retire(S1)]);
     // Registering the same source again retires nothing.
     let (id, effects) = d.call_raw(register_req("/a", S2, 3, None));
     assert_eq!(
@@ -2596,11 +2593,7 @@ fn address_gone_for_one_address_ends_everything_toward_it() {
         effects,
         gone_expectations(&d, t, pending_id, (&q, &dm), scope)
     );
-    assert!(
-        !d.dir
-            .durable()
-            .has_obligation(&ObligationKey::Retire(t))
-    );
+    assert!(!d.dir.durable().has_obligation(&ObligationKey::Retire(t)));
     assert_eq!(displacements_of(&d, t), vec![]);
     assert_eq!(displacements_of(&d, E_NEW), vec![dm.incarnation]);
     assert_eq!(d.dir.durable().reservation_count(), 0);
