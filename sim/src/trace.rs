@@ -96,32 +96,68 @@ pub fn describe(message: &dataplane_core::wire::Message) -> String {
         M::Call(call) => {
             let id = call.request_id;
             let what = match &call.request {
-                R::Register { path, source, operation, reservation, .. } => {
-                    let res = reservation.map(|r| format!(" reservation={r}")).unwrap_or_default();
+                R::Register {
+                    path,
+                    source,
+                    operation,
+                    reservation,
+                    ..
+                } => {
+                    let res = reservation
+                        .map(|r| format!(" reservation={r}"))
+                        .unwrap_or_default();
                     format!("Register {path} source={source} op={operation}{res}")
                 }
                 R::Resolve { path } => format!("Resolve {path}"),
                 R::Lookup { path } => format!("Lookup {path}"),
-                R::ReserveBlob { path, operation, owner } => {
+                R::ReserveBlob {
+                    path,
+                    operation,
+                    owner,
+                } => {
                     format!("ReserveBlob {path} op={operation} owner={owner}")
                 }
                 R::ReleaseBlobReservation { path, operation } => {
                     format!("ReleaseBlobReservation {path} op={operation}")
                 }
-                R::Unregister { path, expected_revision, operation } => {
-                    let exp = expected_revision.map(|r| format!(" expected={r}")).unwrap_or_default();
+                R::Unregister {
+                    path,
+                    expected_revision,
+                    operation,
+                } => {
+                    let exp = expected_revision
+                        .map(|r| format!(" expected={r}"))
+                        .unwrap_or_default();
                     format!("Unregister {path}{exp} op={operation}")
                 }
-                R::Rename { source, destination, replace, operation } => {
+                R::Rename {
+                    source,
+                    destination,
+                    replace,
+                    operation,
+                } => {
                     format!("Rename {source} -> {destination} replace={replace} op={operation}")
                 }
-                R::OpenStream { path, role, endpoint, replace, ensure, expected_revision, operation, .. } => {
-                    let exp = expected_revision.map(|r| format!(" expected={r}")).unwrap_or_default();
+                R::OpenStream {
+                    path,
+                    role,
+                    endpoint,
+                    replace,
+                    ensure,
+                    expected_revision,
+                    operation,
+                    ..
+                } => {
+                    let exp = expected_revision
+                        .map(|r| format!(" expected={r}"))
+                        .unwrap_or_default();
                     format!(
                         "OpenStream {path} {role:?} endpoint={endpoint} replace={replace} ensure={ensure}{exp} op={operation}"
                     )
                 }
-                R::CancelStream { path, operation } => format!("CancelStream {path} op={operation}"),
+                R::CancelStream { path, operation } => {
+                    format!("CancelStream {path} op={operation}")
+                }
                 R::CloseStream { path, incarnation } => format!("CloseStream {path} {incarnation}"),
             };
             format!("call {id} {what} reply_to={}", call.reply_to)
@@ -133,19 +169,30 @@ pub fn describe(message: &dataplane_core::wire::Message) -> String {
                     Err(e) => format!("Err({e})"),
                 },
                 B::StreamOpened(Ok(m)) => {
-                    format!("Ok(match {} source={} sink={})", m.incarnation, m.source, m.sink)
+                    format!(
+                        "Ok(match {} source={} sink={})",
+                        m.incarnation, m.source, m.sink
+                    )
                 }
                 other => match other.err() {
                     Some(e) => format!("Err({e})"),
                     None => format!("{other:?}"),
                 },
             };
-            format!("reply {} {:?} {} {body}", reply.request_id, reply.body.kind(), reply.epoch)
+            format!(
+                "reply {} {:?} {} {body}",
+                reply.request_id,
+                reply.body.kind(),
+                reply.epoch
+            )
         }
         M::Retire { .. } => "Retire".to_string(),
         M::SourceRetired { source } => format!("SourceRetired {source}"),
         M::Displaced { incarnation, .. } => format!("Displaced {incarnation}"),
-        M::StreamDisplaced { endpoint, incarnation } => {
+        M::StreamDisplaced {
+            endpoint,
+            incarnation,
+        } => {
             format!("StreamDisplaced {endpoint} {incarnation}")
         }
         M::AddressGone { scope, .. } => format!("AddressGone {scope:?}"),

@@ -287,15 +287,26 @@ impl World {
         while let Some(event) = self.queue.pop() {
             self.now = event.at;
             self.stats.events += 1;
-            self.trace.event(event.at, event.seq, &event.kind, |kind| match kind {
-                EventKind::Deliver(e) => {
-                    format!("deliver {} -> {}: {}", e.from, e.to, crate::trace::describe(&e.message))
-                }
-                EventKind::HostSend { envelope: e, .. } => {
-                    format!("send {} -> {}: {}", e.from, e.to, crate::trace::describe(&e.message))
-                }
-                other => format!("{other:?}"),
-            });
+            self.trace
+                .event(event.at, event.seq, &event.kind, |kind| match kind {
+                    EventKind::Deliver(e) => {
+                        format!(
+                            "deliver {} -> {}: {}",
+                            e.from,
+                            e.to,
+                            crate::trace::describe(&e.message)
+                        )
+                    }
+                    EventKind::HostSend { envelope: e, .. } => {
+                        format!(
+                            "send {} -> {}: {}",
+                            e.from,
+                            e.to,
+                            crate::trace::describe(&e.message)
+                        )
+                    }
+                    other => format!("{other:?}"),
+                });
             if self.stats.events > EVENT_BUDGET {
                 self.checker
                     .fail(self.now, "event budget exhausted (runaway run)".into());

@@ -81,11 +81,24 @@ impl Directory {
             (None, None) => {}
         }
         let revision = self.allocate_revision()?;
-        let retire = self.live_source(&path).filter(|old| *old != source);
         let owner = match &recovery {
             SourceRecovery::Actor { owner, .. } => *owner,
             SourceRecovery::File { .. } => None,
         };
+        let binding = BlobBinding {
+            source,
+            source_node,
+            owner,
+            length,
+            revision,
+        };
+        // One search both installs the new runtime source and yields the one to retire.
+        let previous = self
+            .sources
+            .insert(path.clone(), SourceState::Available(binding));
+        let retire = self
+            .retirable(previous.as_ref())
+            .filter(|old| *old != source);
         let mutation = Mutation::Register {
             path: path.clone(),
             length,
@@ -101,15 +114,6 @@ impl Directory {
             },
             out,
         );
-        let binding = BlobBinding {
-            source,
-            source_node,
-            owner,
-            length,
-            revision,
-        };
-        self.sources
-            .insert(path.clone(), SourceState::Available(binding));
         if let Some(old) = retire {
             self.queue_retirement(old, out);
         }
@@ -151,7 +155,8 @@ impl Directory {
             return Err(self.reject(operation, key, RejectionKind::PathReplaced, &path, out));
         }
         let revision = self.allocate_revision()?;
-        let retire = self.live_source(&path);
+        let previous = self.sources.remove(&path);
+        let retire = self.retirable(previous.as_ref());
         let mutation = Mutation::Unregister {
             path: path.clone(),
             expected_revision,
@@ -165,7 +170,6 @@ impl Directory {
             },
             out,
         );
-        self.sources.remove(&path);
         if let Some(old) = retire {
             self.queue_retirement(old, out);
         }
@@ -356,7 +360,12 @@ impl Directory {
     /// source whose node incarnation was reported gone needs no retirement (its obligation
     /// would be complete the moment it was created).
     pub(super) fn live_source(&self, path: &DataPath) -> Option<Address> {
-        match self.sources.get(path) {
+        self.retirable(self.sources.get(path))
+    }
+
+    /// The source of a runtime source state that a replacement must retire (see `live_source`).
+    pub(super) fn retirable(&self, state: Option<&SourceState>) -> Option<Address> {
+        match state {
             Some(SourceState::Available(binding)) if !self.durable.is_gone(&binding.source) => {
                 Some(binding.source)
             }

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use super::pathmap::PathMap;
 use crate::ids::{Address, AuthorityEpoch, NodeId, OperationId, Revision, StreamIncarnation};
 use crate::log::{
     Entry, LogRecord, Mutation, OperationRecord, Outcome, RequestKey, Reservation, SnapshotRecord,
@@ -65,7 +66,7 @@ fn require(condition: bool, what: &'static str) -> Result<(), ApplyError> {
 pub struct DurableState {
     epoch: AuthorityEpoch,
     next_revision: Revision,
-    entries: BTreeMap<DataPath, Entry>,
+    entries: PathMap<Entry>,
     operations: BTreeMap<OperationId, OperationRecord>,
     reservations: BTreeMap<DataPath, Reservation>,
     obligations: BTreeMap<ObligationKey, Slot>,
@@ -79,7 +80,7 @@ impl Default for DurableState {
         DurableState {
             epoch: AuthorityEpoch::NONE,
             next_revision: Revision(1),
-            entries: BTreeMap::new(),
+            entries: PathMap::new(),
             operations: BTreeMap::new(),
             reservations: BTreeMap::new(),
             obligations: BTreeMap::new(),
@@ -320,6 +321,17 @@ impl DurableState {
 
     /// Applies one record, or refuses it (changing nothing) if it does not fit the state.
     pub fn apply(&mut self, record: &LogRecord) -> Result<(), ApplyError> {
+        self.apply_inner(record, true)
+    }
+
+    /// Applies a record the live directory just built from this very state. The searches that
+    /// re-validate a mutation against the namespace are skipped in release builds (they are
+    /// the directory's own checks, repeated); debug builds and recovery always run them.
+    pub(crate) fn apply_own(&mut self, record: &LogRecord) -> Result<(), ApplyError> {
+        self.apply_inner(record, cfg!(debug_assertions))
+    }
+
+    fn apply_inner(&mut self, record: &LogRecord, validate: bool) -> Result<(), ApplyError> {
         match record {
             LogRecord::EpochAdvanced { epoch } => {
                 require(*epoch > self.epoch, "epoch does not advance")?;
@@ -333,11 +345,13 @@ impl DurableState {
             } => {
                 require(*revision == self.next_revision, "revision out of sequence")?;
                 require(revision.0 < u64::MAX, "revision space exhausted")?;
-                require(
-                    !self.operations.contains_key(operation),
-                    "operation id reused",
-                )?;
-                self.check_mutation(mutation)?;
+                if validate {
+                    require(
+                        !self.operations.contains_key(operation),
+                        "operation id reused",
+                    )?;
+                    self.check_mutation(mutation)?;
+                }
                 self.apply_mutation(mutation, *revision);
                 if let Some(source) = retire {
                     let key = ObligationKey::Retire(*source);
@@ -554,7 +568,7 @@ impl DurableState {
             epoch: self.epoch,
             next_revision: self.next_revision,
         }));
-        for (path, entry) in &self.entries {
+        for (path, entry) in self.entries.iter() {
             records.push(snap(SnapshotRecord::Entry {
                 path: path.clone(),
                 entry: entry.clone(),
@@ -610,7 +624,7 @@ impl DurableState {
         if self.next_revision.0 == 0 {
             return Err("next revision is 0".into());
         }
-        for (path, entry) in &self.entries {
+        for (path, entry) in self.entries.iter() {
             let r = entry.revision();
             if r.0 == 0 || r >= self.next_revision {
                 return Err(format!(

@@ -23,6 +23,7 @@
 mod blobs;
 mod durable;
 mod obligations;
+mod pathmap;
 mod recovery;
 mod streams;
 
@@ -30,6 +31,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 pub use durable::{ApplyError, DurableState, ObligationKey};
+pub use pathmap::PathMap;
 pub use recovery::{ActorSources, RecoveredSource, RecoveryError, SourceRecoveryHook};
 pub use streams::{Active, Fence, OpenRequest, Pending, Rendezvous};
 
@@ -43,6 +45,7 @@ use crate::wire::{
     BlobBinding, DirectoryCall, DirectoryReply, DirectoryRequest, GoneScope, Message, ReplyBody,
 };
 use obligations::Engine;
+use pathmap::PathMap as Paths;
 
 /// How a directory is set up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,7 +100,7 @@ impl std::error::Error for InputError {}
 pub struct Directory {
     config: DirectoryConfig,
     durable: DurableState,
-    sources: BTreeMap<DataPath, SourceState>,
+    sources: Paths<SourceState>,
     streams: BTreeMap<DataPath, Rendezvous>,
     fences: BTreeMap<DataPath, Fence>,
     engine: Engine,
@@ -270,7 +273,7 @@ impl Directory {
 
     /// Applies `record` to the durable state and emits it as a `Persist` barrier.
     fn commit(&mut self, record: LogRecord, out: &mut Outbox) {
-        if let Err(error) = self.durable.apply(&record) {
+        if let Err(error) = self.durable.apply_own(&record) {
             // The directory only builds records that fit its state; a refusal is a bug here.
             panic!("directory built an inconsistent record {record:?}: {error}");
         }
