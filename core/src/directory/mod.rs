@@ -402,17 +402,22 @@ impl Directory {
         if self.durable.epoch() == AuthorityEpoch::NONE {
             return Err("serving with epoch 0".into());
         }
-        for (path, entry) in self.durable.entries() {
-            let is_blob = matches!(entry, crate::log::Entry::Blob { .. });
-            if is_blob != self.sources.contains_key(path) {
-                return Err(format!("{path}: runtime source and blob binding disagree"));
+        // Both maps iterate in the same (hash, path) order, so the blob bindings and the runtime
+        // sources can be compared in one lockstep walk.
+        let blobs = self
+            .durable
+            .entries()
+            .filter(|(_, entry)| matches!(entry, crate::log::Entry::Blob { .. }))
+            .map(|(path, _)| path);
+        let mut sources = self.sources.keys();
+        for path in blobs {
+            if sources.next() != Some(path) {
+                return Err(format!(
+                    "{path}: runtime sources and blob bindings disagree"
+                ));
             }
         }
-        if let Some(path) = self
-            .sources
-            .keys()
-            .find(|p| self.durable.entry(p).is_none())
-        {
+        if let Some(path) = sources.next() {
             return Err(format!("{path}: runtime source without a binding"));
         }
         for (path, rendezvous) in &self.streams {

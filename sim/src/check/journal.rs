@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, VecDeque};
 pub struct JMap<K: Ord + Clone, V: Clone> {
     map: BTreeMap<K, V>,
     undo: VecDeque<(u64, K, Option<V>)>,
+    writes: u64,
 }
 
 impl<K: Ord + Clone, V: Clone> Default for JMap<K, V> {
@@ -19,6 +20,7 @@ impl<K: Ord + Clone, V: Clone> Default for JMap<K, V> {
         JMap {
             map: BTreeMap::new(),
             undo: VecDeque::new(),
+            writes: 0,
         }
     }
 }
@@ -28,6 +30,12 @@ impl<K: Ord + Clone, V: Clone> JMap<K, V> {
     pub fn insert(&mut self, step: u64, key: K, value: V) {
         let old = self.map.insert(key.clone(), value);
         self.undo.push_back((step, key, old));
+        self.writes += 1;
+    }
+
+    /// How many changes were ever made (a cheap "did anything change" probe).
+    pub fn writes(&self) -> u64 {
+        self.writes
     }
 
     /// Removes under `step`.
@@ -35,6 +43,7 @@ impl<K: Ord + Clone, V: Clone> JMap<K, V> {
         let old = self.map.remove(key);
         if old.is_some() {
             self.undo.push_back((step, key.clone(), old.clone()));
+            self.writes += 1;
         }
         old
     }

@@ -172,6 +172,17 @@ impl Model {
         &self.sources
     }
 
+    /// How many durable changes the model ever made.
+    pub fn durable_writes(&self) -> u64 {
+        self.counters.writes()
+            + self.entries.writes()
+            + self.ops.writes()
+            + self.reservations.writes()
+            + self.retirements.writes()
+            + self.displacements.writes()
+            + self.floors.writes()
+    }
+
     /// Takes the expectations of the current step.
     pub fn take_expectations(&mut self) -> Vec<Expect> {
         std::mem::take(&mut self.out)
@@ -808,6 +819,7 @@ impl Model {
                     for e in &endpoints {
                         self.displace(*e, incarnation, Some(path.clone()));
                     }
+                    self.notes.push("stream.fence_begun");
                     self.fences.insert(
                         path,
                         MFence {
@@ -999,6 +1011,7 @@ impl Model {
             .collect();
         for path in ready {
             if let Some(fence) = self.fences.remove(&path) {
+                self.notes.push("stream.fence_resolved");
                 for open in fence.held {
                     self.open(open);
                 }
