@@ -14,11 +14,12 @@
 use core::fmt;
 use serde::{Deserialize, Serialize};
 
-use crate::error::NamespaceError;
+use crate::error::{Limit, NamespaceError};
 use crate::ids::{Address, AuthorityEpoch, NodeId, OperationId, Revision, StreamIncarnation};
 use crate::limits::LOG_RECORD_BYTES_MAX;
 use crate::path::DataPath;
 use crate::wire::{EncodeError, SourceRecovery};
+use crate::wire::{EntryKind, StreamRole};
 
 /// Bytes of framing before each record body.
 pub const FRAME_HEADER_BYTES: usize = 8;
@@ -64,7 +65,8 @@ pub enum RequestKey {
     },
 }
 
-/// The kinds of rejection that are sticky (persisted under the operation id).
+/// The kinds of rejection, all sticky (persisted under the operation id): once a caller has
+/// been told an operation was refused, that operation id never takes effect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum RejectionKind {
     /// Nothing bound.
@@ -75,6 +77,17 @@ pub enum RejectionKind {
     StreamActive,
     /// Replaced, reservation vanished, or cancelled.
     PathReplaced,
+    /// The path holds the other kind of entry (or, for Unregister, a live rendezvous).
+    WrongEntryType {
+        /// The kind the request needed.
+        expected: EntryKind,
+        /// The kind that was there.
+        found: EntryKind,
+    },
+    /// A rendezvous already held the role.
+    DuplicateStreamRole(StreamRole),
+    /// A named limit was reached.
+    LimitReached(Limit),
 }
 
 /// A sticky rejection: the error an operation id answers forever.
@@ -95,6 +108,15 @@ impl Rejection {
             RejectionKind::PathExists => NamespaceError::PathExists(path),
             RejectionKind::StreamActive => NamespaceError::StreamActive(path),
             RejectionKind::PathReplaced => NamespaceError::PathReplaced(path),
+            RejectionKind::WrongEntryType { expected, found } => NamespaceError::WrongEntryType {
+                path,
+                expected,
+                found,
+            },
+            RejectionKind::DuplicateStreamRole(role) => {
+                NamespaceError::DuplicateStreamRole { path, role }
+            }
+            RejectionKind::LimitReached(limit) => NamespaceError::LimitReached(limit),
         }
     }
 }

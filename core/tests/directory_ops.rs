@@ -231,6 +231,11 @@ fn rejected(operation: u128, key: RequestKey, kind: RejectionKind, p: &str) -> E
     })
 }
 
+/// The sticky refusal of an open (key `BindStream{p}`).
+fn refused(operation: u128, p: &str, kind: RejectionKind) -> Effect {
+    rejected(operation, bind_key(p), kind, p)
+}
+
 fn displacement_queued(
     endpoint: Address,
     incarnation: StreamIncarnation,
@@ -1033,7 +1038,7 @@ fn reserve_blob_reusing_an_op_is_an_operation_conflict() {
 }
 
 #[test]
-fn reserve_blob_beyond_the_limit_is_limit_reached_and_not_sticky() {
+fn reserve_blob_beyond_the_limit_is_sticky_limit_reached() {
     let mut d = Dir::new();
     // Fill the table without the harness's per-step invariant check (O(state) each).
     for i in 0..RESERVATIONS_MAX {
@@ -1060,21 +1065,39 @@ fn reserve_blob_beyond_the_limit_is_limit_reached_and_not_sticky() {
     let (id, effects) = d.call_raw(reserve_req("/full", 1, CLIENT));
     assert_eq!(
         effects,
-        vec![reply(
-            &d,
-            CLIENT,
-            id,
-            ReplyBody::BlobReserved(Err(NamespaceError::LimitReached(Limit::Reservations)))
-        )]
+        vec![
+            rejected(
+                1,
+                RequestKey::Reserve {
+                    path: path("/full")
+                },
+                RejectionKind::LimitReached(Limit::Reservations),
+                "/full"
+            ),
+            reply(
+                &d,
+                CLIENT,
+                id,
+                ReplyBody::BlobReserved(Err(NamespaceError::LimitReached(Limit::Reservations)))
+            )
+        ]
     );
-    assert_eq!(d.dir.durable(), &before);
-    // Not sticky: once one is released the same id succeeds.
+    assert_eq!(
+        d.dir.durable().reservation_count(),
+        before.reservation_count()
+    );
+    // Sticky: even once one is released the same id keeps answering LimitReached, and a fresh
+    // id succeeds.
     assert_eq!(
         d.call(release_req("/r/0", 1_000_000)),
         ReplyBody::BlobReservationReleased(Ok(()))
     );
     assert_eq!(
         d.call(reserve_req("/full", 1, CLIENT)),
+        ReplyBody::BlobReserved(Err(NamespaceError::LimitReached(Limit::Reservations)))
+    );
+    assert_eq!(
+        d.call(reserve_req("/full", 2, CLIENT)),
         ReplyBody::BlobReserved(Ok(()))
     );
     assert_eq!(d.dir.durable().reservation_count(), RESERVATIONS_MAX);
@@ -1296,30 +1319,41 @@ fn unregister_replay_returns_the_same_receipt() {
 }
 
 #[test]
-fn unregister_of_a_live_stream_is_wrong_entry_type_and_not_sticky() {
+fn unregister_of_a_live_stream_is_sticky_wrong_entry_type() {
     let mut d = Dir::new();
     let _ = d.call_raw(ensure_open("/s", Source, E_SRC, 1));
-    let before = state(&d);
     let (id, effects) = d.call_raw(unregister_req("/s", 5));
+    let key = RequestKey::Unregister {
+        path: path("/s"),
+        expected_revision: None,
+    };
+    let live = RejectionKind::WrongEntryType {
+        expected: EntryKind::Blob,
+        found: EntryKind::Stream,
+    };
     assert_eq!(
         effects,
-        vec![reply(
-            &d,
-            CLIENT,
-            id,
-            ReplyBody::Unregistered(Err(stream_is_not_blob("/s")))
-        )]
+        vec![
+            rejected(5, key, live, "/s"),
+            reply(
+                &d,
+                CLIENT,
+                id,
+                ReplyBody::Unregistered(Err(stream_is_not_blob("/s")))
+            )
+        ]
     );
-    assert_eq!(state(&d), before);
-    // Active: the same.
+    // Sticky (unlike the reference): once the rendezvous ends, a late copy of the same
+    // Unregister still answers WrongEntryType and deletes nothing; a fresh id succeeds.
     let _ = d.call_raw(ensure_open("/s", Sink, E_SNK, 2));
+    d.call(close_req("/s", inc(1, 1)));
+    let before = state(&d);
     assert_eq!(
         d.unregister("/s", 5),
         ReplyBody::Unregistered(Err(stream_is_not_blob("/s")))
     );
-    // Once the rendezvous ends the same id succeeds.
-    d.call(close_req("/s", inc(1, 1)));
-    assert_eq!(d.unregister("/s", 5), ReplyBody::Unregistered(receipt(2)));
+    assert_eq!(state(&d), before);
+    assert_eq!(d.unregister("/s", 6), ReplyBody::Unregistered(receipt(2)));
 }
 
 #[test]
@@ -1892,43 +1926,80 @@ fn open_retry_after_a_restart_is_stale_incarnation() {
 }
 
 #[test]
-fn non_ensure_open_of_a_blob_or_nothing_is_wrong_entry_type_or_path_not_found() {
+fn non_ensure_open_of_a_blob_or_nothing_is_sticky_wrong_entry_type_or_path_not_found() {
     let mut d = Dir::new();
     d.register("/b", S1, 1);
-    let before = state(&d);
+    let wrong = RejectionKind::WrongEntryType {
+        expected: EntryKind::Stream,
+        found: EntryKind::Blob,
+    };
     let (id, effects) = d.call_raw(expect_open("/b", Source, E_SRC, 2, Some(1)));
-    assert_eq!(effects, vec![opened(&d, id, Err(blob_is_not_stream("/b")))]);
+    assert_eq!(
+        effects,
+        vec![
+            refused(2, "/b", wrong),
+            opened(&d, id, Err(blob_is_not_stream("/b")))
+        ]
+    );
+    let (id, effects) = d.call_raw(expect_open("/x", Source, E_SRC, 3, Some(1)));
+    assert_eq!(
+        effects,
+        vec![
+            refused(3, "/x", RejectionKind::PathNotFound),
+            opened(&d, id, Err(path_not_found("/x")))
+        ]
+    );
+    // Sticky: once /x is a stream node at revision 1... it never will be for op 3.
+    let _ = d.call_raw(ensure_open("/x", Source, E_NEW, 4));
     let (id, effects) = d.call_raw(expect_open("/x", Source, E_SRC, 3, Some(1)));
     assert_eq!(effects, vec![opened(&d, id, Err(path_not_found("/x")))]);
-    // Neither is sticky: nothing was persisted.
-    assert_eq!(state(&d), before);
-    assert!(d.dir.durable().operation(op(2)).is_none());
-    assert!(d.dir.durable().operation(op(3)).is_none());
+    assert!(d.dir.rendezvous(&path("/b")).is_none());
 }
 
 #[test]
-fn ensure_open_without_replace_of_a_blob_is_wrong_entry_type() {
+fn ensure_open_without_replace_of_a_blob_is_sticky_wrong_entry_type() {
     let mut d = Dir::new();
     d.register("/b", S1, 1);
-    let before = state(&d);
+    let wrong = RejectionKind::WrongEntryType {
+        expected: EntryKind::Stream,
+        found: EntryKind::Blob,
+    };
+    let (id, effects) = d.call_raw(ensure_open("/b", Source, E_SRC, 2));
+    assert_eq!(
+        effects,
+        vec![
+            refused(2, "/b", wrong),
+            opened(&d, id, Err(blob_is_not_stream("/b")))
+        ]
+    );
+    // Even after the blob is gone, op 2 never binds.
+    d.unregister("/b", 3);
     let (id, effects) = d.call_raw(ensure_open("/b", Source, E_SRC, 2));
     assert_eq!(effects, vec![opened(&d, id, Err(blob_is_not_stream("/b")))]);
-    assert_eq!(state(&d), before);
+    assert!(d.dir.rendezvous(&path("/b")).is_none());
 }
 
 #[test]
-fn non_ensure_open_with_an_outdated_expected_revision_is_path_replaced() {
+fn non_ensure_open_with_an_outdated_expected_revision_is_sticky_path_replaced() {
     let mut d = Dir::new();
     let r = make_stream_node(&mut d, "/s", 1);
-    let before = state(&d);
-    for expected in [Some(r + 5), Some(r + 100), None] {
-        let (id, effects) = d.call_raw(expect_open("/s", Source, E_SRC, 2, expected));
-        assert_eq!(effects, vec![opened(&d, id, Err(path_replaced("/s")))]);
+    for (operation, expected) in [(2, Some(r + 5)), (3, Some(r + 100)), (4, None)] {
+        let (id, effects) = d.call_raw(expect_open("/s", Source, E_SRC, operation, expected));
+        assert_eq!(
+            effects,
+            vec![
+                refused(operation, "/s", RejectionKind::PathReplaced),
+                opened(&d, id, Err(path_replaced("/s")))
+            ]
+        );
     }
-    assert_eq!(state(&d), before);
-    // The current revision binds, remembering where it was opened from.
-    let (_, effects) = d.call_raw(expect_open("/s", Source, E_SRC, 2, Some(r)));
-    assert_eq!(effects, vec![bind_commit(2, r + 1, "/s", None)]);
+    assert!(d.dir.rendezvous(&path("/s")).is_none());
+    // A refused id stays refused even with the current revision; a fresh id binds, remembering
+    // where it was opened from.
+    let (id, effects) = d.call_raw(expect_open("/s", Source, E_SRC, 2, Some(r)));
+    assert_eq!(effects, vec![opened(&d, id, Err(path_replaced("/s")))]);
+    let (_, effects) = d.call_raw(expect_open("/s", Source, E_SRC, 5, Some(r)));
+    assert_eq!(effects, vec![bind_commit(5, r + 1, "/s", None)]);
 }
 
 #[test]
@@ -1936,13 +2007,23 @@ fn the_opened_from_exception_needs_a_named_revision() {
     let mut d = Dir::new();
     // An ensure open leaves a pending with no opened-from revision.
     let _ = d.call_raw(ensure_open("/s", Source, E_SRC, 1));
-    let before = state(&d);
     let (id, effects) = d.call_raw(expect_open("/s", Sink, E_SNK, 2, None));
-    assert_eq!(effects, vec![opened(&d, id, Err(path_replaced("/s")))]);
-    assert_eq!(state(&d), before);
+    assert_eq!(
+        effects,
+        vec![
+            refused(2, "/s", RejectionKind::PathReplaced),
+            opened(&d, id, Err(path_replaced("/s")))
+        ]
+    );
     // With a named stale revision that no pending was opened from: refused as well.
     let (id, effects) = d.call_raw(expect_open("/s", Sink, E_SNK, 3, Some(7)));
-    assert_eq!(effects, vec![opened(&d, id, Err(path_replaced("/s")))]);
+    assert_eq!(
+        effects,
+        vec![
+            refused(3, "/s", RejectionKind::PathReplaced),
+            opened(&d, id, Err(path_replaced("/s")))
+        ]
+    );
     // The current revision joins.
     let (id, effects) = d.call_raw(expect_open("/s", Sink, E_SNK, 4, Some(1)));
     assert_eq!(
@@ -1956,23 +2037,21 @@ fn the_opened_from_exception_needs_a_named_revision() {
 }
 
 #[test]
-fn a_second_opener_of_the_same_role_is_duplicate_stream_role() {
+fn a_second_opener_of_the_same_role_is_sticky_duplicate_stream_role() {
     let mut d = Dir::new();
     let (first, _) = d.call_raw(ensure_open("/s", Source, E_SRC, 1));
-    let before = state(&d);
     let (id, effects) = d.call_raw(ensure_open("/s", Source, E_NEW, 5));
+    let duplicate = |role| NamespaceError::DuplicateStreamRole {
+        path: path("/s"),
+        role,
+    };
     assert_eq!(
         effects,
-        vec![opened(
-            &d,
-            id,
-            Err(NamespaceError::DuplicateStreamRole {
-                path: path("/s"),
-                role: Source,
-            })
-        )]
+        vec![
+            refused(5, "/s", RejectionKind::DuplicateStreamRole(Source)),
+            opened(&d, id, Err(duplicate(Source)))
+        ]
     );
-    assert_eq!(state(&d), before);
     // The waiter is unaffected and matches normally.
     let (sink, effects) = d.call_raw(ensure_open("/s", Sink, E_SNK, 2));
     let m = stream_match(inc(1, 1), E_SRC, E_SNK);
@@ -1985,22 +2064,21 @@ fn a_second_opener_of_the_same_role_is_duplicate_stream_role() {
         ]
     );
     // An active rendezvous refuses a third opener of either role without replace.
-    let before = state(&d);
     for (role, operation) in [(Sink, 6), (Source, 7)] {
         let (id, effects) = d.call_raw(ensure_open("/s", role, E_NEW, operation));
         assert_eq!(
             effects,
-            vec![opened(
-                &d,
-                id,
-                Err(NamespaceError::DuplicateStreamRole {
-                    path: path("/s"),
-                    role,
-                })
-            )]
+            vec![
+                refused(operation, "/s", RejectionKind::DuplicateStreamRole(role)),
+                opened(&d, id, Err(duplicate(role)))
+            ]
         );
     }
-    assert_eq!(state(&d), before);
+    // Once the stream is closed, a late copy of op 5 still cannot take the Source role.
+    d.call(close_req("/s", inc(1, 1)));
+    let (id, effects) = d.call_raw(ensure_open("/s", Source, E_NEW, 5));
+    assert_eq!(effects, vec![opened(&d, id, Err(duplicate(Source)))]);
+    assert!(d.dir.rendezvous(&path("/s")).is_none());
 }
 
 #[test]
@@ -2188,17 +2266,23 @@ fn a_full_fence_answers_limit_reached() {
         d.dir.fence(&path("/s")).unwrap().held.len(),
         FENCE_HELD_OPENS_MAX
     );
-    let before = state(&d);
     let (id, effects) = d.call_raw(ensure_open("/s", Sink, E_NEW_SNK, 999));
+    let full = RejectionKind::LimitReached(Limit::FenceHeldOpens);
     assert_eq!(
         effects,
-        vec![opened(
-            &d,
-            id,
-            Err(NamespaceError::LimitReached(Limit::FenceHeldOpens))
-        )]
+        vec![
+            refused(999, "/s", full),
+            opened(
+                &d,
+                id,
+                Err(NamespaceError::LimitReached(Limit::FenceHeldOpens))
+            )
+        ]
     );
-    assert_eq!(state(&d), before);
+    assert_eq!(
+        d.dir.fence(&path("/s")).unwrap().held.len(),
+        FENCE_HELD_OPENS_MAX
+    );
     // A retry of an open already held replaces it in place: no limit.
     let effects = call_from(
         &mut d,
@@ -2241,6 +2325,7 @@ fn the_fence_resolves_after_both_acks_and_reruns_held_opens_in_order() {
             joined(4, "/s", 2),
             opened(&d, replace_id, Ok(m2.clone())),
             opened(&d, held_sink, Ok(m2)),
+            refused(5, "/s", RejectionKind::DuplicateStreamRole(Sink)),
             opened(
                 &d,
                 late_sink,

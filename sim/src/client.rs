@@ -106,7 +106,7 @@ pub enum State {
         /// Request ids of every attempt (a reply to any of them counts).
         attempts: Vec<RequestId>,
     },
-    /// Holding a matched stream until `until`.
+    /// Holding a matched stream until the hold time passes.
     Holding {
         /// The stream path.
         path: DataPath,
@@ -114,6 +114,8 @@ pub enum State {
         incarnation: StreamIncarnation,
         /// Our endpoint.
         endpoint: Address,
+        /// Our side.
+        role: StreamRole,
     },
 }
 
@@ -148,6 +150,7 @@ pub struct Client {
     history: VecDeque<DirectoryRequest>,
     observed: Vec<(DataPath, Revision)>,
     quiescing: bool,
+    reconnect: Option<(DataPath, StreamRole, Revision)>,
     /// Wake-ups are valid only for the current generation.
     pub wake_generation: u64,
 }
@@ -201,6 +204,7 @@ impl Client {
             history: VecDeque::new(),
             observed: Vec::new(),
             quiescing: false,
+            reconnect: None,
             wake_generation: 0,
         }
     }
@@ -281,7 +285,11 @@ impl Client {
                 path,
                 incarnation,
                 endpoint,
+                role,
             } => {
+                if !self.quiescing && io.rng.chance(0.5) {
+                    self.reconnect = Some((path.clone(), *role, incarnation.revision));
+                }
                 let close = DirectoryRequest::CloseStream {
                     path: path.clone(),
                     incarnation: *incarnation,
@@ -408,7 +416,7 @@ impl Client {
                 return;
             }
             (Plan::Open { endpoint, .. }, ReplyBody::StreamOpened(result)) => {
-                let DirectoryRequest::OpenStream { path, .. } = &request else {
+                let DirectoryRequest::OpenStream { path, role, .. } = &request else {
                     return;
                 };
                 match result {
@@ -418,6 +426,7 @@ impl Client {
                             path: path.clone(),
                             incarnation: matched.incarnation,
                             endpoint: *endpoint,
+                            role: *role,
                         };
                         let hold = if self.quiescing {
                             Duration::ZERO
@@ -469,7 +478,45 @@ impl Client {
         }
     }
 
+    fn open(
+        &mut self,
+        io: &mut Io<'_>,
+        path: DataPath,
+        role: StreamRole,
+        ensure: bool,
+        expected_revision: Option<Revision>,
+        replace: bool,
+    ) {
+        let endpoint = io.spawn(self.address);
+        io.actions.push(Action::SpawnEndpoint(endpoint));
+        let request = DirectoryRequest::OpenStream {
+            path,
+            role,
+            descriptor: Descriptor::new(endpoint.actor.to_le_bytes().to_vec())
+                .expect("8 bytes fit"),
+            endpoint,
+            replace,
+            ensure,
+            expected_revision,
+            operation: self.fresh_op(),
+        };
+        let give_up_at = io.now.saturating_add(io.options.open_wait);
+        self.send(
+            io,
+            Plan::Open {
+                endpoint,
+                give_up_at,
+            },
+            request,
+        );
+    }
+
     fn start(&mut self, io: &mut Io<'_>) {
+        if let Some((path, role, revision)) = self.reconnect.take() {
+            // Reconnect: open the same side again on the node revision just used, as a peer
+            // that lost its stream would (both sides usually do, and rendezvous again).
+            return self.open(io, path, role, false, Some(revision), false);
+        }
         let kind = OpKind::ALL[io.rng.weighted(&io.options.weights)];
         let path = io.rng.pick(io.paths).clone();
         match kind {
@@ -560,8 +607,6 @@ impl Client {
                 self.send(io, Plan::Reserve { then_register }, request);
             }
             OpKind::OpenStream => {
-                let endpoint = io.spawn(self.address);
-                io.actions.push(Action::SpawnEndpoint(endpoint));
                 let role = if io.rng.chance(0.5) {
                     StreamRole::Source
                 } else {
@@ -577,26 +622,8 @@ impl Client {
                         .map(|(_, r)| *r)
                         .or_else(|| Some(Revision(io.rng.range(1, 8))))
                 };
-                let request = DirectoryRequest::OpenStream {
-                    path,
-                    role,
-                    descriptor: Descriptor::new(endpoint.actor.to_le_bytes().to_vec())
-                        .expect("8 bytes fit"),
-                    endpoint,
-                    replace: io.rng.chance(0.25),
-                    ensure,
-                    expected_revision,
-                    operation: self.fresh_op(),
-                };
-                let give_up_at = io.now.saturating_add(io.options.open_wait);
-                self.send(
-                    io,
-                    Plan::Open {
-                        endpoint,
-                        give_up_at,
-                    },
-                    request,
-                );
+                let replace = io.rng.chance(0.25);
+                self.open(io, path, role, ensure, expected_revision, replace);
             }
             OpKind::Replay | OpKind::Conflict if !self.history.is_empty() => {
                 let index = io.rng.below(self.history.len() as u64) as usize;

@@ -40,6 +40,36 @@ pub struct RunReport {
     pub trace: Option<Vec<String>>,
 }
 
+/// Runs seed `seed` to the end; a panic anywhere in the run (a core assertion, a simulator
+/// bug) becomes the seed's failure instead of taking the process down.
+pub fn run_seed_guarded(seed: u64, keep_trace: bool) -> RunReport {
+    let started = WallInstant::now();
+    match std::panic::catch_unwind(|| run_seed(seed, keep_trace)) {
+        Ok(report) => report,
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_owned());
+            RunReport {
+                seed,
+                outcome: Outcome {
+                    failure: Some(format!("panicked: {message}")),
+                    events: 0,
+                    sim_time: dataplane_core::time::Duration::ZERO,
+                    trace_hash: 0,
+                },
+                wall: started.elapsed(),
+                stats: Stats::default(),
+                coverage: check::Coverage::default(),
+                options: Options::draw(seed).describe(),
+                trace: None,
+            }
+        }
+    }
+}
+
 /// Runs seed `seed` to the end.
 pub fn run_seed(seed: u64, keep_trace: bool) -> RunReport {
     let options = Options::draw(seed);

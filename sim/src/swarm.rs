@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration as WallDuration, Instant as WallInstant};
 
 use crate::check::{Coverage, EXPECTED_COVERAGE};
-use crate::{RunReport, run_seed};
+use crate::{RunReport, run_seed_guarded};
 
 /// What to run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,10 +98,10 @@ impl SwarmReport {
 }
 
 fn check_one(seed: u64, determinism: bool) -> (RunReport, Option<String>) {
-    let report = run_seed(seed, false);
+    let report = run_seed_guarded(seed, false);
     let mut failure = report.outcome.failure.clone();
     if failure.is_none() && determinism {
-        let again = run_seed(seed, false);
+        let again = run_seed_guarded(seed, false);
         if again.outcome != report.outcome {
             failure = Some(format!(
                 "nondeterministic: trace {:016x} then {:016x} (events {} then {})",

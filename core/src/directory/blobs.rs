@@ -138,12 +138,13 @@ impl Directory {
             return receipt(stored);
         }
         if self.streams.contains_key(&path) {
-            // Not sticky: the rendezvous may end and the same id succeed later.
-            return Err(NamespaceError::WrongEntryType {
-                path,
+            // Sticky, unlike the reference: the caller was told "a stream lives here", so a
+            // late copy of this Unregister must never delete the path once the stream ends.
+            let live = RejectionKind::WrongEntryType {
                 expected: EntryKind::Blob,
                 found: EntryKind::Stream,
-            });
+            };
+            return Err(self.reject(operation, key, live, &path, out));
         }
         if self.durable.reservation(&path).is_some() {
             return Err(self.reject(operation, key, RejectionKind::PathExists, &path, out));
@@ -316,7 +317,8 @@ impl Directory {
             return Err(self.reject(operation, key, RejectionKind::PathExists, &path, out));
         }
         if self.durable.reservation_count() >= RESERVATIONS_MAX {
-            return Err(NamespaceError::LimitReached(Limit::Reservations));
+            let full = RejectionKind::LimitReached(Limit::Reservations);
+            return Err(self.reject(operation, key, full, &path, out));
         }
         self.commit(
             LogRecord::Reserved {

@@ -23,7 +23,7 @@ use crate::effect::Outbox;
 use crate::error::{Limit, NamespaceError};
 use crate::ids::{Address, OperationId, RequestId, Revision, StreamIncarnation};
 use crate::limits::FENCE_HELD_OPENS_MAX;
-use crate::log::{Entry, LogRecord, Mutation, Outcome, RejectionKind, RequestKey};
+use crate::log::{Entry, LogRecord, Mutation, Outcome, Rejection, RejectionKind, RequestKey};
 use crate::path::DataPath;
 use crate::wire::{
     Descriptor, DirectoryReply, EntryKind, GoneScope, Message, ReplyBody, StreamMatch, StreamRole,
@@ -210,11 +210,12 @@ impl Directory {
             _ => {}
         }
         // 5. Expected revision (non-ensure opens only).
+        // From here on the operation id is unknown, so every refusal is persisted: a caller
+        // told "refused" must be able to rely on a late copy of its open never binding.
         if !request.ensure {
             let refusal = match self.durable.entry(&path) {
-                None => Some(NamespaceError::PathNotFound(path.clone())),
-                Some(Entry::Blob { .. }) => Some(NamespaceError::WrongEntryType {
-                    path: path.clone(),
+                None => Some(RejectionKind::PathNotFound),
+                Some(Entry::Blob { .. }) => Some(RejectionKind::WrongEntryType {
                     expected: EntryKind::Stream,
                     found: EntryKind::Blob,
                 }),
@@ -229,11 +230,11 @@ impl Directory {
                                 if p.opened_from == request.expected_revision
                         );
                     (request.expected_revision != Some(*revision) && !joins_pending)
-                        .then(|| NamespaceError::PathReplaced(path.clone()))
+                        .then_some(RejectionKind::PathReplaced)
                 }
             };
-            if let Some(error) = refusal {
-                self.answer_open(&request, Err(error), out);
+            if let Some(kind) = refusal {
+                self.refuse_open(&request, kind, out);
                 return;
             }
         }
@@ -262,36 +263,40 @@ impl Directory {
                 return;
             }
             Some(_) => {
-                let duplicate = NamespaceError::DuplicateStreamRole {
-                    path,
-                    role: request.role,
-                };
-                self.answer_open(&request, Err(duplicate), out);
+                let duplicate = RejectionKind::DuplicateStreamRole(request.role);
+                self.refuse_open(&request, duplicate, out);
                 return;
             }
             None => {}
         }
         // 10. A blob is only rebound as a stream when asked to.
         if !request.replace && matches!(self.durable.entry(&path), Some(Entry::Blob { .. })) {
-            let wrong = NamespaceError::WrongEntryType {
-                path,
+            let wrong = RejectionKind::WrongEntryType {
                 expected: EntryKind::Stream,
                 found: EntryKind::Blob,
             };
-            self.answer_open(&request, Err(wrong), out);
+            self.refuse_open(&request, wrong, out);
             return;
         }
         // 11. Bind.
         self.bind(request, out);
     }
 
+    /// Refuses an open whose operation id is unknown, for good: the rejection is persisted
+    /// under the id, so a duplicate or late copy answers the same and never binds.
+    fn refuse_open(&mut self, request: &OpenRequest, kind: RejectionKind, out: &mut Outbox) {
+        let key = RequestKey::BindStream {
+            path: request.path.clone(),
+        };
+        let error = self.reject(request.operation, key, kind, &request.path, out);
+        self.answer_open(request, Err(error), out);
+    }
+
     fn bind(&mut self, request: OpenRequest, out: &mut Outbox) {
         let path = request.path.clone();
         let operation = request.operation;
         if self.durable.reservation(&path).is_some() {
-            let key = RequestKey::BindStream { path: path.clone() };
-            let error = self.reject(operation, key, RejectionKind::PathExists, &path, out);
-            self.answer_open(&request, Err(error), out);
+            self.refuse_open(&request, RejectionKind::PathExists, out);
             return;
         }
         let revision = match self.allocate_revision() {
@@ -409,8 +414,18 @@ impl Directory {
             return;
         }
         if fence.held.len() >= FENCE_HELD_OPENS_MAX {
-            let full = NamespaceError::LimitReached(Limit::FenceHeldOpens);
-            self.answer_open(&request, Err(full), out);
+            let full = RejectionKind::LimitReached(Limit::FenceHeldOpens);
+            if self.durable.operation(request.operation).is_none() {
+                self.refuse_open(&request, full, out);
+            } else {
+                // A known id (a replay, a tombstone) keeps its stored outcome.
+                let error = Rejection {
+                    kind: full,
+                    path: request.path.clone(),
+                }
+                .error();
+                self.answer_open(&request, Err(error), out);
+            }
             return;
         }
         fence.held.push(request);

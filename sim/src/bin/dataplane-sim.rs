@@ -8,7 +8,7 @@
 
 use std::process::ExitCode;
 
-use dataplane_sim::run_seed;
+use dataplane_sim::run_seed_guarded;
 use dataplane_sim::swarm::{SwarmConfig, run_swarm};
 
 const USAGE: &str = "\
@@ -79,7 +79,7 @@ fn run(args: Vec<String>) -> ExitCode {
     let Some(seed) = seed else {
         return fail("run needs --seed N");
     };
-    let report = run_seed(seed, trace_file.is_some());
+    let report = run_seed_guarded(seed, trace_file.is_some());
     print!("{}", report.options);
     if let (Some(file), Some(lines)) = (&trace_file, &report.trace) {
         let mut text = report.options.clone();

@@ -646,16 +646,11 @@ impl Checker {
 
     fn check_same_result(&mut self, now: Instant, op: OperationId, body: &ReplyBody) {
         use dataplane_core::error::NamespaceError as E;
-        let transient = matches!(
-            body.err(),
-            Some(
-                E::OperationConflict(_)
-                    | E::LimitReached(_)
-                    | E::Storage(_)
-                    | E::WrongEntryType { .. }
-            )
-        ) || matches!(body.err(), Some(E::PathReplaced(_)))
-            && !self.model.ops.contains(&op);
+        // Every refusal is sticky except a conflict (derived from another request's row), an
+        // exhausted revision space, and a refusal of a frame from a restarted node (the op id
+        // stays unknown, and the answer is the same forever anyway).
+        let transient = matches!(body.err(), Some(E::OperationConflict(_) | E::Storage(_)))
+            || matches!(body.err(), Some(E::PathReplaced(_))) && !self.model.ops.contains(&op);
         if transient {
             return;
         }
@@ -830,11 +825,17 @@ impl Checker {
             .unwrap_or_default();
         let mut problems = Vec::new();
         if let Some((path, r)) = dir.rendezvous_all().next() {
-            let kind = match r {
-                Rendezvous::Pending(_) => "pending",
-                Rendezvous::Active(_) => "active",
+            let what = match r {
+                Rendezvous::Pending(p) => format!(
+                    "a pending rendezvous (op {} endpoint {} caller {})",
+                    p.request.operation, p.request.endpoint, p.request.reply_to
+                ),
+                Rendezvous::Active(a) => format!(
+                    "an active rendezvous {} (source {} sink {})",
+                    a.matched.incarnation, a.matched.source, a.matched.sink
+                ),
             };
-            problems.push(format!("L1: {path} still has an {kind} rendezvous"));
+            problems.push(format!("L1: {path} still has {what}"));
         }
         if let Some((path, _)) = dir.fences().next() {
             problems.push(format!("L3: {path} still fenced"));

@@ -514,11 +514,12 @@ impl Model {
             return Self::receipt(stored);
         }
         if self.streams.contains_key(&path) {
-            return Err(NamespaceError::WrongEntryType {
+            let live = NamespaceError::WrongEntryType {
                 path,
                 expected: EntryKind::Blob,
                 found: EntryKind::Stream,
-            });
+            };
+            return Err(self.sticky(op, key, live));
         }
         if self.reservations.contains(&path) {
             return Err(self.sticky(op, key, NamespaceError::PathExists(path)));
@@ -736,7 +737,11 @@ impl Model {
             } else if fence.held.len() >= dataplane_core::limits::FENCE_HELD_OPENS_MAX {
                 let full =
                     NamespaceError::LimitReached(dataplane_core::error::Limit::FenceHeldOpens);
-                self.reply_open(&open, Err(full));
+                if self.ops.contains(&open.op) {
+                    self.reply_open(&open, Err(full));
+                } else {
+                    self.refuse_open(&open, full);
+                }
             } else {
                 fence.held.push(open);
             }
@@ -802,7 +807,7 @@ impl Model {
                 }
             };
             if let Some(error) = refusal {
-                return self.reply_open(&open, Err(error));
+                return self.refuse_open(&open, error);
             }
         }
         if open.replace {
@@ -884,10 +889,7 @@ impl Model {
             }
             Some(_) => {
                 let role = open.role;
-                return self.reply_open(
-                    &open,
-                    Err(NamespaceError::DuplicateStreamRole { path, role }),
-                );
+                return self.refuse_open(&open, NamespaceError::DuplicateStreamRole { path, role });
             }
             None => {}
         }
@@ -898,7 +900,7 @@ impl Model {
                 expected: EntryKind::Stream,
                 found: EntryKind::Blob,
             };
-            return self.reply_open(&open, Err(wrong));
+            return self.refuse_open(&open, wrong);
         }
         if self.reservations.contains(&path) {
             let error = self.sticky(
@@ -934,6 +936,12 @@ impl Model {
                 from,
             },
         );
+    }
+
+    /// Every refusal of an open with an unknown op id is sticky.
+    fn refuse_open(&mut self, open: &MOpen, error: NamespaceError) {
+        let error = self.sticky(open.op, MKey::Bind(open.path.clone()), error);
+        self.reply_open(open, Err(error));
     }
 
     fn cancel(&mut self, path: DataPath, op: OperationId) -> Result<(), NamespaceError> {
