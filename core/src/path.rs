@@ -64,29 +64,98 @@ impl fmt::Display for PathError {
 
 impl std::error::Error for PathError {}
 
+/// Paths up to this many bytes are stored inline (no heap allocation, no pointer to chase when
+/// a B-tree compares keys).
+const INLINE_BYTES: usize = 30;
+
+/// The bytes of a path: inline when short, boxed otherwise. Always valid UTF-8 (it is only
+/// built from a validated `String`).
+#[derive(Clone)]
+enum Repr {
+    Inline { len: u8, bytes: [u8; INLINE_BYTES] },
+    Heap(Box<str>),
+}
+
+impl Repr {
+    fn new(path: String) -> Repr {
+        if path.len() <= INLINE_BYTES {
+            let mut bytes = [0u8; INLINE_BYTES];
+            bytes[..path.len()].copy_from_slice(path.as_bytes());
+            // `path.len() <= INLINE_BYTES < 256`.
+            Repr::Inline {
+                len: path.len() as u8,
+                bytes,
+            }
+        } else {
+            Repr::Heap(path.into_boxed_str())
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Repr::Heap(s) => s.as_bytes(),
+        }
+    }
+}
+
 /// A validated absolute data path such as `/runs/7/out/a`.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+///
+/// Ordering, equality and hashing are those of the path's bytes (the same order as `str`).
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct DataPath(String);
+pub struct DataPath(Repr);
+
+impl PartialEq for DataPath {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.as_bytes() == other.0.as_bytes()
+    }
+}
+
+impl Eq for DataPath {}
+
+impl PartialOrd for DataPath {
+    fn partial_cmp(&self, other: &Self) -> Option<core::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for DataPath {
+    fn cmp(&self, other: &Self) -> core::cmp::Ordering {
+        self.0.as_bytes().cmp(other.0.as_bytes())
+    }
+}
+
+impl core::hash::Hash for DataPath {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
 
 impl DataPath {
     /// Validates `path` (SPEC §2.1 plus the length limits).
     pub fn new(path: impl Into<String>) -> Result<Self, PathError> {
         let path = path.into();
         validate(&path)?;
-        Ok(DataPath(path))
+        Ok(DataPath(Repr::new(path)))
     }
 
     /// The path as a string.
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            Repr::Heap(s) => s,
+            Repr::Inline { .. } => match core::str::from_utf8(self.0.as_bytes()) {
+                Ok(s) => s,
+                Err(_) => unreachable!("a DataPath is built from a validated String"),
+            },
+        }
     }
 
     /// Segment-aware prefix test: `self` is under `prefix` iff they are equal or `self`
     /// continues `prefix` with a `/`.
     pub fn is_under(&self, prefix: &DataPath) -> bool {
-        match self.0.strip_prefix(prefix.0.as_str()) {
-            Some(rest) => rest.is_empty() || rest.starts_with('/'),
+        match self.0.as_bytes().strip_prefix(prefix.0.as_bytes()) {
+            Some(rest) => rest.is_empty() || rest.starts_with(b"/"),
             None => false,
         }
     }
@@ -127,19 +196,22 @@ impl TryFrom<String> for DataPath {
 
 impl From<DataPath> for String {
     fn from(value: DataPath) -> Self {
-        value.0
+        match value.0 {
+            Repr::Heap(s) => s.into_string(),
+            Repr::Inline { .. } => value.as_str().to_owned(),
+        }
     }
 }
 
 impl fmt::Display for DataPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl fmt::Debug for DataPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
@@ -277,6 +349,34 @@ mod tests {
             DataPath::new(many.clone()),
             Err(PathError::TooLong { len: many.len() })
         );
+    }
+
+    #[test]
+    fn short_and_long_paths_compare_as_strings() {
+        let mut paths: Vec<DataPath> = [
+            "/a",
+            "/a/b",
+            "/ab",
+            &format!("/{}", "z".repeat(40)),
+            &format!("/a/{}", "y".repeat(40)),
+            "/b",
+            &format!("/a/{}", "y".repeat(27)),
+        ]
+        .iter()
+        .map(|s| p(s))
+        .collect();
+        let mut strings: Vec<String> = paths.iter().map(|p| p.as_str().to_owned()).collect();
+        paths.sort();
+        strings.sort();
+        assert_eq!(
+            paths.iter().map(DataPath::as_str).collect::<Vec<_>>(),
+            strings
+        );
+        for s in &strings {
+            let back: String = p(s).into();
+            assert_eq!(&back, s);
+        }
+        assert!(p(&format!("/a/{}", "y".repeat(40))).is_under(&p("/a")));
     }
 
     #[test]

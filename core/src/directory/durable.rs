@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 
-use super::pathmap::PathMap;
 use crate::ids::{Address, AuthorityEpoch, NodeId, OperationId, Revision, StreamIncarnation};
 use crate::log::{
     Entry, LogRecord, Mutation, OperationRecord, Outcome, RequestKey, Reservation, SnapshotRecord,
@@ -66,7 +65,7 @@ fn require(condition: bool, what: &'static str) -> Result<(), ApplyError> {
 pub struct DurableState {
     epoch: AuthorityEpoch,
     next_revision: Revision,
-    entries: PathMap<Entry>,
+    entries: BTreeMap<DataPath, Entry>,
     operations: BTreeMap<OperationId, OperationRecord>,
     reservations: BTreeMap<DataPath, Reservation>,
     obligations: BTreeMap<ObligationKey, Slot>,
@@ -80,7 +79,7 @@ impl Default for DurableState {
         DurableState {
             epoch: AuthorityEpoch::NONE,
             next_revision: Revision(1),
-            entries: PathMap::new(),
+            entries: BTreeMap::new(),
             operations: BTreeMap::new(),
             reservations: BTreeMap::new(),
             obligations: BTreeMap::new(),

@@ -23,7 +23,6 @@
 mod blobs;
 mod durable;
 mod obligations;
-mod pathmap;
 mod recovery;
 mod streams;
 
@@ -31,7 +30,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 pub use durable::{ApplyError, DurableState, ObligationKey};
-pub use pathmap::PathMap;
 pub use recovery::{ActorSources, RecoveredSource, RecoveryError, SourceRecoveryHook};
 pub use streams::{Active, Fence, OpenRequest, Pending, Rendezvous};
 
@@ -45,7 +43,6 @@ use crate::wire::{
     BlobBinding, DirectoryCall, DirectoryReply, DirectoryRequest, GoneScope, Message, ReplyBody,
 };
 use obligations::Engine;
-use pathmap::PathMap as Paths;
 
 /// How a directory is set up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,7 +97,7 @@ impl std::error::Error for InputError {}
 pub struct Directory {
     config: DirectoryConfig,
     durable: DurableState,
-    sources: Paths<SourceState>,
+    sources: BTreeMap<DataPath, SourceState>,
     streams: BTreeMap<DataPath, Rendezvous>,
     fences: BTreeMap<DataPath, Fence>,
     engine: Engine,
@@ -402,8 +399,8 @@ impl Directory {
         if self.durable.epoch() == AuthorityEpoch::NONE {
             return Err("serving with epoch 0".into());
         }
-        // Both maps iterate in the same (hash, path) order, so the blob bindings and the runtime
-        // sources can be compared in one lockstep walk.
+        // Both maps iterate in path order, so the blob bindings and the runtime sources can be
+        // compared in one lockstep walk.
         let blobs = self
             .durable
             .entries()
