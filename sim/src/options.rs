@@ -163,7 +163,7 @@ impl Options {
             reorder_delay_max: ms(&mut rng, 10, 3_000),
         };
         let partitions = recurring(&mut rng, 0.4, (2_000, 30_000), (100, 15_000));
-        let directory_crashes = recurring(&mut rng, 0.5, (3_000, 40_000), (1, 5_000));
+        let mut directory_crashes = recurring(&mut rng, 0.5, (3_000, 40_000), (1, 5_000));
         let host_crashes = recurring(&mut rng, 0.35, (5_000, 60_000), (1, 5_000));
         let route_flaps = recurring(&mut rng, 0.35, (500, 10_000), (50, 8_000));
         let actor_deaths = recurring(&mut rng, 0.3, (1_000, 20_000), (0, 0));
@@ -209,8 +209,14 @@ impl Options {
         let paths = if rng.chance(0.15) {
             // A wide namespace under a register storm: obligations pile up past one retry
             // batch (S23, S25 with N > 32).
-            workload.think_mean = ms(&mut rng, 5, 50);
-            workload.weights[0] += 30;
+            workload.think_mean = ms(&mut rng, 2, 30);
+            workload.weights[0] += 60;
+            workload.ack_delay_max = workload.ack_delay_max.max(ms(&mut rng, 2_000, 8_000));
+            // Recovery replays the whole (unpruned) operation table, which a storm makes large;
+            // storms exercise obligations, other seeds exercise crashes.
+            if let Some(crashes) = &mut directory_crashes {
+                crashes.mean_interval = crashes.mean_interval.max(Duration::from_secs(20));
+            }
             (0..rng.range(40, 96))
                 .map(|i| DataPath::new(format!("/w/{i}")).expect("valid"))
                 .collect()

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::ids::{Address, NodeId};
-use dataplane_core::log::{FRAME_HEADER_BYTES, append_record, decode_log};
+use dataplane_core::log::{FRAME_HEADER_BYTES, append_record, decode_log, encode_log};
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{Envelope, Message};
 
@@ -32,6 +32,9 @@ pub const DIRECTORY_NODE: NodeId = NodeId(0);
 pub const DIRECTORY: Address = Address::new(DIRECTORY_NODE, 0, 0);
 /// Most events one run may process before it is declared runaway.
 pub const EVENT_BUDGET: u64 = 20_000_000;
+/// The log is compacted once it reaches twice its size after the last compaction, and at
+/// least this size.
+const COMPACT_MIN_BYTES: usize = 64 * 1024;
 /// Period of a host agent's re-send of unacknowledged gone reports.
 const AGENT_PERIOD: Duration = Duration::from_secs(1);
 
@@ -162,6 +165,7 @@ struct DirectoryNode {
     step: u64,
     timer_generation: u64,
     watched: BTreeMap<Address, Option<bool>>,
+    compacted_len: usize,
 }
 
 impl DirectoryNode {
@@ -253,6 +257,7 @@ impl World {
                 step: 0,
                 timer_generation: 0,
                 watched: BTreeMap::new(),
+                compacted_len: 0,
             },
             hosts,
             blocked: BTreeSet::new(),
@@ -784,6 +789,36 @@ impl World {
         }
         if self.directory.disk.len() > self.directory.synced {
             self.start_sync();
+        } else {
+            self.maybe_compact();
+        }
+    }
+
+    /// Compaction, as a node does it: when the log has doubled since the last snapshot and
+    /// everything written is durable (so the durable state is the machine's), write the
+    /// snapshot records as the whole new log. The replacement is atomic (write + rename), so a
+    /// crash sees either the old log or the new one.
+    fn maybe_compact(&mut self) {
+        let d = &self.directory;
+        let threshold = (2 * d.compacted_len).max(COMPACT_MIN_BYTES);
+        if d.disk.len() < threshold || !d.unsynced_steps.is_empty() || !d.held.is_empty() {
+            return;
+        }
+        let Some(machine) = d.machine.as_ref() else {
+            return;
+        };
+        match encode_log(&machine.snapshot_records()) {
+            Ok(image) => {
+                let d = &mut self.directory;
+                d.disk = image;
+                d.synced = d.disk.len();
+                d.barrier = d.disk.len();
+                d.compacted_len = d.disk.len();
+                self.checker.coverage.hit("disk.compacted");
+            }
+            Err(error) => self
+                .checker
+                .fail(self.now, format!("snapshot does not encode: {error}")),
         }
     }
 

@@ -195,6 +195,11 @@ impl DurableState {
             .filter(move |key| key.target() == target)
     }
 
+    /// Every obligation, in key order.
+    pub fn obligation_keys(&self) -> impl Iterator<Item = &ObligationKey> {
+        self.obligations.keys()
+    }
+
     /// How many obligations are outstanding.
     pub fn obligation_count(&self) -> usize {
         self.obligations.len()

@@ -443,13 +443,19 @@ impl Directory {
                 return Err(format!("{path}: fence holds too many opens"));
             }
         }
-        if self.engine.len() != self.durable.obligation_count() {
+        // The rotation tracks exactly the durable obligations (both are ordered by key), and
+        // the watched targets are exactly their targets, each counted once per obligation.
+        if !self.durable.obligation_keys().eq(self.engine.keys()) {
             return Err("retry rotation and durable obligations disagree".into());
         }
-        for (key, _) in self.durable.obligations_in_order() {
-            if !self.engine.contains(&key) || !self.engine.is_watched(&key.target()) {
-                return Err(format!("obligation {key:?} is not tracked or watched"));
-            }
+        let mut targets: Vec<Address> =
+            self.durable.obligation_keys().map(|k| k.target()).collect();
+        targets.sort_unstable();
+        let mut expected = targets
+            .chunk_by(|a, b| a == b)
+            .map(|run| (run[0], run.len()));
+        if !self.engine.watch_counts().eq(&mut expected) {
+            return Err("route watches do not match the obligation targets".into());
         }
         Ok(())
     }

@@ -79,8 +79,14 @@ impl Engine {
         self.watched.contains_key(target)
     }
 
-    pub(crate) fn contains(&self, key: &ObligationKey) -> bool {
-        self.slots.contains_key(key)
+    /// The tracked obligations, in key order.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &ObligationKey> {
+        self.slots.keys()
+    }
+
+    /// Each watched target with the number of obligations watching it, in address order.
+    pub(crate) fn watch_counts(&self) -> impl Iterator<Item = (Address, usize)> + '_ {
+        self.watched.iter().map(|(a, n)| (*a, *n))
     }
 }
 

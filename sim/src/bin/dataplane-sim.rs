@@ -6,7 +6,29 @@
 //! dataplane-sim swarm [--seeds A..B] [--jobs J] [--shard I/N] [--check-determinism]
 //! ```
 
+use std::io::Write as _;
 use std::process::ExitCode;
+
+/// Writes to stdout; if the reader went away (`dataplane-sim run | head`), stop quietly
+/// instead of panicking.
+fn write_out(args: std::fmt::Arguments<'_>) {
+    let mut stdout = std::io::stdout().lock();
+    if stdout
+        .write_fmt(args)
+        .and_then(|()| stdout.flush())
+        .is_err()
+    {
+        std::process::exit(0);
+    }
+}
+
+macro_rules! out {
+    ($($arg:tt)*) => { write_out(format_args!($($arg)*)) };
+}
+
+macro_rules! outln {
+    ($($arg:tt)*) => { write_out(format_args!("{}\n", format_args!($($arg)*))) };
+}
 
 use dataplane_sim::run_seed_guarded;
 use dataplane_sim::swarm::{SwarmConfig, run_swarm};
@@ -46,7 +68,7 @@ fn main() -> ExitCode {
     match args.next().as_deref() {
         None => swarm(Vec::new()),
         Some("-h" | "--help" | "help") => {
-            print!("{USAGE}");
+            out!("{USAGE}");
             ExitCode::SUCCESS
         }
         Some("run") => run(args.collect()),
@@ -70,7 +92,7 @@ fn run(args: Vec<String>) -> ExitCode {
                 None => return fail("--trace needs a file"),
             },
             "-h" | "--help" => {
-                print!("{USAGE}");
+                out!("{USAGE}");
                 return ExitCode::SUCCESS;
             }
             other => return fail(&format!("unknown argument: {other}")),
@@ -80,7 +102,7 @@ fn run(args: Vec<String>) -> ExitCode {
         return fail("run needs --seed N");
     };
     let report = run_seed_guarded(seed, trace_file.is_some());
-    print!("{}", report.options);
+    out!("{}", report.options);
     if let (Some(file), Some(lines)) = (&trace_file, &report.trace) {
         let mut text = report.options.clone();
         for line in lines {
@@ -92,7 +114,7 @@ fn run(args: Vec<String>) -> ExitCode {
         }
     }
     let s = &report.stats;
-    println!(
+    outln!(
         "# stats: frames={} lost={} duplicated={} reordered={} directory_steps={} directory_crashes={} fsync_failures={} torn_tails={} host_crashes={} partitions={} route_flaps={} actor_deaths={}",
         s.frames,
         s.lost,
@@ -108,9 +130,9 @@ fn run(args: Vec<String>) -> ExitCode {
         s.actor_deaths
     );
     if let Some(failure) = &report.outcome.failure {
-        println!("# failure: {failure}");
+        outln!("# failure: {failure}");
     }
-    println!(
+    outln!(
         "seed={} result={} events={} sim_time={:.3}s wall={:.3}s trace={:016x}",
         seed,
         if report.outcome.failure.is_none() {
@@ -138,7 +160,8 @@ fn swarm(args: Vec<String>) -> ExitCode {
         jobs,
         shard: None,
         check_determinism: false,
-        progress: true,
+        // A progress bar only makes sense on a terminal.
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
     };
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -175,7 +198,7 @@ fn swarm(args: Vec<String>) -> ExitCode {
             "--check-determinism" => config.check_determinism = true,
             "--quiet" => config.progress = false,
             "-h" | "--help" => {
-                print!("{USAGE}");
+                out!("{USAGE}");
                 return ExitCode::SUCCESS;
             }
             other => return fail(&format!("unknown argument: {other}")),
@@ -183,17 +206,18 @@ fn swarm(args: Vec<String>) -> ExitCode {
     }
     let report = run_swarm(&config);
     for failure in &report.failures {
-        println!("FAIL seed={}: {}", failure.seed, failure.message);
-        println!(
+        outln!("FAIL seed={}: {}", failure.seed, failure.message);
+        outln!(
             "  replay: cargo run --release -p dataplane-sim -- run --seed {} --trace seed-{}.trace",
-            failure.seed, failure.seed
+            failure.seed,
+            failure.seed
         );
     }
     let never = report.never_exercised();
     if !never.is_empty() {
-        println!("# never exercised by this swarm: {}", never.join(" "));
+        outln!("# never exercised by this swarm: {}", never.join(" "));
     }
-    println!("{}", report.summary_line());
+    outln!("{}", report.summary_line());
     if report.failures.is_empty() {
         ExitCode::SUCCESS
     } else {

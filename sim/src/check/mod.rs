@@ -671,27 +671,31 @@ impl Checker {
     fn compare_durable(&mut self, now: Instant, dir: &Directory) {
         let durable = dir.durable();
         let m = &self.model;
+        // Both maps are in path order: one lockstep walk, no lookups.
         let entries_equal = durable.entry_count() == m.entries.map().len()
-            && m.entries
-                .map()
-                .iter()
-                .all(|(path, e2)| match (durable.entry(path), e2) {
-                    (
-                        Some(Entry::Blob {
-                            length,
-                            revision,
-                            recovery,
-                        }),
-                        model::MEntry::Blob {
-                            length: l,
-                            revision: r,
-                            recovery: rc,
-                        },
-                    ) => length == l && revision.0 == *r && recovery == rc,
-                    (Some(Entry::Stream { revision }), model::MEntry::Stream { revision: r }) => {
-                        revision.0 == *r
-                    }
-                    _ => false,
+            && durable
+                .entries()
+                .zip(m.entries.map())
+                .all(|((p1, e1), (p2, e2))| {
+                    p1 == p2
+                        && match (e1, e2) {
+                            (
+                                Entry::Blob {
+                                    length,
+                                    revision,
+                                    recovery,
+                                },
+                                model::MEntry::Blob {
+                                    length: l,
+                                    revision: r,
+                                    recovery: rc,
+                                },
+                            ) => length == l && revision.0 == *r && recovery == rc,
+                            (Entry::Stream { revision }, model::MEntry::Stream { revision: r }) => {
+                                revision.0 == *r
+                            }
+                            _ => false,
+                        }
                 });
         let reservations_equal = durable.reservation_count() == m.reservations.map().len()
             && durable.reservations().zip(m.reservations.map()).all(
