@@ -71,13 +71,6 @@ impl Trace {
         }
     }
 
-    /// Adds a free-form line to the log (not to the hash).
-    pub fn note(&mut self, line: impl FnOnce() -> String) {
-        if let Some(text) = &mut self.text {
-            text.push(line());
-        }
-    }
-
     /// The hash so far.
     pub fn hash(&self) -> u64 {
         self.hasher.finish()

@@ -413,7 +413,7 @@ impl World {
                     let host = *self.fault_rng.pick(&up);
                     self.hosts[host].crash();
                     self.stats.host_crashes += 1;
-                    self.checker.host_crashed(host);
+                    self.checker.host_crashed();
                     let max = self
                         .options
                         .host_crashes
@@ -688,7 +688,6 @@ impl World {
                 machine.handle_route(now, *target, *routable, &mut self.outbox);
                 Ok(())
             }
-            DirInput::Recover => Ok(()),
         };
         if let Err(error) = result {
             self.checker.fail(

@@ -28,8 +28,6 @@ pub use model::{Expect, Model};
 /// What the directory was fed in one step.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DirInput {
-    /// Recovery (the first step of an instance).
-    Recover,
     /// A frame.
     Message(Message),
     /// The retry tick.
@@ -264,18 +262,13 @@ impl Checker {
         self.failure.as_deref()
     }
 
-    /// The model (for tests and traces).
-    pub fn model(&self) -> &Model {
-        &self.model
-    }
-
     /// The run healed.
     pub fn healed(&mut self, now: Instant) {
         self.healed_at = Some(now);
     }
 
     /// A host crashed.
-    pub fn host_crashed(&mut self, _host: usize) {
+    pub fn host_crashed(&mut self) {
         self.coverage.hit("fault.host_crash");
     }
 
@@ -371,7 +364,6 @@ impl Checker {
                     self.told_unroutable.insert(*target);
                 }
             }
-            DirInput::Recover => {}
         }
         for note in std::mem::take(&mut self.model.notes) {
             self.coverage.hit(note);
@@ -445,8 +437,8 @@ impl Checker {
         dir: &Directory,
     ) {
         match input {
-            DirInput::Timer | DirInput::Recover => {
-                self.check_obligation_frames(now, sends, dir, matches!(input, DirInput::Recover));
+            DirInput::Timer => {
+                self.check_obligation_frames(now, sends, dir, false);
                 return;
             }
             DirInput::Route { target, .. } => {
