@@ -4,6 +4,7 @@
 use core::fmt;
 use serde::{Deserialize, Serialize};
 
+use crate::effect::Timer;
 use crate::ids::{OperationId, StreamIncarnation};
 use crate::limits::REASON_BYTES_MAX;
 use crate::path::{DataPath, PathError};
@@ -314,6 +315,26 @@ impl From<NamespaceError> for DataPlaneError {
         }
     }
 }
+
+/// An input a machine does not accept. Nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InputError {
+    /// The message is not one a directory handles (e.g. a reply).
+    UnexpectedMessage(&'static str),
+    /// The timer is not the directory's.
+    UnexpectedTimer(Timer),
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InputError::UnexpectedMessage(kind) => write!(f, "this machine does not accept {kind}"),
+            InputError::UnexpectedTimer(t) => write!(f, "this machine has no timer {t:?}"),
+        }
+    }
+}
+
+impl std::error::Error for InputError {}
 
 #[cfg(test)]
 mod tests {

@@ -33,6 +33,7 @@
 //! * [`effect`]: effects, timers and the outbox.
 //! * [`log`]: durable log records and their framing.
 //! * [`directory`]: the namespace directory.
+//! * [`proxy`]: the per-node namespace proxy between local callers and the directory.
 
 pub mod directory;
 pub mod effect;
@@ -41,6 +42,7 @@ pub mod ids;
 pub mod limits;
 pub mod log;
 pub mod path;
+pub mod proxy;
 pub mod time;
 pub mod wire;
 
@@ -51,4 +53,5 @@ pub use ids::{
     Address, AuthorityEpoch, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
 };
 pub use path::{DataPath, JobContext, PathError};
+pub use proxy::{Proxy, ProxyConfig};
 pub use time::{Duration, Instant};

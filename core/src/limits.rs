@@ -25,3 +25,5 @@ pub const RETRY_BATCH_MAX: usize = 32;
 pub const FENCE_HELD_OPENS_MAX: usize = 64;
 /// Most live blob reservations in one directory; further reserves get `LimitReached`.
 pub const RESERVATIONS_MAX: usize = 1 << 16;
+/// Most caller requests one proxy keeps pending; further requests get `LimitReached`.
+pub const PROXY_PENDING_MAX: usize = 4096;

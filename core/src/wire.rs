@@ -546,6 +546,16 @@ pub enum Message {
         /// The scope reported.
         scope: GoneScope,
     },
+    /// A local caller → its node's proxy: one request. `request_id` is the caller's own
+    /// correlation id; the proxy's reply (a [`Message::Reply`]) echoes it.
+    ProxyCall(DirectoryCall),
+    /// A local caller → its node's proxy: the caller gives up on everything it has pending.
+    /// Its retractions are kept (and re-owned by the proxy); its waiting opens and reserves are
+    /// retracted.
+    ProxyCancel {
+        /// The caller.
+        reply_to: Address,
+    },
 }
 
 /// A message with its addresses: the unit of transport.

@@ -1,15 +1,20 @@
-//! Simulated clients: they talk to the directory with operation ids and retries (the same op id
-//! on every retry), on a small set of contended paths.
+//! Simulated clients: they talk to the directory through their node's proxy, with operation ids
+//! (the same op id on every re-issue), on a small set of contended paths.
 //!
-//! A client runs one *plan* at a time. Mutations and retractions (cancel, close, release) are
-//! re-sent until a definitive reply arrives; reads give up after a few attempts; a stream opener
-//! waits for its peer until `open_wait`, then cancels. When the run heals, clients *quiesce*:
+//! A client runs one *plan* at a time. The proxy re-dispatches, expires and retracts; the client
+//! only re-issues when the proxy answers "no answer" (`DirectoryUnavailable`/`Timeout`) for a
+//! mutation or retraction, when its guard expires, or when its proxy restarted (the proxy's
+//! pending table, its own retractions included, is volatile). A stream opener waits for its peer
+//! until `open_wait`, then cancels through the proxy (which retracts the open); a client
+//! sometimes walks away right after sending a close (the proxy keeps and re-owns it). When the run heals, clients *quiesce*:
 //! they start nothing new, close what they hold and cancel what they wait for, so every
 //! liveness property can be checked against a quiet system.
 
 use std::collections::VecDeque;
 
-use dataplane_core::ids::{Address, OperationId, RequestId, Revision, StreamIncarnation};
+use dataplane_core::ids::{
+    Address, AuthorityEpoch, OperationId, RequestId, Revision, StreamIncarnation,
+};
 use dataplane_core::path::DataPath;
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{
@@ -61,10 +66,10 @@ impl OpKind {
     ];
 }
 
-/// How many attempts a read or a replay gets before the client gives up.
-const READ_ATTEMPTS: u32 = 4;
 /// How many finished requests a client remembers for replays.
 const HISTORY_MAX: usize = 16;
+/// How many retractions a client remembers handing to its proxy (re-issued if it restarts).
+const ABANDONED_MAX: usize = 16;
 
 /// What the client is doing with its current request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,8 +127,10 @@ pub enum State {
 /// What a client asks its host to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Send a call to the directory.
+    /// Send a call to the node's proxy.
     Call(DirectoryCall),
+    /// Tell the proxy this client gives up on everything it has pending.
+    CancelPending,
     /// Create a blob source actor with this address.
     SpawnSource(Address),
     /// Stop a blob source (its Register was refused).
@@ -151,6 +158,11 @@ pub struct Client {
     observed: Vec<(DataPath, Revision)>,
     quiescing: bool,
     reconnect: Option<(DataPath, StreamRole, Revision)>,
+    /// Retractions handed over to the proxy (by a cancel or a walk-away): re-issued explicitly
+    /// if the proxy restarts and loses them.
+    abandoned: VecDeque<DirectoryRequest>,
+    /// Retractions to send before any new operation.
+    queued: VecDeque<DirectoryRequest>,
     /// Wake-ups are valid only for the current generation.
     pub wake_generation: u64,
 }
@@ -168,6 +180,8 @@ pub struct Io<'a> {
     pub paths: &'a [DataPath],
     /// Allocates an actor number on the client's node.
     pub next_actor: &'a mut u64,
+    /// How long to wait for the proxy's answer before assuming the proxy lost the request.
+    pub guard: Duration,
     /// What the client wants done, in order.
     pub actions: Vec<Action>,
 }
@@ -205,13 +219,15 @@ impl Client {
             observed: Vec::new(),
             quiescing: false,
             reconnect: None,
+            abandoned: VecDeque::new(),
+            queued: VecDeque::new(),
             wake_generation: 0,
         }
     }
 
-    /// Whether the client has nothing in flight and holds nothing.
+    /// Whether the client has nothing in flight, holds nothing and owes no retraction.
     pub fn is_idle(&self) -> bool {
-        self.state == State::Idle
+        self.state == State::Idle && self.queued.is_empty()
     }
 
     fn fresh_op(&mut self) -> OperationId {
@@ -248,13 +264,34 @@ impl Client {
             request: request.clone(),
         };
         io.actions.push(Action::Call(call));
-        let at = io.now.saturating_add(io.options.request_timeout);
+        let at = io.now.saturating_add(io.guard);
         io.actions.push(Action::WakeAt(at));
+    }
+
+    /// Remembers a retraction the proxy now owns.
+    fn abandon(&mut self, retraction: DirectoryRequest) {
+        if self.abandoned.len() == ABANDONED_MAX {
+            self.abandoned.pop_front();
+        }
+        self.abandoned.push_back(retraction);
+    }
+
+    /// The node's proxy restarted: everything it held is lost. Re-issue the current request and
+    /// every retraction it had been handed.
+    pub fn proxy_restarted(&mut self, io: &mut Io<'_>) {
+        self.queued.extend(self.abandoned.drain(..));
+        match self.state {
+            State::Calling { .. } => self.attempt(io),
+            State::Idle if !self.queued.is_empty() => io.actions.push(Action::WakeAt(io.now)),
+            _ => {}
+        }
     }
 
     fn idle(&mut self, io: &mut Io<'_>) {
         self.state = State::Idle;
-        if !self.quiescing {
+        if !self.queued.is_empty() {
+            io.actions.push(Action::WakeAt(io.now));
+        } else if !self.quiescing {
             let pause = io.jitter(io.options.think_mean);
             io.actions
                 .push(Action::WakeAt(io.now.saturating_add(pause)));
@@ -277,7 +314,9 @@ impl Client {
     pub fn wake(&mut self, io: &mut Io<'_>) {
         match &self.state {
             State::Idle => {
-                if !self.quiescing {
+                if let Some(retraction) = self.queued.pop_front() {
+                    self.send(io, Plan::Retract, retraction);
+                } else if !self.quiescing {
                     self.start(io);
                 }
             }
@@ -295,7 +334,15 @@ impl Client {
                     incarnation: *incarnation,
                 };
                 io.actions.push(Action::StopEndpoint(*endpoint));
-                self.send(io, Plan::Retract, close);
+                let walk_away = !self.quiescing && io.rng.chance(0.15);
+                self.send(io, Plan::Retract, close.clone());
+                if walk_away {
+                    // The caller stops right after asking for the close: the proxy must keep it
+                    // (and re-own it) until the directory acknowledges (N-D9).
+                    io.actions.push(Action::CancelPending);
+                    self.abandon(close);
+                    self.idle(io);
+                }
             }
             State::Calling {
                 plan,
@@ -314,20 +361,25 @@ impl Client {
                         else {
                             return;
                         };
+                        // Give up: the proxy retracts the open (it owns the cleanup now).
                         let cancel = DirectoryRequest::CancelStream {
                             path: path.clone(),
                             operation: *operation,
                         };
                         io.actions.push(Action::StopEndpoint(*endpoint));
-                        self.send(io, Plan::Retract, cancel);
+                        io.actions.push(Action::CancelPending);
+                        self.abandon(cancel);
+                        self.idle(io);
                         return;
                     }
                 }
+                // The guard expired: the proxy lost the request (it answers everything else).
                 let persistent = match plan {
                     Plan::Once { persistent, .. } => *persistent,
                     Plan::Reserve { .. } | Plan::Open { .. } | Plan::Retract => true,
                 };
-                if persistent || (attempts.len() as u32) < READ_ATTEMPTS {
+                let _ = attempts;
+                if persistent {
                     self.attempt(io);
                 } else {
                     self.idle(io);
@@ -375,6 +427,22 @@ impl Client {
         let plan = plan.clone();
         let request = request.clone();
         let body = &reply.body;
+        if reply.epoch == AuthorityEpoch::NONE {
+            // The proxy's own answer (deadline or a full table): the directory did not answer.
+            match plan {
+                Plan::Open { endpoint, .. } => {
+                    // The proxy retracts the expired open.
+                    io.actions.push(Action::StopEndpoint(endpoint));
+                    self.idle(io);
+                }
+                Plan::Once {
+                    persistent: true, ..
+                }
+                | Plan::Retract => self.attempt(io),
+                Plan::Once { .. } | Plan::Reserve { .. } => self.idle(io),
+            }
+            return;
+        }
         match (&plan, body) {
             (
                 Plan::Once {

@@ -1,5 +1,5 @@
-//! A host node at this stage: simulated clients plus the actors they create (blob sources and
-//! stream endpoints) and a node agent.
+//! A host node at this stage: simulated clients, the node's namespace proxy, the actors the
+//! clients create (blob sources and stream endpoints) and a node agent.
 //!
 //! The agent is the long-lived responder of DESIGN.md Q5/Q8: it answers `Retire` and
 //! `Displaced` for actors that no longer exist (retired, died, or from an earlier incarnation of
@@ -15,6 +15,9 @@ use crate::client::{Action, Client, Io};
 
 /// Actor number of the node agent.
 pub const AGENT: u64 = 0;
+/// Actor numbers of successive proxy instances start here (a restarted proxy gets a new
+/// address, so late replies to its predecessor are recognisably stale).
+pub const PROXY_BASE: u64 = 500;
 /// First actor number handed to sources and endpoints.
 pub const FIRST_SPAWNED: u64 = 1_000;
 
@@ -39,6 +42,14 @@ pub struct HostNode {
     pub gone_reports: Vec<GoneScope>,
     /// Whether the agent's re-send tick is scheduled.
     pub agent_armed: bool,
+    /// The node's proxy, while it runs.
+    pub proxy: Option<dataplane_core::proxy::Proxy>,
+    /// How many proxies this incarnation started (the current one's number).
+    pub proxy_generation: u64,
+    /// The newest discovery answer applied to the current proxy.
+    pub discovery_version: u64,
+    /// Arming of the proxy's timer (a fired timer of an older arming is stale).
+    pub proxy_timer_generation: u64,
     first_client_global: u32,
 }
 
@@ -49,6 +60,10 @@ pub struct HostOutput {
     pub sends: Vec<(Address, Address, Message)>,
     /// Client wake-ups to schedule: (client index, generation, at).
     pub wakes: Vec<(usize, u64, dataplane_core::time::Instant)>,
+    /// Frames for actors of this node (delivered locally, in order): (from, to, message).
+    pub local: Vec<(Address, Address, Message)>,
+    /// Frames for the node's proxy, to be handled by the world.
+    pub to_proxy: Vec<Message>,
     /// Frames to send later (slow acknowledgements): (delay, from, to, message).
     pub delayed: Vec<(dataplane_core::time::Duration, Address, Address, Message)>,
 }
@@ -66,6 +81,10 @@ impl HostNode {
             next_actor: FIRST_SPAWNED,
             gone_reports: Vec::new(),
             agent_armed: false,
+            proxy: None,
+            proxy_generation: 0,
+            discovery_version: 0,
+            proxy_timer_generation: 0,
             first_client_global,
         };
         host.spawn_clients(clients as usize);
@@ -94,6 +113,16 @@ impl HostNode {
         self.endpoints.clear();
         self.gone_reports.clear();
         self.agent_armed = false;
+        self.proxy = None;
+    }
+
+    /// The address of the current proxy instance.
+    pub fn proxy_address(&self) -> Address {
+        Address::new(
+            self.node,
+            self.incarnation,
+            PROXY_BASE + self.proxy_generation,
+        )
     }
 
     /// The node boots into its next incarnation and reports the previous one gone.
@@ -101,6 +130,8 @@ impl HostNode {
         self.incarnation += 1;
         self.up = true;
         self.next_actor = FIRST_SPAWNED;
+        self.proxy_generation = 0;
+        self.discovery_version = 0;
         self.spawn_clients(client_count);
         self.gone_reports = vec![GoneScope::NodeBefore {
             node: self.node,
@@ -125,8 +156,13 @@ impl HostNode {
         for action in actions {
             match action {
                 Action::Call(call) => {
-                    out.sends
-                        .push((from, crate::world::DIRECTORY, Message::Call(call)));
+                    let proxy = self.proxy_address();
+                    out.local.push((from, proxy, Message::ProxyCall(call)));
+                }
+                Action::CancelPending => {
+                    let proxy = self.proxy_address();
+                    out.local
+                        .push((from, proxy, Message::ProxyCancel { reply_to: from }));
                 }
                 Action::SpawnSource(a) => {
                     self.sources.insert(a.actor);
@@ -181,6 +217,13 @@ impl HostNode {
             // An actor of an earlier life: the agent acknowledges on its behalf.
             if let Some((reply_to, reply)) = ack(&message) {
                 out.sends.push((self.agent(), reply_to, reply));
+            }
+            return;
+        }
+        if to.actor >= PROXY_BASE && to.actor < FIRST_SPAWNED {
+            // The current proxy, or a stale address of an earlier one.
+            if to == self.proxy_address() && self.proxy.is_some() {
+                out.to_proxy.push(message);
             }
             return;
         }

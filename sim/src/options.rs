@@ -35,6 +35,17 @@ pub struct Recurring {
     pub max_duration: Duration,
 }
 
+/// The proxies' settings and discovery's lag.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProxyOptions {
+    /// The request deadline.
+    pub deadline: Duration,
+    /// The re-dispatch tick.
+    pub retry_period: Duration,
+    /// Longest delay before a proxy learns discovery's new answer.
+    pub discovery_lag_max: Duration,
+}
+
 /// Disk behaviour of the directory node.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DiskOptions {
@@ -57,8 +68,6 @@ pub struct WorkloadOptions {
     pub weights: Vec<u32>,
     /// Mean pause between two operations of one client.
     pub think_mean: Duration,
-    /// How long a client waits for a reply before re-sending the same request.
-    pub request_timeout: Duration,
     /// How long a stream opener waits for its peer before cancelling.
     pub open_wait: Duration,
     /// How long a matched stream is held before it is closed.
@@ -95,6 +104,13 @@ pub struct Options {
     pub route_flaps: Option<Recurring>,
     /// Blob sources or stream endpoints that die on their own.
     pub actor_deaths: Option<Recurring>,
+    /// Proxy restarts on a running host (the pending table is lost; callers re-issue).
+    pub proxy_restarts: Option<Recurring>,
+    /// Authority outages: discovery answers "no directory" (the bound is up to 2.5 deadlines,
+    /// so requests expire while retractions wait).
+    pub authority_outages: Option<Recurring>,
+    /// Proxy behaviour and discovery.
+    pub proxy: ProxyOptions,
     /// Disk behaviour.
     pub disk: DiskOptions,
     /// Client behaviour.
@@ -167,6 +183,18 @@ impl Options {
         let host_crashes = recurring(&mut rng, 0.35, (5_000, 60_000), (1, 5_000));
         let route_flaps = recurring(&mut rng, 0.35, (500, 10_000), (50, 8_000));
         let actor_deaths = recurring(&mut rng, 0.3, (1_000, 20_000), (0, 0));
+        let proxy = ProxyOptions {
+            deadline: if rng.chance(0.1) {
+                dataplane_core::proxy::DEFAULT_DEADLINE
+            } else {
+                Duration::from_secs(rng.range(3, 30))
+            },
+            retry_period: ms(&mut rng, 100, 2_000),
+            discovery_lag_max: ms(&mut rng, 0, 3_000),
+        };
+        let proxy_restarts = recurring(&mut rng, 0.3, (3_000, 40_000), (0, 2_000));
+        let outage_ms = proxy.deadline.as_millis() * 5 / 2;
+        let authority_outages = recurring(&mut rng, 0.35, (5_000, 60_000), (100, outage_ms));
         let sync_min = Duration::from_micros(rng.range(50, 2_000));
         let disk = DiskOptions {
             sync_min,
@@ -197,7 +225,6 @@ impl Options {
         let mut workload = WorkloadOptions {
             weights,
             think_mean: ms(&mut rng, 5, 2_000),
-            request_timeout: ms(&mut rng, 200, 3_000),
             open_wait: ms(&mut rng, 500, 20_000),
             hold_time: ms(&mut rng, 0, 5_000),
             ack_delay_max: Duration::ZERO,
@@ -229,13 +256,23 @@ impl Options {
             paths,
             directory_retry: ms(&mut rng, 100, 2_000),
             fault_phase: Duration::from_secs(rng.range(20, 90)),
-            liveness_bound: Duration::from_secs(120),
+            // Long enough for a request admitted at the heal to expire and its retraction to
+            // be acknowledged.
+            liveness_bound: Duration::from_secs(120).max(
+                proxy
+                    .deadline
+                    .saturating_mul(2)
+                    .saturating_add(Duration::from_secs(30)),
+            ),
             net,
             partitions,
             directory_crashes,
             host_crashes,
             route_flaps,
             actor_deaths,
+            proxy_restarts,
+            authority_outages,
+            proxy,
             disk,
             workload,
         }
@@ -273,12 +310,20 @@ impl Options {
         );
         let _ = writeln!(
             s,
-            "# faults: partitions={} directory_crashes={} host_crashes={} route_flaps={} actor_deaths={}",
+            "# faults: partitions={} directory_crashes={} host_crashes={} route_flaps={} actor_deaths={} proxy_restarts={} authority_outages={}",
             on(&self.partitions),
             on(&self.directory_crashes),
             on(&self.host_crashes),
             on(&self.route_flaps),
             on(&self.actor_deaths),
+            on(&self.proxy_restarts),
+            on(&self.authority_outages),
+        );
+        let p = &self.proxy;
+        let _ = writeln!(
+            s,
+            "# proxy: deadline={} retry={} discovery_lag<={}",
+            p.deadline, p.retry_period, p.discovery_lag_max
         );
         let d = &self.disk;
         let _ = writeln!(
@@ -295,9 +340,8 @@ impl Options {
             .collect();
         let _ = writeln!(
             s,
-            "# workload: think={} timeout={} open_wait={} hold={} ack_delay<={} mix=[{}]",
+            "# workload: think={} open_wait={} hold={} ack_delay<={} mix=[{}]",
             w.think_mean,
-            w.request_timeout,
             w.open_wait,
             w.hold_time,
             w.ack_delay_max,

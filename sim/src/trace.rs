@@ -82,79 +82,92 @@ impl Trace {
     }
 }
 
+/// A one-line rendering of a directory request.
+fn describe_request(request: &dataplane_core::wire::DirectoryRequest) -> String {
+    use dataplane_core::wire::DirectoryRequest as R;
+    match request {
+        R::Register {
+            path,
+            source,
+            operation,
+            reservation,
+            ..
+        } => {
+            let res = reservation
+                .map(|r| format!(" reservation={r}"))
+                .unwrap_or_default();
+            format!("Register {path} source={source} op={operation}{res}")
+        }
+        R::Resolve { path } => format!("Resolve {path}"),
+        R::Lookup { path } => format!("Lookup {path}"),
+        R::ReserveBlob {
+            path,
+            operation,
+            owner,
+        } => {
+            format!("ReserveBlob {path} op={operation} owner={owner}")
+        }
+        R::ReleaseBlobReservation { path, operation } => {
+            format!("ReleaseBlobReservation {path} op={operation}")
+        }
+        R::Unregister {
+            path,
+            expected_revision,
+            operation,
+        } => {
+            let exp = expected_revision
+                .map(|r| format!(" expected={r}"))
+                .unwrap_or_default();
+            format!("Unregister {path}{exp} op={operation}")
+        }
+        R::Rename {
+            source,
+            destination,
+            replace,
+            operation,
+        } => {
+            format!("Rename {source} -> {destination} replace={replace} op={operation}")
+        }
+        R::OpenStream {
+            path,
+            role,
+            endpoint,
+            replace,
+            ensure,
+            expected_revision,
+            operation,
+            ..
+        } => {
+            let exp = expected_revision
+                .map(|r| format!(" expected={r}"))
+                .unwrap_or_default();
+            format!(
+                "OpenStream {path} {role:?} endpoint={endpoint} replace={replace} ensure={ensure}{exp} op={operation}"
+            )
+        }
+        R::CancelStream { path, operation } => {
+            format!("CancelStream {path} op={operation}")
+        }
+        R::CloseStream { path, incarnation } => format!("CloseStream {path} {incarnation}"),
+    }
+}
+
 /// A one-line rendering of a message for the readable trace.
 pub fn describe(message: &dataplane_core::wire::Message) -> String {
-    use dataplane_core::wire::{DirectoryRequest as R, Message as M, ReplyBody as B};
+    use dataplane_core::wire::{Message as M, ReplyBody as B};
     match message {
         M::Call(call) => {
-            let id = call.request_id;
-            let what = match &call.request {
-                R::Register {
-                    path,
-                    source,
-                    operation,
-                    reservation,
-                    ..
-                } => {
-                    let res = reservation
-                        .map(|r| format!(" reservation={r}"))
-                        .unwrap_or_default();
-                    format!("Register {path} source={source} op={operation}{res}")
-                }
-                R::Resolve { path } => format!("Resolve {path}"),
-                R::Lookup { path } => format!("Lookup {path}"),
-                R::ReserveBlob {
-                    path,
-                    operation,
-                    owner,
-                } => {
-                    format!("ReserveBlob {path} op={operation} owner={owner}")
-                }
-                R::ReleaseBlobReservation { path, operation } => {
-                    format!("ReleaseBlobReservation {path} op={operation}")
-                }
-                R::Unregister {
-                    path,
-                    expected_revision,
-                    operation,
-                } => {
-                    let exp = expected_revision
-                        .map(|r| format!(" expected={r}"))
-                        .unwrap_or_default();
-                    format!("Unregister {path}{exp} op={operation}")
-                }
-                R::Rename {
-                    source,
-                    destination,
-                    replace,
-                    operation,
-                } => {
-                    format!("Rename {source} -> {destination} replace={replace} op={operation}")
-                }
-                R::OpenStream {
-                    path,
-                    role,
-                    endpoint,
-                    replace,
-                    ensure,
-                    expected_revision,
-                    operation,
-                    ..
-                } => {
-                    let exp = expected_revision
-                        .map(|r| format!(" expected={r}"))
-                        .unwrap_or_default();
-                    format!(
-                        "OpenStream {path} {role:?} endpoint={endpoint} replace={replace} ensure={ensure}{exp} op={operation}"
-                    )
-                }
-                R::CancelStream { path, operation } => {
-                    format!("CancelStream {path} op={operation}")
-                }
-                R::CloseStream { path, incarnation } => format!("CloseStream {path} {incarnation}"),
-            };
-            format!("call {id} {what} reply_to={}", call.reply_to)
+            let what = describe_request(&call.request);
+            format!("call {} {what} reply_to={}", call.request_id, call.reply_to)
         }
+        M::ProxyCall(call) => {
+            let what = describe_request(&call.request);
+            format!(
+                "proxy-call {} {what} caller={}",
+                call.request_id, call.reply_to
+            )
+        }
+        M::ProxyCancel { reply_to } => format!("proxy-cancel caller={reply_to}"),
         M::Reply(reply) => {
             let body = match &reply.body {
                 B::Registered(r) | B::Unregistered(r) | B::Renamed(r) => match r {

@@ -16,10 +16,11 @@ use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::ids::{Address, NodeId};
 use dataplane_core::log::{FRAME_HEADER_BYTES, append_record, decode_log, encode_log};
+use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{Envelope, Message};
 
-use crate::check::{Checker, DirInput};
+use crate::check::{Checker, DirInput, ProxyInput};
 use crate::client::Io;
 use crate::host::{HostNode, HostOutput};
 use crate::options::{Options, Recurring};
@@ -35,6 +36,8 @@ pub const EVENT_BUDGET: u64 = 20_000_000;
 /// The log is compacted once it reaches twice its size after the last compaction, and at
 /// least this size.
 const COMPACT_MIN_BYTES: usize = 64 * 1024;
+/// Latency of a frame between two actors of one node (reliable and in order).
+const LOCAL_LATENCY: Duration = Duration::from_micros(20);
 /// Period of a host agent's re-send of unacknowledged gone reports.
 const AGENT_PERIOD: Duration = Duration::from_secs(1);
 
@@ -71,6 +74,34 @@ enum EventKind {
         host: usize,
         incarnation: u64,
         envelope: Box<Envelope>,
+    },
+    Local {
+        host: usize,
+        incarnation: u64,
+        envelope: Box<Envelope>,
+    },
+    ProxyTimer {
+        host: usize,
+        incarnation: u64,
+        generation: u64,
+        arming: u64,
+    },
+    Discovery {
+        host: usize,
+        incarnation: u64,
+        generation: u64,
+        version: u64,
+        found: Option<Discovered>,
+    },
+    ProxyCrash,
+    ProxyStart {
+        host: usize,
+        incarnation: u64,
+    },
+    OutageStart,
+    OutageEnd,
+    AuthorityLost {
+        boot: u64,
     },
     ClientWake {
         host: usize,
@@ -146,6 +177,10 @@ pub struct Stats {
     pub route_flaps: u64,
     /// Actors that died on their own.
     pub actor_deaths: u64,
+    /// Proxy restarts on running hosts.
+    pub proxy_restarts: u64,
+    /// Authority outages (discovery answering "none").
+    pub authority_outages: u64,
     /// Directory steps.
     pub directory_steps: u64,
 }
@@ -190,6 +225,13 @@ pub struct World {
     blocked: BTreeSet<(NodeId, NodeId)>,
     flapped: BTreeSet<Address>,
     phase: Phase,
+    /// What discovery announces when no outage hides it (the serving directory, if any).
+    announced: Option<Discovered>,
+    /// How many authority outages are in progress.
+    outages: u32,
+    /// Discovery's current answer, and its version.
+    published: Option<Discovered>,
+    discovery_version: u64,
     heal_at: Instant,
     end_at: Instant,
     outbox: Outbox,
@@ -263,6 +305,10 @@ impl World {
             blocked: BTreeSet::new(),
             flapped: BTreeSet::new(),
             phase: Phase::Faulty,
+            announced: None,
+            outages: 0,
+            published: None,
+            discovery_version: 0,
             heal_at,
             end_at,
             outbox: Outbox::new(),
@@ -302,6 +348,14 @@ impl World {
                             crate::trace::describe(&e.message)
                         )
                     }
+                    EventKind::Local { envelope: e, .. } => {
+                        format!(
+                            "local {} -> {}: {}",
+                            e.from,
+                            e.to,
+                            crate::trace::describe(&e.message)
+                        )
+                    }
                     EventKind::HostSend { envelope: e, .. } => {
                         format!(
                             "send {} -> {}: {}",
@@ -334,6 +388,9 @@ impl World {
     fn start(&mut self) {
         self.restart_directory();
         for host in 0..self.hosts.len() {
+            self.start_proxy(host);
+        }
+        for host in 0..self.hosts.len() {
             for client in 0..self.hosts[host].clients.len() {
                 let delay = uniform(&mut self.work_rng, self.options.workload.think_mean);
                 let incarnation = self.hosts[host].incarnation;
@@ -354,6 +411,8 @@ impl World {
             (self.options.host_crashes, EventKind::HostCrash),
             (self.options.route_flaps, EventKind::FlapStart),
             (self.options.actor_deaths, EventKind::ActorDeath),
+            (self.options.proxy_restarts, EventKind::ProxyCrash),
+            (self.options.authority_outages, EventKind::OutageStart),
         ];
         for (fault, kind) in recurring {
             if let Some(fault) = fault {
@@ -411,6 +470,7 @@ impl World {
                     .collect();
                 if !up.is_empty() {
                     let host = *self.fault_rng.pick(&up);
+                    self.stop_proxy(host);
                     self.hosts[host].crash();
                     self.stats.host_crashes += 1;
                     self.checker.host_crashed();
@@ -532,6 +592,105 @@ impl World {
                     self.schedule_next(f, EventKind::ActorDeath);
                 }
             }
+            EventKind::Local {
+                host,
+                incarnation,
+                envelope,
+            } => {
+                let h = &self.hosts[host];
+                if h.up && h.incarnation == incarnation {
+                    let Envelope { to, message, .. } = *envelope;
+                    self.deliver_to_host(host, to, message);
+                }
+            }
+            EventKind::ProxyTimer {
+                host,
+                incarnation,
+                generation,
+                arming,
+            } => {
+                let h = &self.hosts[host];
+                let current = h.up
+                    && h.incarnation == incarnation
+                    && h.proxy_generation == generation
+                    && h.proxy_timer_generation == arming;
+                if current {
+                    self.proxy_input(host, ProxyInput::Timer);
+                }
+            }
+            EventKind::Discovery {
+                host,
+                incarnation,
+                generation,
+                version,
+                found,
+            } => {
+                let h = &mut self.hosts[host];
+                let current = h.up
+                    && h.incarnation == incarnation
+                    && h.proxy_generation == generation
+                    && h.proxy.is_some()
+                    && version >= h.discovery_version;
+                if current {
+                    h.discovery_version = version;
+                    self.proxy_input(host, ProxyInput::Discovery(found));
+                }
+            }
+            EventKind::ProxyCrash => {
+                let running: Vec<usize> = (0..self.hosts.len())
+                    .filter(|&h| self.hosts[h].up && self.hosts[h].proxy.is_some())
+                    .collect();
+                if !running.is_empty() {
+                    let host = *self.fault_rng.pick(&running);
+                    self.stop_proxy(host);
+                    self.stats.proxy_restarts += 1;
+                    self.checker.coverage.hit("fault.proxy_restart");
+                    let max = self
+                        .options
+                        .proxy_restarts
+                        .map_or(Duration::ZERO, |f| f.max_duration);
+                    let down = uniform(&mut self.fault_rng, max);
+                    let incarnation = self.hosts[host].incarnation;
+                    self.schedule_in(down, EventKind::ProxyStart { host, incarnation });
+                }
+                if let Some(f) = self.options.proxy_restarts {
+                    self.schedule_next(f, EventKind::ProxyCrash);
+                }
+            }
+            EventKind::ProxyStart { host, incarnation } => {
+                let h = &self.hosts[host];
+                if h.up && h.incarnation == incarnation && h.proxy.is_none() {
+                    self.start_proxy(host);
+                    for client in 0..self.hosts[host].clients.len() {
+                        self.client_step(host, client, |c, io| c.proxy_restarted(io));
+                    }
+                }
+            }
+            EventKind::OutageStart => {
+                self.outages += 1;
+                self.stats.authority_outages += 1;
+                self.checker.coverage.hit("fault.authority_outage");
+                self.publish_discovery();
+                let max = self
+                    .options
+                    .authority_outages
+                    .map_or(Duration::ZERO, |f| f.max_duration);
+                let length = uniform(&mut self.fault_rng, max);
+                self.schedule_in(length, EventKind::OutageEnd);
+                if let Some(f) = self.options.authority_outages {
+                    self.schedule_next(f, EventKind::OutageStart);
+                }
+            }
+            EventKind::OutageEnd => {
+                self.outages = self.outages.saturating_sub(1);
+                self.publish_discovery();
+            }
+            EventKind::AuthorityLost { boot } => {
+                if self.directory.machine.is_none() && self.directory.boot == boot {
+                    self.announced = None;
+                    self.publish_discovery();
+                }
+            }
             EventKind::Heal => self.heal(),
             EventKind::End => {
                 let view = crate::check::EndView {
@@ -598,6 +757,19 @@ impl World {
         let Some(host) = self.host_index(envelope.to.node) else {
             return;
         };
+        self.deliver_to_host(host, envelope.to, envelope.message);
+    }
+
+    /// How long a client waits for its proxy's answer before assuming the proxy lost it.
+    fn guard(&self) -> Duration {
+        let p = &self.options.proxy;
+        p.deadline
+            .saturating_add(p.retry_period.saturating_mul(3))
+            .saturating_add(Duration::from_secs(1))
+    }
+
+    fn deliver_to_host(&mut self, host: usize, to: Address, message: Message) {
+        let guard = self.guard();
         let mut out = HostOutput::default();
         {
             let mut next_actor = self.hosts[host].next_actor;
@@ -607,9 +779,10 @@ impl World {
                 options: &self.options.workload,
                 paths: &self.options.paths,
                 next_actor: &mut next_actor,
+                guard,
                 actions: Vec::new(),
             };
-            self.hosts[host].deliver(envelope.to, envelope.message, &mut io, &mut out);
+            self.hosts[host].deliver(to, message, &mut io, &mut out);
             self.hosts[host].next_actor = self.hosts[host].next_actor.max(next_actor);
         }
         self.host_output(host, out);
@@ -624,6 +797,20 @@ impl World {
         let incarnation = self.hosts[host].incarnation;
         for (from, to, message) in out.sends {
             self.send(from, to, message);
+        }
+        for (from, to, message) in out.local {
+            let envelope = Box::new(Envelope { from, to, message });
+            self.schedule_in(
+                LOCAL_LATENCY,
+                EventKind::Local {
+                    host,
+                    incarnation,
+                    envelope,
+                },
+            );
+        }
+        for message in out.to_proxy {
+            self.proxy_input(host, ProxyInput::Message(message));
         }
         for (delay, from, to, message) in out.delayed {
             let envelope = Box::new(Envelope { from, to, message });
@@ -655,6 +842,7 @@ impl World {
         client: usize,
         f: impl FnOnce(&mut crate::client::Client, &mut Io<'_>),
     ) {
+        let guard = self.guard();
         let mut next_actor = self.hosts[host].next_actor;
         let actions = {
             let mut io = Io {
@@ -663,6 +851,7 @@ impl World {
                 options: &self.options.workload,
                 paths: &self.options.paths,
                 next_actor: &mut next_actor,
+                guard,
                 actions: Vec::new(),
             };
             f(&mut self.hosts[host].clients[client], &mut io);
@@ -672,6 +861,157 @@ impl World {
         let mut out = HostOutput::default();
         self.hosts[host].apply_actions(client, actions, &mut out);
         self.host_output(host, out);
+    }
+
+    // ---------------------------------------------------------------- proxies
+
+    /// Starts a new proxy instance on `host` (a new address) and tells it discovery's answer.
+    fn start_proxy(&mut self, host: usize) {
+        let h = &mut self.hosts[host];
+        h.proxy_generation += 1;
+        h.discovery_version = 0;
+        let config = ProxyConfig {
+            address: h.proxy_address(),
+            retry_period: self.options.proxy.retry_period,
+            deadline: self.options.proxy.deadline,
+            first_request_id: 1,
+        };
+        let proxy = Proxy::new(config, self.now, &mut self.outbox);
+        let effects = self.outbox.take();
+        let (incarnation, generation) = (h.incarnation, h.proxy_generation);
+        h.proxy = Some(proxy);
+        self.checker.proxy_started(host, incarnation, generation);
+        self.execute_proxy_effects(host, effects);
+        let lag = uniform(&mut self.net_rng, self.options.proxy.discovery_lag_max);
+        let (version, found) = (self.discovery_version, self.published);
+        self.schedule_in(
+            lag,
+            EventKind::Discovery {
+                host,
+                incarnation,
+                generation,
+                version,
+                found,
+            },
+        );
+    }
+
+    /// The proxy of `host` stops: its pending table is lost.
+    fn stop_proxy(&mut self, host: usize) {
+        let h = &mut self.hosts[host];
+        if h.proxy.take().is_some() {
+            self.checker
+                .proxy_stopped(host, h.incarnation, h.proxy_generation);
+        }
+    }
+
+    /// Publishes discovery's answer (after a per-proxy lag) if it changed.
+    fn publish_discovery(&mut self) {
+        let value = if self.outages > 0 {
+            None
+        } else {
+            self.announced
+        };
+        if value == self.published {
+            return;
+        }
+        self.published = value;
+        self.discovery_version += 1;
+        for host in 0..self.hosts.len() {
+            let h = &self.hosts[host];
+            if !h.up || h.proxy.is_none() {
+                continue;
+            }
+            let (incarnation, generation) = (h.incarnation, h.proxy_generation);
+            let lag = uniform(&mut self.net_rng, self.options.proxy.discovery_lag_max);
+            let version = self.discovery_version;
+            self.schedule_in(
+                lag,
+                EventKind::Discovery {
+                    host,
+                    incarnation,
+                    generation,
+                    version,
+                    found: value,
+                },
+            );
+        }
+    }
+
+    fn proxy_input(&mut self, host: usize, input: ProxyInput) {
+        let now = self.now;
+        let h = &mut self.hosts[host];
+        let Some(proxy) = h.proxy.as_mut() else {
+            return;
+        };
+        let result = match &input {
+            ProxyInput::Message(message) => {
+                proxy.handle_message(now, message.clone(), &mut self.outbox)
+            }
+            ProxyInput::Discovery(found) => {
+                proxy.handle_discovery(now, *found, &mut self.outbox);
+                Ok(())
+            }
+            ProxyInput::Timer => proxy.handle_timer(now, Timer::ProxyRetry, &mut self.outbox),
+        };
+        if let Err(error) = result {
+            self.checker.fail(
+                now,
+                format!("a proxy refused an input it should accept: {error}"),
+            );
+            return;
+        }
+        let effects = self.outbox.take();
+        let (incarnation, generation) = (h.incarnation, h.proxy_generation);
+        self.checker.proxy_step(
+            now,
+            (host, incarnation, generation),
+            &input,
+            &effects,
+            proxy,
+        );
+        self.execute_proxy_effects(host, effects);
+    }
+
+    fn execute_proxy_effects(&mut self, host: usize, effects: Vec<Effect>) {
+        let h = &self.hosts[host];
+        let (node, incarnation, generation, from) =
+            (h.node, h.incarnation, h.proxy_generation, h.proxy_address());
+        for effect in effects {
+            match effect {
+                Effect::Send { to, message } if to.node == node => {
+                    let envelope = Box::new(Envelope { from, to, message });
+                    self.schedule_in(
+                        LOCAL_LATENCY,
+                        EventKind::Local {
+                            host,
+                            incarnation,
+                            envelope,
+                        },
+                    );
+                }
+                Effect::Send { to, message } => self.send(from, to, message),
+                Effect::SetTimer { at, .. } => {
+                    let h = &mut self.hosts[host];
+                    h.proxy_timer_generation += 1;
+                    let arming = h.proxy_timer_generation;
+                    self.schedule(
+                        at,
+                        EventKind::ProxyTimer {
+                            host,
+                            incarnation,
+                            generation,
+                            arming,
+                        },
+                    );
+                }
+                Effect::CancelTimer { .. } => self.hosts[host].proxy_timer_generation += 1,
+                other => self.checker.fail(
+                    self.now,
+                    format!("a proxy emitted an unexpected effect {other:?}"),
+                ),
+            }
+        }
     }
 
     // ---------------------------------------------------------------- directory
@@ -916,6 +1256,11 @@ impl World {
         d.synced = d.disk.len();
         d.barrier = d.disk.len();
         self.checker.directory_crashed(surviving_step);
+        // Discovery notices the crash only after a while: until then proxies keep sending to
+        // (and accepting the epoch of) the dead instance.
+        let lag = uniform(&mut self.fault_rng, self.options.proxy.discovery_lag_max);
+        let boot = self.directory.boot;
+        self.schedule_in(lag, EventKind::AuthorityLost { boot });
         let max = self
             .options
             .directory_crashes
@@ -952,8 +1297,13 @@ impl World {
                 self.directory.step += 1;
                 self.checker
                     .directory_recovered(self.now, self.directory.step, &effects, &machine);
+                self.announced = Some(Discovered {
+                    address: self.directory.address(),
+                    epoch: machine.epoch(),
+                });
                 self.directory.machine = Some(machine);
                 self.execute_directory_effects(effects);
+                self.publish_discovery();
             }
             Err(error) => self
                 .checker
@@ -984,6 +1334,7 @@ impl World {
         }
         self.hosts[host].agent_armed = true;
         self.schedule_in(Duration::ZERO, EventKind::AgentTick { host, incarnation });
+        self.start_proxy(host);
         if self.phase == Phase::Healed {
             for client in 0..clients {
                 self.client_step(host, client, |c, io| c.quiesce(io));
@@ -1030,8 +1381,18 @@ impl World {
         self.checker.healed(self.now);
         self.blocked.clear();
         self.flapped.clear();
+        self.outages = 0;
         if self.directory.machine.is_none() {
             self.restart_directory();
+        }
+        self.publish_discovery();
+        for host in 0..self.hosts.len() {
+            if self.hosts[host].up && self.hosts[host].proxy.is_none() {
+                self.start_proxy(host);
+                for client in 0..self.hosts[host].clients.len() {
+                    self.client_step(host, client, |c, io| c.proxy_restarted(io));
+                }
+            }
         }
         for host in 0..self.hosts.len() {
             if !self.hosts[host].up {

@@ -27,13 +27,13 @@ mod recovery;
 mod streams;
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 pub use durable::{ApplyError, DurableState, ObligationKey};
 pub use recovery::{ActorSources, RecoveredSource, RecoveryError, SourceRecoveryHook};
 pub use streams::{Active, Fence, OpenRequest, Pending, Rendezvous};
 
 use crate::effect::{Effect, Outbox, Timer};
+pub use crate::error::InputError;
 use crate::error::{NamespaceError, Reason};
 use crate::ids::{Address, AuthorityEpoch, OperationId, Revision};
 use crate::log::{LogRecord, Outcome, Rejection, RejectionKind, RequestKey};
@@ -71,26 +71,6 @@ pub enum SourceState {
     /// The binding exists but no source could be recovered.
     Unavailable(Reason),
 }
-
-/// An input the directory does not accept. Nothing changed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum InputError {
-    /// The message is not one a directory handles (e.g. a reply).
-    UnexpectedMessage(&'static str),
-    /// The timer is not the directory's.
-    UnexpectedTimer(Timer),
-}
-
-impl fmt::Display for InputError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            InputError::UnexpectedMessage(kind) => write!(f, "a directory does not accept {kind}"),
-            InputError::UnexpectedTimer(t) => write!(f, "a directory has no timer {t:?}"),
-        }
-    }
-}
-
-impl std::error::Error for InputError {}
 
 /// The directory state machine. See the module documentation for the driving contract.
 #[derive(Clone, Debug)]
@@ -137,6 +117,10 @@ impl Directory {
             Message::Displaced { .. } => return Err(InputError::UnexpectedMessage("Displaced")),
             Message::GoneAcknowledged { .. } => {
                 return Err(InputError::UnexpectedMessage("GoneAcknowledged"));
+            }
+            Message::ProxyCall(_) => return Err(InputError::UnexpectedMessage("ProxyCall")),
+            Message::ProxyCancel { .. } => {
+                return Err(InputError::UnexpectedMessage("ProxyCancel"));
             }
         }
         self.debug_check_step();

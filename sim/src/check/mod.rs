@@ -11,6 +11,7 @@
 
 mod journal;
 mod model;
+mod proxy;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,8 +25,12 @@ use dataplane_core::wire::{DirectoryReply, DirectoryRequest, Message, ReplyBody,
 use crate::host::HostNode;
 use crate::options::Options;
 pub use model::{Expect, Model};
+pub use proxy::{ProxyChecker, ProxyId, ProxyInput};
 
 /// What the directory was fed in one step.
+// Built once per step and passed by reference; boxing the message would cost an allocation
+// per step for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DirInput {
     /// A frame.
@@ -118,6 +123,13 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "fault.actor_death",
     "fault.partition",
     "fault.route_flap",
+    "fault.proxy_restart",
+    "fault.authority_outage",
+    "proxy.forwarded",
+    "proxy.cancel",
+    "proxy.timeout",
+    "proxy.unavailable",
+    "proxy.dropped_stale_reply",
     "recovery.cut_torn_tail",
     "recovery.obligations_restored",
     "recovery.fence_restored",
@@ -148,6 +160,7 @@ pub struct Checker {
     replies_released: u64,
     healed_at: Option<Instant>,
     call_ops: BTreeMap<(Address, dataplane_core::ids::RequestId), OperationId>,
+    proxies: ProxyChecker,
 }
 
 fn error_name(body: &ReplyBody) -> &'static str {
@@ -229,7 +242,7 @@ fn diff<T: PartialEq + Clone>(expected: &[T], actual: &[T]) -> (Vec<T>, Vec<T>) 
 
 impl Checker {
     /// A checker for a run with `options`.
-    pub fn new(_options: &Options) -> Self {
+    pub fn new(options: &Options) -> Self {
         Checker {
             model: Model::default(),
             failure: None,
@@ -242,6 +255,7 @@ impl Checker {
             replies_released: 0,
             healed_at: None,
             call_ops: BTreeMap::new(),
+            proxies: ProxyChecker::new(options.proxy.deadline, options.proxy.retry_period),
         }
     }
 
@@ -265,6 +279,38 @@ impl Checker {
     /// The run healed.
     pub fn healed(&mut self, now: Instant) {
         self.healed_at = Some(now);
+    }
+
+    /// A proxy instance started on `host`.
+    pub fn proxy_started(&mut self, host: usize, incarnation: u64, generation: u64) {
+        self.proxies.started((host, incarnation, generation));
+    }
+
+    /// A proxy instance stopped (restart or host crash): its pending table is gone.
+    pub fn proxy_stopped(&mut self, host: usize, incarnation: u64, generation: u64) {
+        self.proxies.stopped((host, incarnation, generation));
+    }
+
+    /// One proxy step: the §13.7 checks.
+    pub fn proxy_step(
+        &mut self,
+        now: Instant,
+        id: ProxyId,
+        input: &ProxyInput,
+        effects: &[Effect],
+        proxy: &dataplane_core::proxy::Proxy,
+    ) {
+        if self.failed() {
+            return;
+        }
+        let mut hits = Vec::new();
+        let result = self.proxies.step(now, id, input, effects, proxy, &mut hits);
+        for hit in hits {
+            self.coverage.hit(hit);
+        }
+        if let Err(violation) = result {
+            self.fail(now, violation);
+        }
     }
 
     /// A host crashed.
@@ -877,6 +923,18 @@ impl Checker {
                 problems.push(format!("gone report of {} never acknowledged", host.node));
             }
         }
+        let proxies: Vec<(ProxyId, &dataplane_core::proxy::Proxy)> = view
+            .hosts
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.up)
+            .filter_map(|(i, h)| {
+                h.proxy
+                    .as_ref()
+                    .map(|p| ((i, h.incarnation, h.proxy_generation), p))
+            })
+            .collect();
+        problems.extend(self.proxies.at_end(&proxies));
         if self.replies_released == 0 {
             problems.push("the run exercised nothing: no reply was ever sent".into());
         }

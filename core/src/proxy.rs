@@ -1,0 +1,521 @@
+//! The namespace proxy: one per node, between local callers and the directory (SPEC §5, with
+//! DESIGN.md §5 Q4, Q9, Q10 and Q14).
+//!
+//! # Driving it
+//!
+//! Build it with [`Proxy::new`] (which arms the retry timer), then feed it:
+//!
+//! * [`Proxy::request`] / [`Proxy::cancel`] from in-process callers, or the same through
+//!   [`Proxy::handle_message`] as `ProxyCall` / `ProxyCancel` frames from local actors;
+//! * [`Proxy::handle_message`] with every `Reply` the directory sends to the proxy's address;
+//! * [`Proxy::handle_discovery`] whenever discovery's answer changes (a directory with its
+//!   authority epoch, or none);
+//! * [`Proxy::handle_timer`] when [`Timer::ProxyRetry`] fires.
+//!
+//! # The promise to callers
+//!
+//! Every request gets exactly one reply, in the reply variant of its kind, addressed to the
+//! caller with the caller's own request id: the directory's answer, or a typed error —
+//! `DirectoryUnavailable` if no directory was discoverable at any time before the deadline,
+//! `Timeout` if one was (Q10), `LimitReached` if the proxy is full. The only ways out are a
+//! caller's cancel and a proxy restart (the pending table is volatile; callers keep a guard).
+//!
+//! # Retractions
+//!
+//! `CancelStream`, `CloseStream` and `ReleaseBlobReservation` undo something at the directory.
+//! They never expire and are re-dispatched on every tick until the directory acknowledges them
+//! (with any answer). When a caller cancels, its retractions stay pending and the proxy becomes
+//! their owner; its waiting opens and reserves are replaced by retractions of their own (a
+//! `CancelStream` or a release of the same operation id), and so are opens and reserves that
+//! expire. Replies to proxy-owned retractions are consumed here (Q14).
+//!
+//! # Determinism
+//!
+//! Pending requests live in a `BTreeMap` keyed by request id; re-dispatch is in id order.
+
+use std::collections::BTreeMap;
+
+use crate::effect::{Effect, Outbox, Timer};
+use crate::error::{InputError, Limit, NamespaceError, Reason};
+use crate::ids::{Address, AuthorityEpoch, RequestId};
+use crate::limits::PROXY_PENDING_MAX;
+use crate::time::{Duration, Instant};
+use crate::wire::{DirectoryCall, DirectoryReply, DirectoryRequest, Message, ReplyBody};
+
+/// The default request deadline (SPEC §5.1).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(80);
+
+/// How a proxy is set up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyConfig {
+    /// The proxy's own address: the `reply_to` of every call it sends.
+    pub address: Address,
+    /// Period of the re-dispatch and deadline tick.
+    pub retry_period: Duration,
+    /// How long a caller's request may wait for the directory.
+    pub deadline: Duration,
+    /// The first request id this proxy hands out. A proxy that restarts at the same address
+    /// must start above every id its predecessor used, so late replies to the old instance are
+    /// never taken for new ones (the driver derives it from a boot counter).
+    pub first_request_id: u64,
+}
+
+impl ProxyConfig {
+    /// A configuration with the reference's one-second tick and 80-second deadline.
+    pub fn new(address: Address) -> Self {
+        ProxyConfig {
+            address,
+            retry_period: Duration::from_secs(1),
+            deadline: DEFAULT_DEADLINE,
+            first_request_id: 1,
+        }
+    }
+}
+
+/// The directory discovery last reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Discovered {
+    /// Where to send calls.
+    pub address: Address,
+    /// The authority epoch whose replies are accepted.
+    pub epoch: AuthorityEpoch,
+}
+
+/// Who a pending request answers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Owner {
+    /// A caller, with its own request id.
+    Caller {
+        /// The caller's address.
+        reply_to: Address,
+        /// The caller's correlation id.
+        request_id: RequestId,
+    },
+    /// The proxy itself (a retraction whose caller cancelled, or one the proxy started).
+    Proxy,
+}
+
+/// One pending request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingRequest {
+    /// The request, re-sent unchanged.
+    pub request: DirectoryRequest,
+    /// Who hears the reply.
+    pub owner: Owner,
+    /// When it entered the proxy.
+    pub enqueued_at: Instant,
+    /// Whether a directory was discoverable at any time since (decides Timeout vs
+    /// DirectoryUnavailable at the deadline).
+    pub saw_directory: bool,
+}
+
+impl PendingRequest {
+    /// Whether the request never expires.
+    pub fn is_retraction(&self) -> bool {
+        self.request.kind().is_retraction()
+    }
+}
+
+/// The proxy state machine. See the module documentation for the driving contract.
+#[derive(Clone, Debug)]
+pub struct Proxy {
+    config: ProxyConfig,
+    next_id: Option<u64>,
+    pending: BTreeMap<RequestId, PendingRequest>,
+    callers_pending: usize,
+    directory: Option<Discovered>,
+}
+
+fn unavailable() -> NamespaceError {
+    NamespaceError::DirectoryUnavailable(Reason::new(
+        "no directory was discoverable before the deadline",
+    ))
+}
+
+/// The retraction that undoes a waiting request, if it needs one: an open is cancelled, a
+/// reservation is released (both under the request's own operation id).
+fn retraction_of(request: &DirectoryRequest) -> Option<DirectoryRequest> {
+    match request {
+        DirectoryRequest::OpenStream {
+            path, operation, ..
+        } => Some(DirectoryRequest::CancelStream {
+            path: path.clone(),
+            operation: *operation,
+        }),
+        DirectoryRequest::ReserveBlob {
+            path, operation, ..
+        } => Some(DirectoryRequest::ReleaseBlobReservation {
+            path: path.clone(),
+            operation: *operation,
+        }),
+        _ => None,
+    }
+}
+
+impl Proxy {
+    /// A proxy with nothing pending and no directory discovered; arms its retry timer.
+    pub fn new(config: ProxyConfig, now: Instant, out: &mut Outbox) -> Proxy {
+        let first = config.first_request_id.max(1);
+        let proxy = Proxy {
+            config,
+            next_id: Some(first),
+            pending: BTreeMap::new(),
+            callers_pending: 0,
+            directory: None,
+        };
+        proxy.arm_timer(now, out);
+        proxy
+    }
+
+    fn arm_timer(&self, now: Instant, out: &mut Outbox) {
+        let at = now.saturating_add(self.config.retry_period);
+        out.push(Effect::SetTimer {
+            timer: Timer::ProxyRetry,
+            at,
+        });
+    }
+
+    fn allocate_id(&mut self) -> Option<RequestId> {
+        let id = self.next_id?;
+        self.next_id = id.checked_add(1);
+        Some(RequestId(id))
+    }
+
+    fn reply(
+        &self,
+        reply_to: Address,
+        request_id: RequestId,
+        epoch: AuthorityEpoch,
+        body: ReplyBody,
+        out: &mut Outbox,
+    ) {
+        let reply = DirectoryReply {
+            request_id,
+            epoch,
+            body,
+        };
+        out.send(reply_to, Message::Reply(reply));
+    }
+
+    fn dispatch(&self, id: RequestId, request: &DirectoryRequest, out: &mut Outbox) {
+        if let Some(directory) = self.directory {
+            let call = DirectoryCall {
+                request_id: id,
+                reply_to: self.config.address,
+                request: request.clone(),
+            };
+            out.send(directory.address, Message::Call(call));
+        }
+    }
+
+    fn insert(&mut self, id: RequestId, pending: PendingRequest) {
+        if matches!(pending.owner, Owner::Caller { .. }) {
+            self.callers_pending += 1;
+        }
+        self.pending.insert(id, pending);
+    }
+
+    fn remove(&mut self, id: RequestId) -> Option<PendingRequest> {
+        let pending = self.pending.remove(&id)?;
+        if matches!(pending.owner, Owner::Caller { .. }) {
+            self.callers_pending -= 1;
+        }
+        Some(pending)
+    }
+
+    /// A caller's request: it will get exactly one reply (see the module documentation).
+    pub fn request(
+        &mut self,
+        now: Instant,
+        reply_to: Address,
+        request_id: RequestId,
+        request: DirectoryRequest,
+        out: &mut Outbox,
+    ) {
+        let kind = request.kind();
+        if self.callers_pending >= PROXY_PENDING_MAX {
+            let full = NamespaceError::LimitReached(Limit::PendingRequests);
+            self.reply(
+                reply_to,
+                request_id,
+                AuthorityEpoch::NONE,
+                ReplyBody::error(kind, full),
+                out,
+            );
+            return;
+        }
+        let Some(id) = self.allocate_id() else {
+            // Q9: answered in the caller's own reply variant, not a fixed one.
+            let exhausted = NamespaceError::LimitReached(Limit::RequestIds);
+            self.reply(
+                reply_to,
+                request_id,
+                AuthorityEpoch::NONE,
+                ReplyBody::error(kind, exhausted),
+                out,
+            );
+            return;
+        };
+        self.dispatch(id, &request, out);
+        let pending = PendingRequest {
+            request,
+            owner: Owner::Caller {
+                reply_to,
+                request_id,
+            },
+            enqueued_at: now,
+            saw_directory: self.directory.is_some(),
+        };
+        self.insert(id, pending);
+        self.debug_check();
+    }
+
+    /// Starts a proxy-owned retraction. It reuses `fallback` if request ids ran out, so a
+    /// retraction is never dropped (Q9).
+    fn retract(
+        &mut self,
+        now: Instant,
+        retraction: DirectoryRequest,
+        fallback: RequestId,
+        out: &mut Outbox,
+    ) {
+        let id = self.allocate_id().unwrap_or(fallback);
+        self.dispatch(id, &retraction, out);
+        let pending = PendingRequest {
+            request: retraction,
+            owner: Owner::Proxy,
+            enqueued_at: now,
+            saw_directory: self.directory.is_some(),
+        };
+        self.insert(id, pending);
+    }
+
+    /// The caller `reply_to` gives up on everything it has pending: its retractions are kept
+    /// and re-owned by the proxy, its waiting opens and reserves are retracted, everything
+    /// else is forgotten. No reply is sent for the cancelled requests.
+    pub fn cancel(&mut self, now: Instant, reply_to: Address, out: &mut Outbox) {
+        let ids: Vec<RequestId> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| matches!(p.owner, Owner::Caller { reply_to: r, .. } if r == reply_to))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            let Some(mut pending) = self.remove(id) else {
+                continue;
+            };
+            if pending.is_retraction() {
+                pending.owner = Owner::Proxy;
+                self.insert(id, pending);
+            } else if let Some(retraction) = retraction_of(&pending.request) {
+                self.retract(now, retraction, id, out);
+            }
+        }
+        self.debug_check();
+    }
+
+    /// Discovery's current answer: a directory and its authority epoch, or none.
+    pub fn handle_discovery(&mut self, now: Instant, found: Option<Discovered>, out: &mut Outbox) {
+        let _ = now;
+        let changed = self.directory != found;
+        self.directory = found;
+        if found.is_some() {
+            for pending in self.pending.values_mut() {
+                pending.saw_directory = true;
+            }
+            if changed {
+                // A new authority (or the first one): do not wait for the tick.
+                for (id, pending) in &self.pending {
+                    self.dispatch(*id, &pending.request, out);
+                }
+            }
+        }
+        self.debug_check();
+    }
+
+    /// A frame addressed to the proxy: a caller's `ProxyCall`/`ProxyCancel`, or a directory
+    /// `Reply`.
+    pub fn handle_message(
+        &mut self,
+        now: Instant,
+        message: Message,
+        out: &mut Outbox,
+    ) -> Result<(), InputError> {
+        match message {
+            Message::ProxyCall(call) => {
+                self.request(now, call.reply_to, call.request_id, call.request, out);
+            }
+            Message::ProxyCancel { reply_to } => self.cancel(now, reply_to, out),
+            Message::Reply(reply) => self.directory_reply(reply, out),
+            Message::Call(_) => return Err(InputError::UnexpectedMessage("Call")),
+            Message::Retire { .. } => return Err(InputError::UnexpectedMessage("Retire")),
+            Message::SourceRetired { .. } => {
+                return Err(InputError::UnexpectedMessage("SourceRetired"));
+            }
+            Message::Displaced { .. } => return Err(InputError::UnexpectedMessage("Displaced")),
+            Message::StreamDisplaced { .. } => {
+                return Err(InputError::UnexpectedMessage("StreamDisplaced"));
+            }
+            Message::AddressGone { .. } => {
+                return Err(InputError::UnexpectedMessage("AddressGone"));
+            }
+            Message::GoneAcknowledged { .. } => {
+                return Err(InputError::UnexpectedMessage("GoneAcknowledged"));
+            }
+        }
+        Ok(())
+    }
+
+    /// A directory reply: accepted only from the discovered authority's epoch (S26), routed to
+    /// the recorded owner (S27), consumed if the proxy owns it (Q14).
+    fn directory_reply(&mut self, reply: DirectoryReply, out: &mut Outbox) {
+        let Some(directory) = self.directory else {
+            return;
+        };
+        if reply.epoch != directory.epoch {
+            return;
+        }
+        let Some(pending) = self.pending.get(&reply.request_id) else {
+            // A duplicate, or an answer to a request that expired or was cancelled.
+            return;
+        };
+        let body = if reply.body.kind() == pending.request.kind() {
+            reply.body
+        } else if pending.owner == Owner::Proxy {
+            // Nobody to tell; keep re-driving the retraction.
+            return;
+        } else {
+            let error = NamespaceError::Protocol(Reason::new(format!(
+                "the directory answered a {:?} request with a {:?} reply",
+                pending.request.kind(),
+                reply.body.kind()
+            )));
+            ReplyBody::error(pending.request.kind(), error)
+        };
+        let Some(pending) = self.remove(reply.request_id) else {
+            return;
+        };
+        if let Owner::Caller {
+            reply_to,
+            request_id,
+        } = pending.owner
+        {
+            self.reply(reply_to, request_id, reply.epoch, body, out);
+        }
+        self.debug_check();
+    }
+
+    /// The retry tick: expire what waited past the deadline (retracting expired opens and
+    /// reserves), re-dispatch everything else, re-arm.
+    pub fn handle_timer(
+        &mut self,
+        now: Instant,
+        timer: Timer,
+        out: &mut Outbox,
+    ) -> Result<(), InputError> {
+        if timer != Timer::ProxyRetry {
+            return Err(InputError::UnexpectedTimer(timer));
+        }
+        let deadline = self.config.deadline;
+        let expired: Vec<RequestId> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| {
+                !p.is_retraction()
+                    && matches!(p.owner, Owner::Caller { .. })
+                    && now.saturating_since(p.enqueued_at) >= deadline
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in expired {
+            let Some(pending) = self.remove(id) else {
+                continue;
+            };
+            let error = if pending.saw_directory || self.directory.is_some() {
+                NamespaceError::Timeout
+            } else {
+                unavailable()
+            };
+            if let Owner::Caller {
+                reply_to,
+                request_id,
+            } = pending.owner
+            {
+                let body = ReplyBody::error(pending.request.kind(), error);
+                self.reply(reply_to, request_id, AuthorityEpoch::NONE, body, out);
+            }
+            if let Some(retraction) = retraction_of(&pending.request) {
+                self.retract(now, retraction, id, out);
+            }
+        }
+        for (id, pending) in &self.pending {
+            self.dispatch(*id, &pending.request, out);
+        }
+        self.arm_timer(now, out);
+        self.debug_check();
+        Ok(())
+    }
+
+    fn debug_check(&self) {
+        debug_assert_eq!(
+            self.callers_pending,
+            self.pending
+                .values()
+                .filter(|p| matches!(p.owner, Owner::Caller { .. }))
+                .count()
+        );
+    }
+
+    /// The proxy's configuration.
+    pub fn config(&self) -> &ProxyConfig {
+        &self.config
+    }
+
+    /// The directory discovery last reported.
+    pub fn directory(&self) -> Option<Discovered> {
+        self.directory
+    }
+
+    /// Every pending request, by id.
+    pub fn pending(&self) -> impl Iterator<Item = (&RequestId, &PendingRequest)> {
+        self.pending.iter()
+    }
+
+    /// How many requests are pending (retractions included).
+    pub fn pending_count(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Checks the proxy's invariants. For tests and the simulator.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let callers = self
+            .pending
+            .values()
+            .filter(|p| matches!(p.owner, Owner::Caller { .. }))
+            .count();
+        if callers != self.callers_pending {
+            return Err(format!(
+                "{callers} caller requests, counted {}",
+                self.callers_pending
+            ));
+        }
+        if callers > PROXY_PENDING_MAX {
+            return Err(format!(
+                "{callers} caller requests pending, the limit is {PROXY_PENDING_MAX}"
+            ));
+        }
+        if let (Some(next), Some((last, _))) = (self.next_id, self.pending.last_key_value()) {
+            if last.0 >= next {
+                return Err(format!("pending id {last} not below the next id {next}"));
+            }
+        }
+        if let Some((id, _)) = self
+            .pending
+            .iter()
+            .find(|(_, p)| matches!(p.owner, Owner::Proxy) && !p.is_retraction())
+        {
+            return Err(format!("{id} is proxy-owned but not a retraction"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,273 @@
+//! Checkers of the proxies (SPEC §13.7), fed every proxy step.
+//!
+//! Every caller request a proxy admits is tracked until its one reply reaches the caller:
+//!
+//! * **L7 bounded reply**: on every tick of a proxy, no request of its callers (retractions
+//!   excepted) has waited longer than `deadline + retry_period`; no reply reaches a caller twice
+//!   or without a request.
+//! * **L8 retractions persist**: a retraction is never answered by the proxy itself (it never
+//!   expires); at the end of the liveness phase no proxy holds any pending request.
+//! * **S26 epoch filtering**: a forwarded directory reply carries exactly the epoch of the
+//!   authority the proxy currently discovers, and nothing is forwarded while none is.
+//! * **S27 reply routing**: a forwarded reply goes to the caller recorded for that request, in
+//!   its request's reply variant (S8b), once.
+//! * **Q10 / deadline honesty**: a synthetic `DirectoryUnavailable` or `Timeout` comes only at
+//!   or after the deadline, `DirectoryUnavailable` only if no directory was discoverable at any
+//!   time since the request was admitted, `Timeout` only if one was.
+//!
+//! A proxy that stops (restart, host crash) excuses its outstanding requests: its callers
+//! re-issue them to the next instance.
+
+use std::collections::BTreeMap;
+
+use dataplane_core::effect::Effect;
+use dataplane_core::error::{Limit, NamespaceError};
+use dataplane_core::ids::{Address, AuthorityEpoch, RequestId};
+use dataplane_core::proxy::{Discovered, Proxy};
+use dataplane_core::time::{Duration, Instant};
+use dataplane_core::wire::{Message, RequestKind};
+
+/// What a proxy was fed in one step.
+#[allow(clippy::large_enum_variant)] // built once per step, passed by reference
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProxyInput {
+    /// A frame (a caller's call or cancel, or a directory reply).
+    Message(Message),
+    /// Discovery's new answer.
+    Discovery(Option<Discovered>),
+    /// The retry tick.
+    Timer,
+}
+
+/// One proxy instance: (host index, host incarnation, proxy generation).
+pub type ProxyId = (usize, u64, u64);
+
+#[derive(Clone, Debug)]
+struct Outstanding {
+    proxy: ProxyId,
+    kind: RequestKind,
+    admitted_at: Instant,
+    saw_directory: bool,
+}
+
+/// The proxy checkers' state.
+#[derive(Clone, Debug)]
+pub struct ProxyChecker {
+    deadline: Duration,
+    retry_period: Duration,
+    outstanding: BTreeMap<(Address, RequestId), Outstanding>,
+    live: BTreeMap<usize, ProxyId>,
+}
+
+impl ProxyChecker {
+    /// Checks proxies with this deadline and tick.
+    pub fn new(deadline: Duration, retry_period: Duration) -> Self {
+        ProxyChecker {
+            deadline,
+            retry_period,
+            outstanding: BTreeMap::new(),
+            live: BTreeMap::new(),
+        }
+    }
+
+    /// A proxy instance started.
+    pub fn started(&mut self, id: ProxyId) {
+        self.live.insert(id.0, id);
+    }
+
+    /// A proxy instance stopped: its callers' requests are excused.
+    pub fn stopped(&mut self, id: ProxyId) {
+        self.outstanding.retain(|_, o| o.proxy != id);
+        if self.live.get(&id.0) == Some(&id) {
+            self.live.remove(&id.0);
+        }
+    }
+
+    /// One proxy step. Returns the first violation, and the coverage names it hit.
+    pub fn step(
+        &mut self,
+        now: Instant,
+        id: ProxyId,
+        input: &ProxyInput,
+        effects: &[Effect],
+        proxy: &Proxy,
+        hits: &mut Vec<&'static str>,
+    ) -> Result<(), String> {
+        let discovered = proxy.directory();
+        match input {
+            ProxyInput::Message(Message::ProxyCall(call)) => {
+                let key = (call.reply_to, call.request_id);
+                let kind = call.request.kind();
+                let outstanding = Outstanding {
+                    proxy: id,
+                    kind,
+                    admitted_at: now,
+                    saw_directory: discovered.is_some(),
+                };
+                if self.outstanding.insert(key, outstanding).is_some() {
+                    return Err(format!("caller {} reused request id {}", key.0, key.1));
+                }
+            }
+            ProxyInput::Message(Message::ProxyCancel { reply_to }) => {
+                hits.push("proxy.cancel");
+                self.outstanding
+                    .retain(|(caller, _), o| !(o.proxy == id && caller == reply_to));
+            }
+            ProxyInput::Discovery(Some(_)) => {
+                for o in self.outstanding.values_mut().filter(|o| o.proxy == id) {
+                    o.saw_directory = true;
+                }
+            }
+            ProxyInput::Message(_) | ProxyInput::Discovery(None) | ProxyInput::Timer => {}
+        }
+        for effect in effects {
+            let Effect::Send { to, message } = effect else {
+                continue;
+            };
+            match message {
+                Message::Reply(reply) if to.node.0 != 0 => {
+                    let key = (*to, reply.request_id);
+                    let Some(o) = self.outstanding.remove(&key) else {
+                        return Err(format!(
+                            "S27/L7: reply {} to {to} for no outstanding request (a second reply?)",
+                            reply.request_id
+                        ));
+                    };
+                    if o.proxy != id {
+                        return Err(format!("S27: {to}'s request answered by another proxy"));
+                    }
+                    if reply.body.kind() != o.kind {
+                        return Err(format!(
+                            "S8b: a {:?} request answered with a {:?} reply",
+                            o.kind,
+                            reply.body.kind()
+                        ));
+                    }
+                    if reply.epoch == AuthorityEpoch::NONE {
+                        self.check_synthetic(now, &o, reply.body.err(), hits)?;
+                    } else {
+                        let from_directory = matches!(
+                            input,
+                            ProxyInput::Message(Message::Reply(r)) if r.epoch == reply.epoch
+                        );
+                        match discovered {
+                            Some(d) if d.epoch == reply.epoch && from_directory => {
+                                hits.push("proxy.forwarded");
+                            }
+                            _ => {
+                                return Err(format!(
+                                    "S26: forwarded a reply of {} while discovering {discovered:?}",
+                                    reply.epoch
+                                ));
+                            }
+                        }
+                    }
+                }
+                Message::Call(_) => match discovered {
+                    Some(d) if d.address == *to => {}
+                    _ => {
+                        return Err(format!(
+                            "a call dispatched to {to} while discovering {discovered:?}"
+                        ));
+                    }
+                },
+                _ => {}
+            }
+        }
+        if let ProxyInput::Message(Message::Reply(reply)) = input {
+            let forwarded = effects.iter().any(|e| {
+                matches!(
+                    e,
+                    Effect::Send {
+                        message: Message::Reply(_),
+                        ..
+                    }
+                )
+            });
+            let accepted = discovered.is_some_and(|d| d.epoch == reply.epoch);
+            if !accepted && !forwarded {
+                hits.push("proxy.dropped_stale_reply");
+            }
+        }
+        if *input == ProxyInput::Timer {
+            let bound = self.deadline.saturating_add(self.retry_period);
+            if let Some(((caller, request_id), o)) = self.outstanding.iter().find(|(_, o)| {
+                o.proxy == id
+                    && !o.kind.is_retraction()
+                    && now.saturating_since(o.admitted_at) > bound
+            }) {
+                return Err(format!(
+                    "L7: {caller}'s {:?} {request_id} unanswered for {} (bound {bound})",
+                    o.kind,
+                    now.saturating_since(o.admitted_at)
+                ));
+            }
+        }
+        proxy
+            .check_invariants()
+            .map_err(|e| format!("proxy invariant: {e}"))
+    }
+
+    fn check_synthetic(
+        &self,
+        now: Instant,
+        o: &Outstanding,
+        error: Option<&NamespaceError>,
+        hits: &mut Vec<&'static str>,
+    ) -> Result<(), String> {
+        let waited = now.saturating_since(o.admitted_at);
+        match error {
+            Some(NamespaceError::DirectoryUnavailable(_) | NamespaceError::Timeout) => {
+                if o.kind.is_retraction() {
+                    return Err(format!("L8: a {:?} retraction expired", o.kind));
+                }
+                if waited < self.deadline {
+                    return Err(format!(
+                        "expired after {waited}, before the deadline {}",
+                        self.deadline
+                    ));
+                }
+                let timeout = matches!(error, Some(NamespaceError::Timeout));
+                if timeout != o.saw_directory {
+                    return Err(format!(
+                        "Q10: answered {error:?} although a directory was {}discoverable",
+                        if o.saw_directory { "" } else { "never " }
+                    ));
+                }
+                hits.push(if timeout {
+                    "proxy.timeout"
+                } else {
+                    "proxy.unavailable"
+                });
+                Ok(())
+            }
+            Some(NamespaceError::LimitReached(Limit::PendingRequests | Limit::RequestIds)) => {
+                hits.push("proxy.limit");
+                Ok(())
+            }
+            other => Err(format!("a synthetic reply (epoch 0) carrying {other:?}")),
+        }
+    }
+
+    /// The end of the liveness phase: every request answered, every retraction acknowledged.
+    pub fn at_end(&self, proxies: &[(ProxyId, &Proxy)]) -> Vec<String> {
+        let mut problems = Vec::new();
+        if let Some(((caller, id), o)) = self.outstanding.iter().next() {
+            problems.push(format!("L7: {caller}'s {:?} {id} never answered", o.kind));
+        }
+        for (id, proxy) in proxies {
+            if let Some((rid, pending)) = proxy.pending().next() {
+                let what = if pending.is_retraction() {
+                    "L8: retraction"
+                } else {
+                    "L7: request"
+                };
+                problems.push(format!(
+                    "{what} {:?} {rid} still pending at proxy {id:?}",
+                    pending.request.kind()
+                ));
+            }
+        }
+        problems
+    }
+}
