@@ -92,6 +92,15 @@ impl Outbox {
         std::mem::take(&mut self.effects)
     }
 
+    /// Hands an emptied buffer back so the next steps reuse its capacity instead of
+    /// allocating (a driver's `take`, execute, `recycle` loop allocates nothing in steady state).
+    pub fn recycle(&mut self, mut buffer: Vec<Effect>) {
+        buffer.clear();
+        if self.effects.is_empty() && buffer.capacity() > self.effects.capacity() {
+            self.effects = buffer;
+        }
+    }
+
     /// How many effects are waiting.
     pub fn len(&self) -> usize {
         self.effects.len()

@@ -973,11 +973,11 @@ impl World {
         self.execute_proxy_effects(host, effects);
     }
 
-    fn execute_proxy_effects(&mut self, host: usize, effects: Vec<Effect>) {
+    fn execute_proxy_effects(&mut self, host: usize, mut effects: Vec<Effect>) {
         let h = &self.hosts[host];
         let (node, incarnation, generation, from) =
             (h.node, h.incarnation, h.proxy_generation, h.proxy_address());
-        for effect in effects {
+        for effect in effects.drain(..) {
             match effect {
                 Effect::Send { to, message } if to.node == node => {
                     let envelope = Box::new(Envelope { from, to, message });
@@ -1012,6 +1012,7 @@ impl World {
                 ),
             }
         }
+        self.outbox.recycle(effects);
     }
 
     // ---------------------------------------------------------------- directory
@@ -1044,8 +1045,8 @@ impl World {
         self.execute_directory_effects(effects);
     }
 
-    fn execute_directory_effects(&mut self, effects: Vec<Effect>) {
-        for effect in effects {
+    fn execute_directory_effects(&mut self, mut effects: Vec<Effect>) {
+        for effect in effects.drain(..) {
             match effect {
                 Effect::Persist(record) => {
                     if let Err(error) = append_record(&mut self.directory.disk, &record) {
@@ -1065,6 +1066,7 @@ impl World {
                 }
             }
         }
+        self.outbox.recycle(effects);
         let (step, end) = (self.directory.step, self.directory.disk.len());
         if end > self.directory.synced || !self.directory.unsynced_steps.is_empty() {
             self.directory.unsynced_steps.push_back((step, end));
