@@ -5,8 +5,10 @@
 //! * **L7 bounded reply**: on every tick of a proxy, no request of its callers (retractions
 //!   excepted) has waited longer than `deadline + retry_period`; no reply reaches a caller twice
 //!   or without a request.
-//! * **L8 retractions persist**: a retraction is never answered by the proxy itself (it never
-//!   expires); at the end of the liveness phase no proxy holds any pending request.
+//! * **L8 retractions persist**: a retraction leaves a proxy's pending table only in the step
+//!   that processes the directory's acknowledgement of it; every retraction the proxy
+//!   dispatches is one it tracks; none is ever answered by the proxy itself (it never expires);
+//!   at the end of the liveness phase no proxy holds any pending request.
 //! * **S26 epoch filtering**: a forwarded directory reply carries exactly the epoch of the
 //!   authority the proxy currently discovers, and nothing is forwarded while none is.
 //! * **S27 reply routing**: a forwarded reply goes to the caller recorded for that request, in
@@ -18,7 +20,7 @@
 //! A proxy that stops (restart, host crash) excuses its outstanding requests: its callers
 //! re-issue them to the next instance.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use dataplane_core::effect::Effect;
 use dataplane_core::error::{Limit, NamespaceError};
@@ -57,6 +59,8 @@ pub struct ProxyChecker {
     retry_period: Duration,
     outstanding: BTreeMap<(Address, RequestId), Outstanding>,
     live: BTreeMap<usize, ProxyId>,
+    /// The retractions each proxy held after its last step, by the proxy's request id.
+    retractions: BTreeMap<ProxyId, BTreeSet<RequestId>>,
 }
 
 impl ProxyChecker {
@@ -67,6 +71,7 @@ impl ProxyChecker {
             retry_period,
             outstanding: BTreeMap::new(),
             live: BTreeMap::new(),
+            retractions: BTreeMap::new(),
         }
     }
 
@@ -78,6 +83,7 @@ impl ProxyChecker {
     /// A proxy instance stopped: its callers' requests are excused.
     pub fn stopped(&mut self, id: ProxyId) {
         self.outstanding.retain(|_, o| o.proxy != id);
+        self.retractions.remove(&id);
         if self.live.get(&id.0) == Some(&id) {
             self.live.remove(&id.0);
         }
@@ -189,6 +195,7 @@ impl ProxyChecker {
                 hits.push("proxy.dropped_stale_reply");
             }
         }
+        self.check_retractions(id, input, effects, proxy)?;
         if *input == ProxyInput::Timer {
             let bound = self.deadline.saturating_add(self.retry_period);
             if let Some(((caller, request_id), o)) = self.outstanding.iter().find(|(_, o)| {
@@ -206,6 +213,56 @@ impl ProxyChecker {
         proxy
             .check_invariants()
             .map_err(|e| format!("proxy invariant: {e}"))
+    }
+
+    /// L8: retractions leave only with the directory's acknowledgement, and every dispatched
+    /// retraction is tracked.
+    fn check_retractions(
+        &mut self,
+        id: ProxyId,
+        input: &ProxyInput,
+        effects: &[Effect],
+        proxy: &Proxy,
+    ) -> Result<(), String> {
+        let now_held: BTreeSet<RequestId> = proxy
+            .pending()
+            .filter(|(_, p)| p.is_retraction())
+            .map(|(rid, _)| *rid)
+            .collect();
+        let acknowledged = match input {
+            ProxyInput::Message(Message::Reply(reply))
+                if proxy.directory().is_some_and(|d| d.epoch == reply.epoch) =>
+            {
+                Some(reply.request_id)
+            }
+            _ => None,
+        };
+        if let Some(before) = self.retractions.get(&id) {
+            if let Some(gone) = before
+                .iter()
+                .find(|rid| !now_held.contains(rid) && Some(**rid) != acknowledged)
+            {
+                return Err(format!(
+                    "L8: retraction {gone} left proxy {id:?} without an acknowledgement"
+                ));
+            }
+        }
+        for effect in effects {
+            if let Effect::Send {
+                message: Message::Call(call),
+                ..
+            } = effect
+            {
+                if call.request.kind().is_retraction() && !now_held.contains(&call.request_id) {
+                    return Err(format!(
+                        "L8: retraction {} dispatched but not kept by proxy {id:?}",
+                        call.request_id
+                    ));
+                }
+            }
+        }
+        self.retractions.insert(id, now_held);
+        Ok(())
     }
 
     fn check_synthetic(
