@@ -25,5 +25,6 @@ pub const RETRY_BATCH_MAX: usize = 32;
 pub const FENCE_HELD_OPENS_MAX: usize = 64;
 /// Most live blob reservations in one directory; further reserves get `LimitReached`.
 pub const RESERVATIONS_MAX: usize = 1 << 16;
-/// Most caller requests one proxy keeps pending; further requests get `LimitReached`.
+/// Most requests one proxy keeps pending before it refuses a caller's request with
+/// `LimitReached` (a caller's retraction is refused only at twice this).
 pub const PROXY_PENDING_MAX: usize = 4096;
