@@ -12,6 +12,7 @@
 
 use std::collections::VecDeque;
 
+use dataplane_core::error::NamespaceError;
 use dataplane_core::ids::{
     Address, AuthorityEpoch, OperationId, RequestId, Revision, StreamIncarnation,
 };
@@ -429,17 +430,52 @@ impl Client {
         let body = &reply.body;
         if reply.epoch == AuthorityEpoch::NONE {
             // The proxy's own answer (deadline or a full table): the directory did not answer.
+            // A refused open or reserve was never admitted (LimitReached), so there is nothing
+            // to retract; an expired one is retracted by the proxy, and the caller remembers
+            // that retraction in case the proxy restarts before the directory acknowledges it.
+            let expired = matches!(
+                reply.body.err(),
+                Some(NamespaceError::Timeout | NamespaceError::DirectoryUnavailable(_))
+            );
             match plan {
                 Plan::Open { endpoint, .. } => {
-                    // The proxy retracts the expired open.
                     io.actions.push(Action::StopEndpoint(endpoint));
+                    if let (
+                        true,
+                        DirectoryRequest::OpenStream {
+                            path, operation, ..
+                        },
+                    ) = (expired, &request)
+                    {
+                        let cancel = DirectoryRequest::CancelStream {
+                            path: path.clone(),
+                            operation: *operation,
+                        };
+                        self.abandon(cancel);
+                    }
+                    self.idle(io);
+                }
+                Plan::Reserve { .. } => {
+                    if let (
+                        true,
+                        DirectoryRequest::ReserveBlob {
+                            path, operation, ..
+                        },
+                    ) = (expired, &request)
+                    {
+                        let release = DirectoryRequest::ReleaseBlobReservation {
+                            path: path.clone(),
+                            operation: *operation,
+                        };
+                        self.abandon(release);
+                    }
                     self.idle(io);
                 }
                 Plan::Once {
                     persistent: true, ..
                 }
                 | Plan::Retract => self.attempt(io),
-                Plan::Once { .. } | Plan::Reserve { .. } => self.idle(io),
+                Plan::Once { .. } => self.idle(io),
             }
             return;
         }

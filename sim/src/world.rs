@@ -65,6 +65,7 @@ enum EventKind {
         boot: u64,
         target: Address,
         routable: bool,
+        version: u64,
     },
     DirCrash,
     DirRestart,
@@ -199,7 +200,10 @@ struct DirectoryNode {
     unsynced_steps: VecDeque<(u64, usize)>,
     step: u64,
     timer_generation: u64,
-    watched: BTreeMap<Address, Option<bool>>,
+    /// Watched targets: the routability last reported and the version of that report (only
+    /// the newest report of a target is delivered, so reports never arrive out of order).
+    watched: BTreeMap<Address, (Option<bool>, u64)>,
+    route_version: u64,
     compacted_len: usize,
 }
 
@@ -299,6 +303,7 @@ impl World {
                 step: 0,
                 timer_generation: 0,
                 watched: BTreeMap::new(),
+                route_version: 0,
                 compacted_len: 0,
             },
             hosts,
@@ -445,9 +450,11 @@ impl World {
                 boot,
                 target,
                 routable,
+                version,
             } => {
                 let d = &self.directory;
-                if d.machine.is_some() && d.boot == boot && d.watched.contains_key(&target) {
+                let newest = d.watched.get(&target).is_some_and(|(_, v)| *v == version);
+                if d.machine.is_some() && d.boot == boot && newest {
                     self.directory_input(DirInput::Route { target, routable });
                 }
             }
@@ -1177,7 +1184,7 @@ impl World {
             }
             Effect::CancelTimer { .. } => self.directory.timer_generation += 1,
             Effect::WatchRoute { target } => {
-                self.directory.watched.insert(target, None);
+                self.directory.watched.insert(target, (None, 0));
                 self.report_routes();
             }
             Effect::UnwatchRoute { target } => {
@@ -1204,13 +1211,17 @@ impl World {
             .directory
             .watched
             .iter()
-            .filter_map(|(target, last)| {
+            .filter_map(|(target, (last, _))| {
                 let now = self.routable(target);
                 (*last != Some(now)).then_some((*target, now))
             })
             .collect();
         for (target, routable) in changes {
-            self.directory.watched.insert(target, Some(routable));
+            self.directory.route_version += 1;
+            let version = self.directory.route_version;
+            self.directory
+                .watched
+                .insert(target, (Some(routable), version));
             let delay = Duration::from_micros(self.net_rng.range(100, 20_000));
             let boot = self.directory.boot;
             self.schedule_in(
@@ -1219,6 +1230,7 @@ impl World {
                     boot,
                     target,
                     routable,
+                    version,
                 },
             );
         }
