@@ -20,6 +20,8 @@ pub enum Timer {
     DirectoryRetry,
     /// The proxy's re-dispatch and deadline tick (SPEC §5.2).
     ProxyRetry,
+    /// The host's tick: transfer retries and deadlines, namespace call guards.
+    HostTick,
 }
 
 /// One thing the driver must do.

@@ -185,7 +185,7 @@ impl fmt::Display for NamespaceError {
 impl std::error::Error for NamespaceError {}
 
 /// Why an attach was refused.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum AttachmentFailure {
     /// The job capability does not match.
     CapabilityRejected,
@@ -205,7 +205,7 @@ pub enum AttachmentFailure {
 }
 
 /// Blob-layer failures (header and lease checks, SPEC §8.2).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum BlobFailure {
     /// A range is out of bounds or a header is unaligned.
     Bounds,
@@ -241,7 +241,7 @@ pub enum BlobFailure {
 }
 
 /// Errors a child session sees (SPEC §2.4, host level).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DataPlaneError {
     /// The logical path is invalid.
     InvalidPath(PathError),

@@ -34,10 +34,15 @@
 //! * [`log`]: durable log records and their framing.
 //! * [`directory`]: the namespace directory.
 //! * [`proxy`]: the per-node namespace proxy between local callers and the directory.
+//! * [`arena`]: the ring-lease allocator over a host's blob arena.
+//! * [`blob`]: the 128-byte blob header on arena memory and its checks.
 
+pub mod arena;
+pub mod blob;
 pub mod directory;
 pub mod effect;
 pub mod error;
+pub mod host;
 pub mod ids;
 pub mod limits;
 pub mod log;

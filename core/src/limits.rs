@@ -28,3 +28,9 @@ pub const RESERVATIONS_MAX: usize = 1 << 16;
 /// Most requests one proxy keeps pending before it refuses a caller's request with
 /// `LimitReached` (a caller's retraction is refused only at twice this).
 pub const PROXY_PENDING_MAX: usize = 4096;
+/// Most child sessions one host serves.
+pub const HOST_SESSIONS_MAX: usize = 256;
+/// Most bindings (reads and writes in progress or published) one host keeps.
+pub const HOST_BINDINGS_MAX: usize = 4096;
+/// Most retractions a host remembers handing to its proxy (re-sent after a proxy restart).
+pub const HOST_HANDED_OVER_MAX: usize = 1024;

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::limits::{JOB_PREFIXES_MAX, PATH_BYTES_MAX, RUN_ID_BYTES_MAX, SEGMENT_BYTES_MAX};
 
 /// Why a string is not a valid data path or job context.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum PathError {
     /// The path does not start with `/`.
     NotAbsolute,
@@ -216,7 +216,7 @@ impl fmt::Debug for DataPath {
 }
 
 /// Which access a job context is asked to allow.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Access {
     /// Reading blobs or streams.
     Read,

@@ -350,6 +350,13 @@ impl Proxy {
             Message::ProxyCancel { reply_to } => self.cancel(now, reply_to, out),
             Message::Reply(reply) => self.directory_reply(reply, out),
             Message::Call(_) => return Err(InputError::UnexpectedMessage("Call")),
+            Message::FromChild(_)
+            | Message::ToChild(_)
+            | Message::ChunkRequest { .. }
+            | Message::Chunk { .. }
+            | Message::ChunkRefused { .. } => {
+                return Err(InputError::UnexpectedMessage("a host frame"));
+            }
             Message::Retire { .. } => return Err(InputError::UnexpectedMessage("Retire")),
             Message::SourceRetired { .. } => {
                 return Err(InputError::UnexpectedMessage("SourceRetired"));

@@ -8,7 +8,7 @@
 use core::fmt;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{NamespaceError, Reason};
+use crate::error::{DataPlaneError, NamespaceError, Reason};
 use crate::ids::{
     Address, AuthorityEpoch, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
 };
@@ -556,6 +556,215 @@ pub enum Message {
         /// The caller.
         reply_to: Address,
     },
+    /// A child process → its host session.
+    FromChild(ChildRequest),
+    /// A host session → its child process.
+    ToChild(ChildEvent),
+    /// A destination transfer → a blob source: send `len` payload bytes from `offset`.
+    ChunkRequest {
+        /// Payload offset.
+        offset: u64,
+        /// How many bytes (at most [`CHUNK_BYTES_MAX`]).
+        len: u32,
+        /// The transfer.
+        reply_to: Address,
+    },
+    /// A blob source → a destination transfer: payload bytes.
+    Chunk {
+        /// Payload offset of `bytes`.
+        offset: u64,
+        /// The whole payload length.
+        total: u64,
+        /// The source's content digest, if it has one.
+        digest: Option<[u8; 32]>,
+        /// The bytes.
+        bytes: ChunkBytes,
+    },
+    /// A blob source (or its host, for a source it does not know) → a destination transfer:
+    /// the source cannot serve.
+    ChunkRefused {
+        /// Why.
+        reason: Reason,
+    },
+}
+
+/// Most payload bytes in one [`Message::Chunk`].
+pub const CHUNK_BYTES_MAX: usize = 256 * 1024;
+
+/// The bytes of one chunk (at most [`CHUNK_BYTES_MAX`]).
+#[derive(Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "Vec<u8>", into = "Vec<u8>")]
+pub struct ChunkBytes(Vec<u8>);
+
+impl ChunkBytes {
+    /// Wraps `bytes` if they fit the limit.
+    pub fn new(bytes: Vec<u8>) -> Result<Self, TooLong> {
+        if bytes.len() > CHUNK_BYTES_MAX {
+            Err(TooLong)
+        } else {
+            Ok(ChunkBytes(bytes))
+        }
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ChunkBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ChunkBytes({} bytes)", self.0.len())
+    }
+}
+
+impl TryFrom<Vec<u8>> for ChunkBytes {
+    type Error = TooLong;
+    fn try_from(value: Vec<u8>) -> Result<Self, Self::Error> {
+        ChunkBytes::new(value)
+    }
+}
+
+impl From<ChunkBytes> for Vec<u8> {
+    fn from(value: ChunkBytes) -> Self {
+        value.0
+    }
+}
+
+/// A child's name for one of its operations (unique within its session).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct ChildOp(pub u64);
+
+/// The capability a child presents at attach.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Capability(pub [u8; 32]);
+
+/// Where a granted blob lies in the shared arena, as the child sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LeaseView {
+    /// Offset of the 128-byte header in the arena (the payload follows it).
+    pub offset: u64,
+    /// Payload length.
+    pub length: u64,
+    /// The lease's generation (in the header too).
+    pub generation: u64,
+    /// The digest the header carries (or must carry at seal).
+    pub digest: crate::blob::DigestKind,
+}
+
+/// A child process → its host session (SPEC §7, with H4's reservations and expected revisions).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ChildRequest {
+    /// Attach to the session.
+    Attach {
+        /// The arena generation the child mapped.
+        arena_generation: u64,
+        /// The job capability.
+        capability: Capability,
+    },
+    /// Read a blob: resolve, transfer into a fresh lease, grant it.
+    OpenRead {
+        /// The child's operation.
+        op: ChildOp,
+        /// The logical path (`/runs/self/...` allowed).
+        path: String,
+        /// Fail with `PathReplaced` unless the binding still has this revision.
+        expected_revision: Option<Revision>,
+    },
+    /// Write a blob: grant a writable lease; publish it at `Seal`.
+    OpenWrite {
+        /// The child's operation.
+        op: ChildOp,
+        /// The logical path.
+        path: String,
+        /// Payload length.
+        length: u64,
+        /// The digest the child will store at seal.
+        digest: crate::blob::DigestKind,
+        /// Create only: reserve the path first (fails `PathExists` if it is taken).
+        exclusive: bool,
+    },
+    /// The child sealed its write (header state Sealed): publish it.
+    Seal {
+        /// The write.
+        op: ChildOp,
+    },
+    /// Abort a write (also after publication: the blob is unpublished).
+    Abort {
+        /// The write.
+        op: ChildOp,
+    },
+    /// The child no longer maps the lease of `op`.
+    Release {
+        /// The read or write.
+        op: ChildOp,
+    },
+    /// Give up on an open that has not been granted yet.
+    Cancel {
+        /// The read or write.
+        op: ChildOp,
+    },
+    /// Close the session: every binding finishes; published blobs stay.
+    Close,
+}
+
+/// A host session → its child process.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ChildEvent {
+    /// Attached.
+    Attached {
+        /// The session's generation.
+        session_generation: u64,
+    },
+    /// Attach refused; nothing changed.
+    AttachFailed {
+        /// Why.
+        error: DataPlaneError,
+    },
+    /// A sealed, read-only lease holding the blob.
+    ReadGranted {
+        /// The read.
+        op: ChildOp,
+        /// Where.
+        lease: LeaseView,
+        /// The binding's revision.
+        revision: Revision,
+    },
+    /// A writable, zeroed lease.
+    WriteGranted {
+        /// The write.
+        op: ChildOp,
+        /// Where.
+        lease: LeaseView,
+    },
+    /// The write is bound at the path.
+    Published {
+        /// The write.
+        op: ChildOp,
+        /// Its revision.
+        revision: Revision,
+    },
+    /// The write is gone (never published, or unpublished).
+    Aborted {
+        /// The write.
+        op: ChildOp,
+    },
+    /// The operation is over and its lease is free.
+    Released {
+        /// The read or write.
+        op: ChildOp,
+    },
+    /// The operation failed.
+    Failed {
+        /// The read or write.
+        op: ChildOp,
+        /// Why.
+        error: DataPlaneError,
+    },
+    /// The session closed.
+    Closed,
 }
 
 /// A message with its addresses: the unit of transport.

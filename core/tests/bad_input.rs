@@ -308,7 +308,7 @@ fn bad_tags_and_values_are_malformed() {
         reply_to: DIRECTORY,
     }));
     assert_eq!(retire[6], 2, "Retire is the third message variant");
-    for tag in [10u8, 11, 0x7f] {
+    for tag in [15u8, 16, 0x7f] {
         let mut bytes = retire.clone();
         bytes[6] = tag;
         assert!(is_malformed(&wire::decode(&bytes)), "message tag {tag}");

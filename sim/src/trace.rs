@@ -203,5 +203,19 @@ pub fn describe(message: &dataplane_core::wire::Message) -> String {
         }
         M::AddressGone { scope, .. } => format!("AddressGone {scope:?}"),
         M::GoneAcknowledged { scope } => format!("GoneAcknowledged {scope:?}"),
+        M::FromChild(request) => format!("child {request:?}"),
+        M::ToChild(event) => format!("to-child {event:?}"),
+        M::ChunkRequest {
+            offset,
+            len,
+            reply_to,
+        } => format!("ChunkRequest {offset}+{len} reply_to={reply_to}"),
+        M::Chunk {
+            offset,
+            total,
+            bytes,
+            ..
+        } => format!("Chunk {offset}+{} of {total}", bytes.as_slice().len()),
+        M::ChunkRefused { reason } => format!("ChunkRefused {reason}"),
     }
 }

@@ -119,6 +119,13 @@ impl Directory {
                 return Err(InputError::UnexpectedMessage("GoneAcknowledged"));
             }
             Message::ProxyCall(_) => return Err(InputError::UnexpectedMessage("ProxyCall")),
+            Message::FromChild(_)
+            | Message::ToChild(_)
+            | Message::ChunkRequest { .. }
+            | Message::Chunk { .. }
+            | Message::ChunkRefused { .. } => {
+                return Err(InputError::UnexpectedMessage("a host frame"));
+            }
             Message::ProxyCancel { .. } => {
                 return Err(InputError::UnexpectedMessage("ProxyCancel"));
             }

@@ -1,0 +1,886 @@
+//! The host side of the data plane (SPEC §6–§11): one machine per node that serves child
+//! sessions from a shared-memory arena, publishes their writes as blob sources, reads blobs into
+//! fresh leases, and serves its published sources to other hosts.
+//!
+//! # Driving it
+//!
+//! Build it with [`Host::new`] (it arms [`Timer::HostTick`]), create sessions with
+//! [`Host::open_session`] (the driver hands each session's address to its child), then feed it:
+//!
+//! * [`Host::handle_message`] with every frame addressed to this node's host actors: a child's
+//!   `FromChild`, the proxy's `Reply` to a binding, a `ChunkRequest`/`Retire` for a source, a
+//!   `Chunk`/`ChunkRefused` for a transfer — also frames for addresses of an earlier incarnation
+//!   of this node, which the host answers on behalf of the dead (DESIGN Q5/Q8);
+//! * [`Host::handle_timer`] when the tick fires;
+//! * [`Host::proxy_restarted`] when the node's proxy lost its pending table.
+//!
+//! Every input also takes the arena memory, `mem`, the bytes the children map. The host reads
+//! and writes blob headers and chunk payloads there and nothing else; it never maps, opens or
+//! syncs anything.
+//!
+//! # Leases are freed only when nobody can use them
+//!
+//! A lease has two holds (STYLE rule 5): the **child** may map it (from the grant until the
+//! child's `Release`, or until its session is gone: Q24), and the **namespace** may bind its
+//! source (from the moment a Register is sent until the Register is definitively refused, or the
+//! directory retired the source: Q20, Q21). The lease is freed when both holds are gone, never
+//! earlier. An unknown publication or unpublication outcome is re-driven with the same op id.
+//!
+//! # Determinism
+//!
+//! Sessions, bindings and sources live in `BTreeMap`s keyed by actor number; every id comes
+//! from a counter.
+
+mod read;
+mod session;
+mod source;
+mod write;
+
+use std::collections::{BTreeMap, VecDeque};
+
+pub use read::Transfer;
+
+use crate::arena::{Allocation, Arena, Lease, TicketId};
+use crate::blob::{self, BlobState, DigestKind, Expected};
+use crate::effect::{Effect, Outbox, Timer};
+use crate::error::{DataPlaneError, InputError, NamespaceError, Reason};
+use crate::ids::{Address, NodeId, OperationId, RequestId, Revision};
+use crate::limits::HOST_HANDED_OVER_MAX;
+use crate::path::{DataPath, JobContext};
+use crate::time::{Duration, Instant};
+use crate::wire::{Capability, ChildEvent, ChildOp, DirectoryCall, DirectoryRequest, Message};
+
+/// Op-id purposes of a binding (the low byte of its derived op ids).
+pub(crate) const PURPOSE_PUBLISH: u8 = 1;
+pub(crate) const PURPOSE_UNPUBLISH: u8 = 2;
+pub(crate) const PURPOSE_RESERVE: u8 = 3;
+
+/// How a host is set up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostConfig {
+    /// This node.
+    pub node: NodeId,
+    /// This node's boot count (every host address carries it).
+    pub incarnation: u64,
+    /// The node's proxy (namespace calls go there).
+    pub proxy: Address,
+    /// Size of the arena the children map.
+    pub arena_size: u64,
+    /// The arena's generation: children present it at attach; never 0.
+    pub arena_generation: u64,
+    /// Period of the host tick.
+    pub tick: Duration,
+    /// Bytes per transfer chunk (at most `CHUNK_BYTES_MAX`).
+    pub chunk_bytes: u32,
+    /// Chunk requests a transfer keeps in flight.
+    pub window: u32,
+    /// A chunk not answered within this is asked for again.
+    pub chunk_timeout: Duration,
+    /// How often one chunk may be asked for before the transfer fails.
+    pub chunk_attempts_max: u32,
+    /// A transfer that is not complete within this fails (Q26).
+    pub transfer_deadline: Duration,
+    /// A namespace call unanswered for this long is sent again (the proxy answers everything
+    /// within its deadline unless it restarted).
+    pub call_guard: Duration,
+    /// Host actors (sessions, bindings, sources) are numbered from here.
+    pub first_actor: u64,
+}
+
+impl HostConfig {
+    /// A configuration with sensible defaults for `node`/`incarnation`.
+    pub fn new(node: NodeId, incarnation: u64, proxy: Address, arena_size: u64) -> Self {
+        HostConfig {
+            node,
+            incarnation,
+            proxy,
+            arena_size,
+            arena_generation: 1,
+            tick: Duration::from_millis(100),
+            chunk_bytes: 64 * 1024,
+            window: 8,
+            chunk_timeout: Duration::from_millis(500),
+            chunk_attempts_max: 20,
+            transfer_deadline: Duration::from_secs(60),
+            call_guard: Duration::from_secs(90),
+            first_actor: 10_000,
+        }
+    }
+}
+
+/// How one child session is set up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionConfig {
+    /// Fixed for the session; never 0.
+    pub session_generation: u64,
+    /// What the child must present at attach.
+    pub capability: Capability,
+    /// The run and the prefixes it may read and write.
+    pub job: JobContext,
+}
+
+/// A session's life (SPEC §7.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SessionState {
+    /// Created, no child yet.
+    AwaitingAttachment,
+    /// A child is attached.
+    Running,
+    /// The child asked to close; bindings are finishing.
+    Closing,
+    /// Every binding finished.
+    Closed,
+}
+
+/// One child session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Session {
+    /// The session's address (the child sends here).
+    pub address: Address,
+    /// Its configuration.
+    pub config: SessionConfig,
+    /// Its state.
+    pub state: SessionState,
+    /// The attached child.
+    pub child: Option<Address>,
+    /// Bindings the session still tracks, by the child's op.
+    pub ops: BTreeMap<ChildOp, u64>,
+}
+
+/// What a binding does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A read.
+    Read {
+        /// Refuse if the binding no longer has this revision (H-D8).
+        expected_revision: Option<Revision>,
+    },
+    /// A write.
+    Write {
+        /// Payload length.
+        length: u64,
+        /// The digest the child stores.
+        digest: DigestKind,
+        /// Reserve the path first.
+        exclusive: bool,
+    },
+}
+
+/// Whether the namespace may bind a write's source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NamespaceHold {
+    /// It cannot (never published, refused, or retired).
+    None,
+    /// A Register was sent; its outcome is unknown.
+    MayBind {
+        /// The source.
+        source: u64,
+    },
+    /// It binds the source at `revision` (until the directory retires it).
+    Bound {
+        /// The source.
+        source: u64,
+        /// The binding's revision.
+        revision: Revision,
+    },
+}
+
+/// Where a binding is (SPEC §9, amended by DESIGN Q19–Q24).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Write, exclusive: waiting for the reservation. Left on its answer.
+    Reserving,
+    /// Read: waiting for the resolve. Left on its answer.
+    Resolving,
+    /// Write: waiting for its lease (queued in the arena if `Binding::queued`). Left when
+    /// granted, cancelled or the session goes.
+    Allocating,
+    /// Read: pulling chunks into a filling lease. Left when sealed or failed.
+    Filling(Transfer),
+    /// Write: granted, the child writes. Left at seal, abort or release.
+    Writing,
+    /// Write: Register sent (re-driven on an unknown outcome). Left on a definitive answer.
+    Publishing,
+    /// Write: bound. Left on abort (unpublish) or when the directory retires the source.
+    Published,
+    /// Write: Unregister with the published revision sent (re-driven on an unknown outcome).
+    Unpublishing,
+    /// Read: granted, the child reads. Left at release.
+    Reading,
+    /// Over: waiting for the holds to go, then freed and forgotten.
+    Draining,
+}
+
+/// A namespace call in flight.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    /// The id the proxy echoes.
+    pub id: RequestId,
+    /// The request (re-sent unchanged).
+    pub request: DirectoryRequest,
+    /// When it was (last) sent.
+    pub sent_at: Instant,
+}
+
+/// A granted arena lease and what its header must say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseSlot {
+    /// The arena lease.
+    pub lease: Lease,
+    /// The host's record of the header.
+    pub expected: Expected,
+}
+
+/// One read or write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Binding {
+    /// The binding's address (the proxy answers it; transfers are answered to it).
+    pub address: Address,
+    /// Its session (actor number).
+    pub session: u64,
+    /// The child.
+    pub child: Address,
+    /// The child's op.
+    pub op: ChildOp,
+    /// The resolved path.
+    pub path: DataPath,
+    /// Read or write.
+    pub kind: Kind,
+    /// Where it is.
+    pub phase: Phase,
+    /// Its lease, once granted.
+    pub lease: Option<LeaseSlot>,
+    /// Its request waiting in the arena queue.
+    pub queued: Option<TicketId>,
+    /// The child may map the lease.
+    pub child_holds: bool,
+    /// The namespace may bind the source.
+    pub namespace: NamespaceHold,
+    /// The session still tracks it (false once published: it outlives the session).
+    pub tracked: bool,
+    /// The namespace call in flight.
+    pub call: Option<Call>,
+    /// The reservation a Register will consume (exclusive writes).
+    pub reservation: Option<OperationId>,
+    /// The child asked to abort a write that was publishing.
+    pub abort_requested: bool,
+    /// Tell the child `Aborted` once the source is retired (an unpublished write).
+    pub aborted_when_retired: bool,
+    next_call: u64,
+}
+
+/// A published write as other hosts reach it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Source {
+    /// The source's address.
+    pub address: Address,
+    /// The binding whose lease it serves.
+    pub binding: u64,
+    /// Payload offset in the arena.
+    pub payload_offset: u64,
+    /// Payload length.
+    pub length: u64,
+    /// The content digest, if the write has one.
+    pub digest: Option<[u8; 32]>,
+}
+
+/// The host machine. See the module documentation.
+#[derive(Clone, Debug)]
+pub struct Host {
+    config: HostConfig,
+    arena: Arena,
+    next_actor: u64,
+    next_generation: u64,
+    sessions: BTreeMap<u64, Session>,
+    bindings: BTreeMap<u64, Binding>,
+    sources: BTreeMap<u64, Source>,
+    tickets: BTreeMap<TicketId, u64>,
+    /// Retractions handed to the proxy when their binding finished; re-sent if it restarts.
+    handed_over: VecDeque<DirectoryRequest>,
+    next_handover_call: u64,
+    /// The time of the input being handled.
+    now: Instant,
+}
+
+/// Maps a namespace error to what a child sees (SPEC §2.4, H4 column).
+pub(crate) fn child_error(error: NamespaceError) -> DataPlaneError {
+    DataPlaneError::from(error)
+}
+
+/// Whether the proxy answered "no answer" (the outcome at the directory is unknown).
+pub(crate) fn is_unknown_outcome(error: Option<&NamespaceError>) -> bool {
+    use crate::error::Limit;
+    matches!(
+        error,
+        Some(
+            NamespaceError::Timeout
+                | NamespaceError::DirectoryUnavailable(_)
+                | NamespaceError::LimitReached(Limit::PendingRequests | Limit::RequestIds)
+        )
+    )
+}
+
+impl Host {
+    /// A host with an empty arena and no session; arms the tick.
+    pub fn new(config: HostConfig, now: Instant, out: &mut Outbox) -> Host {
+        let host = Host {
+            arena: Arena::new(config.arena_size),
+            next_actor: config.first_actor,
+            // Q27: the first lease never reuses the arena generation (the children check it
+            // at attach, and a zeroed header must not look current).
+            next_generation: config.arena_generation.saturating_add(1).max(1),
+            config,
+            sessions: BTreeMap::new(),
+            bindings: BTreeMap::new(),
+            sources: BTreeMap::new(),
+            tickets: BTreeMap::new(),
+            handed_over: VecDeque::new(),
+            next_handover_call: 1,
+            now,
+        };
+        host.arm_tick(now, out);
+        host
+    }
+
+    fn arm_tick(&self, now: Instant, out: &mut Outbox) {
+        let at = now.saturating_add(self.config.tick);
+        out.push(Effect::SetTimer {
+            timer: Timer::HostTick,
+            at,
+        });
+    }
+
+    /// The address of host actor `actor`.
+    pub fn address(&self, actor: u64) -> Address {
+        Address::new(self.config.node, self.config.incarnation, actor)
+    }
+
+    fn allocate_actor(&mut self) -> u64 {
+        let actor = self.next_actor;
+        self.next_actor += 1;
+        actor
+    }
+
+    fn allocate_generation(&mut self) -> Option<u64> {
+        let generation = self.next_generation;
+        self.next_generation = generation.checked_add(1)?;
+        (generation != 0).then_some(generation)
+    }
+
+    /// Creates a session awaiting its child; returns the address the child must send to, or
+    /// `None` if the host serves `HOST_SESSIONS_MAX` sessions already or a generation is 0.
+    pub fn open_session(&mut self, config: SessionConfig) -> Option<Address> {
+        let live = self
+            .sessions
+            .values()
+            .filter(|s| s.state != SessionState::Closed)
+            .count();
+        if live >= crate::limits::HOST_SESSIONS_MAX
+            || config.session_generation == 0
+            || self.config.arena_generation == 0
+        {
+            return None;
+        }
+        let actor = self.allocate_actor();
+        let address = self.address(actor);
+        let session = Session {
+            address,
+            config,
+            state: SessionState::AwaitingAttachment,
+            child: None,
+            ops: BTreeMap::new(),
+        };
+        self.sessions.insert(actor, session);
+        Some(address)
+    }
+
+    /// One frame addressed to a host actor of this node (or of an earlier incarnation of it).
+    pub fn handle_message(
+        &mut self,
+        now: Instant,
+        from: Address,
+        to: Address,
+        message: Message,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) -> Result<(), InputError> {
+        self.now = now;
+        if to.node != self.config.node {
+            return Err(InputError::UnexpectedMessage("a frame for another node"));
+        }
+        if to.incarnation != self.config.incarnation {
+            // An actor of an earlier life of this node: answer for the dead.
+            self.answer_for_the_dead(to, &message, out);
+            return Ok(());
+        }
+        let actor = to.actor;
+        if self.sessions.contains_key(&actor) {
+            return match message {
+                Message::FromChild(request) => {
+                    self.session_request(now, actor, from, request, mem, out);
+                    Ok(())
+                }
+                _ => Err(InputError::UnexpectedMessage(
+                    "a non-child frame for a session",
+                )),
+            };
+        }
+        if self.bindings.contains_key(&actor) {
+            match message {
+                Message::Reply(reply) => self.namespace_reply(now, actor, reply, mem, out),
+                Message::Chunk {
+                    offset,
+                    total,
+                    digest,
+                    bytes,
+                } => {
+                    self.chunk(
+                        now,
+                        actor,
+                        offset,
+                        total,
+                        digest,
+                        bytes.as_slice(),
+                        mem,
+                        out,
+                    );
+                }
+                Message::ChunkRefused { reason } => {
+                    self.chunk_refused(actor, reason, mem, out);
+                }
+                _ => {
+                    return Err(InputError::UnexpectedMessage(
+                        "an unexpected frame for a binding",
+                    ));
+                }
+            }
+            return Ok(());
+        }
+        // A source, or an actor that no longer exists: sources answer Retire and chunk
+        // requests for themselves, and the host answers for those that are gone.
+        self.source_message(to, message, mem, out);
+        Ok(())
+    }
+
+    /// The tick: transfer retries and deadlines, guards of namespace calls.
+    pub fn handle_timer(
+        &mut self,
+        now: Instant,
+        timer: Timer,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) -> Result<(), InputError> {
+        if timer != Timer::HostTick {
+            return Err(InputError::UnexpectedTimer(timer));
+        }
+        self.now = now;
+        let actors: Vec<u64> = self.bindings.keys().copied().collect();
+        for actor in actors {
+            self.transfer_tick(now, actor, mem, out);
+            let guard_expired = self
+                .bindings
+                .get(&actor)
+                .and_then(|b| b.call.as_ref())
+                .is_some_and(|call| now.saturating_since(call.sent_at) >= self.config.call_guard);
+            if guard_expired {
+                self.resend_call(now, actor, out);
+            }
+        }
+        self.arm_tick(now, out);
+        Ok(())
+    }
+
+    /// The node's proxy restarted and lost its pending table: every namespace call in flight
+    /// and every retraction handed over to it is sent again.
+    pub fn proxy_restarted(&mut self, now: Instant, out: &mut Outbox) {
+        self.now = now;
+        let actors: Vec<u64> = self
+            .bindings
+            .iter()
+            .filter(|(_, b)| b.call.is_some())
+            .map(|(a, _)| *a)
+            .collect();
+        for actor in actors {
+            self.resend_call(now, actor, out);
+        }
+        let handed: Vec<DirectoryRequest> = self.handed_over.iter().cloned().collect();
+        for request in handed {
+            let id = RequestId(self.next_handover_call);
+            self.next_handover_call += 1;
+            let reply_to = self.address(self.config.first_actor.saturating_sub(1));
+            let call = DirectoryCall {
+                request_id: id,
+                reply_to,
+                request,
+            };
+            out.send(self.config.proxy, Message::ProxyCall(call));
+        }
+        if !self.handed_over.is_empty() {
+            // Nobody listens at the hand-over address: give the proxy the cleanup again.
+            let reply_to = self.address(self.config.first_actor.saturating_sub(1));
+            out.send(self.config.proxy, Message::ProxyCancel { reply_to });
+        }
+    }
+
+    // ------------------------------------------------------------------ shared helpers
+
+    fn send_child(&self, child: Address, event: ChildEvent, out: &mut Outbox) {
+        out.send(child, Message::ToChild(event));
+    }
+
+    /// Sends a namespace request for binding `actor` through the proxy.
+    fn call(&mut self, now: Instant, actor: u64, request: DirectoryRequest, out: &mut Outbox) {
+        let proxy = self.config.proxy;
+        let Some(binding) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        binding.next_call += 1;
+        let id = RequestId(binding.next_call);
+        let call = DirectoryCall {
+            request_id: id,
+            reply_to: binding.address,
+            request: request.clone(),
+        };
+        binding.call = Some(Call {
+            id,
+            request,
+            sent_at: now,
+        });
+        out.send(proxy, Message::ProxyCall(call));
+    }
+
+    fn resend_call(&mut self, now: Instant, actor: u64, out: &mut Outbox) {
+        let request = self
+            .bindings
+            .get(&actor)
+            .and_then(|b| b.call.as_ref())
+            .map(|c| c.request.clone());
+        if let Some(request) = request {
+            self.call(now, actor, request, out);
+        }
+    }
+
+    /// The op ids a binding uses at the directory: derived from its address, so a retry by the
+    /// same binding is idempotent and a new binding is a new operation.
+    fn op_id(&self, actor: u64, purpose: u8) -> OperationId {
+        let c = &self.config;
+        OperationId(
+            (u128::from(c.node.0) << 96)
+                | (u128::from(c.incarnation & 0xffff_ffff) << 64)
+                | (u128::from(actor) << 8)
+                | u128::from(purpose),
+        )
+    }
+
+    /// Asks the arena for a lease for binding `actor`; grants at once or queues.
+    fn allocate(
+        &mut self,
+        now: Instant,
+        actor: u64,
+        length: u64,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) {
+        match self.arena.allocate(length) {
+            Ok(Allocation::Leased(lease)) => self.granted(now, actor, lease, mem, out),
+            Ok(Allocation::Queued(ticket)) => {
+                self.tickets.insert(ticket, actor);
+                if let Some(b) = self.bindings.get_mut(&actor) {
+                    b.phase = Phase::Allocating;
+                    b.queued = Some(ticket);
+                }
+            }
+            Err(_) => self.fail(actor, DataPlaneError::ArenaExhausted, mem, out),
+        }
+    }
+
+    /// A lease for binding `actor`: install its header and move on.
+    fn granted(
+        &mut self,
+        now: Instant,
+        actor: u64,
+        lease: Lease,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) {
+        let waiting = |b: &Binding| {
+            b.lease.is_none() && matches!(b.phase, Phase::Allocating | Phase::Filling(_))
+        };
+        let Some(kind) = self
+            .bindings
+            .get(&actor)
+            .filter(|b| waiting(b))
+            .map(|b| b.kind)
+        else {
+            // Q23: the binding finished while the request waited; the lease goes back.
+            self.free_lease(lease, mem, out);
+            return;
+        };
+        if let Some(b) = self.bindings.get_mut(&actor) {
+            b.queued = None;
+        }
+        let Some(generation) = self.allocate_generation() else {
+            self.free_lease(lease, mem, out);
+            self.fail(actor, DataPlaneError::ArenaExhausted, mem, out);
+            return;
+        };
+        let (access, digest) = match kind {
+            Kind::Read { .. } => (blob::BlobAccess::ReadOnly, DigestKind::None),
+            Kind::Write { digest, .. } => (blob::BlobAccess::Writable, digest),
+        };
+        let expected = Expected {
+            offset: lease.offset,
+            length: lease.length,
+            generation,
+            access,
+            digest_kind: digest,
+        };
+        if let Err(error) = blob::install(mem, &expected) {
+            self.free_lease(lease, mem, out);
+            self.fail(actor, DataPlaneError::Blob(error), mem, out);
+            return;
+        }
+        if let Some(b) = self.bindings.get_mut(&actor) {
+            b.lease = Some(LeaseSlot { lease, expected });
+        }
+        match kind {
+            Kind::Read { .. } => self.start_transfer(now, actor, mem, out),
+            Kind::Write { .. } => self.write_granted(actor, out),
+        }
+    }
+
+    /// Returns a lease to the arena and serves waiting requests.
+    fn free_lease(&mut self, lease: Lease, mem: &mut [u8], out: &mut Outbox) {
+        let _ = out;
+        let expected_any = Expected {
+            offset: lease.offset,
+            length: lease.length,
+            generation: 0,
+            access: blob::BlobAccess::ReadOnly,
+            digest_kind: DigestKind::None,
+        };
+        // Best effort: a hostile child may have scribbled over the header; the lease is ours.
+        let _ = blob::set_state(
+            mem,
+            &expected_any,
+            &[
+                BlobState::Vacant,
+                BlobState::Filling,
+                BlobState::Writable,
+                BlobState::Sealed,
+                BlobState::Aborted,
+                BlobState::Released,
+            ],
+            BlobState::Released,
+        );
+        let grants = self.arena.release(lease.ring).unwrap_or_default();
+        self.pending_grants(grants, mem, out);
+    }
+
+    fn pending_grants(&mut self, grants: Vec<(TicketId, Lease)>, mem: &mut [u8], out: &mut Outbox) {
+        for (ticket, lease) in grants {
+            let actor = self.tickets.remove(&ticket);
+            match actor {
+                Some(actor) => self.granted(self.now, actor, lease, mem, out),
+                None => self.free_lease(lease, mem, out),
+            }
+        }
+    }
+
+    /// The binding failed: the child hears why; what it holds drains.
+    fn fail(&mut self, actor: u64, error: DataPlaneError, mem: &mut [u8], out: &mut Outbox) {
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        let (child, op) = (b.child, b.op);
+        b.phase = Phase::Draining;
+        self.send_child(child, ChildEvent::Failed { op, error }, out);
+        self.try_finish(actor, mem, out);
+    }
+
+    /// Frees and forgets binding `actor` once it is draining and nobody holds its lease.
+    fn try_finish(&mut self, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+        let Some(b) = self.bindings.get(&actor) else {
+            return;
+        };
+        if b.phase != Phase::Draining || b.child_holds || b.namespace != NamespaceHold::None {
+            return;
+        }
+        let Some(b) = self.bindings.remove(&actor) else {
+            return;
+        };
+        if let Some(slot) = b.lease {
+            self.free_lease(slot.lease, mem, out);
+        }
+        if let Some(ticket) = b.queued {
+            // Q23/Q25: the request leaves the arena queue at once.
+            self.arena.cancel(ticket);
+            self.tickets.remove(&ticket);
+        }
+        if let Some(reservation) = b.reservation {
+            // A reservation the write never consumed: release it. The proxy keeps the release
+            // (a retraction) after the cancel below hands it over.
+            let release = DirectoryRequest::ReleaseBlobReservation {
+                path: b.path.clone(),
+                operation: reservation,
+            };
+            let call = DirectoryCall {
+                request_id: RequestId(u64::MAX),
+                reply_to: b.address,
+                request: release.clone(),
+            };
+            out.send(self.config.proxy, Message::ProxyCall(call));
+            self.hand_over(release);
+        }
+        if b.call.is_some() || b.reservation.is_some() {
+            // Whatever the proxy still holds for this binding: drop it, keeping retractions.
+            out.send(
+                self.config.proxy,
+                Message::ProxyCancel {
+                    reply_to: b.address,
+                },
+            );
+        }
+        if let Some(session) = self.sessions.get_mut(&b.session) {
+            if session.ops.get(&b.op) == Some(&actor) {
+                session.ops.remove(&b.op);
+            }
+        }
+        self.maybe_closed(b.session, out);
+    }
+
+    fn hand_over(&mut self, retraction: DirectoryRequest) {
+        if self.handed_over.len() == HOST_HANDED_OVER_MAX {
+            self.handed_over.pop_front();
+        }
+        self.handed_over.push_back(retraction);
+    }
+
+    // ------------------------------------------------------------------ accessors
+
+    /// The configuration.
+    pub fn config(&self) -> &HostConfig {
+        &self.config
+    }
+
+    /// The arena allocator.
+    pub fn arena(&self) -> &Arena {
+        &self.arena
+    }
+
+    /// Every session, by actor.
+    pub fn sessions(&self) -> impl Iterator<Item = (&u64, &Session)> {
+        self.sessions.iter()
+    }
+
+    /// Every binding, by actor.
+    pub fn bindings(&self) -> impl Iterator<Item = (&u64, &Binding)> {
+        self.bindings.iter()
+    }
+
+    /// Every live source, by actor.
+    pub fn sources(&self) -> impl Iterator<Item = (&u64, &Source)> {
+        self.sources.iter()
+    }
+
+    /// Checks the host's invariants (S28, S30 and lease bookkeeping). For tests and the
+    /// simulator.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.arena.check_invariants()?;
+        let mut leased = BTreeMap::new();
+        for (actor, b) in &self.bindings {
+            if let Some(slot) = b.lease {
+                if self.arena.lease(slot.lease.ring) != Some(&slot.lease) {
+                    return Err(format!(
+                        "binding {actor} holds {:?}, not live in the arena",
+                        slot.lease
+                    ));
+                }
+                if leased.insert(slot.lease.ring, *actor).is_some() {
+                    return Err(format!("two bindings hold {:?}", slot.lease.ring));
+                }
+            }
+            if b.child_holds && b.lease.is_none() {
+                return Err(format!("binding {actor}: the child holds no lease"));
+            }
+            if let NamespaceHold::MayBind { source } | NamespaceHold::Bound { source, .. } =
+                b.namespace
+            {
+                if b.lease.is_none() {
+                    return Err(format!("binding {actor}: source {source} without a lease"));
+                }
+            }
+        }
+        if leased.len() != self.arena.live_count() {
+            return Err(format!(
+                "{} leases live, {} held by bindings",
+                self.arena.live_count(),
+                leased.len()
+            ));
+        }
+        for (actor, s) in &self.sources {
+            let ok = self.bindings.get(&s.binding).is_some_and(|b| {
+                matches!(b.namespace, NamespaceHold::MayBind { source } | NamespaceHold::Bound { source, .. } if source == *actor)
+            });
+            if !ok {
+                return Err(format!(
+                    "source {actor} without a binding that may be bound"
+                ));
+            }
+        }
+        for (actor, session) in &self.sessions {
+            let running = session.state == SessionState::Running;
+            if running && session.child.is_none() {
+                return Err(format!("session {actor} runs without a child"));
+            }
+            for (op, binding) in &session.ops {
+                let tracked = self
+                    .bindings
+                    .get(binding)
+                    .is_some_and(|b| b.tracked && b.op == *op && b.session == *actor);
+                if !tracked {
+                    return Err(format!(
+                        "session {actor} tracks {op:?} -> {binding}, which does not track it"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A binding with nothing decided yet.
+pub(crate) fn new_binding(
+    address: Address,
+    session: u64,
+    child: Address,
+    op: ChildOp,
+    path: DataPath,
+    kind: Kind,
+    phase: Phase,
+) -> Binding {
+    Binding {
+        address,
+        session,
+        child,
+        op,
+        path,
+        kind,
+        phase,
+        lease: None,
+        queued: None,
+        child_holds: false,
+        namespace: NamespaceHold::None,
+        tracked: true,
+        call: None,
+        reservation: None,
+        abort_requested: false,
+        aborted_when_retired: false,
+        next_call: 0,
+    }
+}
+
+/// A short reason.
+pub(crate) fn reason(text: &str) -> Reason {
+    Reason::new(text)
+}

@@ -1,0 +1,325 @@
+//! The read path (SPEC §9.2, §10 with DESIGN Q26): resolve → allocate a filling lease → pull the
+//! payload from the bound source in chunks → seal the lease read-only (checking length and, if
+//! the source has one, the digest) → grant it to the child.
+//!
+//! The transfer is pulled by the destination: it keeps up to `window` chunk requests in flight,
+//! asks for a chunk again after `chunk_timeout`, gives up after `chunk_attempts_max` requests for
+//! one chunk or when `transfer_deadline` has passed since it started (Q26: every open ends in a
+//! grant or an error). Because each chunk is requested by offset, lost, duplicated and reordered
+//! frames are harmless: a chunk that is not in flight is ignored, and nothing is written twice.
+//! A source that no longer exists answers `ChunkRefused`, as does the host of a node that
+//! restarted, on behalf of its dead sources.
+
+use std::collections::BTreeMap;
+
+use super::{Host, Kind, Phase, child_error};
+use crate::blob;
+use crate::effect::Outbox;
+use crate::error::{BlobFailure, DataPlaneError, NamespaceError, Reason};
+use crate::ids::{Address, Revision};
+use crate::time::Instant;
+use crate::wire::{BlobBinding, CHUNK_BYTES_MAX, ChildEvent, LeaseView, Message};
+
+/// A transfer filling a read's lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transfer {
+    /// The source the resolve named.
+    pub source: Address,
+    /// Payload length the resolve named.
+    pub length: u64,
+    /// The binding's revision (told to the child with the grant).
+    pub revision: Revision,
+    /// The source's digest, learned from its first chunk (every later chunk must agree).
+    pub digest: Option<Option<[u8; 32]>>,
+    /// The next payload offset not yet asked for.
+    pub next_offset: u64,
+    /// Bytes written into the lease.
+    pub written: u64,
+    /// Chunks asked for and not yet received, by offset: (last asked at, times asked).
+    pub in_flight: BTreeMap<u64, (Instant, u32)>,
+    /// When the transfer started (the deadline runs from here).
+    pub started: Instant,
+}
+
+impl Host {
+    /// The proxy answered a read's Resolve.
+    pub(super) fn resolved(
+        &mut self,
+        now: Instant,
+        actor: u64,
+        result: Result<BlobBinding, NamespaceError>,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) {
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        let (Phase::Resolving, Kind::Read { expected_revision }) = (&b.phase, b.kind) else {
+            return;
+        };
+        let binding = match result {
+            Ok(binding) => binding,
+            Err(error) => return self.fail(actor, child_error(error), mem, out),
+        };
+        if expected_revision.is_some_and(|r| r != binding.revision) {
+            let path = b.path.clone();
+            return self.fail(actor, DataPlaneError::PathReplaced(path), mem, out);
+        }
+        b.phase = Phase::Filling(Transfer {
+            source: binding.source,
+            length: binding.length,
+            revision: binding.revision,
+            digest: None,
+            next_offset: 0,
+            written: 0,
+            in_flight: BTreeMap::new(),
+            started: now,
+        });
+        // The filling lease is allocated now; the transfer starts once it is granted.
+        self.allocate_filling(now, actor, binding.length, mem, out);
+    }
+
+    /// Allocates a read's lease while its phase keeps the transfer (a queued request is
+    /// remembered by ticket; the transfer is resumed at the grant).
+    fn allocate_filling(
+        &mut self,
+        now: Instant,
+        actor: u64,
+        length: u64,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) {
+        match self.arena.allocate(length) {
+            Ok(crate::arena::Allocation::Leased(lease)) => {
+                self.granted(now, actor, lease, mem, out);
+            }
+            Ok(crate::arena::Allocation::Queued(ticket)) => {
+                self.tickets.insert(ticket, actor);
+                if let Some(b) = self.bindings.get_mut(&actor) {
+                    if let Phase::Filling(t) = &mut b.phase {
+                        // The deadline does not run while the arena makes us wait.
+                        t.started = now;
+                    }
+                    b.queued = Some(ticket);
+                }
+            }
+            Err(_) => self.fail(actor, DataPlaneError::ArenaExhausted, mem, out),
+        }
+    }
+
+    /// A read's filling lease is installed: start pulling.
+    pub(super) fn start_transfer(
+        &mut self,
+        now: Instant,
+        actor: u64,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) {
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        if let Phase::Filling(t) = &mut b.phase {
+            t.started = now;
+        }
+        self.pull(now, actor, mem, out);
+    }
+
+    /// Keeps the window full; completes the transfer when every byte arrived.
+    fn pull(&mut self, now: Instant, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+        let chunk_bytes = u64::from(self.config.chunk_bytes.clamp(1, CHUNK_BYTES_MAX as u32));
+        let window = self.config.window.max(1) as usize;
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        let reply_to = b.address;
+        let Phase::Filling(t) = &mut b.phase else {
+            return;
+        };
+        if b.lease.is_none() {
+            return;
+        }
+        while t.in_flight.len() < window && t.next_offset < t.length {
+            let offset = t.next_offset;
+            let len = chunk_bytes.min(t.length - offset);
+            t.next_offset += len;
+            t.in_flight.insert(offset, (now, 1));
+            let len = len as u32;
+            out.send(
+                t.source,
+                Message::ChunkRequest {
+                    offset,
+                    len,
+                    reply_to,
+                },
+            );
+        }
+        if t.in_flight.is_empty() && t.next_offset >= t.length {
+            self.complete_transfer(actor, mem, out);
+        }
+    }
+
+    /// A chunk for binding `actor`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn chunk(
+        &mut self,
+        now: Instant,
+        actor: u64,
+        offset: u64,
+        total: u64,
+        digest: Option<[u8; 32]>,
+        bytes: &[u8],
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) {
+        let chunk_bytes = u64::from(self.config.chunk_bytes.clamp(1, CHUNK_BYTES_MAX as u32));
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        let Some(slot) = b.lease else { return };
+        let Phase::Filling(t) = &mut b.phase else {
+            return;
+        };
+        if !t.in_flight.contains_key(&offset) {
+            // A duplicate, or a chunk we stopped waiting for: nothing to do. (Transfers are
+            // told apart by their reply address: a binding actor is never reused.)
+            return;
+        }
+        if total != t.length {
+            let error = BlobFailure::Length {
+                expected: t.length,
+                found: total,
+            };
+            return self.fail(actor, DataPlaneError::Blob(error), mem, out);
+        }
+        let wanted = chunk_bytes.min(t.length - offset);
+        if bytes.len() as u64 != wanted {
+            // S33: an over-long (or short) chunk fails before anything is written.
+            let error = BlobFailure::Length {
+                expected: wanted,
+                found: bytes.len() as u64,
+            };
+            return self.fail(actor, DataPlaneError::Blob(error), mem, out);
+        }
+        match t.digest {
+            None => t.digest = Some(digest),
+            Some(known) if known != digest => {
+                let error =
+                    DataPlaneError::SourceFailure(Reason::new("the source changed its digest"));
+                return self.fail(actor, error, mem, out);
+            }
+            Some(_) => {}
+        }
+        if let Err(error) = blob::write_chunk(mem, &slot.expected, offset, bytes) {
+            return self.fail(actor, DataPlaneError::Blob(error), mem, out);
+        }
+        t.in_flight.remove(&offset);
+        t.written += wanted;
+        self.pull(now, actor, mem, out);
+    }
+
+    /// The source (or the host answering for it) refused.
+    pub(super) fn chunk_refused(
+        &mut self,
+        actor: u64,
+        reason: Reason,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) {
+        let Some(b) = self.bindings.get(&actor) else {
+            return;
+        };
+        if !matches!(b.phase, Phase::Filling(_)) {
+            return;
+        }
+        self.fail(actor, DataPlaneError::SourceFailure(reason), mem, out);
+    }
+
+    /// The tick for binding `actor`: re-ask for late chunks, enforce the attempt bound and the
+    /// deadline (Q26).
+    pub(super) fn transfer_tick(
+        &mut self,
+        now: Instant,
+        actor: u64,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) {
+        let (timeout, attempts_max, deadline) = (
+            self.config.chunk_timeout,
+            self.config.chunk_attempts_max.max(1),
+            self.config.transfer_deadline,
+        );
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        let reply_to = b.address;
+        let queued = b.queued.is_some();
+        let Phase::Filling(t) = &mut b.phase else {
+            return;
+        };
+        if queued {
+            // Waiting for the arena: the deadline starts at the grant.
+            return;
+        }
+        if now.saturating_since(t.started) >= deadline {
+            let error = DataPlaneError::SourceFailure(Reason::new("transfer deadline passed"));
+            return self.fail(actor, error, mem, out);
+        }
+        let chunk_bytes = u64::from(self.config.chunk_bytes.clamp(1, CHUNK_BYTES_MAX as u32));
+        let mut exhausted = false;
+        for (offset, (sent_at, asked)) in t.in_flight.iter_mut() {
+            if now.saturating_since(*sent_at) < timeout {
+                continue;
+            }
+            if *asked >= attempts_max {
+                exhausted = true;
+                break;
+            }
+            *asked += 1;
+            *sent_at = now;
+            let len = chunk_bytes.min(t.length - offset) as u32;
+            out.send(
+                t.source,
+                Message::ChunkRequest {
+                    offset: *offset,
+                    len,
+                    reply_to,
+                },
+            );
+        }
+        if exhausted {
+            let error = DataPlaneError::SourceFailure(Reason::new("the source does not answer"));
+            self.fail(actor, error, mem, out);
+        }
+    }
+
+    /// Every byte arrived: seal read-only (length and digest checked) and grant.
+    fn complete_transfer(&mut self, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        let Some(slot) = b.lease else { return };
+        let Phase::Filling(t) = &b.phase else { return };
+        let (written, revision, digest) = (t.written, t.revision, t.digest.flatten());
+        if let Err(error) = blob::host_seal(mem, &slot.expected, written, digest) {
+            return self.fail(actor, DataPlaneError::Blob(error), mem, out);
+        }
+        b.phase = Phase::Reading;
+        b.child_holds = true;
+        let lease = LeaseView {
+            offset: slot.lease.offset,
+            length: slot.lease.length,
+            generation: slot.expected.generation,
+            digest: slot.expected.digest_kind,
+        };
+        let (child, op) = (b.child, b.op);
+        self.send_child(
+            child,
+            ChildEvent::ReadGranted {
+                op,
+                lease,
+                revision,
+            },
+            out,
+        );
+    }
+}

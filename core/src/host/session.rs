@@ -1,0 +1,365 @@
+//! Child sessions (SPEC §7): attach, opens with job-context resolution and authorization, and
+//! close.
+//!
+//! Attach is validated completely before anything changes (Q28): a closing or closed session,
+//! a second child, a wrong arena generation or capability is refused and leaves the session as
+//! it was. Every later request must come from the attached child of a running session. Close
+//! ends every binding the session tracks (the child is gone, so its views are released: Q24);
+//! a write that is publishing keeps going until its outcome is known, and a published write
+//! outlives the session (H-D1).
+
+use super::{Host, Kind, Phase, SessionState, new_binding};
+use crate::blob::BlobState;
+use crate::effect::Outbox;
+use crate::error::{AttachmentFailure, DataPlaneError, Limit};
+use crate::ids::Address;
+use crate::limits::HOST_BINDINGS_MAX;
+use crate::path::Access;
+use crate::time::Instant;
+use crate::wire::{ChildEvent, ChildOp, ChildRequest, DirectoryRequest};
+
+impl Host {
+    pub(super) fn session_request(
+        &mut self,
+        now: Instant,
+        session: u64,
+        from: Address,
+        request: ChildRequest,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) {
+        if let ChildRequest::Attach {
+            arena_generation,
+            capability,
+        } = request
+        {
+            self.attach(session, from, arena_generation, capability, out);
+            return;
+        }
+        let Some(s) = self.sessions.get(&session) else {
+            return;
+        };
+        if s.state != SessionState::Running || s.child != Some(from) {
+            // Only the attached child of a running session is heard. An op-less request gets
+            // no answer; an op-carrying one hears that the session is not running.
+            let op = match &request {
+                ChildRequest::OpenRead { op, .. }
+                | ChildRequest::OpenWrite { op, .. }
+                | ChildRequest::Seal { op }
+                | ChildRequest::Abort { op }
+                | ChildRequest::Release { op }
+                | ChildRequest::Cancel { op } => Some(*op),
+                ChildRequest::Attach { .. } | ChildRequest::Close => None,
+            };
+            if let Some(op) = op {
+                let error = DataPlaneError::SessionNotRunning;
+                self.send_child(from, ChildEvent::Failed { op, error }, out);
+            }
+            return;
+        }
+        match request {
+            ChildRequest::Attach { .. } => {}
+            ChildRequest::OpenRead {
+                op,
+                path,
+                expected_revision,
+            } => {
+                self.open(
+                    now,
+                    session,
+                    from,
+                    op,
+                    &path,
+                    Kind::Read { expected_revision },
+                    mem,
+                    out,
+                );
+            }
+            ChildRequest::OpenWrite {
+                op,
+                path,
+                length,
+                digest,
+                exclusive,
+            } => {
+                let kind = Kind::Write {
+                    length,
+                    digest,
+                    exclusive,
+                };
+                self.open(now, session, from, op, &path, kind, mem, out);
+            }
+            ChildRequest::Seal { op } => {
+                self.with_op(session, op, from, out, |host, actor, out| {
+                    host.seal(now, actor, mem, out);
+                });
+            }
+            ChildRequest::Abort { op } => {
+                self.with_op(session, op, from, out, |host, actor, out| {
+                    host.abort(now, actor, mem, out);
+                });
+            }
+            ChildRequest::Release { op } => self.release(session, op, from, mem, out),
+            ChildRequest::Cancel { op } => {
+                self.with_op(session, op, from, out, |host, actor, out| {
+                    host.cancel(actor, mem, out);
+                });
+            }
+            ChildRequest::Close => self.close(session, mem, out),
+        }
+    }
+
+    /// Runs `f` on the binding of `op`, or tells the child the op is unknown.
+    fn with_op(
+        &mut self,
+        session: u64,
+        op: ChildOp,
+        child: Address,
+        out: &mut Outbox,
+        f: impl FnOnce(&mut Host, u64, &mut Outbox),
+    ) {
+        match self.binding_of(session, op) {
+            Some(actor) => f(self, actor, out),
+            None => {
+                let error = DataPlaneError::Blob(crate::error::BlobFailure::AlreadyFinished);
+                self.send_child(child, ChildEvent::Failed { op, error }, out);
+            }
+        }
+    }
+
+    /// The binding of `op` in `session`: tracked ones first, then published writes (which the
+    /// session no longer tracks but the child may still abort: Q22).
+    fn binding_of(&self, session: u64, op: ChildOp) -> Option<u64> {
+        if let Some(actor) = self.sessions.get(&session).and_then(|s| s.ops.get(&op)) {
+            return Some(*actor);
+        }
+        self.bindings
+            .iter()
+            .find(|(_, b)| b.session == session && b.op == op)
+            .map(|(actor, _)| *actor)
+    }
+
+    fn attach(
+        &mut self,
+        session: u64,
+        child: Address,
+        arena_generation: u64,
+        capability: crate::wire::Capability,
+        out: &mut Outbox,
+    ) {
+        let Some(s) = self.sessions.get(&session) else {
+            return;
+        };
+        let refusal = if matches!(s.state, SessionState::Closing | SessionState::Closed) {
+            Some(AttachmentFailure::SessionClosed)
+        } else if s.child.is_some() {
+            Some(AttachmentFailure::DuplicateAttachment)
+        } else if arena_generation != self.config.arena_generation {
+            Some(AttachmentFailure::ArenaGenerationMismatch {
+                expected: self.config.arena_generation,
+                found: arena_generation,
+            })
+        } else if capability != s.config.capability {
+            Some(AttachmentFailure::CapabilityRejected)
+        } else {
+            None
+        };
+        if let Some(failure) = refusal {
+            let error = DataPlaneError::Attachment(failure);
+            self.send_child(child, ChildEvent::AttachFailed { error }, out);
+            return;
+        }
+        let Some(s) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        s.child = Some(child);
+        s.state = SessionState::Running;
+        let session_generation = s.config.session_generation;
+        self.send_child(child, ChildEvent::Attached { session_generation }, out);
+    }
+
+    /// Validates an open (SPEC §7.2: path resolution, authorization, a fresh op) and starts its
+    /// binding.
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        &mut self,
+        now: Instant,
+        session: u64,
+        child: Address,
+        op: ChildOp,
+        logical: &str,
+        kind: Kind,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) {
+        let Some(s) = self.sessions.get(&session) else {
+            return;
+        };
+        let access = match kind {
+            Kind::Read { .. } => Access::Read,
+            Kind::Write { .. } => Access::Write,
+        };
+        let checked = match s.config.job.resolve(logical) {
+            Err(error) => Err(DataPlaneError::InvalidPath(error)),
+            Ok(path) if !s.config.job.allows(&path, access) => Err(DataPlaneError::Unauthorized {
+                path,
+                operation: access,
+            }),
+            Ok(_) if self.binding_of(session, op).is_some() => {
+                Err(DataPlaneError::InvalidArgument(super::reason(
+                    "operation id already in use in this session",
+                )))
+            }
+            Ok(_) if self.bindings.len() >= HOST_BINDINGS_MAX => {
+                Err(DataPlaneError::LimitReached(Limit::PendingRequests))
+            }
+            Ok(path) => Ok(path),
+        };
+        let path = match checked {
+            Ok(path) => path,
+            Err(error) => {
+                self.send_child(child, ChildEvent::Failed { op, error }, out);
+                return;
+            }
+        };
+        let actor = self.allocate_actor();
+        let address = self.address(actor);
+        let phase = match kind {
+            Kind::Read { .. } => Phase::Resolving,
+            Kind::Write {
+                exclusive: true, ..
+            } => Phase::Reserving,
+            Kind::Write { .. } => Phase::Allocating,
+        };
+        let binding = new_binding(address, session, child, op, path.clone(), kind, phase);
+        self.bindings.insert(actor, binding);
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.ops.insert(op, actor);
+        }
+        match kind {
+            Kind::Read { .. } => {
+                self.call(now, actor, DirectoryRequest::Resolve { path }, out);
+            }
+            Kind::Write {
+                exclusive: true, ..
+            } => {
+                let operation = self.op_id(actor, super::PURPOSE_RESERVE);
+                let request = DirectoryRequest::ReserveBlob {
+                    path,
+                    operation,
+                    owner: address,
+                };
+                self.call(now, actor, request, out);
+            }
+            Kind::Write { length, .. } => self.allocate(now, actor, length, mem, out),
+        }
+    }
+
+    /// The child no longer maps the lease of `op` (Q24): the view hold goes, and the lease is
+    /// freed if nothing else holds it. Always acknowledged with `Released`.
+    fn release(
+        &mut self,
+        session: u64,
+        op: ChildOp,
+        child: Address,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) {
+        let Some(actor) = self.binding_of(session, op) else {
+            let error = DataPlaneError::Blob(crate::error::BlobFailure::AlreadyFinished);
+            self.send_child(child, ChildEvent::Failed { op, error }, out);
+            return;
+        };
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        if !b.child_holds {
+            let error = DataPlaneError::Blob(crate::error::BlobFailure::InvalidLease);
+            self.send_child(child, ChildEvent::Failed { op, error }, out);
+            return;
+        }
+        b.child_holds = false;
+        match b.phase {
+            // Releasing a read ends it; releasing a write that was never sealed aborts it.
+            Phase::Reading => b.phase = Phase::Draining,
+            Phase::Writing => {
+                if let Some(slot) = b.lease {
+                    let _ = crate::blob::set_state(
+                        mem,
+                        &slot.expected,
+                        &[BlobState::Writable, BlobState::Sealed],
+                        BlobState::Aborted,
+                    );
+                }
+                b.phase = Phase::Draining;
+                self.send_child(child, ChildEvent::Aborted { op }, out);
+            }
+            _ => {}
+        }
+        self.send_child(child, ChildEvent::Released { op }, out);
+        self.try_finish(actor, mem, out);
+    }
+
+    /// Close (SPEC §7.2, H4): the child is gone; every tracked binding ends. Writes that are
+    /// publishing keep going until their outcome is known; published writes stay.
+    fn close(&mut self, session: u64, mem: &mut [u8], out: &mut Outbox) {
+        let Some(s) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        s.state = SessionState::Closing;
+        let actors: Vec<u64> = self
+            .bindings
+            .iter()
+            .filter(|(_, b)| b.session == session)
+            .map(|(actor, _)| *actor)
+            .collect();
+        for actor in actors {
+            self.session_gone(actor, mem, out);
+        }
+        self.maybe_closed(session, out);
+    }
+
+    /// The session of binding `actor` is gone: the child no longer maps anything, and what it
+    /// was waiting for is dropped.
+    fn session_gone(&mut self, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        b.child_holds = false;
+        match &b.phase {
+            Phase::Publishing | Phase::Published | Phase::Unpublishing | Phase::Draining => {}
+            Phase::Writing => {
+                if let Some(slot) = b.lease {
+                    let _ = crate::blob::set_state(
+                        mem,
+                        &slot.expected,
+                        &[BlobState::Writable, BlobState::Sealed],
+                        BlobState::Aborted,
+                    );
+                }
+                b.phase = Phase::Draining;
+            }
+            Phase::Reserving
+            | Phase::Resolving
+            | Phase::Allocating
+            | Phase::Filling(_)
+            | Phase::Reading => {
+                b.phase = Phase::Draining;
+            }
+        }
+        self.try_finish(actor, mem, out);
+    }
+
+    /// A closing session whose tracked bindings all finished is closed.
+    pub(super) fn maybe_closed(&mut self, session: u64, out: &mut Outbox) {
+        let Some(s) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        if s.state == SessionState::Closing && s.ops.is_empty() {
+            s.state = SessionState::Closed;
+            if let Some(child) = s.child {
+                self.send_child(child, ChildEvent::Closed, out);
+            }
+        }
+    }
+}

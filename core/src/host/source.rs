@@ -1,0 +1,114 @@
+//! Blob sources (SPEC §6): a published write as other hosts reach it.
+//!
+//! A source serves chunk requests from its lease's payload and answers the directory's
+//! `Retire` with `SourceRetired` — idempotently, also after it is gone (DESIGN Q8): the host
+//! answers for every actor it no longer knows, and for every actor of an earlier incarnation of
+//! its node (Q5). A retired source frees nothing by itself: the binding's namespace hold goes,
+//! and the lease is freed once the child released its view too (S34).
+
+use super::Host;
+use crate::blob::{self, BlobState};
+use crate::effect::Outbox;
+use crate::error::Reason;
+use crate::ids::Address;
+use crate::wire::{CHUNK_BYTES_MAX, ChunkBytes, Message};
+
+impl Host {
+    /// A frame for `to`, which is not a session or a binding of this incarnation: a source, or
+    /// an actor that no longer exists.
+    pub(super) fn source_message(
+        &mut self,
+        to: Address,
+        message: Message,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) {
+        let Some(source) = self.sources.get(&to.actor).copied() else {
+            self.answer_for_the_dead(to, &message, out);
+            return;
+        };
+        match message {
+            Message::ChunkRequest {
+                offset,
+                len,
+                reply_to,
+            } => {
+                let refuse = |reason: &str, out: &mut Outbox| {
+                    out.send(
+                        reply_to,
+                        Message::ChunkRefused {
+                            reason: Reason::new(reason),
+                        },
+                    );
+                };
+                let in_range = (len as usize) <= CHUNK_BYTES_MAX
+                    && offset
+                        .checked_add(u64::from(len))
+                        .is_some_and(|end| end <= source.length);
+                if !in_range {
+                    return refuse("chunk out of range", out);
+                }
+                let Some(slot) = self.bindings.get(&source.binding).and_then(|b| b.lease) else {
+                    return refuse("source retired", out);
+                };
+                // The child still maps its sealed lease: a header it scribbled on is refused
+                // rather than served (the reader's digest check guards the payload).
+                if blob::validate(mem, &slot.expected, BlobState::Sealed, false).is_err() {
+                    return refuse("source header invalid", out);
+                }
+                let start = source.payload_offset + offset;
+                let Some(bytes) = usize::try_from(start)
+                    .ok()
+                    .and_then(|start| mem.get(start..start + len as usize))
+                    .and_then(|bytes| ChunkBytes::new(bytes.to_vec()).ok())
+                else {
+                    return refuse("chunk out of range", out);
+                };
+                let chunk = Message::Chunk {
+                    offset,
+                    total: source.length,
+                    digest: source.digest,
+                    bytes,
+                };
+                out.send(reply_to, chunk);
+            }
+            Message::Retire { reply_to } => {
+                out.send(reply_to, Message::SourceRetired { source: to });
+                self.sources.remove(&to.actor);
+                self.source_retired(source.binding, mem, out);
+            }
+            other => self.answer_for_the_dead(to, &other, out),
+        }
+    }
+
+    /// Answers a frame for an actor that no longer exists: acknowledgements the directory
+    /// re-sends until it sees them, refusals to transfers. Everything else is dropped.
+    pub(super) fn answer_for_the_dead(&self, to: Address, message: &Message, out: &mut Outbox) {
+        match message {
+            Message::Retire { reply_to } => {
+                out.send(*reply_to, Message::SourceRetired { source: to });
+            }
+            Message::Displaced {
+                incarnation,
+                reply_to,
+            } => {
+                out.send(
+                    *reply_to,
+                    Message::StreamDisplaced {
+                        endpoint: to,
+                        incarnation: *incarnation,
+                    },
+                );
+            }
+            Message::ChunkRequest { reply_to, .. } => {
+                out.send(
+                    *reply_to,
+                    Message::ChunkRefused {
+                        reason: Reason::new("source retired"),
+                    },
+                );
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! The write path (SPEC §9.3 with DESIGN Q19–Q23): reserve (exclusive writes) → allocate →
+//! the child writes and seals → the host validates the header → a source is created →
+//! Register (with the reservation) → published → … → the directory retires the source → the
+//! lease is freed once the child released its view.
+//!
+//! * Q20: a Register whose outcome is unknown (the proxy answered Timeout or
+//!   DirectoryUnavailable) is sent again with the same op id until a definitive answer; until
+//!   then the namespace may bind the source, so its lease is kept.
+//! * Q19/Q21: an abort after publication unregisters *the revision it published*
+//!   (compare-and-delete), re-driven the same way; the lease waits for the directory's Retire.
+//! * Q22: abort reaches a published write although the session no longer tracks it.
+//! * Q23: a binding that finishes while its allocation waits cancels it (Q25: it leaves the
+//!   queue at once); a grant for a finished binding goes straight back.
+
+use super::{
+    Host, Kind, NamespaceHold, PURPOSE_PUBLISH, PURPOSE_UNPUBLISH, Phase, Source, child_error,
+    is_unknown_outcome,
+};
+use crate::blob::{self, BlobState, DigestKind};
+use crate::effect::Outbox;
+use crate::error::{DataPlaneError, NamespaceError};
+use crate::time::Instant;
+use crate::wire::{
+    ChildEvent, DirectoryReply, DirectoryRequest, LeaseView, ReplyBody, SourceRecovery,
+};
+
+impl Host {
+    /// A write's lease is installed (Writable, zeroed): hand it to the child.
+    pub(super) fn write_granted(&mut self, actor: u64, out: &mut Outbox) {
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        let Some(slot) = b.lease else { return };
+        b.phase = Phase::Writing;
+        b.child_holds = true;
+        let lease = LeaseView {
+            offset: slot.lease.offset,
+            length: slot.lease.length,
+            generation: slot.expected.generation,
+            digest: slot.expected.digest_kind,
+        };
+        let (child, op) = (b.child, b.op);
+        self.send_child(child, ChildEvent::WriteGranted { op, lease }, out);
+    }
+
+    /// The child sealed: validate the header it wrote, then publish.
+    pub(super) fn seal(&mut self, now: Instant, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+        let Some(b) = self.bindings.get(&actor) else {
+            return;
+        };
+        let (Phase::Writing, Some(slot), Kind::Write { .. }) = (&b.phase, b.lease, b.kind) else {
+            let (child, op) = (b.child, b.op);
+            let error = DataPlaneError::Blob(crate::error::BlobFailure::State { found: 0 });
+            self.send_child(child, ChildEvent::Failed { op, error }, out);
+            return;
+        };
+        let check_content = slot.expected.digest_kind != DigestKind::None;
+        let header = match blob::validate(mem, &slot.expected, BlobState::Sealed, check_content) {
+            Ok(header) => header,
+            Err(error) => {
+                // S33: a seal whose header disagrees with the lease is never published.
+                let _ = blob::set_state(
+                    mem,
+                    &slot.expected,
+                    &[BlobState::Writable, BlobState::Sealed],
+                    BlobState::Aborted,
+                );
+                self.fail(actor, DataPlaneError::Blob(error), mem, out);
+                return;
+            }
+        };
+        let source_actor = self.allocate_actor();
+        let source = Source {
+            address: self.address(source_actor),
+            binding: actor,
+            payload_offset: slot.lease.payload_offset(),
+            length: slot.lease.length,
+            digest: (header.digest_kind == DigestKind::Blake3).then_some(header.digest),
+        };
+        self.sources.insert(source_actor, source);
+        let operation = self.op_id(actor, PURPOSE_PUBLISH);
+        let node = self.config.node;
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        b.namespace = NamespaceHold::MayBind {
+            source: source_actor,
+        };
+        b.phase = Phase::Publishing;
+        let request = DirectoryRequest::Register {
+            path: b.path.clone(),
+            source: source.address,
+            source_node: node,
+            length: slot.lease.length,
+            recovery: SourceRecovery::Actor {
+                actor: source.address,
+                node,
+                owner: Some(b.address),
+            },
+            operation,
+            reservation: b.reservation,
+        };
+        self.call(now, actor, request, out);
+    }
+
+    /// The child aborts its write, in whatever phase it is (Q22 included).
+    pub(super) fn abort(&mut self, now: Instant, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        let (child, op) = (b.child, b.op);
+        if !matches!(b.kind, Kind::Write { .. }) {
+            let error =
+                DataPlaneError::InvalidArgument(super::reason("only a write can be aborted"));
+            self.send_child(child, ChildEvent::Failed { op, error }, out);
+            return;
+        }
+        match b.phase {
+            Phase::Reserving | Phase::Allocating => {
+                b.phase = Phase::Draining;
+                self.send_child(child, ChildEvent::Aborted { op }, out);
+                self.try_finish(actor, mem, out);
+            }
+            Phase::Writing => {
+                if let Some(slot) = b.lease {
+                    let _ = blob::set_state(
+                        mem,
+                        &slot.expected,
+                        &[BlobState::Writable, BlobState::Sealed],
+                        BlobState::Aborted,
+                    );
+                }
+                b.phase = Phase::Draining;
+                self.send_child(child, ChildEvent::Aborted { op }, out);
+                self.try_finish(actor, mem, out);
+            }
+            // Acted upon when the outcome is known: unpublish if it was published.
+            Phase::Publishing => b.abort_requested = true,
+            Phase::Published => self.unpublish(now, actor, out),
+            Phase::Unpublishing | Phase::Draining => {}
+            Phase::Resolving | Phase::Filling(_) | Phase::Reading => {}
+        }
+    }
+
+    /// Cancel an open that has not been granted (reads and writes); a granted one is ended as
+    /// a release would.
+    pub(super) fn cancel(&mut self, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        let (child, op) = (b.child, b.op);
+        match b.phase {
+            Phase::Reserving | Phase::Resolving | Phase::Allocating | Phase::Filling(_) => {
+                b.phase = Phase::Draining;
+                let error = DataPlaneError::OperationCancelled;
+                self.send_child(child, ChildEvent::Failed { op, error }, out);
+                self.try_finish(actor, mem, out);
+            }
+            _ => {
+                let error = DataPlaneError::Blob(crate::error::BlobFailure::AlreadyFinished);
+                self.send_child(child, ChildEvent::Failed { op, error }, out);
+            }
+        }
+    }
+
+    fn unpublish(&mut self, now: Instant, actor: u64, out: &mut Outbox) {
+        let operation = self.op_id(actor, PURPOSE_UNPUBLISH);
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        let NamespaceHold::Bound { revision, .. } = b.namespace else {
+            return;
+        };
+        b.phase = Phase::Unpublishing;
+        b.aborted_when_retired = true;
+        let request = DirectoryRequest::Unregister {
+            path: b.path.clone(),
+            expected_revision: Some(revision),
+            operation,
+        };
+        self.call(now, actor, request, out);
+    }
+
+    /// A reply from the proxy to binding `actor`.
+    pub(super) fn namespace_reply(
+        &mut self,
+        now: Instant,
+        actor: u64,
+        reply: DirectoryReply,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) {
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        let current = b
+            .call
+            .as_ref()
+            .is_some_and(|c| c.id == reply.request_id && c.request.kind() == reply.body.kind());
+        if !current {
+            return;
+        }
+        if is_unknown_outcome(reply.body.err()) && !matches!(reply.body, ReplyBody::Resolved(_)) {
+            // Q20/Q21: the outcome is unknown; ask again under the same op id.
+            self.resend_call(now, actor, out);
+            return;
+        }
+        b.call = None;
+        match reply.body {
+            ReplyBody::BlobReserved(result) => self.reserved(now, actor, result, mem, out),
+            ReplyBody::Registered(result) => {
+                self.registered(now, actor, result.map(|r| r.revision), mem, out);
+            }
+            ReplyBody::Unregistered(result) => {
+                self.unregistered(actor, result.map(|_| ()), mem, out);
+            }
+            ReplyBody::Resolved(result) => self.resolved(now, actor, result, mem, out),
+            _ => {}
+        }
+    }
+
+    fn reserved(
+        &mut self,
+        now: Instant,
+        actor: u64,
+        result: Result<(), NamespaceError>,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) {
+        let operation = self.op_id(actor, super::PURPOSE_RESERVE);
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        if b.phase != Phase::Reserving {
+            return;
+        }
+        match result {
+            Ok(()) => {
+                b.reservation = Some(operation);
+                b.phase = Phase::Allocating;
+                let Kind::Write { length, .. } = b.kind else {
+                    return;
+                };
+                self.allocate(now, actor, length, mem, out);
+            }
+            Err(error) => self.fail(actor, child_error(error), mem, out),
+        }
+    }
+
+    fn registered(
+        &mut self,
+        now: Instant,
+        actor: u64,
+        result: Result<crate::ids::Revision, NamespaceError>,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) {
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        if b.phase != Phase::Publishing {
+            return;
+        }
+        // `None` here: a replacement retired the source before this reply arrived.
+        let source = match b.namespace {
+            NamespaceHold::MayBind { source } => Some(source),
+            _ => None,
+        };
+        let (child, op, session) = (b.child, b.op, b.session);
+        match result {
+            Ok(revision) => {
+                b.reservation = None;
+                // Published data outlives the session (H-D1): it no longer tracks the write.
+                b.tracked = false;
+                let abort = b.abort_requested;
+                match source {
+                    Some(source) => {
+                        b.namespace = NamespaceHold::Bound { source, revision };
+                        b.phase = Phase::Published;
+                    }
+                    None => b.phase = Phase::Draining,
+                }
+                if let Some(s) = self.sessions.get_mut(&session) {
+                    s.ops.remove(&op);
+                }
+                self.send_child(child, ChildEvent::Published { op, revision }, out);
+                match (source, abort) {
+                    (Some(_), true) => self.unpublish(now, actor, out),
+                    // Already unbound: an abort is already true (S36).
+                    (None, true) => self.send_child(child, ChildEvent::Aborted { op }, out),
+                    _ => {}
+                }
+                self.try_finish(actor, mem, out);
+                self.maybe_closed(session, out);
+            }
+            Err(error) => {
+                // Refused for good: the namespace will never bind the source.
+                b.namespace = NamespaceHold::None;
+                if let Some(source) = source {
+                    self.sources.remove(&source);
+                }
+                self.fail(actor, child_error(error), mem, out);
+            }
+        }
+    }
+
+    fn unregistered(
+        &mut self,
+        actor: u64,
+        result: Result<(), NamespaceError>,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) {
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        if b.phase != Phase::Unpublishing {
+            return;
+        }
+        let (child, op) = (b.child, b.op);
+        if b.namespace == NamespaceHold::None {
+            // The Retire came first: whatever the answer, the write is no longer bound.
+            b.phase = Phase::Draining;
+            b.aborted_when_retired = false;
+            self.send_child(child, ChildEvent::Aborted { op }, out);
+            self.try_finish(actor, mem, out);
+            return;
+        }
+        b.phase = Phase::Published;
+        match result {
+            // The directory queued the retirement of our source (Ok), or our binding was
+            // already replaced or unlinked, which queued it too: wait for its Retire.
+            Ok(()) | Err(NamespaceError::PathReplaced(_) | NamespaceError::PathNotFound(_)) => {}
+            Err(error) => {
+                // The directory refuses to unlink it (a reservation, a live stream...): the
+                // write stays published; the child hears why.
+                b.aborted_when_retired = false;
+                let error = child_error(error);
+                self.send_child(child, ChildEvent::Failed { op, error }, out);
+            }
+        }
+    }
+
+    /// The directory retired the source of binding `actor`: the namespace no longer binds it.
+    pub(super) fn source_retired(&mut self, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        b.namespace = NamespaceHold::None;
+        let (child, op) = (b.child, b.op);
+        match b.phase {
+            Phase::Published | Phase::Publishing => {
+                // Publishing: a concurrent replacement retired us before our reply arrived;
+                // the Register's reply still comes and finds nothing to bind.
+                if b.phase == Phase::Published {
+                    b.phase = Phase::Draining;
+                }
+                if b.aborted_when_retired {
+                    b.aborted_when_retired = false;
+                    self.send_child(child, ChildEvent::Aborted { op }, out);
+                }
+            }
+            Phase::Unpublishing => {}
+            _ => {}
+        }
+        self.try_finish(actor, mem, out);
+    }
+}

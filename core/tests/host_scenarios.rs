@@ -1,0 +1,1374 @@
+//! Host scenarios (SPEC §6–§11 and §13.8, as amended by DESIGN Q19–Q28 and the `host` module
+//! docs): a directory with its durable log, and nodes that each run a proxy, a host and an arena
+//! its children map — all real machines, wired by a network the script controls.
+//!
+//! * children are addresses on a node: `w.child(N1)`; they attach with `w.attach(c)`, send
+//!   requests with `w.send(c, request)`, act on the arena directly (`w.fill_and_seal(c, view,
+//!   bytes)`), and read what they were told with `w.take(c)` / `w.expect(c, pred)`;
+//! * frames wait in one in-flight queue; `w.run(secs)` delivers them (FIFO) and fires the timers
+//!   due, in time order; `w.blackhole(pred)` loses matching frames, `w.duplicate(pred)` delivers
+//!   matching frames twice, `w.heal()` stops both;
+//! * `w.restart_node(n)` starts a node's host and proxy again at a new incarnation (its
+//!   children are gone); `w.restart_proxy(n)` restarts only the proxy.
+//!
+//! Every step checks every machine's invariants, and the arena's leases against the headers.
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use common::path;
+use dataplane_core::arena::BLOB_HEADER_BYTES;
+use dataplane_core::blob::{self, BlobAccess, BlobState, DigestKind, Expected};
+use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
+use dataplane_core::effect::{Effect, Outbox, Timer};
+use dataplane_core::error::{AttachmentFailure, BlobFailure, DataPlaneError};
+use dataplane_core::host::{Host, HostConfig, SessionConfig, SessionState};
+use dataplane_core::ids::{Address, NodeId, Revision};
+use dataplane_core::log::LogRecord;
+use dataplane_core::path::{DataPath, JobContext};
+use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
+use dataplane_core::time::{Duration, Instant};
+use dataplane_core::wire::{
+    Capability, ChildEvent, ChildOp, ChildRequest, DirectoryCall, DirectoryRequest, GoneScope,
+    LeaseView, Message, ReplyBody,
+};
+
+// =============================================================================================
+// The world.
+
+const N1: usize = 0;
+const N2: usize = 1;
+const ARENA: u64 = 1 << 20;
+const CAPABILITY: Capability = Capability([7; 32]);
+const INSPECTOR: Address = Address::new(NodeId(99), 1, 0);
+const AGENT_ACTOR: u64 = 1;
+
+type Rule = Box<dyn Fn(&Frame) -> bool>;
+
+#[derive(Clone, Debug)]
+struct Frame {
+    /// The sender as the transport reports it (children only; machines do not say).
+    from: Option<Address>,
+    to: Address,
+    message: Message,
+}
+
+struct Node {
+    id: NodeId,
+    incarnation: u64,
+    proxy: Proxy,
+    host: Host,
+    mem: Vec<u8>,
+    proxy_timer: Option<Instant>,
+    host_timer: Option<Instant>,
+    proxy_boots: u64,
+}
+
+struct Child {
+    node: usize,
+    session: Address,
+    inbox: VecDeque<ChildEvent>,
+}
+
+struct World {
+    now: Instant,
+    dir: Directory,
+    dir_address: Address,
+    dir_timer: Option<Instant>,
+    log: Vec<LogRecord>,
+    nodes: Vec<Node>,
+    children: BTreeMap<Address, Child>,
+    next_child: u64,
+    in_flight: VecDeque<Frame>,
+    blackholes: Vec<Rule>,
+    duplicates: Vec<Rule>,
+    watched: BTreeSet<Address>,
+    inspector: VecDeque<ReplyBody>,
+    proxy_deadline: Duration,
+    host_config: fn(HostConfig) -> HostConfig,
+}
+
+fn job() -> JobContext {
+    JobContext::new(
+        "r1",
+        vec![path("/data"), path("/runs/r1")],
+        vec![path("/data"), path("/runs/r1")],
+    )
+    .unwrap()
+}
+
+impl World {
+    fn new(nodes: usize) -> World {
+        World::with(nodes, Duration::from_secs(10), |c| c)
+    }
+
+    fn with(
+        nodes: usize,
+        proxy_deadline: Duration,
+        host_config: fn(HostConfig) -> HostConfig,
+    ) -> World {
+        let dir_address = Address::new(NodeId(0), 1, 0);
+        let mut log = Vec::new();
+        let mut out = Outbox::new();
+        let config = DirectoryConfig {
+            address: dir_address,
+            retry_period: Duration::from_secs(1),
+        };
+        let dir =
+            Directory::recover(config, &log, &mut ActorSources, Instant::ZERO, &mut out).unwrap();
+        let mut w = World {
+            now: Instant::ZERO,
+            dir,
+            dir_address,
+            dir_timer: None,
+            log: Vec::new(),
+            nodes: Vec::new(),
+            children: BTreeMap::new(),
+            next_child: 100,
+            in_flight: VecDeque::new(),
+            blackholes: Vec::new(),
+            duplicates: Vec::new(),
+            watched: BTreeSet::new(),
+            inspector: VecDeque::new(),
+            proxy_deadline,
+            host_config,
+        };
+        log.clear();
+        w.dir_effects(out.take());
+        for n in 0..nodes {
+            let node = w.boot_node(NodeId(n as u64 + 1), 1, 1);
+            w.nodes.push(node);
+            w.drain_boot(n);
+        }
+        w
+    }
+
+    fn boot_node(&mut self, id: NodeId, incarnation: u64, proxy_boots: u64) -> Node {
+        let proxy_address = Address::new(id, incarnation, 0);
+        let proxy_config = ProxyConfig {
+            address: proxy_address,
+            retry_period: Duration::from_secs(1),
+            deadline: self.proxy_deadline,
+            first_request_id: proxy_boots * 1_000_000,
+        };
+        let mut out = Outbox::new();
+        let proxy = Proxy::new(proxy_config, self.now, &mut out);
+        let config = (self.host_config)(HostConfig::new(id, incarnation, proxy_address, ARENA));
+        let host = Host::new(config, self.now, &mut out);
+        let mut node = Node {
+            id,
+            incarnation,
+            proxy,
+            host,
+            mem: vec![0; ARENA as usize],
+            proxy_timer: None,
+            host_timer: None,
+            proxy_boots,
+        };
+        for effect in out.take() {
+            match effect {
+                Effect::SetTimer {
+                    timer: Timer::ProxyRetry,
+                    at,
+                } => node.proxy_timer = Some(at),
+                Effect::SetTimer {
+                    timer: Timer::HostTick,
+                    at,
+                } => node.host_timer = Some(at),
+                other => panic!("unexpected boot effect {other:?}"),
+            }
+        }
+        node
+    }
+
+    fn drain_boot(&mut self, n: usize) {
+        let found = Some(Discovered {
+            address: self.dir_address,
+            epoch: self.dir.epoch(),
+        });
+        let mut out = Outbox::new();
+        self.nodes[n]
+            .proxy
+            .handle_discovery(self.now, found, &mut out);
+        self.proxy_effects(n, out.take());
+    }
+
+    // ----- children -------------------------------------------------------------------------
+
+    fn child(&mut self, n: usize) -> Address {
+        self.child_with(
+            n,
+            SessionConfig {
+                session_generation: 1,
+                capability: CAPABILITY,
+                job: job(),
+            },
+        )
+    }
+
+    fn child_with(&mut self, n: usize, config: SessionConfig) -> Address {
+        let session = self.nodes[n].host.open_session(config).expect("a session");
+        let node = &self.nodes[n];
+        let child = Address::new(node.id, node.incarnation, self.next_child);
+        self.next_child += 1;
+        self.children.insert(
+            child,
+            Child {
+                node: n,
+                session,
+                inbox: VecDeque::new(),
+            },
+        );
+        child
+    }
+
+    fn send(&mut self, child: Address, request: ChildRequest) {
+        let session = self.children[&child].session;
+        self.deliver(Frame {
+            from: Some(child),
+            to: session,
+            message: Message::FromChild(request),
+        });
+        self.settle();
+    }
+
+    fn attach(&mut self, child: Address) {
+        let generation = self.nodes[self.children[&child].node]
+            .host
+            .config()
+            .arena_generation;
+        self.send(
+            child,
+            ChildRequest::Attach {
+                arena_generation: generation,
+                capability: CAPABILITY,
+            },
+        );
+        match self.take(child).as_slice() {
+            [ChildEvent::Attached { .. }] => {}
+            other => panic!("attach: {other:?}"),
+        }
+    }
+
+    fn take(&mut self, child: Address) -> Vec<ChildEvent> {
+        self.children
+            .get_mut(&child)
+            .map(|c| c.inbox.drain(..).collect())
+            .unwrap_or_default()
+    }
+
+    /// Takes the child's events; exactly one must match `pred`, and it is returned.
+    fn expect(&mut self, child: Address, pred: impl Fn(&ChildEvent) -> bool) -> ChildEvent {
+        let events = self.take(child);
+        let found: Vec<&ChildEvent> = events.iter().filter(|e| pred(e)).collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "expected one matching event, child got {events:?}"
+        );
+        found[0].clone()
+    }
+
+    fn expected_of(view: &LeaseView, access: BlobAccess) -> Expected {
+        Expected {
+            offset: view.offset,
+            length: view.length,
+            generation: view.generation,
+            access,
+            digest_kind: view.digest,
+        }
+    }
+
+    /// The child writes `bytes` into its writable lease and seals the header.
+    fn fill_and_seal(&mut self, child: Address, view: &LeaseView, bytes: &[u8]) {
+        let n = self.children[&child].node;
+        let e = Self::expected_of(view, BlobAccess::Writable);
+        let mem = &mut self.nodes[n].mem;
+        blob::payload_mut(mem, &e).unwrap().copy_from_slice(bytes);
+        blob::child_seal(mem, &e).unwrap();
+    }
+
+    /// The payload of a read lease as the child sees it (checked against the header first).
+    fn read_payload(&self, child: Address, view: &LeaseView) -> Vec<u8> {
+        let n = self.children[&child].node;
+        let e = Self::expected_of(view, BlobAccess::ReadOnly);
+        let mem = &self.nodes[n].mem;
+        blob::validate(mem, &e, BlobState::Sealed, false).expect("a sealed read lease");
+        blob::payload(mem, &e).unwrap().to_vec()
+    }
+
+    /// A full write: open, fill, seal; returns the published revision.
+    fn write(&mut self, child: Address, op: u64, logical: &str, bytes: &[u8]) -> Revision {
+        let view = self.open_write(child, op, logical, bytes.len() as u64, false);
+        self.fill_and_seal(child, &view, bytes);
+        self.send(child, ChildRequest::Seal { op: ChildOp(op) });
+        match self.expect(child, |e| {
+            matches!(e, ChildEvent::Published { .. } | ChildEvent::Failed { .. })
+        }) {
+            ChildEvent::Published { revision, .. } => revision,
+            other => panic!("write {logical}: {other:?}"),
+        }
+    }
+
+    fn open_write(
+        &mut self,
+        child: Address,
+        op: u64,
+        logical: &str,
+        length: u64,
+        exclusive: bool,
+    ) -> LeaseView {
+        let request = ChildRequest::OpenWrite {
+            op: ChildOp(op),
+            path: logical.into(),
+            length,
+            digest: DigestKind::Blake3,
+            exclusive,
+        };
+        self.send(child, request);
+        match self.expect(child, |_| true) {
+            ChildEvent::WriteGranted { lease, .. } => lease,
+            other => panic!("open write {logical}: {other:?}"),
+        }
+    }
+
+    fn open_read(&mut self, child: Address, op: u64, logical: &str) {
+        let request = ChildRequest::OpenRead {
+            op: ChildOp(op),
+            path: logical.into(),
+            expected_revision: None,
+        };
+        self.send(child, request);
+    }
+
+    /// A full read; returns the payload and the revision.
+    fn read(
+        &mut self,
+        child: Address,
+        op: u64,
+        logical: &str,
+    ) -> Result<(Vec<u8>, Revision), DataPlaneError> {
+        self.open_read(child, op, logical);
+        self.run(5);
+        self.read_outcome(child)
+    }
+
+    fn read_outcome(&mut self, child: Address) -> Result<(Vec<u8>, Revision), DataPlaneError> {
+        match self.expect(child, |e| {
+            matches!(
+                e,
+                ChildEvent::ReadGranted { .. } | ChildEvent::Failed { .. }
+            )
+        }) {
+            ChildEvent::ReadGranted {
+                lease, revision, ..
+            } => Ok((self.read_payload(child, &lease), revision)),
+            ChildEvent::Failed { error, .. } => Err(error),
+            _ => unreachable!(),
+        }
+    }
+
+    // ----- the network ----------------------------------------------------------------------
+
+    fn blackhole(&mut self, rule: impl Fn(&Frame) -> bool + 'static) {
+        self.blackholes.push(Box::new(rule));
+    }
+
+    fn duplicate(&mut self, rule: impl Fn(&Frame) -> bool + 'static) {
+        self.duplicates.push(Box::new(rule));
+    }
+
+    fn heal(&mut self) {
+        self.blackholes.clear();
+        self.duplicates.clear();
+    }
+
+    fn wire(&mut self, frame: Frame) {
+        if self.blackholes.iter().any(|rule| rule(&frame)) {
+            return;
+        }
+        if self.duplicates.iter().any(|rule| rule(&frame)) {
+            self.in_flight.push_back(frame.clone());
+        }
+        self.in_flight.push_back(frame);
+    }
+
+    fn node_of(&self, address: Address) -> Option<usize> {
+        self.nodes.iter().position(|n| n.id == address.node)
+    }
+
+    /// Delivers every frame in flight (and those they cause).
+    fn settle(&mut self) {
+        let mut steps = 0;
+        while let Some(frame) = self.in_flight.pop_front() {
+            steps += 1;
+            assert!(steps < 1_000_000, "the network does not settle");
+            self.deliver(frame);
+        }
+    }
+
+    fn deliver(&mut self, frame: Frame) {
+        let Frame { from, to, message } = frame;
+        if to == self.dir_address {
+            let mut out = Outbox::new();
+            let _ = self.dir.handle_message(self.now, message, &mut out);
+            self.dir_effects(out.take());
+        } else if to == INSPECTOR {
+            if let Message::Reply(reply) = message {
+                self.inspector.push_back(reply.body);
+            }
+        } else if let Some(child) = self.children.get_mut(&to) {
+            let Message::ToChild(event) = message else {
+                panic!("{message:?} sent to child {to}")
+            };
+            child.inbox.push_back(event);
+        } else if let Some(n) = self.node_of(to) {
+            let node = &mut self.nodes[n];
+            if to.actor == 0 && to.incarnation == node.incarnation {
+                let mut out = Outbox::new();
+                let _ = node.proxy.handle_message(self.now, message, &mut out);
+                self.proxy_effects(n, out.take());
+            } else if to.actor == AGENT_ACTOR
+                || to.actor == 0
+                || (to.actor >= 100 && to.actor < 10_000)
+            {
+                // The node agent, a dead proxy, or a dead child: nobody listens.
+            } else {
+                let mut out = Outbox::new();
+                let node = &mut self.nodes[n];
+                node.host
+                    .handle_message(
+                        self.now,
+                        from.unwrap_or(INSPECTOR),
+                        to,
+                        message,
+                        &mut node.mem,
+                        &mut out,
+                    )
+                    .unwrap();
+                self.host_effects(n, out.take());
+            }
+        }
+        self.check();
+    }
+
+    fn dir_effects(&mut self, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Persist(record) => self.log.push(record),
+                Effect::Send { to, message } => self.wire(Frame {
+                    from: None,
+                    to,
+                    message,
+                }),
+                Effect::SetTimer { at, .. } => self.dir_timer = Some(at),
+                Effect::CancelTimer { .. } => self.dir_timer = None,
+                Effect::WatchRoute { target } => {
+                    self.watched.insert(target);
+                    let routable = self.routable(target);
+                    let mut out = Outbox::new();
+                    self.dir.handle_route(self.now, target, routable, &mut out);
+                    self.dir_effects(out.take());
+                }
+                Effect::UnwatchRoute { target } => {
+                    self.watched.remove(&target);
+                }
+            }
+        }
+    }
+
+    fn routable(&self, target: Address) -> bool {
+        self.node_of(target)
+            .is_some_and(|n| self.nodes[n].incarnation == target.incarnation)
+    }
+
+    fn proxy_effects(&mut self, n: usize, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Send { to, message } => self.wire(Frame {
+                    from: None,
+                    to,
+                    message,
+                }),
+                Effect::SetTimer { at, .. } => self.nodes[n].proxy_timer = Some(at),
+                Effect::CancelTimer { .. } => self.nodes[n].proxy_timer = None,
+                other => panic!("unexpected proxy effect {other:?}"),
+            }
+        }
+    }
+
+    fn host_effects(&mut self, n: usize, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Send { to, message } => self.wire(Frame {
+                    from: None,
+                    to,
+                    message,
+                }),
+                Effect::SetTimer { at, .. } => self.nodes[n].host_timer = Some(at),
+                Effect::CancelTimer { .. } => self.nodes[n].host_timer = None,
+                other => panic!("unexpected host effect {other:?}"),
+            }
+        }
+    }
+
+    /// Runs for `secs` seconds: settles the network, then fires timers in time order.
+    fn run(&mut self, secs: u64) {
+        let end = self.now.saturating_add(Duration::from_secs(secs));
+        loop {
+            self.settle();
+            let mut next: Option<(Instant, usize, u8)> =
+                self.dir_timer.map(|at| (at, usize::MAX, 0));
+            for (n, node) in self.nodes.iter().enumerate() {
+                for (timer, kind) in [(node.proxy_timer, 1), (node.host_timer, 2)] {
+                    if let Some(at) = timer {
+                        if next.is_none_or(|(best, _, _)| at < best) {
+                            next = Some((at, n, kind));
+                        }
+                    }
+                }
+            }
+            let Some((at, n, kind)) = next.filter(|(at, _, _)| *at <= end) else {
+                break;
+            };
+            self.now = self.now.max(at);
+            let mut out = Outbox::new();
+            match kind {
+                0 => {
+                    self.dir_timer = None;
+                    self.dir
+                        .handle_timer(self.now, Timer::DirectoryRetry, &mut out)
+                        .unwrap();
+                    self.dir_effects(out.take());
+                }
+                1 => {
+                    self.nodes[n].proxy_timer = None;
+                    self.nodes[n]
+                        .proxy
+                        .handle_timer(self.now, Timer::ProxyRetry, &mut out)
+                        .unwrap();
+                    self.proxy_effects(n, out.take());
+                }
+                _ => {
+                    self.nodes[n].host_timer = None;
+                    let node = &mut self.nodes[n];
+                    node.host
+                        .handle_timer(self.now, Timer::HostTick, &mut node.mem, &mut out)
+                        .unwrap();
+                    self.host_effects(n, out.take());
+                }
+            }
+            self.check();
+        }
+        self.now = end;
+        self.settle();
+    }
+
+    /// Node `n` restarts: a new incarnation of its proxy and host with a fresh arena; its
+    /// children are gone; the directory hears that its earlier addresses are gone.
+    fn restart_node(&mut self, n: usize) {
+        let (id, incarnation) = (self.nodes[n].id, self.nodes[n].incarnation + 1);
+        let boots = self.nodes[n].proxy_boots + 1;
+        self.children.retain(|_, c| c.node != n);
+        self.nodes[n] = self.boot_node(id, incarnation, boots);
+        self.drain_boot(n);
+        let gone: Vec<Address> = self
+            .watched
+            .iter()
+            .copied()
+            .filter(|a| a.node == id && a.incarnation < incarnation)
+            .collect();
+        for target in gone {
+            let mut out = Outbox::new();
+            self.dir.handle_route(self.now, target, false, &mut out);
+            self.dir_effects(out.take());
+        }
+        let agent = Address::new(id, incarnation, AGENT_ACTOR);
+        let scope = GoneScope::NodeBefore {
+            node: id,
+            incarnation,
+        };
+        self.wire(Frame {
+            from: None,
+            to: self.dir_address,
+            message: Message::AddressGone {
+                scope,
+                reply_to: agent,
+            },
+        });
+        self.settle();
+    }
+
+    /// Only the proxy of node `n` restarts (its pending table is lost); the host is told.
+    fn restart_proxy(&mut self, n: usize) {
+        let node = &mut self.nodes[n];
+        node.proxy_boots += 1;
+        let config = ProxyConfig {
+            address: Address::new(node.id, node.incarnation, 0),
+            retry_period: Duration::from_secs(1),
+            deadline: self.proxy_deadline,
+            first_request_id: node.proxy_boots * 1_000_000,
+        };
+        let mut out = Outbox::new();
+        node.proxy = Proxy::new(config, self.now, &mut out);
+        self.proxy_effects(n, out.take());
+        self.drain_boot(n);
+        let mut out = Outbox::new();
+        self.nodes[n].host.proxy_restarted(self.now, &mut out);
+        self.host_effects(n, out.take());
+        self.settle();
+    }
+
+    // ----- inspection -----------------------------------------------------------------------
+
+    /// Resolves `p` at the directory directly.
+    fn resolve(&mut self, p: &str) -> ReplyBody {
+        let call = DirectoryCall {
+            request_id: dataplane_core::ids::RequestId(1),
+            reply_to: INSPECTOR,
+            request: DirectoryRequest::Resolve {
+                path: DataPath::new(p).unwrap(),
+            },
+        };
+        let mut out = Outbox::new();
+        self.dir
+            .handle_message(self.now, Message::Call(call), &mut out)
+            .unwrap();
+        self.dir_effects(out.take());
+        self.settle();
+        self.inspector.pop_back().expect("a resolve reply")
+    }
+
+    fn live_leases(&self, n: usize) -> usize {
+        self.nodes[n].host.arena().live_count()
+    }
+
+    fn check(&self) {
+        self.dir.check_invariants().unwrap();
+        for node in &self.nodes {
+            node.proxy.check_invariants().unwrap();
+            node.host.check_invariants().unwrap();
+            // Every lease a binding holds has a header that is still its own.
+            for (_, b) in node.host.bindings() {
+                if let Some(slot) = b.lease {
+                    let header = blob::read_header(&node.mem, slot.expected.offset).unwrap();
+                    assert_eq!(header.generation, slot.expected.generation);
+                    assert_eq!(header.length, slot.expected.length);
+                }
+            }
+        }
+    }
+}
+
+fn bytes(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn is_failed(e: &ChildEvent) -> bool {
+    matches!(e, ChildEvent::Failed { .. })
+}
+
+// =============================================================================================
+// Scenarios.
+
+#[test]
+fn a_published_write_is_read_on_another_node() {
+    let mut w = World::new(2);
+    let (a, b) = (w.child(N1), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    let content = bytes(300_000, 1);
+    let revision = w.write(a, 1, "/data/x", &content);
+    let (read, seen) = w.read(b, 1, "/data/x").unwrap();
+    assert_eq!(seen, revision);
+    assert_eq!(read, content);
+    assert_eq!(w.live_leases(N2), 1);
+    w.send(b, ChildRequest::Release { op: ChildOp(1) });
+    w.expect(b, |e| matches!(e, ChildEvent::Released { .. }));
+    assert_eq!(w.live_leases(N2), 0, "a released read frees its lease");
+    // The writer's lease stays: the blob is published.
+    assert_eq!(w.live_leases(N1), 1);
+}
+
+#[test]
+fn self_paths_resolve_to_the_run_and_unauthorized_paths_are_refused() {
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    w.write(a, 1, "/runs/self/out", &bytes(10, 2));
+    assert!(matches!(
+        w.resolve("/runs/r1/out"),
+        ReplyBody::Resolved(Ok(_))
+    ));
+    w.send(
+        a,
+        ChildRequest::OpenWrite {
+            op: ChildOp(2),
+            path: "/etc/x".into(),
+            length: 1,
+            digest: DigestKind::None,
+            exclusive: false,
+        },
+    );
+    let event = w.expect(a, is_failed);
+    assert!(
+        matches!(
+            event,
+            ChildEvent::Failed {
+                error: DataPlaneError::Unauthorized { .. },
+                ..
+            }
+        ),
+        "{event:?}"
+    );
+    w.send(
+        a,
+        ChildRequest::OpenRead {
+            op: ChildOp(3),
+            path: "data/rel".into(),
+            expected_revision: None,
+        },
+    );
+    let event = w.expect(a, is_failed);
+    assert!(
+        matches!(
+            event,
+            ChildEvent::Failed {
+                error: DataPlaneError::InvalidPath(_),
+                ..
+            }
+        ),
+        "{event:?}"
+    );
+    assert_eq!(
+        w.nodes[N1].host.bindings().count(),
+        1,
+        "refused opens leave nothing behind"
+    );
+}
+
+#[test]
+fn attach_failures_change_nothing() {
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    let session = w.children[&a].session;
+    w.send(
+        a,
+        ChildRequest::Attach {
+            arena_generation: 9,
+            capability: CAPABILITY,
+        },
+    );
+    let event = w.expect(a, |_| true);
+    assert!(matches!(
+        event,
+        ChildEvent::AttachFailed {
+            error: DataPlaneError::Attachment(AttachmentFailure::ArenaGenerationMismatch { .. })
+        }
+    ));
+    w.send(
+        a,
+        ChildRequest::Attach {
+            arena_generation: 1,
+            capability: Capability([0; 32]),
+        },
+    );
+    let event = w.expect(a, |_| true);
+    assert!(matches!(
+        event,
+        ChildEvent::AttachFailed {
+            error: DataPlaneError::Attachment(AttachmentFailure::CapabilityRejected)
+        }
+    ));
+    let state = w.nodes[N1]
+        .host
+        .sessions()
+        .find(|(_, s)| s.address == session)
+        .unwrap()
+        .1
+        .state;
+    assert_eq!(state, SessionState::AwaitingAttachment);
+    // Requests before attach are refused.
+    w.open_read(a, 1, "/data/x");
+    let event = w.expect(a, is_failed);
+    assert!(matches!(
+        event,
+        ChildEvent::Failed {
+            error: DataPlaneError::SessionNotRunning,
+            ..
+        }
+    ));
+    w.attach(a);
+    // A second child is refused and cannot act for the first.
+    let intruder = Address::new(NodeId(1), 1, 999);
+    w.children.insert(
+        intruder,
+        Child {
+            node: N1,
+            session,
+            inbox: VecDeque::new(),
+        },
+    );
+    w.send(
+        intruder,
+        ChildRequest::Attach {
+            arena_generation: 1,
+            capability: CAPABILITY,
+        },
+    );
+    let event = w.expect(intruder, |_| true);
+    assert!(matches!(
+        event,
+        ChildEvent::AttachFailed {
+            error: DataPlaneError::Attachment(AttachmentFailure::DuplicateAttachment)
+        }
+    ));
+    w.open_read(intruder, 1, "/data/x");
+    w.expect(intruder, |e| {
+        matches!(
+            e,
+            ChildEvent::Failed {
+                error: DataPlaneError::SessionNotRunning,
+                ..
+            }
+        )
+    });
+}
+
+#[test]
+fn a_missing_path_fails_the_read_and_frees_nothing_it_never_had() {
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    let error = w.read(a, 1, "/data/none").unwrap_err();
+    assert!(
+        matches!(error, DataPlaneError::PathNotFound(_)),
+        "{error:?}"
+    );
+    assert_eq!(w.nodes[N1].host.bindings().count(), 0);
+    assert_eq!(w.live_leases(N1), 0);
+}
+
+#[test]
+fn exclusive_write_over_an_existing_path_fails_path_exists() {
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    w.write(a, 1, "/data/x", &bytes(10, 1));
+    w.send(
+        a,
+        ChildRequest::OpenWrite {
+            op: ChildOp(2),
+            path: "/data/x".into(),
+            length: 4,
+            digest: DigestKind::None,
+            exclusive: true,
+        },
+    );
+    let event = w.expect(a, |_| true);
+    assert!(
+        matches!(
+            event,
+            ChildEvent::Failed {
+                error: DataPlaneError::PathExists(_),
+                ..
+            }
+        ),
+        "{event:?}"
+    );
+    // An exclusive write on a fresh path reserves, publishes and consumes the reservation.
+    let view = w.open_write(a, 3, "/data/fresh", 4, true);
+    w.fill_and_seal(a, &view, b"abcd");
+    w.send(a, ChildRequest::Seal { op: ChildOp(3) });
+    w.expect(a, |e| matches!(e, ChildEvent::Published { .. }));
+    assert!(
+        w.dir.durable().reservations().next().is_none(),
+        "the reservation was consumed"
+    );
+}
+
+#[test]
+fn a_replaced_write_frees_its_lease_only_after_the_child_lets_go() {
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    let first = w.write(a, 1, "/data/x", &bytes(100, 1));
+    let second = w.write(a, 2, "/data/x", &bytes(100, 2));
+    assert!(second > first);
+    w.run(2);
+    // The first source was retired, but the child still maps the first lease.
+    assert_eq!(w.live_leases(N1), 2);
+    assert_eq!(w.nodes[N1].host.sources().count(), 1);
+    w.send(a, ChildRequest::Release { op: ChildOp(1) });
+    w.expect(a, |e| matches!(e, ChildEvent::Released { .. }));
+    assert_eq!(
+        w.live_leases(N1),
+        1,
+        "the replaced lease is freed once released"
+    );
+    let (read, _) = w.read(a, 3, "/data/x").unwrap();
+    assert_eq!(read, bytes(100, 2));
+}
+
+#[test]
+fn abort_after_publication_unbinds_the_path() {
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    w.write(a, 1, "/data/x", &bytes(64, 3));
+    w.send(a, ChildRequest::Abort { op: ChildOp(1) });
+    w.run(2);
+    w.expect(a, |e| matches!(e, ChildEvent::Aborted { .. }));
+    assert!(
+        matches!(w.resolve("/data/x"), ReplyBody::Resolved(Err(_))),
+        "S36: aborted means absent"
+    );
+    assert_eq!(w.live_leases(N1), 1, "the child still maps it");
+    w.send(a, ChildRequest::Release { op: ChildOp(1) });
+    w.expect(a, |e| matches!(e, ChildEvent::Released { .. }));
+    assert_eq!(w.live_leases(N1), 0);
+    assert_eq!(w.nodes[N1].host.bindings().count(), 0);
+}
+
+#[test]
+fn abort_after_a_replacement_does_not_unbind_the_newer_write() {
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    w.write(a, 1, "/data/x", &bytes(8, 1));
+    // Hold the first write's Retire, so its binding still thinks it is published.
+    w.blackhole(|f| matches!(f.message, Message::Retire { .. }));
+    let second = w.write(a, 2, "/data/x", &bytes(8, 2));
+    w.send(a, ChildRequest::Abort { op: ChildOp(1) });
+    w.run(2);
+    w.heal();
+    w.run(5);
+    // Q19: the unregister named the first revision; the second stays bound.
+    match w.resolve("/data/x") {
+        ReplyBody::Resolved(Ok(binding)) => assert_eq!(binding.revision, second),
+        other => panic!("{other:?}"),
+    }
+    w.expect(a, |e| matches!(e, ChildEvent::Aborted { .. }));
+}
+
+#[test]
+fn a_corrupted_seal_is_never_published() {
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    let view = w.open_write(a, 1, "/data/x", 100, false);
+    w.fill_and_seal(a, &view, &bytes(100, 1));
+    // The child changes the payload after sealing: the digest no longer matches.
+    let payload = (view.offset + BLOB_HEADER_BYTES) as usize;
+    w.nodes[N1].mem[payload] ^= 0xff;
+    w.send(a, ChildRequest::Seal { op: ChildOp(1) });
+    let event = w.expect(a, |_| true);
+    assert!(
+        matches!(
+            event,
+            ChildEvent::Failed {
+                error: DataPlaneError::Blob(BlobFailure::Digest),
+                ..
+            }
+        ),
+        "{event:?}"
+    );
+    assert!(matches!(w.resolve("/data/x"), ReplyBody::Resolved(Err(_))));
+    w.send(a, ChildRequest::Release { op: ChildOp(1) });
+    assert_eq!(w.live_leases(N1), 0);
+}
+
+#[test]
+fn lost_and_duplicated_chunks_still_deliver_the_exact_bytes() {
+    let mut w = World::with(2, Duration::from_secs(10), |mut c| {
+        c.chunk_bytes = 4096;
+        c
+    });
+    let (a, b) = (w.child(N1), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    let content = bytes(100_000, 9);
+    w.write(a, 1, "/data/x", &content);
+    let counter = std::cell::Cell::new(0u32);
+    let counter = std::rc::Rc::new(counter);
+    let c2 = counter.clone();
+    w.blackhole(move |f| {
+        matches!(
+            f.message,
+            Message::Chunk { .. } | Message::ChunkRequest { .. }
+        ) && {
+            c2.set(c2.get() + 1);
+            c2.get() % 3 == 0
+        }
+    });
+    w.duplicate(|f| matches!(f.message, Message::Chunk { .. }));
+    let (read, _) = w.read(b, 1, "/data/x").unwrap();
+    assert_eq!(read, content);
+    assert!(counter.get() > 20);
+}
+
+#[test]
+fn a_source_that_restarted_fails_the_read_instead_of_hanging() {
+    let mut w = World::new(2);
+    let (a, b) = (w.child(N1), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    w.write(a, 1, "/data/x", &bytes(1000, 1));
+    // Hold the directory's view of the restart back, so the resolve still names the old source.
+    w.blackhole(|f| matches!(f.message, Message::AddressGone { .. }));
+    w.restart_node(N1);
+    let error = w.read(b, 1, "/data/x").unwrap_err();
+    assert!(
+        matches!(
+            error,
+            DataPlaneError::SourceFailure(_) | DataPlaneError::PathNotFound(_)
+        ),
+        "{error:?}"
+    );
+    assert_eq!(w.live_leases(N2), 0);
+}
+
+#[test]
+fn a_silent_source_fails_the_read_within_its_deadline() {
+    let mut w = World::with(2, Duration::from_secs(10), |mut c| {
+        c.chunk_timeout = Duration::from_millis(200);
+        c.chunk_attempts_max = 10;
+        c
+    });
+    let (a, b) = (w.child(N1), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    w.write(a, 1, "/data/x", &bytes(1000, 1));
+    w.blackhole(|f| matches!(f.message, Message::ChunkRequest { .. }));
+    w.open_read(b, 1, "/data/x");
+    w.run(1);
+    assert!(w.take(b).is_empty(), "still trying");
+    w.run(3);
+    let event = w.expect(b, |_| true);
+    assert!(
+        matches!(
+            event,
+            ChildEvent::Failed {
+                error: DataPlaneError::SourceFailure(_),
+                ..
+            }
+        ),
+        "{event:?}"
+    );
+    assert_eq!(w.live_leases(N2), 0, "the filling lease went back");
+}
+
+#[test]
+fn an_unknown_publication_outcome_is_driven_to_a_definite_one() {
+    // Q20: the proxy times the Register out after it reached the directory; the host asks
+    // again with the same op id, and the write ends published exactly once.
+    let mut w = World::with(1, Duration::from_secs(3), |c| c);
+    let a = w.child(N1);
+    w.attach(a);
+    let view = w.open_write(a, 1, "/data/x", 10, false);
+    w.fill_and_seal(a, &view, &bytes(10, 1));
+    w.blackhole(|f| {
+        matches!(&f.message, Message::Reply(r) if matches!(r.body, ReplyBody::Registered(_)))
+            && f.to.actor == 0
+    });
+    w.send(a, ChildRequest::Seal { op: ChildOp(1) });
+    w.run(8);
+    assert!(w.take(a).is_empty(), "no definite answer yet");
+    assert_eq!(
+        w.live_leases(N1),
+        1,
+        "the namespace may bind the source: the lease stays"
+    );
+    w.heal();
+    w.run(8);
+    let event = w.expect(a, |_| true);
+    let ChildEvent::Published { revision, .. } = event else {
+        panic!("{event:?}")
+    };
+    match w.resolve("/data/x") {
+        ReplyBody::Resolved(Ok(binding)) => assert_eq!(binding.revision, revision),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_proxy_restart_loses_nothing() {
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    let view = w.open_write(a, 1, "/data/x", 10, false);
+    w.fill_and_seal(a, &view, &bytes(10, 1));
+    // The Register never reaches the directory; the proxy then restarts.
+    w.blackhole(|f| matches!(&f.message, Message::Call(_)));
+    w.send(a, ChildRequest::Seal { op: ChildOp(1) });
+    w.heal();
+    w.restart_proxy(N1);
+    w.run(3);
+    w.expect(a, |e| matches!(e, ChildEvent::Published { .. }));
+}
+
+#[test]
+fn a_full_arena_queues_and_a_cancelled_request_leaves_the_queue() {
+    let mut w = World::with(1, Duration::from_secs(10), |mut c| {
+        c.arena_size = 64 * 1024;
+        c
+    });
+    let a = w.child(N1);
+    w.attach(a);
+    let view = w.open_write(a, 1, "/data/big", 40 * 1024, false);
+    w.send(
+        a,
+        ChildRequest::OpenWrite {
+            op: ChildOp(2),
+            path: "/data/y".into(),
+            length: 40 * 1024,
+            digest: DigestKind::None,
+            exclusive: false,
+        },
+    );
+    assert!(w.take(a).is_empty(), "queued");
+    w.send(a, ChildRequest::Cancel { op: ChildOp(2) });
+    w.expect(a, |e| {
+        matches!(
+            e,
+            ChildEvent::Failed {
+                error: DataPlaneError::OperationCancelled,
+                ..
+            }
+        )
+    });
+    assert_eq!(w.nodes[N1].host.arena().queued_count(), 0, "Q25");
+    w.send(
+        a,
+        ChildRequest::OpenWrite {
+            op: ChildOp(3),
+            path: "/data/z".into(),
+            length: 40 * 1024,
+            digest: DigestKind::None,
+            exclusive: false,
+        },
+    );
+    assert!(w.take(a).is_empty(), "queued");
+    w.send(a, ChildRequest::Abort { op: ChildOp(1) });
+    let _ = view;
+    w.expect(a, |e| matches!(e, ChildEvent::Aborted { op: ChildOp(1) }));
+    // The child may still map the aborted lease: the waiting write is granted only after the
+    // child lets go of it.
+    w.send(a, ChildRequest::Release { op: ChildOp(1) });
+    let events = w.take(a);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, ChildEvent::Released { op: ChildOp(1) })),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, ChildEvent::WriteGranted { op: ChildOp(3), .. })),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn an_expected_revision_that_moved_on_fails_path_replaced() {
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    let first = w.write(a, 1, "/data/x", &bytes(10, 1));
+    w.write(a, 2, "/data/x", &bytes(10, 2));
+    w.send(
+        a,
+        ChildRequest::OpenRead {
+            op: ChildOp(3),
+            path: "/data/x".into(),
+            expected_revision: Some(first),
+        },
+    );
+    w.run(2);
+    let event = w.expect(a, |_| true);
+    assert!(
+        matches!(
+            event,
+            ChildEvent::Failed {
+                error: DataPlaneError::PathReplaced(_),
+                ..
+            }
+        ),
+        "{event:?}"
+    );
+}
+
+#[test]
+fn a_published_write_outlives_its_session() {
+    let mut w = World::new(2);
+    let (a, b) = (w.child(N1), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    w.write(a, 1, "/data/x", &bytes(500, 4));
+    let view = w.open_write(a, 2, "/data/unsealed", 10, false);
+    let _ = view;
+    w.send(a, ChildRequest::Close);
+    w.expect(a, |e| matches!(e, ChildEvent::Closed));
+    assert_eq!(
+        w.live_leases(N1),
+        1,
+        "the unsealed write went, the published one stays"
+    );
+    let (read, _) = w.read(b, 1, "/data/x").unwrap();
+    assert_eq!(read, bytes(500, 4));
+    // Replacing it retires the source, and nobody holds the lease any more.
+    w.write(b, 2, "/data/x", &bytes(5, 5));
+    w.run(2);
+    assert_eq!(w.live_leases(N1), 0, "L10");
+    assert_eq!(w.nodes[N1].host.bindings().count(), 0);
+}
+
+#[test]
+fn retire_is_answered_after_the_source_is_gone() {
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    w.write(a, 1, "/data/x", &bytes(5, 1));
+    w.write(a, 2, "/data/x", &bytes(5, 2));
+    w.run(2);
+    let retired_source = w.nodes[N1]
+        .host
+        .bindings()
+        .find(|(_, b)| b.op == ChildOp(1))
+        .map(|(_, b)| b.address);
+    assert!(retired_source.is_some());
+    // The directory's tombstone cleared: SourceRetired reached it.
+    assert!(
+        w.dir.durable().obligation_count() == 0,
+        "retirement obligations left"
+    );
+    // A late Retire for a source that is gone is still acknowledged.
+    let ghost = Address::new(NodeId(1), 1, 55_555);
+    w.wire(Frame {
+        from: None,
+        to: ghost,
+        message: Message::Retire {
+            reply_to: INSPECTOR,
+        },
+    });
+    w.settle();
+}
+
+#[test]
+fn a_write_replaced_before_its_publication_reply_is_published_then_freed() {
+    let mut w = World::with(2, Duration::from_secs(3), |c| c);
+    let (a, b) = (w.child(N1), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    let view = w.open_write(a, 1, "/data/x", 10, false);
+    w.fill_and_seal(a, &view, &bytes(10, 1));
+    // A's Register commits, but its reply is lost on the way to N1's proxy.
+    let n1_proxy = Address::new(NodeId(1), 1, 0);
+    w.blackhole(move |f| {
+        f.to == n1_proxy
+            && matches!(&f.message, Message::Reply(r) if matches!(r.body, ReplyBody::Registered(_)))
+    });
+    w.send(a, ChildRequest::Seal { op: ChildOp(1) });
+    // B replaces it; the directory retires A's source, which A's host acknowledges.
+    let newer = w.write(b, 1, "/data/x", &bytes(10, 2));
+    w.run(1);
+    assert_eq!(w.dir.durable().obligation_count(), 0);
+    w.heal();
+    w.run(8);
+    // The re-driven Register replays its first outcome: A was published (and replaced).
+    let event = w.expect(a, |_| true);
+    assert!(matches!(event, ChildEvent::Published { .. }), "{event:?}");
+    match w.resolve("/data/x") {
+        ReplyBody::Resolved(Ok(binding)) => assert_eq!(binding.revision, newer),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.live_leases(N1), 1, "the child still maps it");
+    w.send(a, ChildRequest::Release { op: ChildOp(1) });
+    assert_eq!(w.live_leases(N1), 0);
+    assert_eq!(w.nodes[N1].host.bindings().count(), 0);
+}
+
+#[test]
+fn closing_a_session_ends_reads_in_flight_and_frees_their_leases() {
+    let mut w = World::new(2);
+    let (a, b) = (w.child(N1), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    w.write(a, 1, "/data/x", &bytes(200_000, 1));
+    // B's read is stuck mid-transfer (chunks are lost), then B closes.
+    w.blackhole(|f| matches!(f.message, Message::Chunk { .. }));
+    w.open_read(b, 1, "/data/x");
+    w.run(1);
+    assert_eq!(w.live_leases(N2), 1, "the filling lease");
+    w.send(b, ChildRequest::Close);
+    w.expect(b, |e| matches!(e, ChildEvent::Closed));
+    assert_eq!(w.live_leases(N2), 0);
+    assert_eq!(w.nodes[N2].host.bindings().count(), 0);
+    // Late chunks for the finished transfer are ignored.
+    w.heal();
+    w.run(2);
+    assert_eq!(w.live_leases(N2), 0);
+}
+
+#[test]
+fn frames_from_a_stranger_or_for_the_wrong_actor_change_nothing() {
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    w.write(a, 1, "/data/x", &bytes(10, 1));
+    let session = w.children[&a].session;
+    let before = format!("{:?}", w.nodes[N1].host.bindings().collect::<Vec<_>>());
+    let mut out = Outbox::new();
+    let node = &mut w.nodes[N1];
+    // A chunk for a session, a child frame for a binding, a frame for another node.
+    let chunk = Message::ChunkRefused {
+        reason: dataplane_core::error::Reason::new("x"),
+    };
+    assert!(
+        node.host
+            .handle_message(w.now, a, session, chunk, &mut node.mem, &mut out)
+            .is_err()
+    );
+    let binding = node.host.bindings().next().map(|(_, b)| b.address).unwrap();
+    let request = Message::FromChild(ChildRequest::Close);
+    assert!(
+        node.host
+            .handle_message(w.now, a, binding, request, &mut node.mem, &mut out)
+            .is_err()
+    );
+    let elsewhere = Address::new(NodeId(7), 1, 10_000);
+    let request = Message::FromChild(ChildRequest::Close);
+    assert!(
+        node.host
+            .handle_message(w.now, a, elsewhere, request, &mut node.mem, &mut out)
+            .is_err()
+    );
+    // A chunk request out of range is refused by the source.
+    let source = node.host.sources().next().map(|(_, s)| s.address).unwrap();
+    let request = Message::ChunkRequest {
+        offset: 5,
+        len: 6,
+        reply_to: INSPECTOR,
+    };
+    node.host
+        .handle_message(w.now, a, source, request, &mut node.mem, &mut out)
+        .unwrap();
+    assert!(
+        matches!(
+            out.effects(),
+            [Effect::Send {
+                message: Message::ChunkRefused { .. },
+                ..
+            }]
+        ),
+        "{:?}",
+        out.effects()
+    );
+    assert_eq!(
+        before,
+        format!("{:?}", w.nodes[N1].host.bindings().collect::<Vec<_>>())
+    );
+}
