@@ -614,7 +614,10 @@ impl World {
         self.proxy_effects(n, out.take());
         self.drain_boot(n);
         let mut out = Outbox::new();
-        self.nodes[n].host.proxy_restarted(self.now, &mut out);
+        let proxy = self.nodes[n].proxy.config().address;
+        self.nodes[n]
+            .host
+            .proxy_restarted(self.now, proxy, &mut out);
         self.host_effects(n, out.take());
         self.settle();
     }

@@ -490,10 +490,11 @@ impl Host {
         Ok(())
     }
 
-    /// The node's proxy restarted and lost its pending table: every namespace call in flight
-    /// and every retraction handed over to it is sent again.
-    pub fn proxy_restarted(&mut self, now: Instant, out: &mut Outbox) {
+    /// The node's proxy restarted (now at `proxy`) and lost its pending table: every namespace
+    /// call in flight and every retraction handed over to it is sent again.
+    pub fn proxy_restarted(&mut self, now: Instant, proxy: Address, out: &mut Outbox) {
         self.now = now;
+        self.config.proxy = proxy;
         let actors: Vec<u64> = self
             .bindings
             .iter()
