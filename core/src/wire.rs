@@ -701,7 +701,8 @@ pub enum ChildRequest {
         /// The read or write.
         op: ChildOp,
     },
-    /// Give up on an open that has not been granted yet.
+    /// Give up on an open that has not been granted yet: it fails with `OperationCancelled`.
+    /// A cancel that comes too late (the op was granted or already failed) is not answered.
     Cancel {
         /// The read or write.
         op: ChildOp,

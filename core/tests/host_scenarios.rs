@@ -948,12 +948,28 @@ fn abort_after_a_replacement_does_not_unbind_the_newer_write() {
     w.run(2);
     w.heal();
     w.run(5);
-    // Q19: the unregister named the first revision; the second stays bound.
+    // Q19: the unregister named the first revision; the second stays bound, and the child
+    // hears that its write was no longer at the path.
     match w.resolve("/data/x") {
         ReplyBody::Resolved(Ok(binding)) => assert_eq!(binding.revision, second),
         other => panic!("{other:?}"),
     }
-    w.expect(a, |e| matches!(e, ChildEvent::Aborted { .. }));
+    let event = w.expect(a, |e| {
+        matches!(e, ChildEvent::Aborted { .. } | ChildEvent::Failed { .. })
+    });
+    assert!(
+        matches!(
+            event,
+            ChildEvent::Failed {
+                error: DataPlaneError::PathReplaced(_),
+                ..
+            }
+        ),
+        "{event:?}"
+    );
+    // The replaced write's lease goes once the child lets go (its source was retired).
+    w.send(a, ChildRequest::Release { op: ChildOp(1) });
+    assert_eq!(w.live_leases(N1), 1);
 }
 
 #[test]
@@ -1373,5 +1389,50 @@ fn frames_from_a_stranger_or_for_the_wrong_actor_change_nothing() {
     assert_eq!(
         before,
         format!("{:?}", w.nodes[N1].host.bindings().collect::<Vec<_>>())
+    );
+}
+
+#[test]
+fn a_cancelled_reserve_is_released_even_if_the_proxy_restarts() {
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    // The reserve is applied, but its answer is lost; the child gives up; every retraction
+    // is lost too, and then the proxy restarts, forgetting what it was asked to retract.
+    w.blackhole(
+        |f| matches!(&f.message, Message::Reply(r) if matches!(r.body, ReplyBody::BlobReserved(_))),
+    );
+    w.send(
+        a,
+        ChildRequest::OpenWrite {
+            op: ChildOp(1),
+            path: "/data/x".into(),
+            length: 4,
+            digest: DigestKind::None,
+            exclusive: true,
+        },
+    );
+    assert_eq!(w.dir.durable().reservation_count(), 1);
+    w.heal();
+    w.blackhole(|f| matches!(&f.message, Message::Call(c) if matches!(c.request, DirectoryRequest::ReleaseBlobReservation { .. })));
+    w.send(a, ChildRequest::Cancel { op: ChildOp(1) });
+    w.expect(a, |e| {
+        matches!(
+            e,
+            ChildEvent::Failed {
+                error: DataPlaneError::OperationCancelled,
+                ..
+            }
+        )
+    });
+    w.run(2);
+    assert_eq!(w.dir.durable().reservation_count(), 1);
+    w.heal();
+    w.restart_proxy(N1);
+    w.run(3);
+    assert_eq!(
+        w.dir.durable().reservation_count(),
+        0,
+        "the host handed the release over and re-sent it"
     );
 }

@@ -1,5 +1,6 @@
-//! A host node at this stage: simulated clients, the node's namespace proxy, the actors the
-//! clients create (blob sources and stream endpoints) and a node agent.
+//! A host node: simulated clients, the node's namespace proxy, the actors the clients create
+//! (blob sources and stream endpoints), the host machine (`dataplane_core::host::Host`) with the
+//! arena memory its workers map, the workers (simulated child processes), and a node agent.
 //!
 //! The agent is the long-lived responder of DESIGN.md Q5/Q8: it answers `Retire` and
 //! `Displaced` for actors that no longer exist (retired, died, or from an earlier incarnation of
@@ -8,10 +9,19 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use dataplane_core::error::Reason;
 use dataplane_core::ids::{Address, NodeId};
-use dataplane_core::wire::{GoneScope, Message};
+use dataplane_core::wire::{Capability, GoneScope, Message};
 
 use crate::client::{Action, Client, Io};
+use crate::worker::{HOST_FIRST_ACTOR, WORKER_BASE, WORKER_LIMIT, Worker};
+
+/// The capability worker `global` presents (its session is created expecting it).
+pub fn capability(global: u32) -> Capability {
+    let mut bytes = [0x5c; 32];
+    bytes[..4].copy_from_slice(&global.to_le_bytes());
+    Capability(bytes)
+}
 
 /// Actor number of the node agent.
 pub const AGENT: u64 = 0;
@@ -50,6 +60,16 @@ pub struct HostNode {
     pub discovery_version: u64,
     /// Arming of the proxy's timer (a fired timer of an older arming is stale).
     pub proxy_timer_generation: u64,
+    /// The host machine, while the node runs.
+    pub machine: Option<dataplane_core::host::Host>,
+    /// The arena its workers map (lost with the node).
+    pub mem: Vec<u8>,
+    /// Arming of the host machine's tick.
+    pub host_timer_generation: u64,
+    /// The workers, by slot (a closed worker is replaced by a new one in its slot).
+    pub workers: Vec<Worker>,
+    /// The next child actor number.
+    pub next_worker_actor: u64,
     first_client_global: u32,
 }
 
@@ -64,6 +84,10 @@ pub struct HostOutput {
     pub local: Vec<(Address, Address, Message)>,
     /// Frames for the node's proxy, to be handled by the world.
     pub to_proxy: Vec<Message>,
+    /// Frames for the host machine: (from, to, message).
+    pub to_machine: Vec<(Address, Address, Message)>,
+    /// Frames for workers: (worker slot, message).
+    pub to_worker: Vec<(usize, Message)>,
     /// Frames to send later (slow acknowledgements): (delay, from, to, message).
     pub delayed: Vec<(dataplane_core::time::Duration, Address, Address, Message)>,
 }
@@ -85,6 +109,11 @@ impl HostNode {
             proxy_generation: 0,
             discovery_version: 0,
             proxy_timer_generation: 0,
+            machine: None,
+            mem: Vec::new(),
+            host_timer_generation: 0,
+            workers: Vec::new(),
+            next_worker_actor: WORKER_BASE,
             first_client_global,
         };
         host.spawn_clients(clients as usize);
@@ -114,6 +143,18 @@ impl HostNode {
         self.gone_reports.clear();
         self.agent_armed = false;
         self.proxy = None;
+        self.machine = None;
+        self.mem = Vec::new();
+        self.workers.clear();
+    }
+
+    /// A fresh child address, if the node has numbers left.
+    pub fn next_child_address(&mut self) -> Option<Address> {
+        (self.next_worker_actor < WORKER_LIMIT).then(|| {
+            let actor = self.next_worker_actor;
+            self.next_worker_actor += 1;
+            Address::new(self.node, self.incarnation, actor)
+        })
     }
 
     /// The address of the current proxy instance.
@@ -130,6 +171,7 @@ impl HostNode {
         self.incarnation += 1;
         self.up = true;
         self.next_actor = FIRST_SPAWNED;
+        self.next_worker_actor = WORKER_BASE;
         self.proxy_generation = 0;
         self.discovery_version = 0;
         self.spawn_clients(client_count);
@@ -147,7 +189,12 @@ impl HostNode {
             && (address.actor == AGENT
                 || (address.actor as usize) <= self.clients.len()
                 || self.sources.contains(&address.actor)
-                || self.endpoints.contains_key(&address.actor))
+                || self.endpoints.contains_key(&address.actor)
+                || (address.actor >= HOST_FIRST_ACTOR
+                    && self
+                        .machine
+                        .as_ref()
+                        .is_some_and(|m| m.source(address.actor).is_some())))
     }
 
     /// Executes a client's actions.
@@ -189,6 +236,7 @@ impl HostNode {
     /// must be empty).
     pub fn deliver(
         &mut self,
+        from: Address,
         to: Address,
         message: Message,
         io: &mut Io<'_>,
@@ -211,6 +259,13 @@ impl HostNode {
                     incarnation: *incarnation,
                 },
             )),
+            // Client sources serve no bytes; a source of an earlier life is gone.
+            Message::ChunkRequest { reply_to, .. } => Some((
+                *reply_to,
+                Message::ChunkRefused {
+                    reason: Reason::new("no blob server at this address"),
+                },
+            )),
             _ => None,
         };
         if to.incarnation != self.incarnation {
@@ -224,6 +279,18 @@ impl HostNode {
             // The current proxy, or a stale address of an earlier one.
             if to == self.proxy_address() && self.proxy.is_some() {
                 out.to_proxy.push(message);
+            }
+            return;
+        }
+        if to.actor >= HOST_FIRST_ACTOR {
+            if self.machine.is_some() {
+                out.to_machine.push((from, to, message));
+            }
+            return;
+        }
+        if (WORKER_BASE..WORKER_LIMIT).contains(&to.actor) {
+            if let Some(slot) = self.workers.iter().position(|w| w.address == to) {
+                out.to_worker.push((slot, message));
             }
             return;
         }

@@ -14,6 +14,7 @@ pub mod options;
 pub mod rng;
 pub mod swarm;
 pub mod trace;
+pub mod worker;
 pub mod world;
 
 use std::time::Instant as WallInstant;

@@ -77,6 +77,39 @@ pub struct WorkloadOptions {
     pub ack_delay_max: Duration,
 }
 
+/// The host side: workers (simulated child processes), the arena, transfers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostOptions {
+    /// Workers on each host node (0–3 each; all 0 in some runs).
+    pub workers: Vec<u32>,
+    /// Arena size of every host.
+    pub arena_size: u64,
+    /// Longest blob a worker writes.
+    pub blob_max: u64,
+    /// Transfer chunk size.
+    pub chunk_bytes: u32,
+    /// Chunk requests a transfer keeps in flight.
+    pub window: u32,
+    /// A chunk unanswered this long is asked for again.
+    pub chunk_timeout: Duration,
+    /// How often one chunk may be asked for.
+    pub chunk_attempts_max: u32,
+    /// A transfer fails after this long.
+    pub transfer_deadline: Duration,
+    /// Mean pause between two steps of a worker.
+    pub think_mean: Duration,
+    /// How long a worker holds a granted view.
+    pub hold_time: Duration,
+    /// How long a worker waits for a grant before cancelling.
+    pub open_wait: Duration,
+    /// Probability a worker aborts a published write instead of releasing it.
+    pub abort: f64,
+    /// Probability a worker corrupts its seal (a hostile child).
+    pub corrupt: f64,
+    /// Probability per step that a worker dies (closes with everything in flight).
+    pub abrupt_close: f64,
+}
+
 /// The options of one run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
@@ -115,6 +148,8 @@ pub struct Options {
     pub disk: DiskOptions,
     /// Client behaviour.
     pub workload: WorkloadOptions,
+    /// The host side.
+    pub host: HostOptions,
 }
 
 const PATH_POOL: [&str; 8] = [
@@ -145,6 +180,49 @@ fn recurring(
         mean_interval,
         max_duration,
     })
+}
+
+impl HostOptions {
+    fn draw(rng: &mut SimRng, hosts: usize) -> HostOptions {
+        let none = rng.chance(0.1);
+        let workers = (0..hosts)
+            .map(|_| if none { 0 } else { rng.range(0, 4) as u32 })
+            .collect();
+        let blob_max = if rng.chance(0.3) {
+            rng.range(16, 4_096)
+        } else {
+            rng.range(4_096, 96 * 1024)
+        };
+        HostOptions {
+            workers,
+            // Sometimes small enough that requests queue (Q23, Q25).
+            arena_size: if rng.chance(0.3) {
+                rng.range(64, 256) * 1024
+            } else {
+                rng.range(256, 2_048) * 1024
+            },
+            blob_max,
+            chunk_bytes: rng.range(512, 32 * 1024) as u32,
+            window: rng.range(1, 9) as u32,
+            chunk_timeout: ms(rng, 50, 2_000),
+            chunk_attempts_max: rng.range(3, 30) as u32,
+            transfer_deadline: Duration::from_secs(rng.range(5, 60)),
+            think_mean: ms(rng, 5, 1_500),
+            hold_time: ms(rng, 0, 4_000),
+            open_wait: ms(rng, 500, 30_000),
+            abort: rng.float(0.0, 0.4),
+            corrupt: if rng.chance(0.3) {
+                rng.float(0.01, 0.1)
+            } else {
+                0.0
+            },
+            abrupt_close: if rng.chance(0.3) {
+                rng.float(0.005, 0.05)
+            } else {
+                0.0
+            },
+        }
+    }
 }
 
 impl Options {
@@ -250,6 +328,7 @@ impl Options {
         } else {
             paths
         };
+        let host = HostOptions::draw(&mut rng, hosts);
         Options {
             seed,
             clients_per_host,
@@ -275,6 +354,7 @@ impl Options {
             proxy,
             disk,
             workload,
+            host,
         }
     }
 
@@ -346,6 +426,25 @@ impl Options {
             w.hold_time,
             w.ack_delay_max,
             mix.join(" ")
+        );
+        let h = &self.host;
+        let _ = writeln!(
+            s,
+            "# host: workers={:?} arena={} blob<={} chunk={} window={} chunk_timeout={} attempts={} transfer_deadline={} think={} hold={} open_wait={} abort={:.2} corrupt={:.3} abrupt_close={:.3}",
+            h.workers,
+            h.arena_size,
+            h.blob_max,
+            h.chunk_bytes,
+            h.window,
+            h.chunk_timeout,
+            h.chunk_attempts_max,
+            h.transfer_deadline,
+            h.think_mean,
+            h.hold_time,
+            h.open_wait,
+            h.abort,
+            h.corrupt,
+            h.abrupt_close,
         );
         s
     }

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
 use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
+use dataplane_core::host::{Host, HostConfig, SessionConfig};
 use dataplane_core::ids::{Address, NodeId};
 use dataplane_core::log::{FRAME_HEADER_BYTES, append_record, decode_log, encode_log};
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
@@ -26,6 +27,7 @@ use crate::host::{HostNode, HostOutput};
 use crate::options::{Options, Recurring};
 use crate::rng::{SimRng, Stream};
 use crate::trace::Trace;
+use crate::worker::{HOST_FIRST_ACTOR, Worker, WorkerIo, WorkerOut, WorkerState};
 
 /// The directory's node.
 pub const DIRECTORY_NODE: NodeId = NodeId(0);
@@ -40,6 +42,14 @@ const COMPACT_MIN_BYTES: usize = 64 * 1024;
 const LOCAL_LATENCY: Duration = Duration::from_micros(20);
 /// Period of a host agent's re-send of unacknowledged gone reports.
 const AGENT_PERIOD: Duration = Duration::from_secs(1);
+
+/// An input of a host machine (built once per step and consumed at once, like `DirInput`).
+#[allow(clippy::large_enum_variant)]
+enum MachineInput {
+    Message(Address, Address, Message),
+    Tick,
+    ProxyRestarted,
+}
 
 /// Phases of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,6 +118,17 @@ enum EventKind {
         host: usize,
         incarnation: u64,
         client: usize,
+        generation: u64,
+    },
+    HostTick {
+        host: usize,
+        incarnation: u64,
+        arming: u64,
+    },
+    WorkerWake {
+        host: usize,
+        incarnation: u64,
+        slot: usize,
         generation: u64,
     },
     AgentTick {
@@ -184,6 +205,8 @@ pub struct Stats {
     pub authority_outages: u64,
     /// Directory steps.
     pub directory_steps: u64,
+    /// Host machine steps.
+    pub host_steps: u64,
 }
 
 /// The directory node: the machine, its disk and the effects held behind the barrier.
@@ -235,6 +258,8 @@ pub struct World {
     outages: u32,
     /// Discovery's current answer, and its version.
     published: Option<Discovered>,
+    /// Workers started so far (each gets a world-unique number).
+    workers_started: u32,
     discovery_version: u64,
     heal_at: Instant,
     end_at: Instant,
@@ -313,6 +338,7 @@ impl World {
             announced: None,
             outages: 0,
             published: None,
+            workers_started: 0,
             discovery_version: 0,
             heal_at,
             end_at,
@@ -394,6 +420,7 @@ impl World {
         self.restart_directory();
         for host in 0..self.hosts.len() {
             self.start_proxy(host);
+            self.boot_machine(host);
         }
         for host in 0..self.hosts.len() {
             for client in 0..self.hosts[host].clients.len() {
@@ -606,8 +633,34 @@ impl World {
             } => {
                 let h = &self.hosts[host];
                 if h.up && h.incarnation == incarnation {
-                    let Envelope { to, message, .. } = *envelope;
-                    self.deliver_to_host(host, to, message);
+                    let Envelope { from, to, message } = *envelope;
+                    self.deliver_to_host(host, from, to, message);
+                }
+            }
+            EventKind::HostTick {
+                host,
+                incarnation,
+                arming,
+            } => {
+                let h = &self.hosts[host];
+                if h.up && h.incarnation == incarnation && h.host_timer_generation == arming {
+                    self.machine_input(host, MachineInput::Tick);
+                }
+            }
+            EventKind::WorkerWake {
+                host,
+                incarnation,
+                slot,
+                generation,
+            } => {
+                let h = &self.hosts[host];
+                let current = h.up
+                    && h.incarnation == incarnation
+                    && h.workers
+                        .get(slot)
+                        .is_some_and(|w| w.wake_generation == generation);
+                if current {
+                    self.worker_step(host, slot, |w, io| w.wake(io));
                 }
             }
             EventKind::ProxyTimer {
@@ -668,6 +721,7 @@ impl World {
                 let h = &self.hosts[host];
                 if h.up && h.incarnation == incarnation && h.proxy.is_none() {
                     self.start_proxy(host);
+                    self.machine_input(host, MachineInput::ProxyRestarted);
                     for client in 0..self.hosts[host].clients.len() {
                         self.client_step(host, client, |c, io| c.proxy_restarted(io));
                     }
@@ -764,7 +818,7 @@ impl World {
         let Some(host) = self.host_index(envelope.to.node) else {
             return;
         };
-        self.deliver_to_host(host, envelope.to, envelope.message);
+        self.deliver_to_host(host, envelope.from, envelope.to, envelope.message);
     }
 
     /// How long a client waits for its proxy's answer before assuming the proxy lost it.
@@ -775,7 +829,7 @@ impl World {
             .saturating_add(Duration::from_secs(1))
     }
 
-    fn deliver_to_host(&mut self, host: usize, to: Address, message: Message) {
+    fn deliver_to_host(&mut self, host: usize, from: Address, to: Address, message: Message) {
         let guard = self.guard();
         let mut out = HostOutput::default();
         {
@@ -789,7 +843,7 @@ impl World {
                 guard,
                 actions: Vec::new(),
             };
-            self.hosts[host].deliver(to, message, &mut io, &mut out);
+            self.hosts[host].deliver(from, to, message, &mut io, &mut out);
             self.hosts[host].next_actor = self.hosts[host].next_actor.max(next_actor);
         }
         self.host_output(host, out);
@@ -818,6 +872,14 @@ impl World {
         }
         for message in out.to_proxy {
             self.proxy_input(host, ProxyInput::Message(message));
+        }
+        for (from, to, message) in out.to_machine {
+            self.machine_input(host, MachineInput::Message(from, to, message));
+        }
+        for (slot, message) in out.to_worker {
+            if let Message::ToChild(event) = message {
+                self.worker_step(host, slot, |w, io| w.event(event, io));
+            }
         }
         for (delay, from, to, message) in out.delayed {
             let envelope = Box::new(Envelope { from, to, message });
@@ -1049,6 +1111,10 @@ impl World {
         self.stats.directory_steps += 1;
         self.checker
             .directory_step(now, self.directory.step, &input, &effects, machine);
+        if effects.iter().any(|e| matches!(e, Effect::Persist(_))) {
+            // Bindings change only with a commit.
+            self.checker.sources_backed(now, machine, &self.hosts);
+        }
         self.execute_directory_effects(effects);
     }
 
@@ -1325,6 +1391,227 @@ impl World {
         }
     }
 
+    // ---------------------------------------------------------------- host machines
+
+    /// Starts the host machine of `host` (a fresh arena) and its workers.
+    fn boot_machine(&mut self, host: usize) {
+        let guard = self.guard();
+        let o = &self.options.host;
+        let h = &mut self.hosts[host];
+        let mut config = HostConfig::new(h.node, h.incarnation, h.proxy_address(), o.arena_size);
+        config.arena_generation = h.incarnation;
+        config.chunk_bytes = o.chunk_bytes;
+        config.window = o.window;
+        config.chunk_timeout = o.chunk_timeout;
+        config.chunk_attempts_max = o.chunk_attempts_max;
+        config.transfer_deadline = o.transfer_deadline;
+        config.call_guard = guard;
+        config.first_actor = HOST_FIRST_ACTOR;
+        config.tick = Duration::from_millis(100);
+        let machine = Host::new(config, self.now, &mut self.outbox);
+        h.machine = Some(machine);
+        h.mem = vec![0; o.arena_size as usize];
+        h.workers.clear();
+        let effects = self.outbox.take();
+        self.execute_machine_effects(host, effects);
+        for _ in 0..self.options.host.workers.get(host).copied().unwrap_or(0) {
+            self.spawn_worker(host, None);
+        }
+    }
+
+    /// A new worker with its own session, in `slot` (replacing a closed one) or a new slot.
+    fn spawn_worker(&mut self, host: usize, slot: Option<usize>) {
+        let global = self.workers_started;
+        let h = &mut self.hosts[host];
+        if h.machine.is_none() {
+            return;
+        }
+        let Some(address) = h.next_child_address() else {
+            return;
+        };
+        let Some(machine) = h.machine.as_mut() else {
+            return;
+        };
+        let config = SessionConfig {
+            session_generation: u64::from(global) + 1,
+            capability: crate::host::capability(global),
+            job: crate::worker::job(global),
+        };
+        let Some(session) = machine.open_session(config) else {
+            return;
+        };
+        self.workers_started += 1;
+        let arena_generation = machine.config().arena_generation;
+        let mut io = WorkerIo {
+            now: self.now,
+            rng: &mut self.work_rng,
+            options: &self.options.host,
+            paths: &self.options.paths,
+            mem: &mut h.mem,
+            arena_generation,
+            out: WorkerOut::default(),
+        };
+        let worker = Worker::new(address, global, session, &mut io);
+        let out = io.out;
+        let slot = match slot {
+            Some(slot) => {
+                h.workers[slot] = worker;
+                slot
+            }
+            None => {
+                h.workers.push(worker);
+                h.workers.len() - 1
+            }
+        };
+        self.checker.coverage.hit("host.worker_started");
+        self.worker_output(host, slot, out);
+    }
+
+    fn worker_step(
+        &mut self,
+        host: usize,
+        slot: usize,
+        f: impl FnOnce(&mut Worker, &mut WorkerIo<'_>),
+    ) {
+        let h = &mut self.hosts[host];
+        let Some(arena_generation) = h.machine.as_ref().map(|m| m.config().arena_generation) else {
+            return;
+        };
+        let Some(worker) = h.workers.get_mut(slot) else {
+            return;
+        };
+        let mut io = WorkerIo {
+            now: self.now,
+            rng: &mut self.work_rng,
+            options: &self.options.host,
+            paths: &self.options.paths,
+            mem: &mut h.mem,
+            arena_generation,
+            out: WorkerOut::default(),
+        };
+        f(worker, &mut io);
+        let out = io.out;
+        self.worker_output(host, slot, out);
+        let closed = self.hosts[host].workers[slot].state == WorkerState::Closed;
+        if closed && self.phase == Phase::Faulty {
+            self.checker.coverage.hit("host.session_closed");
+            self.spawn_worker(host, Some(slot));
+        }
+    }
+
+    fn worker_output(&mut self, host: usize, slot: usize, out: WorkerOut) {
+        let h = &mut self.hosts[host];
+        let incarnation = h.incarnation;
+        let worker = &mut h.workers[slot];
+        let (from, to) = (worker.address, worker.session);
+        if let Some(at) = out.wake {
+            worker.wake_generation += 1;
+            let generation = worker.wake_generation;
+            self.schedule(
+                at,
+                EventKind::WorkerWake {
+                    host,
+                    incarnation,
+                    slot,
+                    generation,
+                },
+            );
+        }
+        for request in out.requests {
+            let envelope = Box::new(Envelope {
+                from,
+                to,
+                message: Message::FromChild(request),
+            });
+            self.schedule_in(
+                LOCAL_LATENCY,
+                EventKind::Local {
+                    host,
+                    incarnation,
+                    envelope,
+                },
+            );
+        }
+        for note in out.notes {
+            self.checker
+                .host_note(self.now, note, self.directory.machine.as_ref());
+        }
+    }
+
+    fn machine_input(&mut self, host: usize, input: MachineInput) {
+        let now = self.now;
+        let proxy = self.hosts[host].proxy_address();
+        let h = &mut self.hosts[host];
+        let Some(machine) = h.machine.as_mut() else {
+            return;
+        };
+        let result = match input {
+            MachineInput::Message(from, to, message) => {
+                machine.handle_message(now, from, to, message, &mut h.mem, &mut self.outbox)
+            }
+            MachineInput::Tick => {
+                machine.handle_timer(now, Timer::HostTick, &mut h.mem, &mut self.outbox)
+            }
+            MachineInput::ProxyRestarted => {
+                machine.proxy_restarted(now, proxy, &mut self.outbox);
+                Ok(())
+            }
+        };
+        if let Err(error) = result {
+            self.checker.fail(
+                now,
+                format!("a host refused an input it should accept: {error}"),
+            );
+            return;
+        }
+        let effects = self.outbox.take();
+        self.stats.host_steps += 1;
+        self.checker
+            .machine_step(now, h, self.directory.machine.as_ref());
+        self.execute_machine_effects(host, effects);
+    }
+
+    fn execute_machine_effects(&mut self, host: usize, mut effects: Vec<Effect>) {
+        let h = &self.hosts[host];
+        let (node, incarnation) = (h.node, h.incarnation);
+        let from = Address::new(node, incarnation, HOST_FIRST_ACTOR);
+        for effect in effects.drain(..) {
+            match effect {
+                Effect::Send { to, message } if to.node == node => {
+                    let envelope = Box::new(Envelope { from, to, message });
+                    self.schedule_in(
+                        LOCAL_LATENCY,
+                        EventKind::Local {
+                            host,
+                            incarnation,
+                            envelope,
+                        },
+                    );
+                }
+                Effect::Send { to, message } => self.send(from, to, message),
+                Effect::SetTimer { at, .. } => {
+                    let h = &mut self.hosts[host];
+                    h.host_timer_generation += 1;
+                    let arming = h.host_timer_generation;
+                    self.schedule(
+                        at,
+                        EventKind::HostTick {
+                            host,
+                            incarnation,
+                            arming,
+                        },
+                    );
+                }
+                Effect::CancelTimer { .. } => self.hosts[host].host_timer_generation += 1,
+                other => self.checker.fail(
+                    self.now,
+                    format!("a host emitted an unexpected effect {other:?}"),
+                ),
+            }
+        }
+        self.outbox.recycle(effects);
+    }
+
     // ---------------------------------------------------------------- hosts
 
     fn restart_host(&mut self, host: usize) {
@@ -1349,9 +1636,13 @@ impl World {
         self.hosts[host].agent_armed = true;
         self.schedule_in(Duration::ZERO, EventKind::AgentTick { host, incarnation });
         self.start_proxy(host);
+        self.boot_machine(host);
         if self.phase == Phase::Healed {
             for client in 0..clients {
                 self.client_step(host, client, |c, io| c.quiesce(io));
+            }
+            for slot in 0..self.hosts[host].workers.len() {
+                self.worker_step(host, slot, |w, io| w.quiesce(io));
             }
         }
         self.report_routes();
@@ -1403,6 +1694,7 @@ impl World {
         for host in 0..self.hosts.len() {
             if self.hosts[host].up && self.hosts[host].proxy.is_none() {
                 self.start_proxy(host);
+                self.machine_input(host, MachineInput::ProxyRestarted);
                 for client in 0..self.hosts[host].clients.len() {
                     self.client_step(host, client, |c, io| c.proxy_restarted(io));
                 }
@@ -1414,6 +1706,9 @@ impl World {
             } else {
                 for client in 0..self.hosts[host].clients.len() {
                     self.client_step(host, client, |c, io| c.quiesce(io));
+                }
+                for slot in 0..self.hosts[host].workers.len() {
+                    self.worker_step(host, slot, |w, io| w.quiesce(io));
                 }
             }
         }

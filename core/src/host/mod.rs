@@ -718,9 +718,19 @@ impl Host {
             self.arena.cancel(ticket);
             self.tickets.remove(&ticket);
         }
-        if let Some(reservation) = b.reservation {
-            // A reservation the write never consumed: release it. The proxy keeps the release
-            // (a retraction) after the cancel below hands it over.
+        // A reserve still in flight may have been applied: release it too (a release of an
+        // unknown reservation is remembered, so a late reserve is refused: DESIGN Q4).
+        let reserving = b
+            .call
+            .as_ref()
+            .is_some_and(|c| c.request.kind() == crate::wire::RequestKind::ReserveBlob);
+        let reservation = b
+            .reservation
+            .or_else(|| reserving.then(|| self.op_id(actor, PURPOSE_RESERVE)));
+        if let Some(reservation) = reservation {
+            // A reservation the write never consumed: release it, and remember it was handed
+            // over (re-sent if the proxy restarts before the directory saw it). The proxy
+            // keeps the release (a retraction) after the cancel below.
             let release = DirectoryRequest::ReleaseBlobReservation {
                 path: b.path.clone(),
                 operation: reservation,
@@ -733,7 +743,7 @@ impl Host {
             out.send(self.config.proxy, Message::ProxyCall(call));
             self.hand_over(release);
         }
-        if b.call.is_some() || b.reservation.is_some() {
+        if b.call.is_some() || reservation.is_some() {
             // Whatever the proxy still holds for this binding: drop it, keeping retractions.
             out.send(
                 self.config.proxy,
@@ -782,6 +792,16 @@ impl Host {
     /// Every live source, by actor.
     pub fn sources(&self) -> impl Iterator<Item = (&u64, &Source)> {
         self.sources.iter()
+    }
+
+    /// The live source with actor number `actor`.
+    pub fn source(&self, actor: u64) -> Option<&Source> {
+        self.sources.get(&actor)
+    }
+
+    /// The binding with actor number `actor`.
+    pub fn binding(&self, actor: u64) -> Option<&Binding> {
+        self.bindings.get(&actor)
     }
 
     /// Checks the host's invariants (S28, S30 and lease bookkeeping). For tests and the

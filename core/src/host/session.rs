@@ -101,9 +101,10 @@ impl Host {
             }
             ChildRequest::Release { op } => self.release(session, op, from, mem, out),
             ChildRequest::Cancel { op } => {
-                self.with_op(session, op, from, out, |host, actor, out| {
-                    host.cancel(actor, mem, out);
-                });
+                // Unknown: the op already finished, and its outcome was its answer.
+                if let Some(actor) = self.binding_of(session, op) {
+                    self.cancel(actor, mem, out);
+                }
             }
             ChildRequest::Close => self.close(session, mem, out),
         }

@@ -137,29 +137,31 @@ impl Host {
             // Acted upon when the outcome is known: unpublish if it was published.
             Phase::Publishing => b.abort_requested = true,
             Phase::Published => self.unpublish(now, actor, out),
+            // The directory already retired the published write (a replacement or an unlink
+            // came first): it is absent, which is what an abort asks for.
+            Phase::Draining if !b.tracked => {
+                self.send_child(child, ChildEvent::Aborted { op }, out);
+            }
+            // Its answer is on its way (Unpublishing), or the op already failed.
             Phase::Unpublishing | Phase::Draining => {}
             Phase::Resolving | Phase::Filling(_) | Phase::Reading => {}
         }
     }
 
-    /// Cancel an open that has not been granted (reads and writes); a granted one is ended as
-    /// a release would.
+    /// Cancel an open that has not been granted (reads and writes): it fails with
+    /// `OperationCancelled`. A cancel that comes too late is not answered: the op's own outcome
+    /// (its grant, or its failure) is already on its way, and is the only answer the op gets.
     pub(super) fn cancel(&mut self, actor: u64, mem: &mut [u8], out: &mut Outbox) {
         let Some(b) = self.bindings.get_mut(&actor) else {
             return;
         };
         let (child, op) = (b.child, b.op);
-        match b.phase {
-            Phase::Reserving | Phase::Resolving | Phase::Allocating | Phase::Filling(_) => {
-                b.phase = Phase::Draining;
-                let error = DataPlaneError::OperationCancelled;
-                self.send_child(child, ChildEvent::Failed { op, error }, out);
-                self.try_finish(actor, mem, out);
-            }
-            _ => {
-                let error = DataPlaneError::Blob(crate::error::BlobFailure::AlreadyFinished);
-                self.send_child(child, ChildEvent::Failed { op, error }, out);
-            }
+        if let Phase::Reserving | Phase::Resolving | Phase::Allocating | Phase::Filling(_) = b.phase
+        {
+            b.phase = Phase::Draining;
+            let error = DataPlaneError::OperationCancelled;
+            self.send_child(child, ChildEvent::Failed { op, error }, out);
+            self.try_finish(actor, mem, out);
         }
     }
 
@@ -328,12 +330,14 @@ impl Host {
         }
         b.phase = Phase::Published;
         match result {
-            // The directory queued the retirement of our source (Ok), or our binding was
-            // already replaced or unlinked, which queued it too: wait for its Retire.
-            Ok(()) | Err(NamespaceError::PathReplaced(_) | NamespaceError::PathNotFound(_)) => {}
+            // The directory unbound our revision and will retire the source: Aborted follows
+            // its Retire.
+            Ok(()) => {}
             Err(error) => {
-                // The directory refuses to unlink it (a reservation, a live stream...): the
-                // write stays published; the child hears why.
+                // Our revision is no longer at the path: replaced, unlinked, or renamed away
+                // (then the write is still bound elsewhere). Or the directory refuses to unlink
+                // it (a reservation, a live stream). Either way the abort did not happen; the
+                // child hears why, and the write stays until the directory retires it.
                 b.aborted_when_retired = false;
                 let error = child_error(error);
                 self.send_child(child, ChildEvent::Failed { op, error }, out);

@@ -4,11 +4,15 @@
 //!   fresh notices must equal what the directory emitted; the durable state must equal the
 //!   model's; the directory's own invariants hold; and the SPEC §13 safety properties that apply
 //!   at this layer (S3, S9, S15, S16, S22–S25) hold.
+//! * **host side** — after every host machine step: its own invariants (S28, S30, lease
+//!   bookkeeping) and S34 against the directory (also after every directory step); from what
+//!   workers report: S29, S31, S33, S36 and the content check (see the `host` module).
 //! * **eventually** — at the end of the liveness phase (faults stopped, network healed, clients
-//!   quiesced): L1–L6 as stated in `at_end`.
+//!   and workers quiesced): L1–L6 and L10–L12 as stated in `at_end`.
 //! * **sometimes** — [`Coverage`] counts every operation, fault kind, reply variant and
 //!   interesting path; a swarm reports the ones it never saw, and a run that saw no reply fails.
 
+mod host;
 mod journal;
 mod model;
 mod proxy;
@@ -81,6 +85,24 @@ impl Coverage {
 
 /// Every coverage name a healthy swarm is expected to hit at least once.
 pub const EXPECTED_COVERAGE: &[&str] = &[
+    "host.worker_started",
+    "host.session_closed",
+    "host.child_died",
+    "host.published",
+    "host.read_checked",
+    "host.read_self_consistent",
+    "host.aborted",
+    "host.cancel_sent",
+    "host.corrupt_seal_refused",
+    "host.fail.PathNotFound",
+    "host.fail.Unauthorized",
+    "host.fail.SourceFailure",
+    "host.fail.OperationCancelled",
+    "host.fail.PathExists",
+    "host.fail.PathReplaced",
+    "host.fail.WrongEntryType",
+    "host.fail.Blob.Digest",
+    "host.fail.Blob.Length",
     "op.Register",
     "op.Resolve",
     "op.Lookup",
@@ -162,6 +184,7 @@ pub struct Checker {
     call_ops: BTreeMap<(Address, dataplane_core::ids::RequestId), OperationId>,
     proxies: ProxyChecker,
     steps_checked: u64,
+    hosts: host::HostChecker,
 }
 
 /// Up to this many entries plus obligations the directory's invariants are walked every step.
@@ -263,6 +286,36 @@ impl Checker {
             call_ops: BTreeMap::new(),
             proxies: ProxyChecker::new(options.proxy.deadline, options.proxy.retry_period),
             steps_checked: 0,
+            hosts: host::HostChecker::default(),
+        }
+    }
+
+    /// S34 for every running host after a directory step.
+    pub fn sources_backed(&mut self, now: Instant, dir: &Directory, hosts: &[HostNode]) {
+        if let Err(v) = self.hosts.sources_backed(dir, hosts) {
+            self.fail(now, v);
+        }
+    }
+
+    /// A host machine stepped.
+    pub fn machine_step(&mut self, now: Instant, host: &HostNode, dir: Option<&Directory>) {
+        let Some(machine) = host.machine.as_ref() else {
+            return;
+        };
+        let mut result = self.hosts.machine_step(machine);
+        if let (Ok(()), Some(dir)) = (&result, dir) {
+            result = self.hosts.sources_backed(dir, std::slice::from_ref(host));
+        }
+        if let Err(v) = result {
+            self.fail(now, v);
+        }
+    }
+
+    /// A worker reported something.
+    pub fn host_note(&mut self, now: Instant, note: crate::worker::Note, dir: Option<&Directory>) {
+        match self.hosts.note(note, dir) {
+            Ok(name) => self.coverage.hit(name),
+            Err(v) => self.fail(now, v),
         }
     }
 
@@ -957,6 +1010,7 @@ impl Checker {
             })
             .collect();
         problems.extend(self.proxies.at_end(&proxies));
+        self.hosts.at_end(dir, view.hosts, &mut problems);
         if self.replies_released == 0 {
             problems.push("the run exercised nothing: no reply was ever sent".into());
         }

@@ -1,0 +1,212 @@
+//! Host-side checks (SPEC §13.8): the host machine's own invariants after every step (S28, S30
+//! and its lease bookkeeping), S34 against the directory after every host and directory step,
+//! the content check and S36 from what workers report, and L10–L12 at the end.
+//!
+//! **Content check.** Every published write is remembered as (path, revision) → (tag, length);
+//! every granted read must return exactly `content(tag, length)` for the revision its grant
+//! names — the bytes of the write the namespace bound when the read resolved. A read whose
+//! revision was published by a write whose `Published` never reached its worker (the worker died,
+//! or its node crashed) is checked for self-consistency instead: its first eight bytes name a tag
+//! and the rest must be that tag's content.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use dataplane_core::directory::{Directory, SourceState};
+use dataplane_core::host::{Host, NamespaceHold, Phase, SessionState};
+use dataplane_core::ids::{Address, Revision};
+use dataplane_core::log::Entry;
+use dataplane_core::path::DataPath;
+use dataplane_core::wire::SourceRecovery;
+
+use crate::host::HostNode;
+use crate::worker::{Note, content};
+
+/// What the host checks remember.
+#[derive(Debug, Default)]
+pub struct HostChecker {
+    published: BTreeMap<(DataPath, Revision), (u64, u64)>,
+}
+
+/// The sources `dir` binds that live on `host`'s current incarnation.
+fn bound_here<'a>(
+    dir: &'a Directory,
+    host: &'a HostNode,
+) -> impl Iterator<Item = (&'a DataPath, Address)> + 'a {
+    dir.durable()
+        .entries()
+        .filter_map(move |(path, entry)| match entry {
+            Entry::Blob {
+                recovery: SourceRecovery::Actor { actor, .. },
+                ..
+            } if actor.node == host.node && actor.incarnation == host.incarnation => {
+                Some((path, *actor))
+            }
+            _ => None,
+        })
+}
+
+impl HostChecker {
+    /// S34: every source the directory binds on a running host's current incarnation is live
+    /// there and backed by a lease (a lease is never freed under a binding).
+    pub fn sources_backed(&self, dir: &Directory, hosts: &[HostNode]) -> Result<(), String> {
+        for host in hosts.iter().filter(|h| h.up) {
+            let Some(machine) = host.machine.as_ref() else {
+                continue;
+            };
+            for (path, source) in bound_here(dir, host) {
+                if source.actor < crate::worker::HOST_FIRST_ACTOR {
+                    continue;
+                }
+                let backed = machine
+                    .source(source.actor)
+                    .and_then(|s| machine.binding(s.binding))
+                    .is_some_and(|b| b.lease.is_some());
+                if !backed {
+                    return Err(format!(
+                        "S34: {path} is bound to {source}, which has no live source and lease"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The host machine's own invariants after a step.
+    pub fn machine_step(&self, machine: &Host) -> Result<(), String> {
+        machine
+            .check_invariants()
+            .map_err(|v| format!("host invariant: {v}"))
+    }
+
+    /// A worker's note. Returns the coverage name to count, or the violation.
+    pub fn note(&mut self, note: Note, dir: Option<&Directory>) -> Result<&'static str, String> {
+        match note {
+            Note::Violation(v) => Err(v),
+            Note::Seen(name) => Ok(name),
+            Note::Published {
+                path,
+                revision,
+                tag,
+                length,
+            } => {
+                match self
+                    .published
+                    .insert((path.clone(), revision), (tag, length))
+                {
+                    Some(earlier) if earlier != (tag, length) => Err(format!(
+                        "two writes were published at {path} revision {revision}: tags {:#x} and {tag:#x}",
+                        earlier.0
+                    )),
+                    _ => Ok("host.published"),
+                }
+            }
+            Note::Read {
+                path,
+                revision,
+                payload,
+            } => {
+                let expected = self.published.get(&(path.clone(), revision)).copied();
+                match expected {
+                    Some((tag, length)) => {
+                        if payload.len() as u64 != length || payload != content(tag, length) {
+                            return Err(format!(
+                                "content: a read of {path} at {revision} returned {} bytes that are not write {tag:#x} ({length} bytes)",
+                                payload.len()
+                            ));
+                        }
+                        Ok("host.read_checked")
+                    }
+                    None if payload.len() >= 8 => {
+                        let mut head = [0; 8];
+                        head.copy_from_slice(&payload[..8]);
+                        let tag = u64::from_le_bytes(head);
+                        if payload != content(tag, payload.len() as u64) {
+                            return Err(format!(
+                                "content: a read of {path} at {revision} returned bytes of no write"
+                            ));
+                        }
+                        Ok("host.read_self_consistent")
+                    }
+                    None => Ok("host.read_short_unchecked"),
+                }
+            }
+            Note::Aborted { path, revision } => {
+                if let Some(dir) = dir {
+                    if let Some(Entry::Blob {
+                        revision: bound, ..
+                    }) = dir.durable().entry(&path)
+                    {
+                        if *bound == revision {
+                            return Err(format!(
+                                "S36: {path} is still bound at {revision} after its write was aborted"
+                            ));
+                        }
+                    }
+                }
+                Ok("host.aborted")
+            }
+        }
+    }
+
+    /// L10–L12 after the heal: every session closed, every open resolved, and every live lease
+    /// backs a published source the directory still binds.
+    pub fn at_end(&self, dir: &Directory, hosts: &[HostNode], problems: &mut Vec<String>) {
+        let bound: BTreeSet<Address> = dir
+            .durable()
+            .entries()
+            .filter_map(|(path, _)| match dir.source(path) {
+                Some(SourceState::Available(b)) => Some(b.source),
+                _ => None,
+            })
+            .collect();
+        for host in hosts.iter().filter(|h| h.up) {
+            let Some(machine) = host.machine.as_ref() else {
+                continue;
+            };
+            for worker in &host.workers {
+                if !worker.is_idle() {
+                    problems.push(format!(
+                        "L11/L12: worker {} not done: {}",
+                        worker.address,
+                        worker.describe()
+                    ));
+                }
+            }
+            for (actor, session) in machine.sessions() {
+                if session.state != SessionState::Closed {
+                    problems.push(format!(
+                        "L11: session {actor} on {} is {:?}",
+                        host.node, session.state
+                    ));
+                }
+            }
+            let mut kept = 0;
+            for (actor, b) in machine.bindings() {
+                let ok = match (&b.phase, b.namespace) {
+                    (Phase::Published, NamespaceHold::Bound { source, .. }) => {
+                        bound.contains(&machine.address(source))
+                    }
+                    _ => false,
+                };
+                if ok {
+                    kept += 1;
+                } else {
+                    problems.push(format!(
+                        "L10: binding {actor} on {} ({}) holds on in {:?}, namespace {:?}, child holds {}",
+                        host.node, b.path, b.phase, b.namespace, b.child_holds
+                    ));
+                }
+            }
+            let live = machine.arena().live_count();
+            if live != kept {
+                problems.push(format!(
+                    "L10: {} has {live} live leases for {kept} published blobs",
+                    host.node
+                ));
+            }
+            if machine.arena().queued_count() != 0 {
+                problems.push(format!("L12: {} still has queued allocations", host.node));
+            }
+        }
+    }
+}

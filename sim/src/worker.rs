@@ -1,0 +1,685 @@
+//! Simulated child processes ("workers") of the host machine: each attaches to a session,
+//! writes blobs of deterministic content into the arena it maps, seals and publishes them, reads
+//! blobs (published by anyone, on any host), aborts, cancels, releases, and closes.
+//!
+//! A worker acts on the arena memory directly, as a child process maps it: it fills and seals a
+//! write's payload and header, and reads a read's payload after checking its header. What it
+//! learns is reported to the checkers as [`Note`]s: which revision of which path holds which
+//! content (a published write), what a read returned, which write was aborted — and any
+//! protocol violation it sees itself (a grant for a path it may not access, a header that is not
+//! what the grant said, a published write whose seal the worker corrupted on purpose).
+//!
+//! Content is derived from a tag (worker, op) so a read can be checked byte for byte.
+
+use std::collections::BTreeMap;
+
+use dataplane_core::blob::{self, BlobAccess, BlobState, DigestKind, Expected};
+use dataplane_core::error::DataPlaneError;
+use dataplane_core::ids::{Address, Revision};
+use dataplane_core::path::{Access, DataPath, JobContext};
+use dataplane_core::time::{Duration, Instant};
+use dataplane_core::wire::{ChildEvent, ChildOp, ChildRequest, LeaseView};
+
+use crate::options::HostOptions;
+use crate::rng::SimRng;
+
+/// Child actors of a node are numbered from here (below the proxies).
+pub const WORKER_BASE: u64 = 100;
+/// One past the last child actor number.
+pub const WORKER_LIMIT: u64 = crate::host::PROXY_BASE;
+/// Host machine actors (sessions, bindings, sources) are numbered from here.
+pub const HOST_FIRST_ACTOR: u64 = 1 << 40;
+
+/// Top-level segments workers may read (and, except `/v`, write).
+const PREFIXES: [&str; 9] = ["/a", "/b", "/c", "/h", "/runs", "/s", "/t", "/v", "/w"];
+
+/// The job context of worker `global`: its own run, every pool prefix readable, all but `/v`
+/// writable (so writes to `/v/...` are refused: S29).
+pub fn job(global: u32) -> JobContext {
+    let all: Vec<DataPath> = PREFIXES
+        .iter()
+        .map(|p| DataPath::new(*p).expect("valid"))
+        .collect();
+    let writable = all.iter().filter(|p| p.as_str() != "/v").cloned().collect();
+    JobContext::new(format!("w{global}"), all, writable).expect("a valid job")
+}
+
+/// What a worker tells the checkers.
+#[derive(Clone, Debug)]
+pub enum Note {
+    /// A write was published: `path` at `revision` holds content `tag` of `length` bytes.
+    Published {
+        /// The resolved path.
+        path: DataPath,
+        /// Its revision.
+        revision: Revision,
+        /// The content tag.
+        tag: u64,
+        /// Payload length.
+        length: u64,
+    },
+    /// A read was granted: these are the bytes it saw.
+    Read {
+        /// The resolved path.
+        path: DataPath,
+        /// The revision the grant named.
+        revision: Revision,
+        /// The payload.
+        payload: Vec<u8>,
+    },
+    /// A published write was aborted: `path` must no longer be bound at `revision` (S36).
+    Aborted {
+        /// The resolved path.
+        path: DataPath,
+        /// The revision it was published at.
+        revision: Revision,
+    },
+    /// Something worth counting happened (a coverage name).
+    Seen(&'static str),
+    /// The worker saw something the host must never do.
+    Violation(String),
+}
+
+/// The coverage name of a failure a worker was told.
+fn failure_name(error: &DataPlaneError) -> &'static str {
+    use dataplane_core::error::BlobFailure as B;
+    match error {
+        DataPlaneError::InvalidPath(_) => "host.fail.InvalidPath",
+        DataPlaneError::Unauthorized { .. } => "host.fail.Unauthorized",
+        DataPlaneError::PathNotFound(_) => "host.fail.PathNotFound",
+        DataPlaneError::SourceFailure(_) => "host.fail.SourceFailure",
+        DataPlaneError::ArenaExhausted => "host.fail.ArenaExhausted",
+        DataPlaneError::Blob(B::Digest) => "host.fail.Blob.Digest",
+        DataPlaneError::Blob(B::Length { .. }) => "host.fail.Blob.Length",
+        DataPlaneError::Blob(_) => "host.fail.Blob.other",
+        DataPlaneError::OperationCancelled => "host.fail.OperationCancelled",
+        DataPlaneError::WrongEntryType(_) => "host.fail.WrongEntryType",
+        DataPlaneError::PathReplaced(_) => "host.fail.PathReplaced",
+        DataPlaneError::PathExists(_) => "host.fail.PathExists",
+        DataPlaneError::Busy(_) => "host.fail.Busy",
+        DataPlaneError::SessionFailed(_) => "host.fail.SessionFailed",
+        DataPlaneError::LimitReached(_) => "host.fail.LimitReached",
+        _ => "host.fail.other",
+    }
+}
+
+/// What a worker wants done.
+#[derive(Debug, Default)]
+pub struct WorkerOut {
+    /// Requests to its session, in order.
+    pub requests: Vec<ChildRequest>,
+    /// Wake at this instant (replaces earlier wakes).
+    pub wake: Option<Instant>,
+    /// Notes for the checkers.
+    pub notes: Vec<Note>,
+}
+
+/// The content of tag `tag`: 8 bytes of tag, then a stream derived from it.
+pub fn content(tag: u64, length: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(length as usize);
+    out.extend(tag.to_le_bytes().iter().take(length as usize));
+    let mut x = tag ^ 0x9e37_79b9_7f4a_7c15;
+    while (out.len() as u64) < length {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let room = (length - out.len() as u64).min(8) as usize;
+        out.extend_from_slice(&x.to_le_bytes()[..room]);
+    }
+    out
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Stage {
+    /// The open was sent; `cancelled` once a Cancel followed it.
+    Opening { cancelled: bool },
+    /// A write is granted (the worker fills and seals at once, so this is brief).
+    Sealing(LeaseView),
+    /// Published; the worker holds its view.
+    Published(LeaseView, Revision),
+    /// Abort sent after publication.
+    Aborting(LeaseView, Revision),
+    /// A read is granted; the worker holds its view.
+    Reading(LeaseView),
+    /// Release sent.
+    Releasing,
+}
+
+#[derive(Clone, Debug)]
+struct Op {
+    write: Option<(u64, u64, bool)>,
+    logical: String,
+    path: Option<DataPath>,
+    stage: Stage,
+    since: Instant,
+}
+
+/// A worker's life with its session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerState {
+    /// Attach sent.
+    Attaching,
+    /// Attached.
+    Ready,
+    /// Close sent.
+    Closing,
+    /// Closed (for good: the node starts a new worker for a new session).
+    Closed,
+}
+
+/// One simulated child process.
+#[derive(Clone, Debug)]
+pub struct Worker {
+    /// The child's address.
+    pub address: Address,
+    /// A world-unique number (content tags and the run id derive from it).
+    pub global: u32,
+    /// Its session's address.
+    pub session: Address,
+    /// Its state.
+    pub state: WorkerState,
+    /// Wake-ups are valid only for the current generation.
+    pub wake_generation: u64,
+    job: JobContext,
+    ops: BTreeMap<u64, Op>,
+    next_op: u64,
+    quiescing: bool,
+}
+
+/// What a worker needs from the world for one step.
+#[derive(Debug)]
+pub struct WorkerIo<'a> {
+    /// Current time.
+    pub now: Instant,
+    /// The workload stream.
+    pub rng: &'a mut SimRng,
+    /// Host-side options.
+    pub options: &'a HostOptions,
+    /// The contended paths (shared with the clients).
+    pub paths: &'a [DataPath],
+    /// The arena the worker maps.
+    pub mem: &'a mut [u8],
+    /// The arena generation to present at attach.
+    pub arena_generation: u64,
+    /// What the worker wants done.
+    pub out: WorkerOut,
+}
+
+impl WorkerIo<'_> {
+    fn wake_in(&mut self, mean: Duration) {
+        let delay = Duration::from_nanos(self.rng.exponential(mean.as_nanos() as f64) as u64);
+        let at = self.now.saturating_add(delay);
+        self.out.wake = Some(self.out.wake.map_or(at, |w| w.min(at)));
+    }
+
+    fn violation(&mut self, text: String) {
+        self.out.notes.push(Note::Violation(text));
+    }
+}
+
+fn expected_of(view: &LeaseView, access: BlobAccess) -> Expected {
+    Expected {
+        offset: view.offset,
+        length: view.length,
+        generation: view.generation,
+        access,
+        digest_kind: view.digest,
+    }
+}
+
+impl Worker {
+    /// A worker that attaches to `session` at once.
+    pub fn new(address: Address, global: u32, session: Address, io: &mut WorkerIo<'_>) -> Worker {
+        let worker = Worker {
+            address,
+            global,
+            session,
+            state: WorkerState::Attaching,
+            wake_generation: 0,
+            job: job(global),
+            ops: BTreeMap::new(),
+            next_op: 1,
+            quiescing: false,
+        };
+        let capability = crate::host::capability(global);
+        io.out.requests.push(ChildRequest::Attach {
+            arena_generation: io.arena_generation,
+            capability,
+        });
+        worker
+    }
+
+    /// The worker's job context (the session is created with it).
+    pub fn job(&self) -> &JobContext {
+        &self.job
+    }
+
+    /// Whether the worker is done: closed, nothing in flight.
+    pub fn is_idle(&self) -> bool {
+        self.state == WorkerState::Closed
+    }
+
+    /// What it still waits for (for liveness messages).
+    pub fn describe(&self) -> String {
+        let ops: Vec<String> = self
+            .ops
+            .iter()
+            .map(|(op, o)| format!("{op}:{:?}", o.stage))
+            .collect();
+        format!("{:?} ops=[{}]", self.state, ops.join(" "))
+    }
+
+    /// The run heals: start nothing new; release what is held, cancel what waits, then close.
+    pub fn quiesce(&mut self, io: &mut WorkerIo<'_>) {
+        self.quiescing = true;
+        self.wake(io);
+    }
+
+    /// A timed wake-up.
+    pub fn wake(&mut self, io: &mut WorkerIo<'_>) {
+        if self.state != WorkerState::Ready {
+            return;
+        }
+        let now = io.now;
+        // Release views held long enough, cancel opens waiting too long, maybe abort.
+        let hold = io.options.hold_time;
+        let wait = io.options.open_wait;
+        let ops: Vec<u64> = self.ops.keys().copied().collect();
+        for op in ops {
+            let Some(o) = self.ops.get_mut(&op) else {
+                continue;
+            };
+            let age = now.saturating_since(o.since);
+            match o.stage.clone() {
+                Stage::Opening { cancelled: false } if self.quiescing || age >= wait => {
+                    io.out.notes.push(Note::Seen("host.cancel_sent"));
+                    o.stage = Stage::Opening { cancelled: true };
+                    io.out
+                        .requests
+                        .push(ChildRequest::Cancel { op: ChildOp(op) });
+                }
+                Stage::Published(view, revision) if self.quiescing || age >= hold => {
+                    if !self.quiescing && io.rng.chance(io.options.abort) {
+                        o.stage = Stage::Aborting(view, revision);
+                        o.since = now;
+                        io.out
+                            .requests
+                            .push(ChildRequest::Abort { op: ChildOp(op) });
+                    } else {
+                        o.stage = Stage::Releasing;
+                        io.out
+                            .requests
+                            .push(ChildRequest::Release { op: ChildOp(op) });
+                    }
+                }
+                Stage::Reading(_) if self.quiescing || age >= hold => {
+                    o.stage = Stage::Releasing;
+                    io.out
+                        .requests
+                        .push(ChildRequest::Release { op: ChildOp(op) });
+                }
+                _ => {}
+            }
+        }
+        if self.quiescing {
+            if self.ops.is_empty() {
+                self.close(io);
+            } else {
+                io.wake_in(Duration::from_millis(500));
+            }
+            return;
+        }
+        if io.rng.chance(io.options.abrupt_close) {
+            // The child dies: the host must end everything it held (Q24).
+            io.out.notes.push(Note::Seen("host.child_died"));
+            self.close(io);
+            self.ops.clear();
+            return;
+        }
+        if self.ops.len() < 3 {
+            self.start_op(io);
+        }
+        io.wake_in(io.options.think_mean);
+    }
+
+    fn close(&mut self, io: &mut WorkerIo<'_>) {
+        self.state = WorkerState::Closing;
+        io.out.requests.push(ChildRequest::Close);
+    }
+
+    fn pick_path(&self, io: &mut WorkerIo<'_>) -> String {
+        match io.rng.below(10) {
+            0..=3 => io.rng.pick(io.paths).as_str().to_owned(),
+            4..=5 => format!("/runs/self/o{}", io.rng.below(2)),
+            6 => format!("/v/{}", io.rng.below(2)),
+            _ => format!("/h/{}", io.rng.below(4)),
+        }
+    }
+
+    fn start_op(&mut self, io: &mut WorkerIo<'_>) {
+        let op = self.next_op;
+        self.next_op += 1;
+        let logical = self.pick_path(io);
+        let path = self.job.resolve(&logical).ok();
+        let write = io.rng.chance(0.5);
+        let request = if write {
+            let tag = (u64::from(self.global) << 32) | op;
+            let length = if io.rng.chance(0.6) {
+                io.rng.range(0, 2_048)
+            } else {
+                io.rng.range(0, io.options.blob_max + 1)
+            };
+            let corrupt = io.rng.chance(io.options.corrupt);
+            let exclusive = io.rng.chance(0.2);
+            let digest = if io.rng.chance(0.7) {
+                DigestKind::Blake3
+            } else {
+                DigestKind::None
+            };
+            self.ops.insert(
+                op,
+                Op {
+                    write: Some((tag, length, corrupt)),
+                    logical: logical.clone(),
+                    path,
+                    stage: Stage::Opening { cancelled: false },
+                    since: io.now,
+                },
+            );
+            ChildRequest::OpenWrite {
+                op: ChildOp(op),
+                path: logical,
+                length,
+                digest,
+                exclusive,
+            }
+        } else {
+            self.ops.insert(
+                op,
+                Op {
+                    write: None,
+                    logical: logical.clone(),
+                    path,
+                    stage: Stage::Opening { cancelled: false },
+                    since: io.now,
+                },
+            );
+            ChildRequest::OpenRead {
+                op: ChildOp(op),
+                path: logical,
+                expected_revision: None,
+            }
+        };
+        io.out.requests.push(request);
+    }
+
+    /// Checks that an op granted on `path` is one the job allows (S29).
+    fn check_authorized(&self, op: &Op, io: &mut WorkerIo<'_>) {
+        let access = if op.write.is_some() {
+            Access::Write
+        } else {
+            Access::Read
+        };
+        match &op.path {
+            Some(path) if self.job.allows(path, access) => {}
+            _ => io.violation(format!(
+                "S29: {} was granted {access:?} to {:?}",
+                self.address, op.logical
+            )),
+        }
+    }
+
+    /// An event from the session.
+    pub fn event(&mut self, event: ChildEvent, io: &mut WorkerIo<'_>) {
+        match event {
+            ChildEvent::Attached { .. } => {
+                if self.state != WorkerState::Attaching {
+                    io.violation(format!("S28: {} attached twice", self.address));
+                }
+                self.state = WorkerState::Ready;
+                if self.quiescing {
+                    self.close(io);
+                } else {
+                    io.wake_in(io.options.think_mean);
+                }
+            }
+            ChildEvent::AttachFailed { error } => {
+                io.violation(format!("S28: {} could not attach: {error:?}", self.address));
+            }
+            ChildEvent::Closed => {
+                if self.state != WorkerState::Closing {
+                    io.violation(format!("{} closed without asking", self.address));
+                }
+                self.state = WorkerState::Closed;
+                self.ops.clear();
+            }
+            ChildEvent::WriteGranted { op, lease } => self.write_granted(op.0, lease, io),
+            ChildEvent::ReadGranted {
+                op,
+                lease,
+                revision,
+            } => self.read_granted(op.0, lease, revision, io),
+            ChildEvent::Published { op, revision } => {
+                let Some(o) = self.ops.get_mut(&op.0) else {
+                    return;
+                };
+                let (Some((tag, length, corrupt)), Stage::Sealing(view)) =
+                    (o.write, o.stage.clone())
+                else {
+                    io.violation(format!(
+                        "{}: Published for op {} in {:?}",
+                        self.address, op.0, o.stage
+                    ));
+                    return;
+                };
+                if corrupt {
+                    io.violation(format!(
+                        "S33: {} op {}: a corrupted seal was published",
+                        self.address, op.0
+                    ));
+                }
+                if let Some(path) = o.path.clone() {
+                    io.out.notes.push(Note::Published {
+                        path,
+                        revision,
+                        tag,
+                        length,
+                    });
+                }
+                o.stage = Stage::Published(view, revision);
+                o.since = io.now;
+            }
+            ChildEvent::Aborted { op } => {
+                let Some(o) = self.ops.get_mut(&op.0) else {
+                    return;
+                };
+                if let (Stage::Aborting(_, revision), Some(path)) = (&o.stage, &o.path) {
+                    io.out.notes.push(Note::Aborted {
+                        path: path.clone(),
+                        revision: *revision,
+                    });
+                }
+                // The view is still ours to release.
+                o.stage = Stage::Releasing;
+                io.out.requests.push(ChildRequest::Release { op });
+            }
+            ChildEvent::Released { op } => {
+                let Some(o) = self.ops.get(&op.0) else { return };
+                if o.stage != Stage::Releasing {
+                    io.violation(format!(
+                        "{}: Released for op {} in {:?}",
+                        self.address, op.0, o.stage
+                    ));
+                }
+                self.ops.remove(&op.0);
+                self.maybe_close(io);
+            }
+            ChildEvent::Failed { op, error } => {
+                let Some(stage) = self.ops.get(&op.0).map(|o| o.stage.clone()) else {
+                    return;
+                };
+                io.out.notes.push(Note::Seen(failure_name(&error)));
+                if let Some(o) = self.ops.get(&op.0) {
+                    let refused_corrupt = matches!(o.write, Some((_, _, true)))
+                        && matches!(o.stage, Stage::Sealing(_));
+                    if refused_corrupt {
+                        io.out.notes.push(Note::Seen("host.corrupt_seal_refused"));
+                    }
+                }
+                match stage {
+                    Stage::Opening { .. } => {
+                        self.ops.remove(&op.0);
+                    }
+                    Stage::Sealing(_)
+                    | Stage::Published(..)
+                    | Stage::Aborting(..)
+                    | Stage::Reading(_) => {
+                        // The op failed after a grant (or an abort was refused): release the view.
+                        if let Some(o) = self.ops.get_mut(&op.0) {
+                            o.stage = Stage::Releasing;
+                        }
+                        io.out.requests.push(ChildRequest::Release { op });
+                    }
+                    Stage::Releasing => {
+                        io.violation(format!(
+                            "{}: release of op {} failed: {error:?}",
+                            self.address, op.0
+                        ));
+                        self.ops.remove(&op.0);
+                    }
+                }
+                self.maybe_close(io);
+            }
+        }
+    }
+
+    /// A grant for an op the worker does not know: fine after it walked away (an abrupt close
+    /// forgets every op), a host bug otherwise.
+    fn unknown_op(&self, op: u64, io: &mut WorkerIo<'_>) {
+        if self.state == WorkerState::Ready || self.state == WorkerState::Attaching {
+            io.violation(format!("{}: a grant for unknown op {op}", self.address));
+        }
+    }
+
+    fn maybe_close(&mut self, io: &mut WorkerIo<'_>) {
+        if self.quiescing && self.ops.is_empty() && self.state == WorkerState::Ready {
+            self.close(io);
+        }
+    }
+
+    fn write_granted(&mut self, op: u64, view: LeaseView, io: &mut WorkerIo<'_>) {
+        let Some(o) = self.ops.get(&op).cloned() else {
+            self.unknown_op(op, io);
+            return;
+        };
+        let Some((tag, length, corrupt)) = o.write else {
+            io.violation(format!("{}: a write grant for read op {op}", self.address));
+            return;
+        };
+        if !matches!(o.stage, Stage::Opening { .. }) {
+            io.violation(format!("{}: a second grant for op {op}", self.address));
+            return;
+        }
+        self.check_authorized(&o, io);
+        let e = expected_of(&view, BlobAccess::Writable);
+        // S31: a writable grant is a Writable header of the lease's length, payload zeroed.
+        match blob::validate(io.mem, &e, BlobState::Writable, false) {
+            Ok(header) if header.length == length => {}
+            other => io.violation(format!(
+                "S31: {} op {op}: write grant header {other:?}",
+                self.address
+            )),
+        }
+        let filled = match blob::payload_mut(io.mem, &e) {
+            Ok(payload) => {
+                let zeroed = payload.iter().all(|b| *b == 0);
+                payload.copy_from_slice(&content(tag, length));
+                Ok(zeroed)
+            }
+            Err(error) => Err(error),
+        };
+        match filled {
+            Ok(true) => {}
+            Ok(false) => io.violation(format!(
+                "S31: {} op {op}: write lease not zeroed",
+                self.address
+            )),
+            Err(error) => io.violation(format!("S31: {} op {op}: payload {error:?}", self.address)),
+        }
+        let sealed = blob::child_seal(io.mem, &e);
+        if let Err(error) = sealed {
+            io.violation(format!(
+                "{} op {op}: child seal failed: {error:?}",
+                self.address
+            ));
+        }
+        if corrupt {
+            // A hostile child: the header's length no longer matches the lease, or the payload
+            // changes after the digest was stored.
+            let offset = view.offset as usize;
+            let at = match io.rng.below(3) {
+                0 if view.digest == DigestKind::Blake3 && length > 0 => {
+                    offset + dataplane_core::arena::BLOB_HEADER_BYTES as usize
+                }
+                // The generation, or the length field of the header.
+                1 => offset + 8,
+                _ => offset + 16,
+            };
+            if let Some(byte) = io.mem.get_mut(at) {
+                *byte ^= 0x01;
+            }
+        }
+        if let Some(o) = self.ops.get_mut(&op) {
+            o.stage = Stage::Sealing(view);
+            o.since = io.now;
+        }
+        io.out.requests.push(ChildRequest::Seal { op: ChildOp(op) });
+    }
+
+    fn read_granted(
+        &mut self,
+        op: u64,
+        view: LeaseView,
+        revision: Revision,
+        io: &mut WorkerIo<'_>,
+    ) {
+        let Some(o) = self.ops.get(&op).cloned() else {
+            self.unknown_op(op, io);
+            return;
+        };
+        if o.write.is_some() || !matches!(o.stage, Stage::Opening { .. }) {
+            io.violation(format!(
+                "{}: an unexpected read grant for op {op} in {:?}",
+                self.address, o.stage
+            ));
+            return;
+        }
+        self.check_authorized(&o, io);
+        let e = expected_of(&view, BlobAccess::ReadOnly);
+        // S31: a read grant is a Sealed read-only header whose generation and length match.
+        match blob::validate(io.mem, &e, BlobState::Sealed, false) {
+            Ok(_) => match blob::payload(io.mem, &e) {
+                Ok(payload) => {
+                    if let Some(path) = o.path.clone() {
+                        io.out.notes.push(Note::Read {
+                            path,
+                            revision,
+                            payload: payload.to_vec(),
+                        });
+                    }
+                }
+                Err(error) => {
+                    io.violation(format!("S31: {} op {op}: payload {error:?}", self.address));
+                }
+            },
+            Err(error) => io.violation(format!(
+                "S31: {} op {op}: read grant header {error:?}",
+                self.address
+            )),
+        }
+        if let Some(o) = self.ops.get_mut(&op) {
+            o.stage = Stage::Reading(view);
+            o.since = io.now;
+        }
+    }
+}
