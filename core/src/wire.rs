@@ -71,9 +71,60 @@ pub struct BlobBinding {
 
 /// Opaque transport addressing supplied by each stream opener (at most
 /// [`DESCRIPTOR_BYTES_MAX`] bytes).
-#[derive(Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(try_from = "Vec<u8>", into = "Vec<u8>")]
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct Descriptor(Vec<u8>);
+
+impl Serialize for Descriptor {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Descriptor {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer
+            .deserialize_byte_buf(BoundedBytes(DESCRIPTOR_BYTES_MAX))
+            .map(Descriptor)
+    }
+}
+
+/// Decodes a byte string of at most `.0` bytes, refusing a longer one before copying it.
+/// Byte strings are written as a length and the raw bytes (`serialize_bytes`), which postcard
+/// lays out exactly like a `Vec<u8>`, but copies in one go instead of byte by byte.
+struct BoundedBytes(usize);
+
+impl<'de> serde::de::Visitor<'de> for BoundedBytes {
+    type Value = Vec<u8>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "at most {} bytes", self.0)
+    }
+
+    fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+        if v.len() > self.0 {
+            return Err(E::invalid_length(v.len(), &self));
+        }
+        Ok(v.to_vec())
+    }
+
+    fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+        if v.len() > self.0 {
+            return Err(E::invalid_length(v.len(), &self));
+        }
+        Ok(v)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(self.0));
+        while let Some(byte) = seq.next_element::<u8>()? {
+            if out.len() == self.0 {
+                return Err(serde::de::Error::invalid_length(out.len() + 1, &self));
+            }
+            out.push(byte);
+        }
+        Ok(out)
+    }
+}
 
 impl Descriptor {
     /// Wraps `bytes` if they fit the limit.
@@ -111,12 +162,6 @@ impl TryFrom<Vec<u8>> for Descriptor {
     type Error = TooLong;
     fn try_from(value: Vec<u8>) -> Result<Self, Self::Error> {
         Descriptor::new(value)
-    }
-}
-
-impl From<Descriptor> for Vec<u8> {
-    fn from(value: Descriptor) -> Self {
-        value.0
     }
 }
 
@@ -592,9 +637,22 @@ pub enum Message {
 pub const CHUNK_BYTES_MAX: usize = 256 * 1024;
 
 /// The bytes of one chunk (at most [`CHUNK_BYTES_MAX`]).
-#[derive(Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(try_from = "Vec<u8>", into = "Vec<u8>")]
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct ChunkBytes(Vec<u8>);
+
+impl Serialize for ChunkBytes {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ChunkBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer
+            .deserialize_byte_buf(BoundedBytes(CHUNK_BYTES_MAX))
+            .map(ChunkBytes)
+    }
+}
 
 impl ChunkBytes {
     /// Wraps `bytes` if they fit the limit.
@@ -963,6 +1021,37 @@ mod tests {
         }
         let bytes = encode(&envelope).unwrap();
         assert!(matches!(decode(&bytes), Err(DecodeError::Malformed(_))));
+    }
+
+    #[test]
+    fn chunks_round_trip_and_over_long_ones_do_not_decode() {
+        let bytes = ChunkBytes::new((0..=255u8).cycle().take(CHUNK_BYTES_MAX).collect()).unwrap();
+        let chunk = Envelope {
+            from: Address::new(NodeId(1), 1, 2),
+            to: Address::new(NodeId(2), 1, 3),
+            message: Message::Chunk {
+                offset: 7,
+                total: 1 << 30,
+                digest: Some([9; 32]),
+                bytes,
+            },
+        };
+        let encoded = encode(&chunk).unwrap();
+        assert_eq!(decode(&encoded), Ok(chunk.clone()));
+        // The byte string is laid out as a `Vec<u8>` would be (length, then the bytes).
+        let Message::Chunk { bytes, .. } = &chunk.message else {
+            unreachable!()
+        };
+        let as_vec = postcard::to_allocvec(&bytes.as_slice().to_vec()).unwrap();
+        assert!(encoded.ends_with(&as_vec));
+        // One byte over the limit is refused.
+        let mut forged = chunk;
+        if let Message::Chunk { bytes, .. } = &mut forged.message {
+            *bytes = ChunkBytes(vec![1; CHUNK_BYTES_MAX + 1]);
+        }
+        let encoded = encode(&forged).unwrap();
+        assert!(matches!(decode(&encoded), Err(DecodeError::Malformed(_))));
+        assert!(ChunkBytes::new(vec![0; CHUNK_BYTES_MAX + 1]).is_err());
     }
 
     #[test]
