@@ -152,6 +152,8 @@ struct Op {
     path: Option<DataPath>,
     stage: Stage,
     since: Instant,
+    /// A read that insists on this revision.
+    expected: Option<Revision>,
 }
 
 /// A worker's life with its session.
@@ -184,6 +186,10 @@ pub struct Worker {
     ops: BTreeMap<u64, Op>,
     next_op: u64,
     quiescing: bool,
+    /// Attach refusals the worker provoked and has not seen yet.
+    refusals_expected: u32,
+    /// The revision the worker last saw at each path (its reads may insist on it: H-D8).
+    seen: BTreeMap<DataPath, Revision>,
 }
 
 /// What a worker needs from the world for one step.
@@ -240,12 +246,40 @@ impl Worker {
             ops: BTreeMap::new(),
             next_op: 1,
             quiescing: false,
+            refusals_expected: 0,
+            seen: BTreeMap::new(),
         };
         let capability = crate::host::capability(global);
+        let mut worker = worker;
+        if io.rng.chance(0.2) {
+            // A confused child first presents the wrong arena or capability: refused, and the
+            // session must be exactly as before (Q28), so the real attach below succeeds.
+            let bad = if io.rng.chance(0.5) {
+                ChildRequest::Attach {
+                    arena_generation: io.arena_generation.wrapping_add(1),
+                    capability,
+                }
+            } else {
+                ChildRequest::Attach {
+                    arena_generation: io.arena_generation,
+                    capability: crate::host::capability(global.wrapping_add(1)),
+                }
+            };
+            io.out.requests.push(bad);
+            worker.refusals_expected += 1;
+        }
         io.out.requests.push(ChildRequest::Attach {
             arena_generation: io.arena_generation,
             capability,
         });
+        if io.rng.chance(0.1) {
+            // ... or attaches twice: the second is refused and changes nothing.
+            io.out.requests.push(ChildRequest::Attach {
+                arena_generation: io.arena_generation,
+                capability,
+            });
+            worker.refusals_expected += 1;
+        }
         worker
     }
 
@@ -384,6 +418,7 @@ impl Worker {
                     path,
                     stage: Stage::Opening { cancelled: false },
                     since: io.now,
+                    expected: None,
                 },
             );
             ChildRequest::OpenWrite {
@@ -394,6 +429,10 @@ impl Worker {
                 exclusive,
             }
         } else {
+            let expected_revision = match &path {
+                Some(p) if io.rng.chance(0.3) => self.seen.get(p).copied(),
+                _ => None,
+            };
             self.ops.insert(
                 op,
                 Op {
@@ -402,12 +441,13 @@ impl Worker {
                     path,
                     stage: Stage::Opening { cancelled: false },
                     since: io.now,
+                    expected: expected_revision,
                 },
             );
             ChildRequest::OpenRead {
                 op: ChildOp(op),
                 path: logical,
-                expected_revision: None,
+                expected_revision,
             }
         };
         io.out.requests.push(request);
@@ -444,7 +484,12 @@ impl Worker {
                 }
             }
             ChildEvent::AttachFailed { error } => {
-                io.violation(format!("S28: {} could not attach: {error:?}", self.address));
+                if self.refusals_expected == 0 {
+                    io.violation(format!("S28: {} could not attach: {error:?}", self.address));
+                } else {
+                    self.refusals_expected -= 1;
+                    io.out.notes.push(Note::Seen("host.attach_refused"));
+                }
             }
             ChildEvent::Closed => {
                 if self.state != WorkerState::Closing {
@@ -479,6 +524,7 @@ impl Worker {
                     ));
                 }
                 if let Some(path) = o.path.clone() {
+                    self.seen.insert(path.clone(), revision);
                     io.out.notes.push(Note::Published {
                         path,
                         revision,
@@ -655,6 +701,15 @@ impl Worker {
             return;
         }
         self.check_authorized(&o, io);
+        if o.expected.is_some_and(|r| r != revision) {
+            io.violation(format!(
+                "H-D8: {} op {op} insisted on {:?} and was granted {revision}",
+                self.address, o.expected
+            ));
+        }
+        if let Some(path) = &o.path {
+            self.seen.insert(path.clone(), revision);
+        }
         let e = expected_of(&view, BlobAccess::ReadOnly);
         // S31: a read grant is a Sealed read-only header whose generation and length match.
         match blob::validate(io.mem, &e, BlobState::Sealed, false) {

@@ -94,6 +94,7 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "host.aborted",
     "host.cancel_sent",
     "host.corrupt_seal_refused",
+    "host.attach_refused",
     "host.fail.PathNotFound",
     "host.fail.Unauthorized",
     "host.fail.SourceFailure",
