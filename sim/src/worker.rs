@@ -154,6 +154,42 @@ struct Op {
     since: Instant,
     /// A read that insists on this revision.
     expected: Option<Revision>,
+    /// A checksum of what a granted read saw (the view must not change under the child).
+    checksum: u64,
+}
+
+fn checksum(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// Q24/S34 from the child's side: a view the child still maps is still its lease — the same
+/// generation and length, sealed, and (for a read) the same bytes. A host that freed the lease
+/// early marks it Released or hands it to someone else.
+fn check_view(
+    child: Address,
+    op: u64,
+    view: &LeaseView,
+    access: BlobAccess,
+    sum: Option<u64>,
+    io: &mut WorkerIo<'_>,
+) {
+    let e = expected_of(view, access);
+    let problem = match blob::validate(io.mem, &e, BlobState::Sealed, false) {
+        Err(error) => Some(format!("its header reads {error:?}")),
+        Ok(_) => match (sum, blob::payload(io.mem, &e)) {
+            (Some(sum), Ok(payload)) if checksum(payload) != sum => {
+                Some("its bytes changed".to_owned())
+            }
+            _ => None,
+        },
+    };
+    if let Some(problem) = problem {
+        io.violation(format!(
+            "Q24: {child} op {op} still maps its lease, but {problem}"
+        ));
+    }
 }
 
 /// A worker's life with its session.
@@ -333,6 +369,10 @@ impl Worker {
                         .push(ChildRequest::Cancel { op: ChildOp(op) });
                 }
                 Stage::Published(view, revision) if self.quiescing || age >= hold => {
+                    check_view(self.address, op, &view, BlobAccess::Writable, None, io);
+                    let Some(o) = self.ops.get_mut(&op) else {
+                        continue;
+                    };
                     if !self.quiescing && io.rng.chance(io.options.abort) {
                         o.stage = Stage::Aborting(view, revision);
                         o.since = now;
@@ -346,7 +386,12 @@ impl Worker {
                             .push(ChildRequest::Release { op: ChildOp(op) });
                     }
                 }
-                Stage::Reading(_) if self.quiescing || age >= hold => {
+                Stage::Reading(view) if self.quiescing || age >= hold => {
+                    let sum = o.checksum;
+                    check_view(self.address, op, &view, BlobAccess::ReadOnly, Some(sum), io);
+                    let Some(o) = self.ops.get_mut(&op) else {
+                        continue;
+                    };
                     o.stage = Stage::Releasing;
                     io.out
                         .requests
@@ -419,6 +464,7 @@ impl Worker {
                     stage: Stage::Opening { cancelled: false },
                     since: io.now,
                     expected: None,
+                    checksum: 0,
                 },
             );
             ChildRequest::OpenWrite {
@@ -442,6 +488,7 @@ impl Worker {
                     stage: Stage::Opening { cancelled: false },
                     since: io.now,
                     expected: expected_revision,
+                    checksum: 0,
                 },
             );
             ChildRequest::OpenRead {
@@ -715,6 +762,10 @@ impl Worker {
         match blob::validate(io.mem, &e, BlobState::Sealed, false) {
             Ok(_) => match blob::payload(io.mem, &e) {
                 Ok(payload) => {
+                    let sum = checksum(payload);
+                    if let Some(o) = self.ops.get_mut(&op) {
+                        o.checksum = sum;
+                    }
                     if let Some(path) = o.path.clone() {
                         io.out.notes.push(Note::Read {
                             path,
