@@ -765,6 +765,33 @@ pub enum ChildRequest {
         /// The read or write.
         op: ChildOp,
     },
+    /// What is at a path: a blob (with its length) or a stream node.
+    Stat {
+        /// The query.
+        op: ChildOp,
+        /// The logical path.
+        path: String,
+    },
+    /// Move an entry (re-driven by the host until its outcome is known).
+    Move {
+        /// The mutation.
+        op: ChildOp,
+        /// From (logical).
+        from: String,
+        /// To (logical).
+        to: String,
+        /// Whether an occupied destination may be replaced.
+        replace: bool,
+    },
+    /// Unlink an entry, if it still has `expected_revision` (when given).
+    Remove {
+        /// The mutation.
+        op: ChildOp,
+        /// The logical path.
+        path: String,
+        /// Compare-and-delete.
+        expected_revision: Option<Revision>,
+    },
     /// Close the session: every binding finishes; published blobs stay.
     Close,
 }
@@ -821,6 +848,24 @@ pub enum ChildEvent {
         op: ChildOp,
         /// Why.
         error: DataPlaneError,
+    },
+    /// The answer to `Stat`.
+    Stat {
+        /// The query.
+        op: ChildOp,
+        /// Blob or stream.
+        kind: EntryKind,
+        /// The entry's revision.
+        revision: Revision,
+        /// A blob's payload length.
+        length: Option<u64>,
+    },
+    /// A `Move` or `Remove` took effect.
+    Done {
+        /// The mutation.
+        op: ChildOp,
+        /// The revision of the change.
+        revision: Revision,
     },
     /// The session closed.
     Closed,

@@ -1436,3 +1436,99 @@ fn a_cancelled_reserve_is_released_even_if_the_proxy_restarts() {
         "the host handed the release over and re-sent it"
     );
 }
+
+#[test]
+fn stat_move_and_remove_on_the_childs_behalf() {
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    let revision = w.write(a, 1, "/data/x", &bytes(42, 1));
+    w.send(
+        a,
+        ChildRequest::Stat {
+            op: ChildOp(2),
+            path: "/data/x".into(),
+        },
+    );
+    w.run(1);
+    let event = w.expect(a, |_| true);
+    assert_eq!(
+        event,
+        ChildEvent::Stat {
+            op: ChildOp(2),
+            kind: dataplane_core::wire::EntryKind::Blob,
+            revision,
+            length: Some(42)
+        }
+    );
+    w.send(
+        a,
+        ChildRequest::Move {
+            op: ChildOp(3),
+            from: "/data/x".into(),
+            to: "/runs/self/y".into(),
+            replace: false,
+        },
+    );
+    w.run(1);
+    assert!(matches!(
+        w.expect(a, |_| true),
+        ChildEvent::Done { op: ChildOp(3), .. }
+    ));
+    assert!(matches!(
+        w.resolve("/runs/r1/y"),
+        ReplyBody::Resolved(Ok(_))
+    ));
+    // Unauthorized and missing paths fail with typed errors and leave nothing behind.
+    w.send(
+        a,
+        ChildRequest::Remove {
+            op: ChildOp(4),
+            path: "/etc/z".into(),
+            expected_revision: None,
+        },
+    );
+    assert!(matches!(
+        w.expect(a, |_| true),
+        ChildEvent::Failed {
+            error: DataPlaneError::Unauthorized { .. },
+            ..
+        }
+    ));
+    w.send(
+        a,
+        ChildRequest::Stat {
+            op: ChildOp(5),
+            path: "/data/x".into(),
+        },
+    );
+    w.run(1);
+    assert!(matches!(
+        w.expect(a, |_| true),
+        ChildEvent::Failed {
+            error: DataPlaneError::PathNotFound(_),
+            ..
+        }
+    ));
+    w.send(
+        a,
+        ChildRequest::Remove {
+            op: ChildOp(6),
+            path: "/runs/self/y".into(),
+            expected_revision: None,
+        },
+    );
+    w.run(2);
+    assert!(matches!(
+        w.expect(a, |_| true),
+        ChildEvent::Done { op: ChildOp(6), .. }
+    ));
+    assert!(matches!(
+        w.resolve("/runs/r1/y"),
+        ReplyBody::Resolved(Err(_))
+    ));
+    // The write's source was retired by the remove: once the child lets go, the lease is free.
+    w.send(a, ChildRequest::Release { op: ChildOp(1) });
+    assert_eq!(w.live_leases(N1), 0);
+    assert_eq!(w.nodes[N1].host.bindings().count(), 0);
+}

@@ -74,6 +74,15 @@ pub enum Note {
         /// The revision it was published at.
         revision: Revision,
     },
+    /// A Stat said `path` at `revision` is a blob of `length` bytes.
+    Stat {
+        /// The resolved path.
+        path: DataPath,
+        /// Its revision.
+        revision: Revision,
+        /// The length the directory holds.
+        length: u64,
+    },
     /// Something worth counting happened (a coverage name).
     Seen(&'static str),
     /// The worker saw something the host must never do.
@@ -148,6 +157,8 @@ enum Stage {
 #[derive(Clone, Debug)]
 struct Op {
     write: Option<(u64, u64, bool)>,
+    /// A Stat, Move or Remove (answered `Stat`, `Done` or `Failed`; never cancelled).
+    control: bool,
     logical: String,
     path: Option<DataPath>,
     stage: Stage,
@@ -440,6 +451,41 @@ impl Worker {
         self.next_op += 1;
         let logical = self.pick_path(io);
         let path = self.job.resolve(&logical).ok();
+        if io.rng.chance(0.15) {
+            // A namespace query or mutation on the child's behalf.
+            let request = match io.rng.below(4) {
+                0 | 1 => ChildRequest::Stat {
+                    op: ChildOp(op),
+                    path: logical.clone(),
+                },
+                2 => ChildRequest::Move {
+                    op: ChildOp(op),
+                    from: logical.clone(),
+                    to: self.pick_path(io),
+                    replace: io.rng.chance(0.5),
+                },
+                _ => ChildRequest::Remove {
+                    op: ChildOp(op),
+                    path: logical.clone(),
+                    expected_revision: path.as_ref().and_then(|p| self.seen.get(p).copied()),
+                },
+            };
+            self.ops.insert(
+                op,
+                Op {
+                    write: None,
+                    control: true,
+                    logical,
+                    path,
+                    stage: Stage::Opening { cancelled: true },
+                    since: io.now,
+                    expected: None,
+                    checksum: 0,
+                },
+            );
+            io.out.requests.push(request);
+            return;
+        }
         let write = io.rng.chance(0.5);
         let request = if write {
             let tag = (u64::from(self.global) << 32) | op;
@@ -459,6 +505,7 @@ impl Worker {
                 op,
                 Op {
                     write: Some((tag, length, corrupt)),
+                    control: false,
                     logical: logical.clone(),
                     path,
                     stage: Stage::Opening { cancelled: false },
@@ -483,6 +530,7 @@ impl Worker {
                 op,
                 Op {
                     write: None,
+                    control: false,
                     logical: logical.clone(),
                     path,
                     stage: Stage::Opening { cancelled: false },
@@ -544,6 +592,38 @@ impl Worker {
                 }
                 self.state = WorkerState::Closed;
                 self.ops.clear();
+            }
+            ChildEvent::Stat {
+                op,
+                kind,
+                revision,
+                length,
+            } => {
+                let Some(o) = self.ops.remove(&op.0) else {
+                    return;
+                };
+                if !o.control {
+                    io.violation(format!("{}: a Stat answer for op {}", self.address, op.0));
+                }
+                if let (Some(path), Some(length)) = (o.path, length) {
+                    let _ = kind;
+                    io.out.notes.push(Note::Stat {
+                        path,
+                        revision,
+                        length,
+                    });
+                }
+                self.maybe_close(io);
+            }
+            ChildEvent::Done { op, .. } => {
+                let Some(o) = self.ops.remove(&op.0) else {
+                    return;
+                };
+                if !o.control {
+                    io.violation(format!("{}: a Done answer for op {}", self.address, op.0));
+                }
+                io.out.notes.push(Note::Seen("host.control_done"));
+                self.maybe_close(io);
             }
             ChildEvent::WriteGranted { op, lease } => self.write_granted(op.0, lease, io),
             ChildEvent::ReadGranted {

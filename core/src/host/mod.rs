@@ -31,6 +31,7 @@
 //! Sessions, bindings and sources live in `BTreeMap`s keyed by actor number; every id comes
 //! from a counter.
 
+mod control;
 mod read;
 mod session;
 mod source;
@@ -54,6 +55,7 @@ use crate::wire::{Capability, ChildEvent, ChildOp, DirectoryCall, DirectoryReque
 pub(crate) const PURPOSE_PUBLISH: u8 = 1;
 pub(crate) const PURPOSE_UNPUBLISH: u8 = 2;
 pub(crate) const PURPOSE_RESERVE: u8 = 3;
+pub(crate) const PURPOSE_CONTROL: u8 = 4;
 
 /// How a host is set up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,6 +157,8 @@ pub enum Kind {
         /// Refuse if the binding no longer has this revision (H-D8).
         expected_revision: Option<Revision>,
     },
+    /// A namespace query or mutation on the child's behalf (stat, move, remove).
+    Control,
     /// A write.
     Write {
         /// Payload length.
@@ -207,6 +211,8 @@ pub enum Phase {
     Unpublishing,
     /// Read: granted, the child reads. Left at release.
     Reading,
+    /// Control: the namespace call is in flight (mutations are re-driven until definitive).
+    Controlling,
     /// Over: waiting for the holds to go, then freed and forgotten.
     Draining,
 }
@@ -626,7 +632,7 @@ impl Host {
             return;
         };
         let (access, digest) = match kind {
-            Kind::Read { .. } => (blob::BlobAccess::ReadOnly, DigestKind::None),
+            Kind::Read { .. } | Kind::Control => (blob::BlobAccess::ReadOnly, DigestKind::None),
             Kind::Write { digest, .. } => (blob::BlobAccess::Writable, digest),
         };
         let expected = Expected {
@@ -647,6 +653,7 @@ impl Host {
         match kind {
             Kind::Read { .. } => self.start_transfer(now, actor, mem, out),
             Kind::Write { .. } => self.write_granted(actor, out),
+            Kind::Control => {}
         }
     }
 

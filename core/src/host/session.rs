@@ -48,7 +48,10 @@ impl Host {
                 | ChildRequest::Seal { op }
                 | ChildRequest::Abort { op }
                 | ChildRequest::Release { op }
-                | ChildRequest::Cancel { op } => Some(*op),
+                | ChildRequest::Cancel { op }
+                | ChildRequest::Stat { op, .. }
+                | ChildRequest::Move { op, .. }
+                | ChildRequest::Remove { op, .. } => Some(*op),
                 ChildRequest::Attach { .. } | ChildRequest::Close => None,
             };
             if let Some(op) = op {
@@ -106,6 +109,40 @@ impl Host {
                     self.cancel(actor, mem, out);
                 }
             }
+            ChildRequest::Stat { op, path } => {
+                self.control(
+                    now,
+                    session,
+                    from,
+                    op,
+                    super::control::Query::Stat { path },
+                    out,
+                );
+            }
+            ChildRequest::Move {
+                op,
+                from: source,
+                to,
+                replace,
+            } => {
+                let query = super::control::Query::Move {
+                    from: source,
+                    to,
+                    replace,
+                };
+                self.control(now, session, from, op, query, out);
+            }
+            ChildRequest::Remove {
+                op,
+                path,
+                expected_revision,
+            } => {
+                let query = super::control::Query::Remove {
+                    path,
+                    expected_revision,
+                };
+                self.control(now, session, from, op, query, out);
+            }
             ChildRequest::Close => self.close(session, mem, out),
         }
     }
@@ -130,7 +167,7 @@ impl Host {
 
     /// The binding of `op` in `session`: tracked ones first, then published writes (which the
     /// session no longer tracks but the child may still abort: Q22).
-    fn binding_of(&self, session: u64, op: ChildOp) -> Option<u64> {
+    pub(super) fn binding_of(&self, session: u64, op: ChildOp) -> Option<u64> {
         if let Some(actor) = self.sessions.get(&session).and_then(|s| s.ops.get(&op)) {
             return Some(*actor);
         }
@@ -197,7 +234,7 @@ impl Host {
             return;
         };
         let access = match kind {
-            Kind::Read { .. } => Access::Read,
+            Kind::Read { .. } | Kind::Control => Access::Read,
             Kind::Write { .. } => Access::Write,
         };
         let checked = match s.config.job.resolve(logical) {
@@ -226,6 +263,7 @@ impl Host {
         let actor = self.allocate_actor();
         let address = self.address(actor);
         let phase = match kind {
+            Kind::Control => Phase::Controlling,
             Kind::Read { .. } => Phase::Resolving,
             Kind::Write {
                 exclusive: true, ..
@@ -238,6 +276,7 @@ impl Host {
             s.ops.insert(op, actor);
         }
         match kind {
+            Kind::Control => {}
             Kind::Read { .. } => {
                 self.call(now, actor, DirectoryRequest::Resolve { path }, out);
             }
@@ -340,11 +379,13 @@ impl Host {
                 }
                 b.phase = Phase::Draining;
             }
+            // A control call's answer has nobody to go to: the child is gone.
             Phase::Reserving
             | Phase::Resolving
             | Phase::Allocating
             | Phase::Filling(_)
-            | Phase::Reading => {
+            | Phase::Reading
+            | Phase::Controlling => {
                 b.phase = Phase::Draining;
             }
         }

@@ -144,7 +144,7 @@ impl Host {
             }
             // Its answer is on its way (Unpublishing), or the op already failed.
             Phase::Unpublishing | Phase::Draining => {}
-            Phase::Resolving | Phase::Filling(_) | Phase::Reading => {}
+            Phase::Resolving | Phase::Filling(_) | Phase::Reading | Phase::Controlling => {}
         }
     }
 
@@ -202,12 +202,17 @@ impl Host {
         if !current {
             return;
         }
-        if is_unknown_outcome(reply.body.err()) && !matches!(reply.body, ReplyBody::Resolved(_)) {
+        let query = matches!(reply.body, ReplyBody::Resolved(_) | ReplyBody::LookedUp(_));
+        if is_unknown_outcome(reply.body.err()) && !query {
             // Q20/Q21: the outcome is unknown; ask again under the same op id.
             self.resend_call(now, actor, out);
             return;
         }
         b.call = None;
+        if b.kind == Kind::Control {
+            self.control_reply(now, actor, reply.body, mem, out);
+            return;
+        }
         match reply.body {
             ReplyBody::BlobReserved(result) => self.reserved(now, actor, result, mem, out),
             ReplyBody::Registered(result) => {

@@ -83,6 +83,16 @@ impl HostChecker {
         match note {
             Note::Violation(v) => Err(v),
             Note::Seen(name) => Ok(name),
+            Note::Stat {
+                path,
+                revision,
+                length,
+            } => match self.published.get(&(path.clone(), revision)) {
+                Some((_, published)) if *published != length => Err(format!(
+                    "stat: {path} at {revision} has length {length}, but {published} bytes were published there"
+                )),
+                _ => Ok("host.stat_blob"),
+            },
             Note::Published {
                 path,
                 revision,

@@ -95,6 +95,8 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "host.cancel_sent",
     "host.corrupt_seal_refused",
     "host.attach_refused",
+    "host.stat_blob",
+    "host.control_done",
     "host.fail.PathNotFound",
     "host.fail.Unauthorized",
     "host.fail.SourceFailure",

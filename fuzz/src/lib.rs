@@ -1,0 +1,6 @@
+//! Shared pieces of the fuzz targets: an in-memory directory harness, the directory's
+//! reference model with its `Arbitrary` workload, and the seed corpus writer.
+
+pub mod dir;
+pub mod model;
+pub mod seeds;

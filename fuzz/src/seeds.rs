@@ -1,0 +1,131 @@
+//! Seeds of the machine targets (written by `examples/seeds.rs`).
+
+use std::fs;
+use std::path::Path;
+
+use dataplane_core::log::encode_log;
+use dataplane_core::wire::StreamRole;
+
+use crate::model::{Expect, Gone, IncPick, P, Step, drive};
+
+/// A busy workload: blobs, a reservation, a rendezvous and its replacement fence, retries,
+/// gone reports, ticks and a restart.
+pub fn busy_steps() -> Vec<Step> {
+    let open = |path, role, endpoint, replace, op| Step::Open {
+        path,
+        role,
+        endpoint,
+        replace,
+        ensure: true,
+        expected: Expect::None,
+        op,
+    };
+    vec![
+        Step::Register {
+            path: P::A,
+            op: 1,
+            long: false,
+            file: false,
+            reservation: None,
+        },
+        Step::Reserve {
+            path: P::B,
+            op: 5,
+            owner: 0,
+        },
+        Step::Register {
+            path: P::B,
+            op: 2,
+            long: true,
+            file: true,
+            reservation: Some(5),
+        },
+        Step::Register {
+            path: P::A,
+            op: 3,
+            long: false,
+            file: false,
+            reservation: None,
+        },
+        open(P::AC, StreamRole::Source, 0, false, 13),
+        open(P::AC, StreamRole::Sink, 1, false, 14),
+        Step::Replay {
+            back: 0,
+            other_client: true,
+        },
+        open(P::AC, StreamRole::Sink, 2, true, 15),
+        Step::StreamDisplaced(0),
+        Step::Tick,
+        Step::Rename {
+            from: P::A,
+            to: P::B,
+            replace: true,
+            op: 11,
+        },
+        Step::Unregister {
+            path: P::B,
+            expected: Expect::Recent(0),
+            op: 9,
+        },
+        Step::Cancel {
+            path: P::AC,
+            op: 16,
+        },
+        Step::Close {
+            path: P::AC,
+            inc: IncPick::Seen(0),
+        },
+        Step::Gone(Gone::Node(2, 2)),
+        Step::SourceRetired(0),
+        Step::Restart,
+        Step::Lookup(P::AC),
+        Step::Resolve(P::B),
+    ]
+}
+
+/// Deterministic filler bytes (SplitMix64).
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed;
+    (0..len)
+        .map(|_| {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            (z ^ (z >> 31)) as u8
+        })
+        .collect()
+}
+
+fn write(dir: &Path, name: &str, data: &[u8]) {
+    fs::create_dir_all(dir).unwrap();
+    fs::write(dir.join(name), data).unwrap();
+}
+
+/// Writes the seeds of `log_recover`, `directory_ops` and `proxy_directory` under `root`.
+pub fn write_machine_seeds(root: &Path) {
+    let d = drive(&busy_steps());
+    let log_dir = root.join("log_recover");
+    // Mode byte 0: a raw image (the real log, and its compaction).
+    let mut raw = vec![0];
+    raw.extend(encode_log(&d.log).unwrap());
+    write(&log_dir, "raw-log", &raw);
+    let mut snapshot = vec![0];
+    snapshot.extend(encode_log(&d.dir.snapshot_records()).unwrap());
+    write(&log_dir, "raw-snapshot", &snapshot);
+    // Mode byte 1: structured (a workload and its corruptions).
+    for (i, len) in [96, 256, 640].into_iter().enumerate() {
+        let mut structured = vec![1];
+        structured.extend(bytes(i as u64, len));
+        write(&log_dir, &format!("structured-{i}"), &structured);
+    }
+    for (target, salt) in [("directory_ops", 100), ("proxy_directory", 200)] {
+        for (i, len) in [128, 384, 1024].into_iter().enumerate() {
+            write(
+                &root.join(target),
+                &format!("schedule-{i}"),
+                &bytes(salt + i as u64, len),
+            );
+        }
+    }
+}
