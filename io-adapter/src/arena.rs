@@ -1,0 +1,465 @@
+//! The shared arena: one memory region the host creates and its child processes map, so
+//! payload bytes never travel through messages on one host.
+//!
+//! The host makes the arena with [`SharedArena::create`] (an anonymous `memfd`, sealed against
+//! resizing) or [`SharedArena::create_file`] (a file, e.g. under `/dev/shm`), and hands the
+//! descriptor to a child over a Unix socket with [`send_with_fd`]; the child receives it with
+//! [`recv_with_fd`] and maps it with [`SharedArena::from_fd`]. Linux only (`memfd_create`,
+//! `MSG_CMSG_CLOEXEC`, file seals).
+//!
+//! # Trust and aliasing
+//!
+//! The memory is shared with another process that may write anything at any time. The host
+//! treats its contents as untrusted input: `dataplane_core::blob` validates every header it
+//! reads and never assumes that a value it read stays put. Rust-wise, [`as_slice`] and
+//! [`as_mut_slice`] hand out ordinary references to memory another process writes
+//! concurrently, which the language's aliasing rules do not strictly allow; the core only does
+//! plain loads and stores on them and validates everything it reads, the same assumption
+//! every shared-memory IPC in Rust makes. Volatile or atomic access to the header's state word
+//! is a possible hardening.
+//!
+//! A `memfd` arena is sealed (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`) so that a child
+//! holding the descriptor cannot truncate it under the host's mapping (which would make the
+//! host's next access fault with `SIGBUS`). A file-backed arena cannot be sealed: anybody who
+//! can open or holds the file can shrink it; use it only where that is acceptable.
+//!
+//! [`as_slice`]: SharedArena::as_slice
+//! [`as_mut_slice`]: SharedArena::as_mut_slice
+
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::mem;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::ptr;
+
+use memmap2::{MmapMut, MmapOptions};
+
+/// Most descriptors [`recv_with_fd`] accepts in one message without truncating the control
+/// message (all but the first are closed at once). A peer sending more gets the call failed.
+pub const RECV_FDS_MAX: usize = 8;
+
+/// [`SharedArena::from_fd`] refused a descriptor whose file is smaller than the arena size
+/// the caller expects (carried inside an [`io::Error`] of kind `InvalidInput`; find it with
+/// `err.get_ref().and_then(|e| e.downcast_ref::<ArenaTooSmall>())`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArenaTooSmall {
+    /// The size the caller asked to map.
+    pub wanted: u64,
+    /// The size of the file behind the descriptor.
+    pub actual: u64,
+}
+
+impl fmt::Display for ArenaTooSmall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "arena descriptor holds {} bytes, {} expected",
+            self.actual, self.wanted
+        )
+    }
+}
+
+impl std::error::Error for ArenaTooSmall {}
+
+/// A shared, writable mapping of a `memfd` or file, and the descriptor behind it.
+pub struct SharedArena {
+    // Field order: the mapping is dropped (unmapped) before the descriptor is closed. Either
+    // order is sound (a mapping outlives its descriptor), this one is just tidier.
+    map: MmapMut,
+    file: File,
+    size: u64,
+}
+
+impl fmt::Debug for SharedArena {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedArena")
+            .field("fd", &self.file.as_raw_fd())
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedArena {
+    /// Creates an anonymous arena of `size` zeroed bytes: `memfd_create(name, MFD_CLOEXEC |
+    /// MFD_ALLOW_SEALING)`, `ftruncate(size)`, sealed against resizing, mapped shared.
+    ///
+    /// `name` only labels the descriptor (`/proc/PID/fd`); it must not contain NUL and the
+    /// kernel limits it to 249 bytes.
+    pub fn create(name: &str, size: u64) -> io::Result<SharedArena> {
+        let len = map_len(size)?;
+        let name = CString::new(name)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "arena name has a NUL"))?;
+        // SAFETY: `name` is a valid NUL-terminated string that outlives the call; the flags
+        // are valid `memfd_create` flags. The call has no other memory effects.
+        let raw = unsafe {
+            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a fresh descriptor returned by `memfd_create` that nothing else
+        // owns; `OwnedFd` takes sole ownership and closes it on drop.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let file = File::from(fd);
+        file.set_len(size)?;
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: `fcntl(F_ADD_SEALS, int)` on a descriptor we own; it takes an integer
+        // argument and touches no memory of ours.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Self::map(file, size, len)
+    }
+
+    /// Creates (or truncates and re-creates) a file-backed arena of `size` zeroed bytes at
+    /// `path`, mode 0600, mapped shared. The file stays after the arena is dropped; removing it
+    /// is the caller's business. See the module notes on truncation.
+    pub fn create_file(path: &Path, size: u64) -> io::Result<SharedArena> {
+        let len = map_len(size)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)?;
+        file.set_len(size)?;
+        Self::map(file, size, len)
+    }
+
+    /// Maps `size` bytes of a descriptor received from the host (the child side). Fails with
+    /// an [`ArenaTooSmall`] error (kind `InvalidInput`) if the file holds fewer than `size`
+    /// bytes, and with `InvalidInput` if it is not a regular file or `size` is 0.
+    pub fn from_fd(fd: OwnedFd, size: u64) -> io::Result<SharedArena> {
+        let len = map_len(size)?;
+        let file = File::from(fd);
+        let meta = file.metadata()?;
+        if !meta.file_type().is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "arena descriptor is not a regular file",
+            ));
+        }
+        if meta.len() < size {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                ArenaTooSmall {
+                    wanted: size,
+                    actual: meta.len(),
+                },
+            ));
+        }
+        Self::map(file, size, len)
+    }
+
+    fn map(file: File, size: u64, len: usize) -> io::Result<SharedArena> {
+        // SAFETY: memmap2 requires that the mapped file is not resized or modified behind the
+        // mapping's back in ways that break Rust's assumptions. Resizing: the file is at least
+        // `len` bytes (we sized it, or `from_fd` checked it), a memfd arena is sealed against
+        // shrinking, and a file-backed arena's creator accepts the truncation risk (module
+        // notes). Concurrent modification by the peer process is the point of the arena; the
+        // module notes state the aliasing assumption the whole crate makes about it.
+        let map = unsafe { MmapOptions::new().len(len).map_mut(&file)? };
+        Ok(SharedArena { map, file, size })
+    }
+
+    /// The arena size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The whole arena. Another process may change it at any time: validate what you read.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// The whole arena, writable. Another process may change it at any time.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.map
+    }
+
+    /// The descriptor, to hand to a child with [`send_with_fd`].
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}
+
+/// An arena size as a mapping length: not 0, and addressable.
+fn map_len(size: u64) -> io::Result<usize> {
+    if size == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "arena size must not be 0",
+        ));
+    }
+    usize::try_from(size).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "arena size exceeds the address space",
+        )
+    })
+}
+
+/// Sends all of `bytes` over `sock` with `fd` attached (`SCM_RIGHTS`) to the first byte.
+///
+/// `bytes` must not be empty: a stream socket drops a descriptor sent with no data. The
+/// descriptor travels with the first `sendmsg`; if that one is short, the rest follows
+/// without it. The receiver gets the descriptor with the `recvmsg` that reads the first of
+/// these bytes (which may also return bytes sent before them), so a protocol should send it
+/// with a message the receiver expects it on. `sock` may be blocking only (a `WouldBlock`
+/// after a partial send would lose the message boundary). `SIGPIPE` is suppressed
+/// (`MSG_NOSIGNAL`): a closed peer is an `EPIPE` error.
+pub fn send_with_fd(sock: &UnixStream, bytes: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
+    send_with_fds(sock, bytes, &[fd])
+}
+
+/// [`send_with_fd`] with any number of descriptors (at least one) in one `SCM_RIGHTS` message.
+fn send_with_fds(sock: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    if bytes.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a descriptor needs at least one byte to travel with",
+        ));
+    }
+    let fds_bytes = u32::try_from(size_of_val(fds))
+        .ok()
+        .filter(|_| !fds.is_empty())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "bad descriptor count"))?;
+    // SAFETY: `CMSG_SPACE` and `CMSG_LEN` are pure size computations.
+    let (space, cmsg_len) = unsafe { (libc::CMSG_SPACE(fds_bytes), libc::CMSG_LEN(fds_bytes)) };
+    let space = space as usize;
+    // `u64` words: aligned at least as strictly as `cmsghdr` (whose alignment is `size_t`'s).
+    let mut control = vec![0u64; space.div_ceil(size_of::<u64>())];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: `msghdr` is a plain C struct for which all-zero is a valid value.
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: `msg.msg_control` points at `control`, aligned for `cmsghdr` and at least
+    // `space = CMSG_SPACE(fds_bytes)` bytes long, so `CMSG_FIRSTHDR` is either null (checked)
+    // or a header inside it followed by room for `fds_bytes` bytes at `CMSG_DATA`; we write
+    // the descriptors with unaligned writes.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null() {
+            return Err(io::Error::other("no room for a control message"));
+        }
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = cmsg_len as _;
+        let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+        for (i, fd) in fds.iter().enumerate() {
+            ptr::write_unaligned(data.add(i), fd.as_raw_fd());
+        }
+    }
+    let sent = loop {
+        // SAFETY: `msg` points at `iov` (which points into `bytes`) and at `control`, all of
+        // which live across the call; the kernel only reads them. The descriptors are valid
+        // for the call because `fds` borrows them.
+        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    };
+    send_all(sock, &bytes[sent.min(bytes.len())..])
+}
+
+/// Sends the rest of a message without ancillary data, with `MSG_NOSIGNAL`.
+fn send_all(sock: &UnixStream, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: `bytes` is a live slice of `bytes.len()` bytes that the kernel only reads.
+        let n = unsafe {
+            libc::send(
+                sock.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        bytes = &bytes[(n as usize).min(bytes.len())..];
+    }
+    Ok(())
+}
+
+/// Receives up to `buf.len()` bytes from `sock`, and the descriptor that came with them, if
+/// any.
+///
+/// `(0, None)` is the end of the stream. A received descriptor is owned by the caller and has
+/// `FD_CLOEXEC` set (`MSG_CMSG_CLOEXEC`), so it never leaks into processes spawned later.
+/// If the peer attached several descriptors, the first is returned and the others are closed.
+/// A control message the kernel had to truncate (more than [`RECV_FDS_MAX`] descriptors, or
+/// unexpected ancillary data) is an error, after closing every descriptor that did arrive;
+/// treat the connection as broken. `buf` must not be empty.
+pub fn recv_with_fd(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    if buf.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "recv_with_fd needs room for at least one byte",
+        ));
+    }
+    let mut control = ControlBuf::new();
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: `msghdr` is a plain C struct for which all-zero is a valid value.
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.bytes.as_mut_ptr().cast();
+    msg.msg_controllen = control.bytes.len() as _;
+    let n = loop {
+        // SAFETY: `msg` points at `iov` (which points into `buf`, writable for `buf.len()`
+        // bytes) and at `control` (writable for `msg_controllen` bytes); both live across the
+        // call and the kernel writes only within those bounds.
+        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    };
+    // Take ownership of every descriptor that arrived before judging anything, so that each
+    // one is closed on every path.
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    // SAFETY: after a successful `recvmsg`, `msg.msg_control`/`msg_controllen` describe the
+    // control bytes the kernel wrote into `control`; `CMSG_FIRSTHDR`/`CMSG_NXTHDR` walk
+    // headers within those bounds and return null at the end. For an `SCM_RIGHTS` header,
+    // `cmsg_len - CMSG_LEN(0)` bytes of descriptors follow `CMSG_DATA`, all inside the
+    // buffer; we read them unaligned. Each is a fresh descriptor the kernel installed for us
+    // that nothing else owns, so `OwnedFd::from_raw_fd` takes sole ownership.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                let header = libc::CMSG_LEN(0) as usize;
+                let bytes = ((*cmsg).cmsg_len as usize).saturating_sub(header);
+                for i in 0..bytes / size_of::<RawFd>() {
+                    let raw = ptr::read_unaligned(data.add(i));
+                    if raw >= 0 {
+                        fds.push(OwnedFd::from_raw_fd(raw));
+                    }
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        drop(fds);
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "control message truncated (too many descriptors or unexpected ancillary data)",
+        ));
+    }
+    let first = if fds.is_empty() {
+        None
+    } else {
+        Some(fds.swap_remove(0))
+    };
+    drop(fds);
+    Ok((n, first))
+}
+
+/// A control-message buffer aligned for `cmsghdr`, with room for [`RECV_FDS_MAX`] descriptors.
+#[repr(C)]
+struct ControlBuf {
+    _align: [libc::cmsghdr; 0],
+    bytes: [u8; CONTROL_BYTES],
+}
+
+/// `CMSG_SPACE(RECV_FDS_MAX * sizeof(int))`: one header and [`RECV_FDS_MAX`] descriptors.
+// SAFETY: `CMSG_SPACE` is a pure size computation (`unsafe` only by libc's signature).
+const CONTROL_BYTES: usize =
+    unsafe { libc::CMSG_SPACE((RECV_FDS_MAX * size_of::<RawFd>()) as libc::c_uint) } as usize;
+
+impl ControlBuf {
+    fn new() -> Self {
+        ControlBuf {
+            _align: [],
+            bytes: [0; CONTROL_BYTES],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::time::Duration;
+
+    /// Whether every descriptor of `read_end`'s peer is closed: `read_end` then reads end of
+    /// stream (a leaked copy would keep the peer open and the read would time out).
+    fn peer_sees_eof(mut read_end: UnixStream) -> bool {
+        read_end
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut b = [0u8; 1];
+        matches!(read_end.read(&mut b), Ok(0))
+    }
+
+    #[test]
+    fn extra_descriptors_are_closed() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (watched, read_end) = UnixStream::pair().unwrap();
+        let fd = watched.as_fd();
+        send_with_fds(&a, b"xyz", &[fd, fd, fd]).unwrap();
+        drop(watched);
+        let mut buf = [0u8; 8];
+        let (n, first) = recv_with_fd(&b, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"xyz");
+        let first = first.expect("a descriptor");
+        drop(first);
+        assert!(peer_sees_eof(read_end), "an extra descriptor leaked");
+    }
+
+    #[test]
+    fn a_truncated_control_message_is_an_error_and_closes_everything() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (watched, read_end) = UnixStream::pair().unwrap();
+        let fds = vec![watched.as_fd(); RECV_FDS_MAX + 1];
+        send_with_fds(&a, b"x", &fds).unwrap();
+        drop(fds);
+        drop(watched);
+        let mut buf = [0u8; 8];
+        let err = recv_with_fd(&b, &mut buf).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(peer_sees_eof(read_end), "a received descriptor leaked");
+    }
+
+    #[test]
+    fn the_control_buffer_holds_the_max_descriptors() {
+        // SAFETY: a pure size computation.
+        let space = unsafe { libc::CMSG_SPACE((RECV_FDS_MAX * size_of::<RawFd>()) as u32) };
+        assert_eq!(CONTROL_BYTES, space as usize);
+        assert_eq!(align_of::<ControlBuf>() % align_of::<libc::cmsghdr>(), 0);
+    }
+}

@@ -1,0 +1,175 @@
+//! `dataplane-node`: runs a directory node or a host node.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use dataplane_core::path::DataPath;
+use dataplane_core::time::Duration;
+use dataplane_io::dirnode::{DirectoryOptions, run_directory};
+use dataplane_io::hostnode::{HostOptions, run_host};
+
+const USAGE: &str = "\
+dataplane-node: runs one node of the dataplane
+
+USAGE:
+    dataplane-node directory --listen ADDR --data-dir DIR [--retry-ms N]
+    dataplane-node host --directory ADDR --listen ADDR --socket PATH --arena-size N
+                        [--arena-file PATH] [--allow PREFIX]... [--deadline-secs N]
+
+directory:  the authoritative namespace directory; its durable log and membership live in DIR.
+            A failed fsync stops it (exit 70); restart it to recover from the log.
+host:       a host node: the namespace proxy, the host machine, the shared arena (N bytes; K, M
+            and G suffixes allowed) and the Unix socket children attach to (the capability is
+            written to PATH.cap, mode 0600). --allow gives a prefix children may read and write
+            (repeatable; default /data and /runs). ADDR is host:port; the host's --listen
+            address is its identity at the directory (keep it across restarts).
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.is_empty() || args.iter().any(|a| a == "--help" || a == "-h") {
+        print!("{USAGE}");
+        return if args.is_empty() {
+            ExitCode::from(64)
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err((code, message)) => {
+            eprintln!("dataplane-node: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn usage(message: impl Into<String>) -> (u8, String) {
+    (64, format!("{} (see --help)", message.into()))
+}
+
+/// `--name value` pairs after the subcommand.
+fn flags(args: &[String]) -> Result<Vec<(String, String)>, (u8, String)> {
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let Some(name) = flag.strip_prefix("--") else {
+            return Err(usage(format!("unexpected argument {flag:?}")));
+        };
+        let Some(value) = it.next() else {
+            return Err(usage(format!("--{name} needs a value")));
+        };
+        out.push((name.to_owned(), value.clone()));
+    }
+    Ok(out)
+}
+
+fn one(flags: &[(String, String)], name: &str) -> Result<String, (u8, String)> {
+    let mut found = flags.iter().filter(|(n, _)| n == name);
+    match (found.next(), found.next()) {
+        (Some((_, v)), None) => Ok(v.clone()),
+        (None, _) => Err(usage(format!("--{name} is required"))),
+        (Some(_), Some(_)) => Err(usage(format!("--{name} given twice"))),
+    }
+}
+
+fn optional(flags: &[(String, String)], name: &str) -> Option<String> {
+    flags
+        .iter()
+        .rev()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.clone())
+}
+
+fn size(text: &str) -> Result<u64, (u8, String)> {
+    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => text.split_at(i),
+        None => (text, ""),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| usage(format!("bad size {text:?}")))?;
+    let scale = match unit {
+        "" => 1,
+        "K" | "k" | "KiB" => 1 << 10,
+        "M" | "m" | "MiB" => 1 << 20,
+        "G" | "g" | "GiB" => 1 << 30,
+        _ => return Err(usage(format!("bad size unit in {text:?}"))),
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| usage(format!("size {text:?} is too large")))
+}
+
+fn number(flags: &[(String, String)], name: &str, default: u64) -> Result<u64, (u8, String)> {
+    match optional(flags, name) {
+        Some(v) => v
+            .parse()
+            .map_err(|_| usage(format!("--{name}: not a number: {v:?}"))),
+        None => Ok(default),
+    }
+}
+
+fn check_known(flags: &[(String, String)], known: &[&str]) -> Result<(), (u8, String)> {
+    match flags.iter().find(|(n, _)| !known.contains(&n.as_str())) {
+        Some((n, _)) => Err(usage(format!("unknown option --{n}"))),
+        None => Ok(()),
+    }
+}
+
+fn run(args: &[String]) -> Result<(), (u8, String)> {
+    let (command, rest) = args
+        .split_first()
+        .ok_or_else(|| usage("a command is required"))?;
+    let flags = flags(rest)?;
+    match command.as_str() {
+        "directory" => {
+            check_known(&flags, &["listen", "data-dir", "retry-ms"])?;
+            let options = DirectoryOptions {
+                listen: one(&flags, "listen")?,
+                data_dir: PathBuf::from(one(&flags, "data-dir")?),
+                retry_period: Duration::from_millis(number(&flags, "retry-ms", 1000)?.max(1)),
+            };
+            run_directory(&options).map_err(|e| (70, e.to_string()))
+        }
+        "host" => {
+            check_known(
+                &flags,
+                &[
+                    "directory",
+                    "listen",
+                    "socket",
+                    "arena-size",
+                    "arena-file",
+                    "allow",
+                    "deadline-secs",
+                ],
+            )?;
+            let mut allow = Vec::new();
+            for (name, value) in &flags {
+                if name == "allow" {
+                    allow.push(
+                        DataPath::new(value.as_str())
+                            .map_err(|e| usage(format!("--allow {value}: {e:?}")))?,
+                    );
+                }
+            }
+            if allow.is_empty() {
+                allow = vec![
+                    DataPath::new("/data").expect("valid"),
+                    DataPath::new("/runs").expect("valid"),
+                ];
+            }
+            let options = HostOptions {
+                directory: one(&flags, "directory")?,
+                listen: one(&flags, "listen")?,
+                socket: PathBuf::from(one(&flags, "socket")?),
+                arena_size: size(&one(&flags, "arena-size")?)?,
+                arena_file: optional(&flags, "arena-file").map(PathBuf::from),
+                allow,
+                deadline: Duration::from_secs(number(&flags, "deadline-secs", 80)?.max(1)),
+            };
+            run_host(options).map_err(|e| (70, e.to_string()))
+        }
+        other => Err(usage(format!("unknown command {other:?}"))),
+    }
+}

@@ -1,0 +1,401 @@
+//! The child side: a program that links the adapter attaches to its host through the host's
+//! Unix socket, maps the shared arena, writes blobs in place and publishes them, and reads blobs
+//! as zero-copy views of the arena.
+//!
+//! ```no_run
+//! use dataplane_io::child::ChildSession;
+//! let mut session = ChildSession::connect("/tmp/dataplane.sock".as_ref())?;
+//! let revision = session.write("/data/hello", 5, |payload| payload.copy_from_slice(b"hello"))?;
+//! let view = session.read("/data/hello")?;
+//! assert_eq!(view.bytes(), b"hello");
+//! drop(view); // releases the lease
+//! # Ok::<(), dataplane_io::child::ChildError>(())
+//! ```
+//!
+//! One operation is in flight at a time; every call waits for its answer. A [`BlobView`]
+//! borrows the session, so the lease it maps is released (and acknowledged) when it is dropped,
+//! before the session can do anything else.
+
+use std::fmt;
+use std::fs;
+use std::io::{self, Read};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use dataplane_core::blob::{self, BlobAccess, BlobState, DigestKind, Expected};
+use dataplane_core::error::DataPlaneError;
+use dataplane_core::ids::Revision;
+use dataplane_core::limits::FRAME_BYTES_MAX;
+use dataplane_core::wire::{
+    Capability, ChildEvent, ChildOp, ChildRequest, EntryKind, LeaseView, decode_value,
+};
+
+use crate::arena::{SharedArena, recv_with_fd};
+use crate::frame::{FrameReader, LENGTH_PREFIX_BYTES, write_frame};
+use crate::hostnode::{ChildWelcome, capability_path};
+
+/// Why a child operation failed.
+#[derive(Debug)]
+pub enum ChildError {
+    /// The host socket or the capability file could not be used.
+    Connect(String),
+    /// The host answered something the protocol does not allow, or went away.
+    Protocol(String),
+    /// The host refused the operation.
+    Failed(DataPlaneError),
+}
+
+impl fmt::Display for ChildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChildError::Connect(e) => write!(f, "cannot reach the host: {e}"),
+            ChildError::Protocol(e) => write!(f, "host protocol: {e}"),
+            ChildError::Failed(e) => write!(f, "{}", describe(e)),
+        }
+    }
+}
+
+impl std::error::Error for ChildError {}
+
+/// A one-line description of a host error, path first where there is one.
+pub fn describe(error: &DataPlaneError) -> String {
+    match error {
+        DataPlaneError::PathNotFound(p) => format!("{p}: not found"),
+        DataPlaneError::PathExists(p) => format!("{p}: already exists"),
+        DataPlaneError::PathReplaced(p) => format!("{p}: was replaced"),
+        DataPlaneError::WrongEntryType(p) => format!("{p}: is a stream, not a blob"),
+        DataPlaneError::Busy(p) => format!("{p}: busy (a stream is active)"),
+        DataPlaneError::Unauthorized { path, operation } => {
+            format!("{path}: not allowed ({operation:?})")
+        }
+        DataPlaneError::InvalidPath(e) => format!("invalid path: {e:?}"),
+        DataPlaneError::SourceFailure(r) => format!("the blob's source failed: {r}"),
+        DataPlaneError::ArenaExhausted => "the host's arena is full".to_owned(),
+        DataPlaneError::SessionFailed(r) => format!("namespace unavailable: {r}"),
+        other => format!("{other:?}"),
+    }
+}
+
+fn protocol(e: impl fmt::Display) -> ChildError {
+    ChildError::Protocol(e.to_string())
+}
+
+/// What `stat` says about a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stat {
+    /// Blob or stream.
+    pub kind: EntryKind,
+    /// Its revision.
+    pub revision: Revision,
+    /// A blob's length.
+    pub length: Option<u64>,
+}
+
+/// An attached child session.
+#[derive(Debug)]
+pub struct ChildSession {
+    stream: UnixStream,
+    reader: FrameReader<UnixStream>,
+    arena: SharedArena,
+    welcome: ChildWelcome,
+    next_op: u64,
+}
+
+impl ChildSession {
+    /// Connects to the host's socket, maps its arena and attaches with the capability in
+    /// `<socket>.cap`.
+    pub fn connect(socket: &Path) -> Result<ChildSession, ChildError> {
+        let connect = |what: &str, e: io::Error| ChildError::Connect(format!("{what}: {e}"));
+        let cap_path = capability_path(socket);
+        let cap = fs::read(&cap_path).map_err(|e| connect(&cap_path.display().to_string(), e))?;
+        let capability: [u8; 32] = cap.try_into().map_err(|_| {
+            ChildError::Connect(format!("{}: not a capability", cap_path.display()))
+        })?;
+        let stream =
+            UnixStream::connect(socket).map_err(|e| connect(&socket.display().to_string(), e))?;
+        // The welcome comes alone, with the arena's descriptor.
+        let mut buf = vec![0u8; 4096];
+        let (mut n, fd) = recv_with_fd(&stream, &mut buf).map_err(|e| connect("welcome", e))?;
+        let fd = fd.ok_or_else(|| protocol("the welcome carried no arena"))?;
+        while n < LENGTH_PREFIX_BYTES {
+            let got = (&stream).read(&mut buf[n..]).map_err(protocol)?;
+            if got == 0 {
+                return Err(protocol("the host closed the connection"));
+            }
+            n += got;
+        }
+        let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+        if len > FRAME_BYTES_MAX {
+            return Err(protocol("oversized welcome"));
+        }
+        let total = LENGTH_PREFIX_BYTES + len;
+        if buf.len() < total {
+            buf.resize(total, 0);
+        }
+        if n < total {
+            (&stream).read_exact(&mut buf[n..total]).map_err(protocol)?;
+        }
+        let welcome: ChildWelcome =
+            decode_value(&buf[LENGTH_PREFIX_BYTES..total], FRAME_BYTES_MAX).map_err(protocol)?;
+        let arena =
+            SharedArena::from_fd(fd, welcome.arena_size).map_err(|e| connect("arena", e))?;
+        let reader = FrameReader::new(stream.try_clone().map_err(protocol)?);
+        let mut session = ChildSession {
+            stream,
+            reader,
+            arena,
+            welcome,
+            next_op: 1,
+        };
+        session.send(&ChildRequest::Attach {
+            arena_generation: session.welcome.arena_generation,
+            capability: Capability(capability),
+        })?;
+        match session.next_event()? {
+            ChildEvent::Attached { .. } => Ok(session),
+            ChildEvent::AttachFailed { error } => Err(ChildError::Failed(error)),
+            other => Err(protocol(format!("unexpected {other:?} at attach"))),
+        }
+    }
+
+    fn send(&mut self, request: &ChildRequest) -> Result<(), ChildError> {
+        write_frame(&mut self.stream, request).map_err(protocol)
+    }
+
+    fn next_event(&mut self) -> Result<ChildEvent, ChildError> {
+        match self.reader.read_frame::<ChildEvent>() {
+            Ok(Some(event)) => Ok(event),
+            Ok(None) => Err(protocol("the host closed the connection")),
+            Err(e) => Err(protocol(e)),
+        }
+    }
+
+    fn op(&mut self) -> ChildOp {
+        let op = ChildOp(self.next_op);
+        self.next_op += 1;
+        op
+    }
+
+    /// The next event about `op` (events about other ops cannot occur: one op at a time).
+    fn wait(&mut self, op: ChildOp) -> Result<ChildEvent, ChildError> {
+        loop {
+            let event = self.next_event()?;
+            let about = match &event {
+                ChildEvent::ReadGranted { op, .. }
+                | ChildEvent::WriteGranted { op, .. }
+                | ChildEvent::Published { op, .. }
+                | ChildEvent::Aborted { op }
+                | ChildEvent::Released { op }
+                | ChildEvent::Failed { op, .. }
+                | ChildEvent::Stat { op, .. }
+                | ChildEvent::Done { op, .. } => Some(*op),
+                _ => None,
+            };
+            if about == Some(op) {
+                return Ok(event);
+            }
+        }
+    }
+
+    fn release(&mut self, op: ChildOp) -> Result<(), ChildError> {
+        self.send(&ChildRequest::Release { op })?;
+        match self.wait(op)? {
+            ChildEvent::Released { .. } => Ok(()),
+            ChildEvent::Failed { error, .. } => Err(ChildError::Failed(error)),
+            other => Err(protocol(format!("unexpected {other:?} at release"))),
+        }
+    }
+
+    /// Writes a blob of `length` bytes in place — `fill` gets the payload in the shared arena —
+    /// then seals it (BLAKE3) and publishes it at `path` (replacing what was there).
+    pub fn write(
+        &mut self,
+        path: &str,
+        length: u64,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<Revision, ChildError> {
+        self.write_with(path, length, false, fill)
+    }
+
+    /// [`write`](Self::write), failing `PathExists` if something is at `path`.
+    pub fn write_with(
+        &mut self,
+        path: &str,
+        length: u64,
+        exclusive: bool,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<Revision, ChildError> {
+        let op = self.op();
+        self.send(&ChildRequest::OpenWrite {
+            op,
+            path: path.to_owned(),
+            length,
+            digest: DigestKind::Blake3,
+            exclusive,
+        })?;
+        let lease = match self.wait(op)? {
+            ChildEvent::WriteGranted { lease, .. } => lease,
+            ChildEvent::Failed { error, .. } => return Err(ChildError::Failed(error)),
+            other => return Err(protocol(format!("unexpected {other:?} at open"))),
+        };
+        let e = expected(&lease, BlobAccess::Writable);
+        let mem = self.arena.as_mut_slice();
+        match blob::payload_mut(mem, &e) {
+            Ok(payload) => fill(payload),
+            Err(error) => {
+                return Err(protocol(format!(
+                    "the granted lease is unusable: {error:?}"
+                )));
+            }
+        }
+        blob::child_seal(mem, &e).map_err(|error| protocol(format!("seal: {error:?}")))?;
+        self.send(&ChildRequest::Seal { op })?;
+        let outcome = match self.wait(op)? {
+            ChildEvent::Published { revision, .. } => Ok(revision),
+            ChildEvent::Failed { error, .. } => Err(ChildError::Failed(error)),
+            other => Err(protocol(format!("unexpected {other:?} at seal"))),
+        };
+        self.release(op)?;
+        outcome
+    }
+
+    /// Publishes `bytes` at `path`.
+    pub fn put(&mut self, path: &str, bytes: &[u8]) -> Result<Revision, ChildError> {
+        self.write(path, bytes.len() as u64, |payload| {
+            payload.copy_from_slice(bytes);
+        })
+    }
+
+    /// Reads the blob at `path` into a fresh lease; the view maps it without copying.
+    pub fn read(&mut self, path: &str) -> Result<BlobView<'_>, ChildError> {
+        let op = self.op();
+        self.send(&ChildRequest::OpenRead {
+            op,
+            path: path.to_owned(),
+            expected_revision: None,
+        })?;
+        match self.wait(op)? {
+            ChildEvent::ReadGranted {
+                lease, revision, ..
+            } => {
+                let e = expected(&lease, BlobAccess::ReadOnly);
+                blob::validate(self.arena.as_slice(), &e, BlobState::Sealed, false).map_err(
+                    |error| protocol(format!("the granted lease is unusable: {error:?}")),
+                )?;
+                Ok(BlobView {
+                    session: self,
+                    op,
+                    expected: e,
+                    revision,
+                })
+            }
+            ChildEvent::Failed { error, .. } => Err(ChildError::Failed(error)),
+            other => Err(protocol(format!("unexpected {other:?} at open"))),
+        }
+    }
+
+    /// What is at `path`.
+    pub fn stat(&mut self, path: &str) -> Result<Stat, ChildError> {
+        let op = self.op();
+        self.send(&ChildRequest::Stat {
+            op,
+            path: path.to_owned(),
+        })?;
+        match self.wait(op)? {
+            ChildEvent::Stat {
+                kind,
+                revision,
+                length,
+                ..
+            } => Ok(Stat {
+                kind,
+                revision,
+                length,
+            }),
+            ChildEvent::Failed { error, .. } => Err(ChildError::Failed(error)),
+            other => Err(protocol(format!("unexpected {other:?} at stat"))),
+        }
+    }
+
+    /// Moves `from` to `to` (replacing what is there if `replace`).
+    pub fn rename(&mut self, from: &str, to: &str, replace: bool) -> Result<Revision, ChildError> {
+        let op = self.op();
+        self.send(&ChildRequest::Move {
+            op,
+            from: from.to_owned(),
+            to: to.to_owned(),
+            replace,
+        })?;
+        self.done(op)
+    }
+
+    /// Unlinks `path` (if it still has `expected_revision`, when given).
+    pub fn remove(
+        &mut self,
+        path: &str,
+        expected_revision: Option<Revision>,
+    ) -> Result<Revision, ChildError> {
+        let op = self.op();
+        self.send(&ChildRequest::Remove {
+            op,
+            path: path.to_owned(),
+            expected_revision,
+        })?;
+        self.done(op)
+    }
+
+    fn done(&mut self, op: ChildOp) -> Result<Revision, ChildError> {
+        match self.wait(op)? {
+            ChildEvent::Done { revision, .. } => Ok(revision),
+            ChildEvent::Failed { error, .. } => Err(ChildError::Failed(error)),
+            other => Err(protocol(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// Closes the session (published blobs stay).
+    pub fn close(mut self) -> Result<(), ChildError> {
+        self.send(&ChildRequest::Close)?;
+        loop {
+            if let ChildEvent::Closed = self.next_event()? {
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn expected(lease: &LeaseView, access: BlobAccess) -> Expected {
+    Expected {
+        offset: lease.offset,
+        length: lease.length,
+        generation: lease.generation,
+        access,
+        digest_kind: lease.digest,
+    }
+}
+
+/// A read blob, mapped in the shared arena. Dropping it releases the lease.
+#[derive(Debug)]
+pub struct BlobView<'a> {
+    session: &'a mut ChildSession,
+    op: ChildOp,
+    expected: Expected,
+    revision: Revision,
+}
+
+impl BlobView<'_> {
+    /// The blob's bytes (in place: nothing was copied to get them here).
+    pub fn bytes(&self) -> &[u8] {
+        blob::payload(self.session.arena.as_slice(), &self.expected).unwrap_or_default()
+    }
+
+    /// The revision that was read.
+    pub fn revision(&self) -> Revision {
+        self.revision
+    }
+}
+
+impl Drop for BlobView<'_> {
+    fn drop(&mut self) {
+        let _ = self.session.release(self.op);
+    }
+}

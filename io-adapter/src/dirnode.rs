@@ -1,0 +1,460 @@
+//! The directory node: the authoritative `Directory` machine, its durable log, and the TCP
+//! endpoint hosts connect to.
+//!
+//! One driver thread owns everything. It waits for a connection event or the machine's timer,
+//! handles every event already queued (a batch), appends the records of every step to the log,
+//! syncs **once** for the batch (group commit), and only then executes the effects that came
+//! after the first record — replies, `Retire`s, timers, route watches (DESIGN §3). A failed
+//! sync stops the node (fail-stop); on restart it recovers from the log with a higher epoch.
+//!
+//! The node also keeps the *membership*: hosts are identified by the address they listen on;
+//! the first `HostHello` from an address assigns it a node id, and a hello with a new boot
+//! nonce (the host process restarted) raises its incarnation. The table is a small file
+//! written crash-atomically before the `Welcome` that announces it. Benchmark and test clients
+//! that only send calls say `ClientHello` and get a transient node id.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::thread;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
+use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
+use dataplane_core::effect::{Effect, Outbox, Timer};
+use dataplane_core::ids::{Address, NodeId};
+use dataplane_core::log::LogRecord;
+use dataplane_core::time::{Duration, Instant};
+use dataplane_core::wire::{Envelope, Message};
+use serde::{Deserialize, Serialize};
+
+use crate::driver::{Barrier, Clock, read_state, write_state};
+use crate::log::{DurableLog, LogError};
+use crate::net::{Conn, ConnId, Event, Link, Peer, spawn_tcp};
+
+/// Transient node ids (clients that are not hosts) start here.
+pub const TRANSIENT_NODE_BASE: u64 = 1 << 40;
+/// Events handled per batch before the log is synced and held effects go out.
+const BATCH_MAX: usize = 1024;
+/// The log is compacted once it is this large and twice its size after the last compaction.
+const COMPACT_MIN_BYTES: u64 = 4 << 20;
+
+/// How a directory node is set up.
+#[derive(Clone, Debug)]
+pub struct DirectoryOptions {
+    /// Where hosts connect (`host:port`).
+    pub listen: String,
+    /// The log and the membership table.
+    pub data_dir: PathBuf,
+    /// The directory's retry tick.
+    pub retry_period: Duration,
+}
+
+/// Why a directory node stopped.
+#[derive(Debug)]
+pub enum NodeError {
+    /// The log failed (fail-stop: restart the node to recover).
+    Log(LogError),
+    /// Recovery refused the log.
+    Recovery(String),
+    /// Listening or the state file failed.
+    Io(String),
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeError::Log(e) => write!(
+                f,
+                "durable log: {e} (the node stops; restart it to recover)"
+            ),
+            NodeError::Recovery(e) => write!(f, "recovery: {e}"),
+            NodeError::Io(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::error::Error for NodeError {}
+
+impl From<LogError> for NodeError {
+    fn from(e: LogError) -> Self {
+        NodeError::Log(e)
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Membership {
+    /// Directory boots so far (the directory's address carries it).
+    boots: u64,
+    next_node: u64,
+    hosts: BTreeMap<String, HostRecord>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct HostRecord {
+    node: NodeId,
+    incarnation: u64,
+    boot_nonce: u64,
+}
+
+#[allow(clippy::large_enum_variant)] // Frames dominate; see `Link`.
+enum DirEvent {
+    Accepted(TcpStream),
+    Net(Event<Link>),
+}
+
+fn wrap(e: Event<Link>) -> DirEvent {
+    DirEvent::Net(e)
+}
+
+/// A connection and who is on it.
+struct Connected {
+    conn: Conn,
+    node: Option<(NodeId, u64)>,
+    host: bool,
+}
+
+struct DirectoryNode {
+    clock: Clock,
+    address: Address,
+    machine: Directory,
+    log: DurableLog,
+    compacted_at: u64,
+    membership: Membership,
+    membership_path: PathBuf,
+    conns: BTreeMap<ConnId, Connected>,
+    by_node: BTreeMap<NodeId, ConnId>,
+    next_conn: ConnId,
+    next_transient: u64,
+    timer: Option<Instant>,
+    barrier: Barrier,
+    watched: BTreeSet<Address>,
+    routes: VecDeque<(Address, bool)>,
+    events: Sender<DirEvent>,
+    outbox: Outbox,
+}
+
+/// Runs a directory node until its log fails (it never returns `Ok` otherwise).
+pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
+    let io = |what: &str, e: std::io::Error| NodeError::Io(format!("{what}: {e}"));
+    std::fs::create_dir_all(&options.data_dir).map_err(|e| io("data directory", e))?;
+    let membership_path = options.data_dir.join("membership");
+    let mut membership: Membership = read_state(&membership_path)
+        .map_err(|e| io("membership", e))?
+        .unwrap_or_default();
+    membership.boots += 1;
+    membership.next_node = membership.next_node.max(1);
+    write_state(&membership_path, &membership).map_err(|e| io("membership", e))?;
+    let (log, recovered) = DurableLog::open(&options.data_dir.join("log"))?;
+    let clock = Clock::new();
+    let address = Address::new(NodeId(0), membership.boots, 0);
+    let config = DirectoryConfig {
+        address,
+        retry_period: options.retry_period,
+    };
+    let mut outbox = Outbox::new();
+    let machine = Directory::recover(
+        config,
+        &recovered.records,
+        &mut ActorSources,
+        clock.now(),
+        &mut outbox,
+    )
+    .map_err(|e| NodeError::Recovery(format!("{e:?}")))?;
+    let listener = TcpListener::bind(&options.listen).map_err(|e| io(&options.listen, e))?;
+    let (events, inbox) = unbounded();
+    let accept_events = events.clone();
+    thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            if accept_events.send(DirEvent::Accepted(stream)).is_err() {
+                return;
+            }
+        }
+    });
+    let compacted_at = log.len_bytes();
+    let mut node = DirectoryNode {
+        clock,
+        address,
+        machine,
+        log,
+        compacted_at,
+        membership,
+        membership_path,
+        conns: BTreeMap::new(),
+        by_node: BTreeMap::new(),
+        next_conn: 1,
+        next_transient: TRANSIENT_NODE_BASE,
+        timer: None,
+        barrier: Barrier::default(),
+        watched: BTreeSet::new(),
+        routes: VecDeque::new(),
+        events,
+        outbox: Outbox::new(),
+    };
+    let effects = outbox.take();
+    node.execute(effects)?;
+    node.run(&inbox)
+}
+
+impl DirectoryNode {
+    fn run(&mut self, inbox: &Receiver<DirEvent>) -> Result<(), NodeError> {
+        loop {
+            let wait = self
+                .timer
+                .map_or(std::time::Duration::from_secs(1), |at| self.clock.until(at));
+            match inbox.recv_timeout(wait) {
+                Ok(event) => self.handle(event)?,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+            for _ in 0..BATCH_MAX {
+                match inbox.try_recv() {
+                    Ok(event) => self.handle(event)?,
+                    Err(_) => break,
+                }
+            }
+            if self.timer.is_some_and(|at| at <= self.clock.now()) {
+                self.timer = None;
+                let now = self.clock.now();
+                let _ = self
+                    .machine
+                    .handle_timer(now, Timer::DirectoryRetry, &mut self.outbox);
+                self.step_effects()?;
+            }
+            while let Some((target, routable)) = self.routes.pop_front() {
+                if self.watched.contains(&target) {
+                    let now = self.clock.now();
+                    self.machine
+                        .handle_route(now, target, routable, &mut self.outbox);
+                    self.step_effects()?;
+                }
+            }
+            self.commit()?;
+        }
+    }
+
+    /// Syncs the batch's records once, then lets the held effects go.
+    fn commit(&mut self) -> Result<(), NodeError> {
+        if self.log.written() > self.log.synced() {
+            self.log.sync()?;
+        }
+        if self.barrier.armed() {
+            let held = self.barrier.release();
+            for effect in held {
+                self.perform(effect);
+            }
+        }
+        let len = self.log.len_bytes();
+        if len >= COMPACT_MIN_BYTES && len >= self.compacted_at.saturating_mul(2) {
+            let snapshot: Vec<LogRecord> = self.machine.snapshot_records();
+            self.log.compact(&snapshot)?;
+            self.compacted_at = self.log.len_bytes().max(1);
+        }
+        Ok(())
+    }
+
+    fn step_effects(&mut self) -> Result<(), NodeError> {
+        let effects = self.outbox.take();
+        self.execute(effects)
+    }
+
+    fn execute(&mut self, effects: Vec<Effect>) -> Result<(), NodeError> {
+        for effect in effects {
+            if let Effect::Persist(record) = &effect {
+                self.log.append(record)?;
+                self.barrier.arm();
+                continue;
+            }
+            if let Some(effect) = self.barrier.hold(effect) {
+                self.perform(effect);
+            }
+        }
+        Ok(())
+    }
+
+    fn perform(&mut self, effect: Effect) {
+        match effect {
+            Effect::Send { to, message } => self.send(to, message),
+            Effect::SetTimer { at, .. } => self.timer = Some(at),
+            Effect::CancelTimer { .. } => self.timer = None,
+            Effect::WatchRoute { target } => {
+                self.watched.insert(target);
+                let routable = self.routable(target);
+                self.routes.push_back((target, routable));
+            }
+            Effect::UnwatchRoute { target } => {
+                self.watched.remove(&target);
+            }
+            Effect::Persist(_) => {}
+        }
+    }
+
+    fn routable(&self, target: Address) -> bool {
+        self.by_node
+            .get(&target.node)
+            .and_then(|c| self.conns.get(c))
+            .and_then(|c| c.node)
+            .is_some_and(|(_, incarnation)| incarnation == target.incarnation)
+    }
+
+    fn send(&mut self, to: Address, message: Message) {
+        let Some(conn) = self.by_node.get(&to.node).and_then(|c| self.conns.get(c)) else {
+            return; // Unreachable now: obligations are re-sent, replies are re-asked.
+        };
+        let envelope = Envelope {
+            from: self.address,
+            to,
+            message,
+        };
+        conn.conn.send(&Link::Frame(envelope));
+    }
+
+    fn handle(&mut self, event: DirEvent) -> Result<(), NodeError> {
+        match event {
+            DirEvent::Accepted(stream) => {
+                let id = self.next_conn;
+                self.next_conn += 1;
+                if let Ok(conn) = spawn_tcp(id, stream, self.events.clone(), wrap) {
+                    self.conns.insert(
+                        id,
+                        Connected {
+                            conn,
+                            node: None,
+                            host: false,
+                        },
+                    );
+                }
+            }
+            DirEvent::Net(Event::Closed(id, _reason)) => {
+                if let Some(c) = self.conns.remove(&id) {
+                    if let Some((node, _)) = c.node {
+                        if self.by_node.get(&node) == Some(&id) {
+                            self.by_node.remove(&node);
+                            self.report_node(node);
+                        }
+                    }
+                }
+            }
+            DirEvent::Net(Event::Received(id, link)) => self.link(id, link)?,
+        }
+        Ok(())
+    }
+
+    fn link(&mut self, id: ConnId, link: Link) -> Result<(), NodeError> {
+        let Some(c) = self.conns.get(&id) else {
+            return Ok(());
+        };
+        match link {
+            Link::HostHello { listen, boot_nonce } if c.node.is_none() => {
+                let record = match self.membership.hosts.get(&listen) {
+                    Some(r) if r.boot_nonce == boot_nonce => r.clone(),
+                    Some(r) => HostRecord {
+                        node: r.node,
+                        incarnation: r.incarnation + 1,
+                        boot_nonce,
+                    },
+                    None => {
+                        let node = NodeId(self.membership.next_node);
+                        self.membership.next_node += 1;
+                        HostRecord {
+                            node,
+                            incarnation: 1,
+                            boot_nonce,
+                        }
+                    }
+                };
+                let changed = self
+                    .membership
+                    .hosts
+                    .get(&listen)
+                    .is_none_or(|r| r.boot_nonce != boot_nonce);
+                if changed {
+                    self.membership.hosts.insert(listen, record.clone());
+                    write_state(&self.membership_path, &self.membership)
+                        .map_err(|e| NodeError::Io(format!("membership: {e}")))?;
+                }
+                self.attach(id, record.node, record.incarnation, true);
+                self.broadcast_peers();
+            }
+            Link::ClientHello if c.node.is_none() => {
+                let node = NodeId(self.next_transient);
+                self.next_transient += 1;
+                self.attach(id, node, 1, false);
+            }
+            Link::Frame(envelope) if c.node.is_some() => {
+                let now = self.clock.now();
+                if self
+                    .machine
+                    .handle_message(now, envelope.message, &mut self.outbox)
+                    .is_ok()
+                {
+                    self.step_effects()?;
+                }
+            }
+            _ => {
+                // A frame out of protocol: the peer is broken or hostile.
+                c.conn.close();
+            }
+        }
+        Ok(())
+    }
+
+    fn attach(&mut self, id: ConnId, node: NodeId, incarnation: u64, host: bool) {
+        if let Some(old) = self.by_node.insert(node, id) {
+            if old != id {
+                if let Some(c) = self.conns.get_mut(&old) {
+                    c.node = None;
+                    c.conn.close();
+                }
+            }
+        }
+        let peers = self.peers(Some(node));
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        c.node = Some((node, incarnation));
+        c.host = host;
+        c.conn.send(&Link::Welcome {
+            node,
+            incarnation,
+            directory: self.address,
+            epoch: self.machine.epoch(),
+            peers,
+        });
+        self.report_node(node);
+    }
+
+    /// Every watched target on `node` gets a fresh route report.
+    fn report_node(&mut self, node: NodeId) {
+        let targets: Vec<Address> = self
+            .watched
+            .iter()
+            .copied()
+            .filter(|a| a.node == node)
+            .collect();
+        for target in targets {
+            let routable = self.routable(target);
+            self.routes.push_back((target, routable));
+        }
+    }
+
+    fn peers(&self, except: Option<NodeId>) -> Vec<Peer> {
+        self.membership
+            .hosts
+            .iter()
+            .filter(|(_, r)| Some(r.node) != except && self.by_node.contains_key(&r.node))
+            .map(|(listen, r)| Peer {
+                node: r.node,
+                incarnation: r.incarnation,
+                listen: listen.clone(),
+            })
+            .collect()
+    }
+
+    fn broadcast_peers(&self) {
+        for c in self.conns.values().filter(|c| c.host) {
+            let me = c.node.map(|(n, _)| n);
+            c.conn.send(&Link::Peers(self.peers(me)));
+        }
+    }
+}

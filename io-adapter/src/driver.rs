@@ -1,0 +1,120 @@
+//! What every node's driver thread shares: the clock, effect execution with the `Persist`
+//! barrier, and a small persisted state file.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::Path;
+use std::time::Instant as WallInstant;
+
+use dataplane_core::effect::Effect;
+use dataplane_core::time::{Duration, Instant};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// The machines' clock: nanoseconds since the process started (monotonic).
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    start: WallInstant,
+}
+
+impl Clock {
+    /// A clock starting now.
+    pub fn new() -> Clock {
+        Clock {
+            start: WallInstant::now(),
+        }
+    }
+
+    /// The machines' `now`.
+    pub fn now(&self) -> Instant {
+        let nanos = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        Instant::ZERO.saturating_add(Duration::from_nanos(nanos))
+    }
+
+    /// How long until `at` (zero if it passed).
+    pub fn until(&self, at: Instant) -> std::time::Duration {
+        std::time::Duration::from_nanos(at.saturating_since(self.now()).as_nanos())
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::new()
+    }
+}
+
+/// Effects that must wait for the log: once a step persisted a record, every later effect of
+/// the batch waits until the sync that covers it (DESIGN §3).
+#[derive(Debug, Default)]
+pub struct Barrier {
+    held: Vec<Effect>,
+    armed: bool,
+}
+
+impl Barrier {
+    /// A `Persist` was appended: everything after it waits.
+    pub fn arm(&mut self) {
+        self.armed = true;
+    }
+
+    /// Whether `effect` must wait (it is then kept).
+    pub fn hold(&mut self, effect: Effect) -> Option<Effect> {
+        if self.armed {
+            self.held.push(effect);
+            None
+        } else {
+            Some(effect)
+        }
+    }
+
+    /// Whether anything waits for a sync.
+    pub fn armed(&self) -> bool {
+        self.armed
+    }
+
+    /// The log was synced: everything held may go, in order.
+    pub fn release(&mut self) -> Vec<Effect> {
+        self.armed = false;
+        std::mem::take(&mut self.held)
+    }
+}
+
+/// Reads a small state file (`None` if it does not exist).
+pub fn read_state<T: DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
+    match fs::read(path) {
+        Ok(bytes) => postcard::from_bytes(&bytes).map(Some).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {e}", path.display()),
+            )
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Replaces a small state file crash-atomically: write a temporary file, sync it, rename it
+/// over the old one, sync the directory.
+pub fn write_state<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
+    let bytes = postcard::to_allocvec(value).map_err(|e| io::Error::other(e.to_string()))?;
+    let tmp = path.with_extension("tmp");
+    {
+        let mut file = File::create(&tmp)?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// A random 64-bit value from the kernel (nonces, capabilities).
+pub fn random_u64() -> u64 {
+    let mut bytes = [0u8; 8];
+    if let Ok(mut f) = File::open("/dev/urandom") {
+        let _ = io::Read::read_exact(&mut f, &mut bytes);
+    }
+    u64::from_le_bytes(bytes) ^ u64::from(std::process::id())
+}

@@ -1,0 +1,24 @@
+//! # dataplane-io
+//!
+//! The thin real-IO adapter around the pure machines of `dataplane-core`: it owns the clocks,
+//! the sockets, the files and the shared memory, and does exactly what the machines' effects
+//! say, in order, holding back everything behind a `Persist` until the log is synced
+//! (DESIGN §3).
+//!
+//! * [`log`] — the durable log: append + `fdatasync` with group commit, compaction to a snapshot
+//!   with an atomic rename, recovery that cuts a torn tail; a failed sync is fail-stop.
+//! * [`frame`] — length-prefixed postcard frames with the core's size limit and typed errors.
+//! * [`arena`] — the arena: `memmap2` over a `memfd`, passed to child processes over a Unix
+//!   socket (`SCM_RIGHTS`), so payload bytes never travel through messages on one host.
+//!
+//! `unsafe` is allowed only in [`arena`] (mapping shared memory, passing descriptors), each use
+//! with its safety argument.
+
+pub mod arena;
+pub mod child;
+pub mod dirnode;
+pub mod driver;
+pub mod frame;
+pub mod hostnode;
+pub mod log;
+pub mod net;

@@ -1,0 +1,228 @@
+//! Connections: one reader thread and one writer thread per socket, feeding and fed by the
+//! node's single driver thread through `crossbeam-channel`.
+//!
+//! * A reader decodes frames ([`crate::frame`]) and hands each to the driver as
+//!   [`Event::Received`]; on the first error (a malformed or oversized frame, a truncated stream,
+//!   an IO error) it reports [`Event::Closed`] with the reason and shuts the socket down: a
+//!   peer that sends garbage is disconnected, everyone else is unaffected.
+//! * A writer sends the frames the driver queued, in order. Its queue is bounded
+//!   ([`WRITE_QUEUE_FRAMES`]): when a peer does not keep up, frames are dropped, which every
+//!   protocol here tolerates (requests are re-sent, transfers re-ask chunks).
+//!
+//! Between nodes the frames are [`Link`]s: a short handshake, then core envelopes.
+
+use std::io::{self, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::thread;
+
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+use dataplane_core::ids::{Address, AuthorityEpoch, NodeId};
+use dataplane_core::wire::Envelope;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::frame::{FrameReader, encode_frame};
+
+/// Frames a writer queues before it drops new ones.
+pub const WRITE_QUEUE_FRAMES: usize = 4096;
+
+/// A connection's number (unique within a process).
+pub type ConnId = u64;
+
+/// A peer host as the directory node announces it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peer {
+    /// Its node id.
+    pub node: NodeId,
+    /// Its current incarnation.
+    pub incarnation: u64,
+    /// Where it accepts connections from other hosts.
+    pub listen: String,
+}
+
+/// What nodes say to each other over TCP. (Mostly `Frame`s: boxing them would cost an
+/// allocation per frame for the rare handshakes' sake.)
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Link {
+    /// A host's first frame to the directory node: where it listens, and a nonce that is new
+    /// every time the host process starts (so a restart is told from a reconnect).
+    HostHello {
+        /// Its listen address (its identity: the same address keeps its node id).
+        listen: String,
+        /// New per process start.
+        boot_nonce: u64,
+    },
+    /// A program that only sends calls (a benchmark, a test) gets a transient node id.
+    ClientHello,
+    /// The directory node's answer: the host's node id and incarnation, who serves, the peers.
+    Welcome {
+        /// The host's node id.
+        node: NodeId,
+        /// The host's incarnation (raised on every restart).
+        incarnation: u64,
+        /// The directory's address.
+        directory: Address,
+        /// Its authority epoch (replies from another epoch are not accepted).
+        epoch: AuthorityEpoch,
+        /// Every other host.
+        peers: Vec<Peer>,
+    },
+    /// The peer table changed.
+    Peers(Vec<Peer>),
+    /// A host's first frame to another host.
+    PeerHello {
+        /// The connecting host.
+        node: NodeId,
+        /// Its incarnation.
+        incarnation: u64,
+    },
+    /// A core frame.
+    Frame(Envelope),
+}
+
+/// What a connection thread tells the driver.
+#[derive(Debug)]
+pub enum Event<T> {
+    /// A frame arrived.
+    Received(ConnId, T),
+    /// The connection ended (`reason` says why; a clean close reads "closed by the peer").
+    Closed(ConnId, String),
+}
+
+/// The driver's handle on one connection: queue frames, or close it.
+#[derive(Debug, Clone)]
+pub struct Conn {
+    /// Its number.
+    pub id: ConnId,
+    queue: Sender<Vec<u8>>,
+    closer: Closer,
+}
+
+#[derive(Debug, Clone)]
+enum Closer {
+    Tcp(std::sync::Arc<TcpStream>),
+    Unix(std::sync::Arc<UnixStream>),
+}
+
+impl Closer {
+    fn shutdown(&self) {
+        let _ = match self {
+            Closer::Tcp(s) => s.shutdown(Shutdown::Both),
+            Closer::Unix(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+}
+
+impl Conn {
+    /// Queues one frame; returns false if it was dropped (queue full or connection gone).
+    pub fn send<T: Serialize>(&self, value: &T) -> bool {
+        let mut bytes = Vec::new();
+        if encode_frame(value, &mut bytes).is_err() {
+            return false;
+        }
+        match self.queue.try_send(bytes) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
+        }
+    }
+
+    /// Closes the connection (both threads end; the reader reports `Closed`).
+    pub fn close(&self) {
+        self.closer.shutdown();
+    }
+}
+
+/// Starts the reader and writer threads of a TCP connection. Frames of type `T` arrive on
+/// `events` wrapped by `wrap`.
+pub fn spawn_tcp<T, E>(
+    id: ConnId,
+    stream: TcpStream,
+    events: Sender<E>,
+    wrap: fn(Event<T>) -> E,
+) -> io::Result<Conn>
+where
+    T: DeserializeOwned + Send + 'static,
+    E: Send + 'static,
+{
+    stream.set_nodelay(true)?;
+    let reader = stream.try_clone()?;
+    let writer = stream.try_clone()?;
+    let shared = std::sync::Arc::new(stream);
+    let (queue, rx) = bounded(WRITE_QUEUE_FRAMES);
+    spawn_writer(writer, rx, Closer::Tcp(shared.clone()));
+    spawn_reader(id, reader, events, wrap, Closer::Tcp(shared.clone()));
+    Ok(Conn {
+        id,
+        queue,
+        closer: Closer::Tcp(shared),
+    })
+}
+
+/// Starts the reader and writer threads of a Unix-socket connection (a child process). The
+/// reader starts with `reader` (which may already hold buffered bytes).
+pub fn spawn_unix<T, E>(
+    id: ConnId,
+    stream: UnixStream,
+    events: Sender<E>,
+    wrap: fn(Event<T>) -> E,
+) -> io::Result<Conn>
+where
+    T: DeserializeOwned + Send + 'static,
+    E: Send + 'static,
+{
+    let reader = stream.try_clone()?;
+    let writer = stream.try_clone()?;
+    let shared = std::sync::Arc::new(stream);
+    let (queue, rx) = bounded(WRITE_QUEUE_FRAMES);
+    spawn_writer(writer, rx, Closer::Unix(shared.clone()));
+    spawn_reader(id, reader, events, wrap, Closer::Unix(shared.clone()));
+    Ok(Conn {
+        id,
+        queue,
+        closer: Closer::Unix(shared),
+    })
+}
+
+fn spawn_writer<W: Write + Send + 'static>(mut w: W, rx: Receiver<Vec<u8>>, closer: Closer) {
+    thread::spawn(move || {
+        while let Ok(bytes) = rx.recv() {
+            if w.write_all(&bytes).is_err() {
+                closer.shutdown();
+                return;
+            }
+        }
+        // The driver dropped the connection: close it.
+        closer.shutdown();
+    });
+}
+
+fn spawn_reader<R, T, E>(
+    id: ConnId,
+    r: R,
+    events: Sender<E>,
+    wrap: fn(Event<T>) -> E,
+    closer: Closer,
+) where
+    R: io::Read + Send + 'static,
+    T: DeserializeOwned + Send + 'static,
+    E: Send + 'static,
+{
+    thread::spawn(move || {
+        let mut reader = FrameReader::new(r);
+        let reason = loop {
+            match reader.read_frame::<T>() {
+                Ok(Some(frame)) => {
+                    if events.send(wrap(Event::Received(id, frame))).is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => break "closed by the peer".to_owned(),
+                Err(error) => break error.to_string(),
+            }
+        };
+        closer.shutdown();
+        let _ = events.send(wrap(Event::Closed(id, reason)));
+    });
+}
