@@ -138,7 +138,7 @@ fn run(socket: &std::path::Path, args: &[String]) -> Result<(), (u8, String)> {
             let stat = session.stat(path).map_err(child)?;
             match (stat.kind, stat.length) {
                 (EntryKind::Blob, Some(length)) => {
-                    println!("{path}: blob, {length} bytes, {}", stat.revision)
+                    println!("{path}: blob, {length} bytes, {}", stat.revision);
                 }
                 (EntryKind::Stream, _) => println!("{path}: stream, {}", stat.revision),
                 (kind, _) => println!("{path}: {kind:?}, {}", stat.revision),
