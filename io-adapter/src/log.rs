@@ -104,7 +104,8 @@
 //! on restart. Refusing a record that is too large ([`LogError::TooLarge`]) or a compaction
 //! with unsynced records ([`LogError::Unsynced`]) writes nothing and does not poison.
 //!
-//! The log assumes it is the only writer of its directory (it takes no lock).
+//! The log is the only writer of its directory: `open` takes an exclusive `flock` on a `lock`
+//! file there and fails if another process holds it.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -222,6 +223,8 @@ pub struct Recovered {
 /// One directory's durable log in one data directory. See the module documentation.
 #[derive(Debug)]
 pub struct DurableLog {
+    /// Held (`flock`) for as long as the log is open.
+    _lock: File,
     dir: PathBuf,
     generation: u64,
     log_path: PathBuf,
@@ -239,6 +242,22 @@ impl DurableLog {
     /// cuts the torn tail of its log, makes what it read durable and removes leftovers.
     pub fn open(dir: &Path) -> Result<(DurableLog, Recovered), LogError> {
         ensure_dir(dir)?;
+        // One process per data directory: a second directory node on the same files would
+        // corrupt them. The lock lives as long as the log (the lock file stays).
+        let lock_path = dir.join("lock");
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io_error("open lock", &lock_path))?;
+        if lock.try_lock().is_err() {
+            return Err(LogError::Io {
+                op: "lock",
+                path: lock_path,
+                source: std::io::Error::other("another process has this data directory open"),
+            });
+        }
         let listing = list(dir)?;
         let (generation, snapshot, discarded_generation) = choose_generation(dir, &listing)?;
 
@@ -305,6 +324,7 @@ impl DurableLog {
             removed,
         };
         let log = DurableLog {
+            _lock: lock,
             dir: dir.to_owned(),
             generation,
             log_path,
@@ -878,9 +898,11 @@ mod tests {
         }
 
         fn names(&self) -> Vec<String> {
+            // The lock file is always there once a log was opened; the tests look at the rest.
             let mut names: Vec<String> = fs::read_dir(self.data())
                 .unwrap()
                 .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|name| name != "lock")
                 .collect();
             names.sort();
             names

@@ -296,3 +296,18 @@ fn measure_group_commit() {
         let _ = std::fs::remove_dir_all(&base);
     }
 }
+
+#[test]
+fn a_second_open_of_the_same_directory_is_refused_while_the_first_is_open() {
+    let dir = std::env::temp_dir().join(format!("dataplane-log-lock-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (first, _) = dataplane_io::log::DurableLog::open(&dir).unwrap();
+    let second = dataplane_io::log::DurableLog::open(&dir);
+    assert!(second.is_err(), "two logs on one directory");
+    drop(first);
+    assert!(
+        dataplane_io::log::DurableLog::open(&dir).is_ok(),
+        "the lock goes with the log"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
