@@ -555,7 +555,7 @@ fn rate(per_sec: f64) -> String {
 }
 
 fn size_label(bytes: u64) -> String {
-    if bytes % MIB == 0 {
+    if bytes.is_multiple_of(MIB) {
         format!("{}MiB", bytes / MIB)
     } else {
         format!("{bytes}B")
@@ -602,7 +602,7 @@ fn interleave(
     while reps < budget.min_reps || (reps < budget.max_reps && started.elapsed() < budget.min_wall)
     {
         // Which side goes first alternates, so neither always runs on a warmer cache.
-        for is_ours in [reps % 2 == 0, reps % 2 != 0] {
+        for is_ours in [reps.is_multiple_of(2), !reps.is_multiple_of(2)] {
             if is_ours {
                 ours_rates.push(bytes as f64 / ours().as_secs_f64());
             } else {

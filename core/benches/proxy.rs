@@ -404,7 +404,7 @@ fn main() {
         || chunks < budget.min_chunks
     {
         // Alternate which side goes first, so neither always runs on a warmer cache.
-        let sides: [bool; 2] = if chunks % 2 == 0 {
+        let sides: [bool; 2] = if chunks.is_multiple_of(2) {
             [true, false]
         } else {
             [false, true]

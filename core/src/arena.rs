@@ -186,11 +186,11 @@ impl Arena {
         if self.leases.len() >= ARENA_LEASES_MAX {
             return Err(ArenaError::TooManyLeases);
         }
-        if self.queue.is_empty() {
-            if let Some(start) = self.first_fit(needed) {
-                let ring = self.next_ring_id().ok_or(ArenaError::Overflow)?;
-                return Ok(Allocation::Leased(self.take(ring, start, length, needed)));
-            }
+        if self.queue.is_empty()
+            && let Some(start) = self.first_fit(needed)
+        {
+            let ring = self.next_ring_id().ok_or(ArenaError::Overflow)?;
+            return Ok(Allocation::Leased(self.take(ring, start, length, needed)));
         }
         if self.queue.len() >= ARENA_QUEUE_MAX {
             return Err(ArenaError::QueueFull);
@@ -281,7 +281,7 @@ impl Arena {
     /// No two live leases overlap, all lie in `[0, size)`, free ranges and leases tile
     /// `[0, size)` exactly, free ranges are coalesced, counts are within bounds.
     pub fn check_invariants(&self) -> Result<(), String> {
-        if self.size % BLOB_ALIGNMENT != 0 {
+        if !self.size.is_multiple_of(BLOB_ALIGNMENT) {
             return Err(format!("size {} is not aligned", self.size));
         }
         if self.leases.len() > ARENA_LEASES_MAX {
@@ -374,10 +374,10 @@ impl Arena {
 
     /// Leases `[start, start + needed)`, which must be the start of a free range holding it.
     fn take(&mut self, ring: RingId, start: u64, length: u64, needed: u64) -> Lease {
-        if let Some(end) = self.free.remove(&start) {
-            if end - start > needed {
-                self.free.insert(start + needed, end);
-            }
+        if let Some(end) = self.free.remove(&start)
+            && end - start > needed
+        {
+            self.free.insert(start + needed, end);
         }
         self.free_bytes -= needed;
         let lease = Lease {
@@ -394,11 +394,11 @@ impl Arena {
         self.free_bytes += end - start;
         let mut start = start;
         let mut end = end;
-        if let Some((&before_start, &before_end)) = self.free.range(..start).next_back() {
-            if before_end == start {
-                self.free.remove(&before_start);
-                start = before_start;
-            }
+        if let Some((&before_start, &before_end)) = self.free.range(..start).next_back()
+            && before_end == start
+        {
+            self.free.remove(&before_start);
+            start = before_start;
         }
         if let Some(after_end) = self.free.remove(&end) {
             end = after_end;

@@ -134,7 +134,7 @@ pub struct Expected {
 
 /// The header bytes at `offset`: Bounds if unaligned or outside `mem`.
 fn header_range(mem_len: usize, offset: u64) -> Result<core::ops::Range<usize>, BlobFailure> {
-    if offset % BLOB_ALIGNMENT != 0 {
+    if !offset.is_multiple_of(BLOB_ALIGNMENT) {
         return Err(BlobFailure::Bounds);
     }
     let start = usize::try_from(offset).map_err(|_| BlobFailure::Bounds)?;
@@ -448,16 +448,16 @@ pub fn host_seal(
     } else {
         None
     };
-    if let (Some(want), Some(got)) = (expected_digest, computed) {
-        if want != got {
-            write_state(mem, e.offset, BlobState::Aborted)?;
-            return Err(BlobFailure::Digest);
-        }
+    if let (Some(want), Some(got)) = (expected_digest, computed)
+        && want != got
+    {
+        write_state(mem, e.offset, BlobState::Aborted)?;
+        return Err(BlobFailure::Digest);
     }
-    if header.digest_kind == DigestKind::Blake3 {
-        if let Some(d) = computed {
-            write_digest(mem, e.offset, &d)?;
-        }
+    if header.digest_kind == DigestKind::Blake3
+        && let Some(d) = computed
+    {
+        write_digest(mem, e.offset, &d)?;
     }
     write_state(mem, e.offset, BlobState::Sealed)
 }

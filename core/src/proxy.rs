@@ -501,10 +501,10 @@ impl Proxy {
                 2 * PROXY_PENDING_MAX
             ));
         }
-        if let (Some(next), Some((last, _))) = (self.next_id, self.pending.last_key_value()) {
-            if last.0 >= next {
-                return Err(format!("pending id {last} not below the next id {next}"));
-            }
+        if let (Some(next), Some((last, _))) = (self.next_id, self.pending.last_key_value())
+            && last.0 >= next
+        {
+            return Err(format!("pending id {last} not below the next id {next}"));
         }
         if let Some((id, _)) = self
             .pending

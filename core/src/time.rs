@@ -65,9 +65,9 @@ impl Duration {
 
 impl fmt::Display for Duration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 % 1_000_000_000 == 0 {
+        if self.0.is_multiple_of(1_000_000_000) {
             write!(f, "{}s", self.0 / 1_000_000_000)
-        } else if self.0 % 1_000_000 == 0 {
+        } else if self.0.is_multiple_of(1_000_000) {
             write!(f, "{}ms", self.0 / 1_000_000)
         } else {
             write!(f, "{}ns", self.0)

@@ -1058,11 +1058,11 @@ mod tests {
     #[test]
     fn over_long_descriptors_do_not_decode() {
         let mut envelope = sample();
-        if let Message::Call(call) = &mut envelope.message {
-            if let DirectoryRequest::OpenStream { descriptor, .. } = &mut call.request {
-                // Bypass the constructor to forge an over-long descriptor on the wire.
-                *descriptor = Descriptor(vec![0; DESCRIPTOR_BYTES_MAX + 1]);
-            }
+        if let Message::Call(call) = &mut envelope.message
+            && let DirectoryRequest::OpenStream { descriptor, .. } = &mut call.request
+        {
+            // Bypass the constructor to forge an over-long descriptor on the wire.
+            *descriptor = Descriptor(vec![0; DESCRIPTOR_BYTES_MAX + 1]);
         }
         let bytes = encode(&envelope).unwrap();
         assert!(matches!(decode(&bytes), Err(DecodeError::Malformed(_))));

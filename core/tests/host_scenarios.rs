@@ -521,10 +521,10 @@ impl World {
                 self.dir_timer.map(|at| (at, usize::MAX, 0));
             for (n, node) in self.nodes.iter().enumerate() {
                 for (timer, kind) in [(node.proxy_timer, 1), (node.host_timer, 2)] {
-                    if let Some(at) = timer {
-                        if next.is_none_or(|(best, _, _)| at < best) {
-                            next = Some((at, n, kind));
-                        }
+                    if let Some(at) = timer
+                        && next.is_none_or(|(best, _, _)| at < best)
+                    {
+                        next = Some((at, n, kind));
                     }
                 }
             }
@@ -1019,7 +1019,7 @@ fn lost_and_duplicated_chunks_still_deliver_the_exact_bytes() {
             Message::Chunk { .. } | Message::ChunkRequest { .. }
         ) && {
             c2.set(c2.get() + 1);
-            c2.get() % 3 == 0
+            c2.get().is_multiple_of(3)
         }
     });
     w.duplicate(|f| matches!(f.message, Message::Chunk { .. }));

@@ -613,10 +613,10 @@ impl Harness {
             // The earliest due timer; the directory's first on ties, then proxies in order.
             let mut next: Option<(Instant, Option<P>)> = self.dir_timer.map(|at| (at, None));
             for (p, node) in self.proxies.iter().enumerate() {
-                if let Some(at) = node.timer {
-                    if next.is_none_or(|(best, _)| at < best) {
-                        next = Some((at, Some(p)));
-                    }
+                if let Some(at) = node.timer
+                    && next.is_none_or(|(best, _)| at < best)
+                {
+                    next = Some((at, Some(p)));
                 }
             }
             let Some((at, who)) = next.filter(|(at, _)| *at <= until) else {

@@ -326,13 +326,12 @@ impl DirectoryNode {
                 }
             }
             DirEvent::Net(Event::Closed(id, _reason)) => {
-                if let Some(c) = self.conns.remove(&id) {
-                    if let Some((node, _)) = c.node {
-                        if self.by_node.get(&node) == Some(&id) {
-                            self.by_node.remove(&node);
-                            self.report_node(node);
-                        }
-                    }
+                if let Some(c) = self.conns.remove(&id)
+                    && let Some((node, _)) = c.node
+                    && self.by_node.get(&node) == Some(&id)
+                {
+                    self.by_node.remove(&node);
+                    self.report_node(node);
                 }
             }
             DirEvent::Net(Event::Received(id, link)) => self.link(id, link)?,
@@ -400,13 +399,12 @@ impl DirectoryNode {
     }
 
     fn attach(&mut self, id: ConnId, node: NodeId, incarnation: u64, host: bool) {
-        if let Some(old) = self.by_node.insert(node, id) {
-            if old != id {
-                if let Some(c) = self.conns.get_mut(&old) {
-                    c.node = None;
-                    c.conn.close();
-                }
-            }
+        if let Some(old) = self.by_node.insert(node, id)
+            && old != id
+            && let Some(c) = self.conns.get_mut(&old)
+        {
+            c.node = None;
+            c.conn.close();
         }
         let peers = self.peers(Some(node));
         let Some(c) = self.conns.get_mut(&id) else {

@@ -381,16 +381,16 @@ impl HostNode {
                 .handle_timer(now, Timer::HostTick, mem, &mut self.outbox);
             self.host_effects();
         }
-        if let Some((scope, at)) = self.gone_report {
-            if at <= now {
-                let agent = Address::new(self.node, self.incarnation, AGENT_ACTOR);
-                let message = Message::AddressGone {
-                    scope,
-                    reply_to: agent,
-                };
-                self.route(agent, Address::new(NodeId(0), 0, 0), message);
-                self.gone_report = Some((scope, now.saturating_add(Duration::from_secs(1))));
-            }
+        if let Some((scope, at)) = self.gone_report
+            && at <= now
+        {
+            let agent = Address::new(self.node, self.incarnation, AGENT_ACTOR);
+            let message = Message::AddressGone {
+                scope,
+                reply_to: agent,
+            };
+            self.route(agent, Address::new(NodeId(0), 0, 0), message);
+            self.gone_report = Some((scope, now.saturating_add(Duration::from_secs(1))));
         }
     }
 
@@ -495,10 +495,10 @@ impl HostNode {
             return;
         }
         if to.incarnation == self.incarnation && to.actor == AGENT_ACTOR {
-            if let Message::GoneAcknowledged { scope } = message {
-                if self.gone_report.is_some_and(|(s, _)| s == scope) {
-                    self.gone_report = None;
-                }
+            if let Message::GoneAcknowledged { scope } = message
+                && self.gone_report.is_some_and(|(s, _)| s == scope)
+            {
+                self.gone_report = None;
             }
             return;
         }
@@ -547,10 +547,10 @@ impl HostNode {
             HostEvent::Net(Event::Received(id, link)) => self.link(id, link),
             HostEvent::Net(Event::Closed(id, _)) => {
                 self.conns.remove(&id);
-                if let Some(node) = self.conn_peer.remove(&id) {
-                    if self.peer_conns.get(&node) == Some(&id) {
-                        self.peer_conns.remove(&node);
-                    }
+                if let Some(node) = self.conn_peer.remove(&id)
+                    && self.peer_conns.get(&node) == Some(&id)
+                {
+                    self.peer_conns.remove(&node);
                 }
                 if self.directory_conn == Some(id) {
                     self.directory_conn = None;

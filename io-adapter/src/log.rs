@@ -255,7 +255,7 @@ impl DurableLog {
             return Err(LogError::Io {
                 op: "lock",
                 path: lock_path,
-                source: std::io::Error::other("another process has this data directory open"),
+                source: io::Error::other("another process has this data directory open"),
             });
         }
         let listing = list(dir)?;

@@ -33,7 +33,7 @@ fn call(n: u64) -> Envelope {
                 role: StreamRole::Sink,
                 descriptor: Descriptor::new(vec![n as u8; (n % 50) as usize]).unwrap(),
                 endpoint: addr(n + 2),
-                replace: n % 2 == 0,
+                replace: n.is_multiple_of(2),
                 ensure: false,
                 expected_revision: Some(Revision(n)),
                 operation: OperationId(u128::from(n) << 64),

@@ -301,13 +301,10 @@ fn measure_group_commit() {
 fn a_second_open_of_the_same_directory_is_refused_while_the_first_is_open() {
     let dir = std::env::temp_dir().join(format!("dataplane-log-lock-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let (first, _) = dataplane_io::log::DurableLog::open(&dir).unwrap();
-    let second = dataplane_io::log::DurableLog::open(&dir);
+    let (first, _) = DurableLog::open(&dir).unwrap();
+    let second = DurableLog::open(&dir);
     assert!(second.is_err(), "two logs on one directory");
     drop(first);
-    assert!(
-        dataplane_io::log::DurableLog::open(&dir).is_ok(),
-        "the lock goes with the log"
-    );
+    assert!(DurableLog::open(&dir).is_ok(), "the lock goes with the log");
     let _ = std::fs::remove_dir_all(&dir);
 }

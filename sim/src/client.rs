@@ -354,25 +354,24 @@ impl Client {
                     give_up_at,
                     endpoint,
                 } = plan
+                    && (io.now >= *give_up_at || self.quiescing)
                 {
-                    if io.now >= *give_up_at || self.quiescing {
-                        let DirectoryRequest::OpenStream {
-                            path, operation, ..
-                        } = request
-                        else {
-                            return;
-                        };
-                        // Give up: the proxy retracts the open (it owns the cleanup now).
-                        let cancel = DirectoryRequest::CancelStream {
-                            path: path.clone(),
-                            operation: *operation,
-                        };
-                        io.actions.push(Action::StopEndpoint(*endpoint));
-                        io.actions.push(Action::CancelPending);
-                        self.abandon(cancel);
-                        self.idle(io);
+                    let DirectoryRequest::OpenStream {
+                        path, operation, ..
+                    } = request
+                    else {
                         return;
-                    }
+                    };
+                    // Give up: the proxy retracts the open (it owns the cleanup now).
+                    let cancel = DirectoryRequest::CancelStream {
+                        path: path.clone(),
+                        operation: *operation,
+                    };
+                    io.actions.push(Action::StopEndpoint(*endpoint));
+                    io.actions.push(Action::CancelPending);
+                    self.abandon(cancel);
+                    self.idle(io);
+                    return;
                 }
                 // The guard expired: the proxy lost the request (it answers everything else).
                 let persistent = match plan {
@@ -549,10 +548,10 @@ impl Client {
             }
             _ => {}
         }
-        if let ReplyBody::LookedUp(Ok(node)) = body {
-            if let DirectoryRequest::Lookup { path } = &request {
-                self.observe(path, node.revision);
-            }
+        if let ReplyBody::LookedUp(Ok(node)) = body
+            && let DirectoryRequest::Lookup { path } = &request
+        {
+            self.observe(path, node.revision);
         }
         if is_definitive(body) && !matches!(plan, Plan::Retract) {
             self.remember(request);

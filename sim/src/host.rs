@@ -314,12 +314,12 @@ impl HostNode {
                     // A live source stops serving; an unknown one is answered all the same.
                     self.sources.remove(&actor);
                 }
-                if matches!(message, Message::Displaced { .. }) {
-                    if let Some(client) = self.endpoints.remove(&actor) {
-                        self.clients[client].displaced(to, io);
-                        let actions = std::mem::take(&mut io.actions);
-                        self.apply_actions(client, actions, out);
-                    }
+                if matches!(message, Message::Displaced { .. })
+                    && let Some(client) = self.endpoints.remove(&actor)
+                {
+                    self.clients[client].displaced(to, io);
+                    let actions = std::mem::take(&mut io.actions);
+                    self.apply_actions(client, actions, out);
                 }
                 if let Some((reply_to, reply)) = ack(&message) {
                     let max = io.options.ack_delay_max.as_nanos();

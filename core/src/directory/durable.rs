@@ -614,10 +614,10 @@ impl DurableState {
     pub fn check(&self) -> Result<(), String> {
         self.check_structure()?;
         for (op, record) in &self.operations {
-            if let Outcome::Committed(r) = record.outcome {
-                if r.0 == 0 || r >= self.next_revision {
-                    return Err(format!("operation {op}: revision {r} out of range"));
-                }
+            if let Outcome::Committed(r) = record.outcome
+                && (r.0 == 0 || r >= self.next_revision)
+            {
+                return Err(format!("operation {op}: revision {r} out of range"));
             }
         }
         Ok(())

@@ -102,10 +102,10 @@ impl Directory {
                 self.stream_displaced(endpoint, incarnation, out);
             }
             Message::AddressGone { scope, reply_to } => {
-                if let GoneScope::NodeBefore { node, incarnation } = scope {
-                    if incarnation > self.durable.node_floor(node) {
-                        self.commit(LogRecord::NodeRestarted { node, incarnation }, out);
-                    }
+                if let GoneScope::NodeBefore { node, incarnation } = scope
+                    && incarnation > self.durable.node_floor(node)
+                {
+                    self.commit(LogRecord::NodeRestarted { node, incarnation }, out);
                 }
                 self.complete_gone_obligations(&scope, out);
                 self.end_gone_streams(&scope, out);

@@ -759,10 +759,10 @@ impl Host {
                 },
             );
         }
-        if let Some(session) = self.sessions.get_mut(&b.session) {
-            if session.ops.get(&b.op) == Some(&actor) {
-                session.ops.remove(&b.op);
-            }
+        if let Some(session) = self.sessions.get_mut(&b.session)
+            && session.ops.get(&b.op) == Some(&actor)
+        {
+            session.ops.remove(&b.op);
         }
         self.maybe_closed(b.session, out);
     }
@@ -833,10 +833,9 @@ impl Host {
             }
             if let NamespaceHold::MayBind { source } | NamespaceHold::Bound { source, .. } =
                 b.namespace
+                && b.lease.is_none()
             {
-                if b.lease.is_none() {
-                    return Err(format!("binding {actor}: source {source} without a lease"));
-                }
+                return Err(format!("binding {actor}: source {source} without a lease"));
             }
         }
         if leased.len() != self.arena.live_count() {

@@ -141,17 +141,15 @@ impl HostChecker {
                 }
             }
             Note::Aborted { path, revision } => {
-                if let Some(dir) = dir {
-                    if let Some(Entry::Blob {
+                if let Some(dir) = dir
+                    && let Some(Entry::Blob {
                         revision: bound, ..
                     }) = dir.durable().entry(&path)
-                    {
-                        if *bound == revision {
-                            return Err(format!(
-                                "S36: {path} is still bound at {revision} after its write was aborted"
-                            ));
-                        }
-                    }
+                    && *bound == revision
+                {
+                    return Err(format!(
+                        "S36: {path} is still bound at {revision} after its write was aborted"
+                    ));
                 }
                 Ok("host.aborted")
             }

@@ -695,7 +695,7 @@ impl Checker {
         let durable = dir.durable();
         let large = durable.entry_count() + durable.obligation_count() > INVARIANT_WALK_SMALL;
         self.steps_checked += 1;
-        if (!large || self.steps_checked % INVARIANT_WALK_EVERY == 0)
+        if (!large || self.steps_checked.is_multiple_of(INVARIANT_WALK_EVERY))
             && let Err(violation) = dir.check_invariants_fast()
         {
             self.fail(now, format!("directory invariant: {violation}"));

@@ -1050,10 +1050,10 @@ impl Model {
     /// `AddressGone`.
     pub fn address_gone(&mut self, step: u64, scope: GoneScope, reply_to: Address) {
         self.step = step;
-        if let GoneScope::NodeBefore { node, incarnation } = scope {
-            if incarnation > self.floors.get(&node).copied().unwrap_or(0) {
-                self.floors.insert(step, node, incarnation);
-            }
+        if let GoneScope::NodeBefore { node, incarnation } = scope
+            && incarnation > self.floors.get(&node).copied().unwrap_or(0)
+        {
+            self.floors.insert(step, node, incarnation);
         }
         let retired: Vec<Address> = self
             .retirements

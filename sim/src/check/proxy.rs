@@ -237,28 +237,27 @@ impl ProxyChecker {
             }
             _ => None,
         };
-        if let Some(before) = self.retractions.get(&id) {
-            if let Some(gone) = before
+        if let Some(before) = self.retractions.get(&id)
+            && let Some(gone) = before
                 .iter()
                 .find(|rid| !now_held.contains(rid) && Some(**rid) != acknowledged)
-            {
-                return Err(format!(
-                    "L8: retraction {gone} left proxy {id:?} without an acknowledgement"
-                ));
-            }
+        {
+            return Err(format!(
+                "L8: retraction {gone} left proxy {id:?} without an acknowledgement"
+            ));
         }
         for effect in effects {
             if let Effect::Send {
                 message: Message::Call(call),
                 ..
             } = effect
+                && call.request.kind().is_retraction()
+                && !now_held.contains(&call.request_id)
             {
-                if call.request.kind().is_retraction() && !now_held.contains(&call.request_id) {
-                    return Err(format!(
-                        "L8: retraction {} dispatched but not kept by proxy {id:?}",
-                        call.request_id
-                    ));
-                }
+                return Err(format!(
+                    "L8: retraction {} dispatched but not kept by proxy {id:?}",
+                    call.request_id
+                ));
             }
         }
         self.retractions.insert(id, now_held);
