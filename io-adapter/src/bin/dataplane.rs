@@ -77,6 +77,19 @@ fn exit_code(error: &ChildError) -> u8 {
     }
 }
 
+/// Connects, waiting up to 3 s for a host that is still starting (its socket not there yet).
+fn connect(socket: &std::path::Path) -> Result<ChildSession, (u8, String)> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        match ChildSession::connect(socket) {
+            Err(ChildError::Connect(_)) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            other => return other.map_err(child),
+        }
+    }
+}
+
 fn child(e: ChildError) -> (u8, String) {
     (exit_code(&e), e.to_string())
 }
@@ -90,7 +103,7 @@ fn run(socket: &std::path::Path, args: &[String]) -> Result<(), (u8, String)> {
     let usage = |m: &str| (64, format!("{m} (see --help)"));
     match words.as_slice() {
         ["put", path, source] => {
-            let mut session = ChildSession::connect(socket).map_err(child)?;
+            let mut session = connect(socket)?;
             let revision = if *source == "-" {
                 let mut bytes = Vec::new();
                 io::stdin()
@@ -113,7 +126,7 @@ fn run(socket: &std::path::Path, args: &[String]) -> Result<(), (u8, String)> {
             Ok(())
         }
         ["get", path] | ["get", path, "-"] => {
-            let mut session = ChildSession::connect(socket).map_err(child)?;
+            let mut session = connect(socket)?;
             {
                 let view = session.read(path).map_err(child)?;
                 let mut out = io::stdout().lock();
@@ -124,7 +137,7 @@ fn run(socket: &std::path::Path, args: &[String]) -> Result<(), (u8, String)> {
             session.close().map_err(child)
         }
         ["get", path, target] => {
-            let mut session = ChildSession::connect(socket).map_err(child)?;
+            let mut session = connect(socket)?;
             {
                 let view = session.read(path).map_err(child)?;
                 let mut file = File::create(target).map_err(|e| io_error(target, e))?;
@@ -134,7 +147,7 @@ fn run(socket: &std::path::Path, args: &[String]) -> Result<(), (u8, String)> {
             session.close().map_err(child)
         }
         ["stat", path] => {
-            let mut session = ChildSession::connect(socket).map_err(child)?;
+            let mut session = connect(socket)?;
             let stat = session.stat(path).map_err(child)?;
             match (stat.kind, stat.length) {
                 (EntryKind::Blob, Some(length)) => {
@@ -147,12 +160,12 @@ fn run(socket: &std::path::Path, args: &[String]) -> Result<(), (u8, String)> {
         }
         ["mv", from, to] | ["mv", from, to, "--replace"] => {
             let replace = words.len() == 4;
-            let mut session = ChildSession::connect(socket).map_err(child)?;
+            let mut session = connect(socket)?;
             session.rename(from, to, replace).map_err(child)?;
             session.close().map_err(child)
         }
         ["rm", path] => {
-            let mut session = ChildSession::connect(socket).map_err(child)?;
+            let mut session = connect(socket)?;
             session.remove(path, None).map_err(child)?;
             session.close().map_err(child)
         }
