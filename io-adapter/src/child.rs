@@ -225,6 +225,25 @@ impl ChildSession {
         exclusive: bool,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<Revision, ChildError> {
+        let outcome = self.try_write(path, length, exclusive, |payload| {
+            fill(payload);
+            Ok::<(), std::convert::Infallible>(())
+        })?;
+        match outcome {
+            Ok(revision) => Ok(revision),
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`write_with`](Self::write_with) with a `fill` that may fail: on `Err(e)` the write is
+    /// abandoned (released unsealed, so nothing is published) and the answer is `Ok(Err(e))`.
+    pub fn try_write<E>(
+        &mut self,
+        path: &str,
+        length: u64,
+        exclusive: bool,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<Result<Revision, E>, ChildError> {
         let op = self.op();
         self.send(&ChildRequest::OpenWrite {
             op,
@@ -240,12 +259,24 @@ impl ChildSession {
         };
         let e = expected(&lease, BlobAccess::Writable);
         let mem = self.arena.as_mut_slice();
-        match blob::payload_mut(mem, &e) {
+        let filled = match blob::payload_mut(mem, &e) {
             Ok(payload) => fill(payload),
             Err(error) => {
                 return Err(protocol(format!(
                     "the granted lease is unusable: {error:?}"
                 )));
+            }
+        };
+        if let Err(error) = filled {
+            // Releasing a write that was never sealed aborts it: `Aborted`, then `Released`.
+            self.send(&ChildRequest::Release { op })?;
+            loop {
+                match self.wait(op)? {
+                    ChildEvent::Aborted { .. } => {}
+                    ChildEvent::Released { .. } => return Ok(Err(error)),
+                    ChildEvent::Failed { error, .. } => return Err(ChildError::Failed(error)),
+                    other => return Err(protocol(format!("unexpected {other:?} at abandon"))),
+                }
             }
         }
         blob::child_seal(mem, &e).map_err(|error| protocol(format!("seal: {error:?}")))?;
@@ -256,7 +287,7 @@ impl ChildSession {
             other => Err(protocol(format!("unexpected {other:?} at seal"))),
         };
         self.release(op)?;
-        outcome
+        outcome.map(Ok)
     }
 
     /// Publishes `bytes` at `path`.

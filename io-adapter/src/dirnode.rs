@@ -193,6 +193,10 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
     };
     let effects = outbox.take();
     node.execute(effects)?;
+    // The recovery's records (the new epoch first) are durable before anyone is welcomed with
+    // that epoch, and its held effects (retries, the retry timer) go out now, not after the
+    // first event.
+    node.commit()?;
     node.run(&inbox)
 }
 

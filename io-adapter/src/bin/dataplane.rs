@@ -113,13 +113,12 @@ fn run(socket: &std::path::Path, args: &[String]) -> Result<(), (u8, String)> {
             } else {
                 let mut file = File::open(source).map_err(|e| io_error(source, e))?;
                 let length = file.metadata().map_err(|e| io_error(source, e))?.len();
-                // Read straight into the shared arena: no intermediate buffer.
-                let mut result = Ok(());
-                let revision = session
-                    .write(path, length, |payload| result = file.read_exact(payload))
-                    .map_err(child)?;
-                result.map_err(|e| io_error(source, e))?;
-                revision
+                // Read straight into the shared arena: no intermediate buffer. A failed read
+                // abandons the write: nothing is published.
+                session
+                    .try_write(path, length, false, |payload| file.read_exact(payload))
+                    .map_err(child)?
+                    .map_err(|e| io_error(source, e))?
             };
             session.close().map_err(child)?;
             eprintln!("{path}: published at {revision}");

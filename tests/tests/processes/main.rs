@@ -1,0 +1,9 @@
+//! Multi-process tests: real `dataplane-node` directory and host processes and the `dataplane`
+//! CLI on loopback (the harness is `dataplane_tests`).
+
+mod cluster;
+mod garbage;
+mod kill_directory;
+mod kill_host;
+mod lease;
+mod streams;
