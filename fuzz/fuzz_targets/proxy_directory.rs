@@ -499,17 +499,17 @@ impl World {
             }
         }
         self.check_retractions(p, &input, &effects);
-        if let Input::Timer = input {
-            if let Some(((caller, id), o)) = self.outstanding.iter().find(|(_, o)| {
+        if let Input::Timer = input
+            && let Some(((caller, id), o)) = self.outstanding.iter().find(|(_, o)| {
                 o.proxy == p
                     && !o.kind.is_retraction()
                     && now.saturating_since(o.admitted_at) >= DEADLINE
-            }) {
-                panic!(
-                    "L7: {caller}'s {:?} {id} still waiting after a tick at {} (admitted at {})",
-                    o.kind, now, o.admitted_at
-                );
-            }
+            })
+        {
+            panic!(
+                "L7: {caller}'s {:?} {id} still waiting after a tick at {} (admitted at {})",
+                o.kind, now, o.admitted_at
+            );
         }
         if let Err(e) = self.proxies[p].proxy.check_invariants() {
             panic!("proxy {p} invariant: {e}");
@@ -633,14 +633,13 @@ impl World {
                 message: Message::Call(call),
                 ..
             } = effect
+                && call.request.kind().is_retraction()
             {
-                if call.request.kind().is_retraction() {
-                    assert!(
-                        now_held.contains(&call.request_id),
-                        "L8: retraction {} dispatched but not kept by proxy {p}",
-                        call.request_id
-                    );
-                }
+                assert!(
+                    now_held.contains(&call.request_id),
+                    "L8: retraction {} dispatched but not kept by proxy {p}",
+                    call.request_id
+                );
             }
         }
         self.proxies[p].retractions = now_held;

@@ -1016,17 +1016,17 @@ impl Model {
         }
         // 1. Fence hold.
         if let Some(fence) = self.fences.get_mut(&path) {
-            if let Some(old) = &fence.old {
-                if let Some(role) = old.role_of(args.op) {
-                    let ok = role == args.role && old.matched.endpoint(role) == args.endpoint;
-                    let body = if ok {
-                        opened(Ok(old.matched.clone()))
-                    } else {
-                        opened(Err(NamespaceError::OperationConflict(args.op)))
-                    };
-                    out.reply(caller, body);
-                    return;
-                }
+            if let Some(old) = &fence.old
+                && let Some(role) = old.role_of(args.op)
+            {
+                let ok = role == args.role && old.matched.endpoint(role) == args.endpoint;
+                let body = if ok {
+                    opened(Ok(old.matched.clone()))
+                } else {
+                    opened(Err(NamespaceError::OperationConflict(args.op)))
+                };
+                out.reply(caller, body);
+                return;
             }
             if let Some(slot) = fence.held.iter_mut().find(|(_, h)| {
                 h.op == args.op && h.role == args.role && h.endpoint == args.endpoint
