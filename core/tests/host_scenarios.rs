@@ -44,6 +44,7 @@ const INSPECTOR: Address = Address::new(NodeId(99), 1, 0);
 const AGENT_ACTOR: u64 = 1;
 
 type Rule = Box<dyn Fn(&Frame) -> bool>;
+type Tamper = Box<dyn Fn(&mut Frame)>;
 
 #[derive(Clone, Debug)]
 struct Frame {
@@ -82,6 +83,8 @@ struct World {
     in_flight: VecDeque<Frame>,
     blackholes: Vec<Rule>,
     duplicates: Vec<Rule>,
+    /// Rewrites frames on the wire (a corrupting network or a lying source).
+    tamper: Option<Tamper>,
     watched: BTreeSet<Address>,
     inspector: VecDeque<ReplyBody>,
     proxy_deadline: Duration,
@@ -128,6 +131,7 @@ impl World {
             in_flight: VecDeque::new(),
             blackholes: Vec::new(),
             duplicates: Vec::new(),
+            tamper: None,
             watched: BTreeSet::new(),
             inspector: VecDeque::new(),
             proxy_deadline,
@@ -383,7 +387,10 @@ impl World {
         self.duplicates.clear();
     }
 
-    fn wire(&mut self, frame: Frame) {
+    fn wire(&mut self, mut frame: Frame) {
+        if let Some(tamper) = &self.tamper {
+            tamper(&mut frame);
+        }
         if self.blackholes.iter().any(|rule| rule(&frame)) {
             return;
         }
@@ -1531,4 +1538,35 @@ fn stat_move_and_remove_on_the_childs_behalf() {
     w.send(a, ChildRequest::Release { op: ChildOp(1) });
     assert_eq!(w.live_leases(N1), 0);
     assert_eq!(w.nodes[N1].host.bindings().count(), 0);
+}
+
+#[test]
+fn a_chunk_changed_on_the_way_fails_the_read_with_a_digest_error() {
+    let mut w = World::with(2, Duration::from_secs(10), |mut c| {
+        c.chunk_bytes = 4096;
+        c
+    });
+    let (a, b) = (w.child(N1), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    w.write(a, 1, "/data/x", &bytes(50_000, 3));
+    w.tamper = Some(Box::new(|f: &mut Frame| {
+        if let Message::Chunk {
+            offset: 8192,
+            bytes,
+            ..
+        } = &mut f.message
+        {
+            let mut changed = bytes.as_slice().to_vec();
+            changed[100] ^= 1;
+            *bytes = dataplane_core::wire::ChunkBytes::new(changed).unwrap();
+        }
+    }));
+    let error = w.read(b, 1, "/data/x").unwrap_err();
+    assert_eq!(error, DataPlaneError::Blob(BlobFailure::Digest));
+    assert_eq!(w.live_leases(N2), 0, "the failed read's lease went back");
+    // Untouched, the same read succeeds (the digest computed on the way matches).
+    w.tamper = None;
+    let (read, _) = w.read(b, 2, "/data/x").unwrap();
+    assert_eq!(read, bytes(50_000, 3));
 }

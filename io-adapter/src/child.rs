@@ -99,6 +99,7 @@ pub struct ChildSession {
     arena: SharedArena,
     welcome: ChildWelcome,
     next_op: u64,
+    digest: DigestKind,
 }
 
 impl ChildSession {
@@ -146,6 +147,7 @@ impl ChildSession {
             arena,
             welcome,
             next_op: 1,
+            digest: DigestKind::Blake3,
         };
         session.send(&ChildRequest::Attach {
             arena_generation: session.welcome.arena_generation,
@@ -156,6 +158,12 @@ impl ChildSession {
             ChildEvent::AttachFailed { error } => Err(ChildError::Failed(error)),
             other => Err(protocol(format!("unexpected {other:?} at attach"))),
         }
+    }
+
+    /// The digest later writes store at seal: BLAKE3 (the default; readers on every host
+    /// check it) or none (the seal and the reads skip hashing: faster, unchecked).
+    pub fn set_digest(&mut self, digest: DigestKind) {
+        self.digest = digest;
     }
 
     fn send(&mut self, request: &ChildRequest) -> Result<(), ChildError> {
@@ -249,7 +257,7 @@ impl ChildSession {
             op,
             path: path.to_owned(),
             length,
-            digest: DigestKind::Blake3,
+            digest: self.digest,
             exclusive,
         })?;
         let lease = match self.wait(op)? {

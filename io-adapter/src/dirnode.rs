@@ -109,7 +109,7 @@ fn wrap(e: Event<Link>) -> DirEvent {
 
 /// A connection and who is on it.
 struct Connected {
-    conn: Conn,
+    conn: Conn<Link>,
     node: Option<(NodeId, u64)>,
     host: bool,
 }
@@ -310,7 +310,7 @@ impl DirectoryNode {
             to,
             message,
         };
-        conn.conn.send(&Link::Frame(envelope));
+        conn.conn.send(Link::Frame(envelope));
     }
 
     fn handle(&mut self, event: DirEvent) -> Result<(), NodeError> {
@@ -416,7 +416,7 @@ impl DirectoryNode {
         };
         c.node = Some((node, incarnation));
         c.host = host;
-        c.conn.send(&Link::Welcome {
+        c.conn.send(Link::Welcome {
             node,
             incarnation,
             directory: self.address,
@@ -456,7 +456,7 @@ impl DirectoryNode {
     fn broadcast_peers(&self) {
         for c in self.conns.values().filter(|c| c.host) {
             let me = c.node.map(|(n, _)| n);
-            c.conn.send(&Link::Peers(self.peers(me)));
+            c.conn.send(Link::Peers(self.peers(me)));
         }
     }
 }

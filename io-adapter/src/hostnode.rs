@@ -37,7 +37,7 @@ use dataplane_core::ids::{Address, NodeId};
 use dataplane_core::path::{DataPath, JobContext};
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
 use dataplane_core::time::{Duration, Instant};
-use dataplane_core::wire::{Capability, ChildRequest, Envelope, GoneScope, Message};
+use dataplane_core::wire::{Capability, ChildEvent, ChildRequest, Envelope, GoneScope, Message};
 use serde::{Deserialize, Serialize};
 
 use crate::arena::{SharedArena, send_with_fd};
@@ -125,7 +125,7 @@ fn wrap_child(e: Event<ChildRequest>) -> HostEvent {
 }
 
 struct ChildConn {
-    conn: Conn,
+    conn: Conn<ChildEvent>,
     address: Address,
     session: Address,
     closed: bool,
@@ -144,7 +144,7 @@ struct HostNode {
     outbox: Outbox,
     local: VecDeque<(Address, Address, Message)>,
     directory_conn: Option<ConnId>,
-    conns: BTreeMap<ConnId, Conn>,
+    conns: BTreeMap<ConnId, Conn<Link>>,
     peer_conns: BTreeMap<NodeId, ConnId>,
     conn_peer: BTreeMap<ConnId, NodeId>,
     peers: BTreeMap<NodeId, Peer>,
@@ -193,6 +193,8 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         None => SharedArena::create("dataplane-arena", options.arena_size),
     }
     .map_err(|e| err("arena", &e))?;
+    let mut arena = arena;
+    arena.prefault();
     let listener = TcpListener::bind(&options.listen).map_err(|e| err(&options.listen, &e))?;
     let _ = fs::remove_file(&options.socket);
     let children = UnixListener::bind(&options.socket)
@@ -446,7 +448,7 @@ impl HostNode {
         let envelope = Envelope { from, to, message };
         if to.node == NodeId(0) {
             if let Some(conn) = self.directory_conn.and_then(|id| self.conns.get(&id)) {
-                conn.send(&Link::Frame(envelope));
+                conn.send(Link::Frame(envelope));
             }
             return;
         }
@@ -455,17 +457,17 @@ impl HostNode {
             None => self.connect_peer(to.node),
         };
         if let Some(conn) = conn {
-            conn.send(&Link::Frame(envelope));
+            conn.send(Link::Frame(envelope));
         }
     }
 
-    fn connect_peer(&mut self, node: NodeId) -> Option<Conn> {
+    fn connect_peer(&mut self, node: NodeId) -> Option<Conn<Link>> {
         let peer = self.peers.get(&node)?.clone();
         let stream = connect(&peer.listen, StdDuration::from_millis(500)).ok()?;
         let id = self.next_conn;
         self.next_conn += 1;
         let conn = spawn_tcp(id, stream, self.events.clone(), wrap_net).ok()?;
-        conn.send(&Link::PeerHello {
+        conn.send(Link::PeerHello {
             node: self.node,
             incarnation: self.incarnation,
         });
@@ -504,7 +506,7 @@ impl HostNode {
         }
         if let Some(id) = self.child_by_address.get(&to) {
             if let (Some(child), Message::ToChild(event)) = (self.children.get(id), message) {
-                child.conn.send(&event);
+                child.conn.send(event);
             }
             return;
         }
@@ -534,7 +536,7 @@ impl HostNode {
                 let id = self.next_conn;
                 self.next_conn += 1;
                 if let Ok(conn) = spawn_tcp(id, stream, self.events.clone(), wrap_net) {
-                    conn.send(&Link::HostHello {
+                    conn.send(Link::HostHello {
                         listen: self.options.listen.clone(),
                         boot_nonce: self.boot_nonce,
                     });

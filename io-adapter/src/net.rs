@@ -5,9 +5,10 @@
 //!   [`Event::Received`]; on the first error (a malformed or oversized frame, a truncated stream,
 //!   an IO error) it reports [`Event::Closed`] with the reason and shuts the socket down: a
 //!   peer that sends garbage is disconnected, everyone else is unaffected.
-//! * A writer sends the frames the driver queued, in order. Its queue is bounded
-//!   ([`WRITE_QUEUE_FRAMES`]): when a peer does not keep up, frames are dropped, which every
-//!   protocol here tolerates (requests are re-sent, transfers re-ask chunks).
+//! * A writer encodes and sends the values the driver queued, in order (encoding on the writer
+//!   thread keeps the driver free; frames queued together go out in one write). Its queue is
+//!   bounded ([`WRITE_QUEUE_FRAMES`]): when a peer does not keep up, frames are dropped, which
+//!   every protocol here tolerates (requests are re-sent, transfers re-ask chunks).
 //!
 //! Between nodes the frames are [`Link`]s: a short handshake, then core envelopes.
 
@@ -91,13 +92,23 @@ pub enum Event<T> {
     Closed(ConnId, String),
 }
 
-/// The driver's handle on one connection: queue frames, or close it.
-#[derive(Debug, Clone)]
-pub struct Conn {
+/// The driver's handle on one connection: queue frames of type `W`, or close it.
+#[derive(Debug)]
+pub struct Conn<W> {
     /// Its number.
     pub id: ConnId,
-    queue: Sender<Vec<u8>>,
+    queue: Sender<W>,
     closer: Closer,
+}
+
+impl<W> Clone for Conn<W> {
+    fn clone(&self) -> Self {
+        Conn {
+            id: self.id,
+            queue: self.queue.clone(),
+            closer: self.closer.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -115,14 +126,10 @@ impl Closer {
     }
 }
 
-impl Conn {
+impl<W> Conn<W> {
     /// Queues one frame; returns false if it was dropped (queue full or connection gone).
-    pub fn send<T: Serialize>(&self, value: &T) -> bool {
-        let mut bytes = Vec::new();
-        if encode_frame(value, &mut bytes).is_err() {
-            return false;
-        }
-        match self.queue.try_send(bytes) {
+    pub fn send(&self, value: W) -> bool {
+        match self.queue.try_send(value) {
             Ok(()) => true,
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
         }
@@ -136,14 +143,15 @@ impl Conn {
 
 /// Starts the reader and writer threads of a TCP connection. Frames of type `T` arrive on
 /// `events` wrapped by `wrap`.
-pub fn spawn_tcp<T, E>(
+pub fn spawn_tcp<T, W, E>(
     id: ConnId,
     stream: TcpStream,
     events: Sender<E>,
     wrap: fn(Event<T>) -> E,
-) -> io::Result<Conn>
+) -> io::Result<Conn<W>>
 where
     T: DeserializeOwned + Send + 'static,
+    W: Serialize + Send + 'static,
     E: Send + 'static,
 {
     stream.set_nodelay(true)?;
@@ -162,14 +170,15 @@ where
 
 /// Starts the reader and writer threads of a Unix-socket connection (a child process). The
 /// reader starts with `reader` (which may already hold buffered bytes).
-pub fn spawn_unix<T, E>(
+pub fn spawn_unix<T, W, E>(
     id: ConnId,
     stream: UnixStream,
     events: Sender<E>,
     wrap: fn(Event<T>) -> E,
-) -> io::Result<Conn>
+) -> io::Result<Conn<W>>
 where
     T: DeserializeOwned + Send + 'static,
+    W: Serialize + Send + 'static,
     E: Send + 'static,
 {
     let reader = stream.try_clone()?;
@@ -185,10 +194,29 @@ where
     })
 }
 
-fn spawn_writer<W: Write + Send + 'static>(mut w: W, rx: Receiver<Vec<u8>>, closer: Closer) {
+/// Most bytes a writer gathers from its queue into one write.
+const WRITE_BATCH_BYTES: usize = 1 << 20;
+
+fn spawn_writer<S, W>(mut w: S, rx: Receiver<W>, closer: Closer)
+where
+    S: Write + Send + 'static,
+    W: Serialize + Send + 'static,
+{
     thread::spawn(move || {
-        while let Ok(bytes) = rx.recv() {
-            if w.write_all(&bytes).is_err() {
+        let mut buf = Vec::new();
+        while let Ok(first) = rx.recv() {
+            buf.clear();
+            let _ = encode_frame(&first, &mut buf);
+            while buf.len() < WRITE_BATCH_BYTES {
+                match rx.try_recv() {
+                    Ok(next) => {
+                        // A value that cannot be encoded is dropped (nothing is appended).
+                        let _ = encode_frame(&next, &mut buf);
+                    }
+                    Err(_) => break,
+                }
+            }
+            if w.write_all(&buf).is_err() {
                 closer.shutdown();
                 return;
             }

@@ -301,6 +301,8 @@ pub struct Host {
     bindings: BTreeMap<u64, Binding>,
     sources: BTreeMap<u64, Source>,
     tickets: BTreeMap<TicketId, u64>,
+    /// Running digests of transfers, by binding (see `read.rs`).
+    hashers: BTreeMap<u64, blake3::Hasher>,
     /// Retractions handed to the proxy when their binding finished; re-sent if it restarts.
     handed_over: VecDeque<DirectoryRequest>,
     next_handover_call: u64,
@@ -340,6 +342,7 @@ impl Host {
             bindings: BTreeMap::new(),
             sources: BTreeMap::new(),
             tickets: BTreeMap::new(),
+            hashers: BTreeMap::new(),
             handed_over: VecDeque::new(),
             next_handover_call: 1,
             now,
@@ -717,6 +720,7 @@ impl Host {
         let Some(b) = self.bindings.remove(&actor) else {
             return;
         };
+        self.hashers.remove(&actor);
         if let Some(slot) = b.lease {
             self.free_lease(slot.lease, mem, out);
         }

@@ -35,6 +35,8 @@ pub struct Transfer {
     pub next_offset: u64,
     /// Bytes written into the lease.
     pub written: u64,
+    /// Payload bytes `[0, hashed_to)` went into the running digest.
+    pub hashed_to: u64,
     /// Chunks asked for and not yet received, by offset: (last asked at, times asked).
     pub in_flight: BTreeMap<u64, (Instant, u32)>,
     /// When the transfer started (the deadline runs from here).
@@ -71,6 +73,7 @@ impl Host {
             revision: binding.revision,
             digest: None,
             next_offset: 0,
+            hashed_to: 0,
             written: 0,
             in_flight: BTreeMap::new(),
             started: now,
@@ -267,6 +270,22 @@ impl Host {
         }
         t.in_flight.remove(&offset);
         t.written += wanted;
+        // Hash the payload as it arrives (the received prefix), so the digest check at the
+        // end costs nothing: on a remote read it overlaps the transfer.
+        if let Some(Some(_)) = t.digest {
+            let prefix_end = t.in_flight.keys().next().copied().unwrap_or(t.next_offset);
+            let (from, to) = (t.hashed_to, prefix_end);
+            if to > from {
+                let hasher = self.hashers.entry(actor).or_default();
+                let range = usize::try_from(from).ok().zip(usize::try_from(to).ok());
+                if let (Ok(payload), Some((a, z))) = (blob::payload(mem, &slot.expected), range)
+                    && let Some(part) = payload.get(a..z)
+                {
+                    hasher.update(part);
+                    t.hashed_to = to;
+                }
+            }
+        }
         self.pull(now, actor, mem, out);
     }
 
@@ -353,9 +372,31 @@ impl Host {
         let Some(slot) = b.lease else { return };
         let Phase::Filling(t) = &b.phase else { return };
         let (written, revision, digest) = (t.written, t.revision, t.digest.flatten());
-        if let Err(error) = blob::host_seal(mem, &slot.expected, written, digest) {
+        let hashed_all = t.hashed_to == t.length;
+        let hasher = self.hashers.remove(&actor);
+        // The digest was computed as the chunks arrived: compare it here, and seal without
+        // hashing again. Otherwise the seal hashes (and compares) itself.
+        let check = match (digest, hasher) {
+            (Some(expected), Some(hasher)) if hashed_all => {
+                if *hasher.finalize().as_bytes() != expected {
+                    let _ = blob::set_state(
+                        mem,
+                        &slot.expected,
+                        &[BlobState::Filling],
+                        BlobState::Aborted,
+                    );
+                    return self.fail(actor, DataPlaneError::Blob(BlobFailure::Digest), mem, out);
+                }
+                None
+            }
+            (digest, _) => digest,
+        };
+        if let Err(error) = blob::host_seal(mem, &slot.expected, written, check) {
             return self.fail(actor, DataPlaneError::Blob(error), mem, out);
         }
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
         b.phase = Phase::Reading;
         b.child_holds = true;
         let lease = LeaseView {
