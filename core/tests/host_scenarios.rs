@@ -1570,3 +1570,63 @@ fn a_chunk_changed_on_the_way_fails_the_read_with_a_digest_error() {
     let (read, _) = w.read(b, 2, "/data/x").unwrap();
     assert_eq!(read, bytes(50_000, 3));
 }
+
+#[test]
+fn a_cancelled_head_of_the_queue_lets_the_requests_behind_it_in_and_waits_are_bounded() {
+    let mut w = World::with(1, Duration::from_secs(10), |mut c| {
+        c.arena_size = 64 * 1024;
+        c.allocation_deadline = Duration::from_secs(5);
+        c
+    });
+    let a = w.child(N1);
+    w.attach(a);
+    let open = |op: u64, path: &str, length: u64| ChildRequest::OpenWrite {
+        op: ChildOp(op),
+        path: path.into(),
+        length,
+        digest: DigestKind::None,
+        exclusive: false,
+    };
+    let _held = w.open_write(a, 1, "/data/big", 40 * 1024, false);
+    w.send(a, open(2, "/data/y", 40 * 1024));
+    w.send(a, open(3, "/data/small", 8 * 1024));
+    assert!(
+        w.take(a).is_empty(),
+        "both wait: the small one behind the big one (FIFO)"
+    );
+    w.send(a, ChildRequest::Cancel { op: ChildOp(2) });
+    let events = w.take(a);
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            ChildEvent::Failed {
+                op: ChildOp(2),
+                error: DataPlaneError::OperationCancelled
+            }
+        )),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, ChildEvent::WriteGranted { op: ChildOp(3), .. })),
+        "the small one fits now: {events:?}"
+    );
+    // A request that can never fit while the child holds what it holds fails after the bound.
+    w.send(a, open(4, "/data/z", 40 * 1024));
+    w.run(4);
+    assert!(w.take(a).is_empty());
+    w.run(2);
+    let event = w.expect(a, |_| true);
+    assert!(
+        matches!(
+            event,
+            ChildEvent::Failed {
+                op: ChildOp(4),
+                error: DataPlaneError::ArenaExhausted
+            }
+        ),
+        "{event:?}"
+    );
+    assert_eq!(w.nodes[N1].host.arena().queued_count(), 0);
+}

@@ -148,6 +148,8 @@ enum Stage {
     Published(LeaseView, Revision),
     /// Abort sent after publication.
     Aborting(LeaseView, Revision),
+    /// Abort sent right after the seal, before the publication's outcome (H-D2).
+    SealAborting(LeaseView),
     /// A read is granted; the worker holds its view.
     Reading(LeaseView),
     /// Release sent.
@@ -167,6 +169,8 @@ struct Op {
     expected: Option<Revision>,
     /// A checksum of what a granted read saw (the view must not change under the child).
     checksum: u64,
+    /// A read the child never cancels: the host alone must end it (Q26/H-D9, L12).
+    patient: bool,
 }
 
 fn checksum(bytes: &[u8]) -> u64 {
@@ -372,7 +376,9 @@ impl Worker {
             };
             let age = now.saturating_since(o.since);
             match o.stage.clone() {
-                Stage::Opening { cancelled: false } if self.quiescing || age >= wait => {
+                Stage::Opening { cancelled: false }
+                    if self.quiescing || (!o.patient && age >= wait) =>
+                {
                     io.out.notes.push(Note::Seen("host.cancel_sent"));
                     o.stage = Stage::Opening { cancelled: true };
                     io.out
@@ -481,6 +487,7 @@ impl Worker {
                     since: io.now,
                     expected: None,
                     checksum: 0,
+                    patient: false,
                 },
             );
             io.out.requests.push(request);
@@ -512,6 +519,7 @@ impl Worker {
                     since: io.now,
                     expected: None,
                     checksum: 0,
+                    patient: false,
                 },
             );
             ChildRequest::OpenWrite {
@@ -526,6 +534,9 @@ impl Worker {
                 Some(p) if io.rng.chance(0.3) => self.seen.get(p).copied(),
                 _ => None,
             };
+            // Some reads are not cancelled before the heal: their transfer must end on its own,
+            // within its deadline (Q26/H-D9; the host check bounds every running transfer).
+            let patient = io.rng.chance(0.2);
             self.ops.insert(
                 op,
                 Op {
@@ -537,6 +548,7 @@ impl Worker {
                     since: io.now,
                     expected: expected_revision,
                     checksum: 0,
+                    patient,
                 },
             );
             ChildRequest::OpenRead {
@@ -635,8 +647,10 @@ impl Worker {
                 let Some(o) = self.ops.get_mut(&op.0) else {
                     return;
                 };
-                let (Some((tag, length, corrupt)), Stage::Sealing(view)) =
-                    (o.write, o.stage.clone())
+                let (
+                    Some((tag, length, corrupt)),
+                    Stage::Sealing(view) | Stage::SealAborting(view),
+                ) = (o.write, o.stage.clone())
                 else {
                     io.violation(format!(
                         "{}: Published for op {} in {:?}",
@@ -659,7 +673,12 @@ impl Worker {
                         length,
                     });
                 }
-                o.stage = Stage::Published(view, revision);
+                o.stage = if matches!(o.stage, Stage::SealAborting(_)) {
+                    // The abort was sent already: Aborted (or a refusal) follows.
+                    Stage::Aborting(view, revision)
+                } else {
+                    Stage::Published(view, revision)
+                };
                 o.since = io.now;
             }
             ChildEvent::Aborted { op } => {
@@ -704,6 +723,7 @@ impl Worker {
                         self.ops.remove(&op.0);
                     }
                     Stage::Sealing(_)
+                    | Stage::SealAborting(_)
                     | Stage::Published(..)
                     | Stage::Aborting(..)
                     | Stage::Reading(_) => {
@@ -802,11 +822,24 @@ impl Worker {
                 *byte ^= 0x01;
             }
         }
+        // Sometimes the child changes its mind at once: the abort follows the seal, and reaches
+        // the host while the write publishes (H-D2). It must end Aborted (S36) or Failed.
+        let abort_now = !corrupt && io.rng.chance(io.options.abort * 0.5);
         if let Some(o) = self.ops.get_mut(&op) {
-            o.stage = Stage::Sealing(view);
+            o.stage = if abort_now {
+                Stage::SealAborting(view)
+            } else {
+                Stage::Sealing(view)
+            };
             o.since = io.now;
         }
         io.out.requests.push(ChildRequest::Seal { op: ChildOp(op) });
+        if abort_now {
+            io.out.notes.push(Note::Seen("host.abort_while_publishing"));
+            io.out
+                .requests
+                .push(ChildRequest::Abort { op: ChildOp(op) });
+        }
     }
 
     fn read_granted(

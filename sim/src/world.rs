@@ -1405,6 +1405,7 @@ impl World {
         config.chunk_timeout = o.chunk_timeout;
         config.chunk_attempts_max = o.chunk_attempts_max;
         config.transfer_deadline = o.transfer_deadline;
+        config.allocation_deadline = o.transfer_deadline;
         config.call_guard = guard;
         config.first_actor = HOST_FIRST_ACTOR;
         config.tick = Duration::from_millis(100);
@@ -1545,6 +1546,18 @@ impl World {
         let Some(machine) = h.machine.as_mut() else {
             return;
         };
+        // H-D6/S34: a source the namespace binds ends only with the directory's Retire to it.
+        let bound_before: Vec<u64> = machine
+            .bindings()
+            .filter_map(|(_, b)| match b.namespace {
+                dataplane_core::host::NamespaceHold::Bound { source, .. } => Some(source),
+                _ => None,
+            })
+            .collect();
+        let retired = match &input {
+            MachineInput::Message(_, to, Message::Retire { .. }) => Some(to.actor),
+            _ => None,
+        };
         let result = match input {
             MachineInput::Message(from, to, message) => {
                 machine.handle_message(now, from, to, message, &mut h.mem, &mut self.outbox)
@@ -1564,10 +1577,22 @@ impl World {
             );
             return;
         }
+        if let Some(gone) = bound_before
+            .iter()
+            .find(|s| machine.source(**s).is_none() && retired != Some(**s))
+        {
+            self.checker.fail(
+                now,
+                format!(
+                    "H-D6: host {} dropped bound source {gone} without the directory's Retire",
+                    h.node
+                ),
+            );
+        }
         let effects = self.outbox.take();
         self.stats.host_steps += 1;
         self.checker
-            .machine_step(now, h, self.directory.machine.as_ref());
+            .machine_step(now, h, &effects, self.directory.machine.as_ref());
         self.execute_machine_effects(host, effects);
     }
 

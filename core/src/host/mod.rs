@@ -82,6 +82,9 @@ pub struct HostConfig {
     pub chunk_attempts_max: u32,
     /// A transfer that is not complete within this fails (Q26).
     pub transfer_deadline: Duration,
+    /// An open that waited this long in the arena queue fails `ArenaExhausted` (every open
+    /// ends in a grant or an error, even when published blobs fill the arena for good).
+    pub allocation_deadline: Duration,
     /// A namespace call unanswered for this long is sent again (the proxy answers everything
     /// within its deadline unless it restarted).
     pub call_guard: Duration,
@@ -104,6 +107,7 @@ impl HostConfig {
             chunk_timeout: Duration::from_millis(500),
             chunk_attempts_max: 20,
             transfer_deadline: Duration::from_secs(60),
+            allocation_deadline: Duration::from_secs(60),
             call_guard: Duration::from_secs(90),
             first_actor: 10_000,
         }
@@ -258,6 +262,8 @@ pub struct Binding {
     pub lease: Option<LeaseSlot>,
     /// Its request waiting in the arena queue.
     pub queued: Option<TicketId>,
+    /// When that request was queued.
+    pub queued_since: Instant,
     /// The child may map the lease.
     pub child_holds: bool,
     /// The namespace may bind the source.
@@ -485,6 +491,7 @@ impl Host {
         self.now = now;
         let actors: Vec<u64> = self.bindings.keys().copied().collect();
         for actor in actors {
+            self.allocation_tick(now, actor, mem, out);
             self.transfer_tick(now, actor, mem, out);
             let guard_expired = self
                 .bindings
@@ -497,6 +504,27 @@ impl Host {
         }
         self.arm_tick(now, out);
         Ok(())
+    }
+
+    /// An open waiting too long for the arena fails; its request leaves the queue.
+    fn allocation_tick(&mut self, now: Instant, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+        let deadline = self.config.allocation_deadline;
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        let Some(ticket) = b.queued else {
+            return;
+        };
+        if now.saturating_since(b.queued_since) < deadline {
+            return;
+        }
+        b.queued = None;
+        self.arena.cancel(ticket);
+        self.tickets.remove(&ticket);
+        // Requests behind it may fit now.
+        let grants = self.arena.grant_waiting();
+        self.fail(actor, DataPlaneError::ArenaExhausted, mem, out);
+        self.pending_grants(grants, mem, out);
     }
 
     /// The node's proxy restarted (now at `proxy`) and lost its pending table: every namespace
@@ -598,6 +626,7 @@ impl Host {
                 if let Some(b) = self.bindings.get_mut(&actor) {
                     b.phase = Phase::Allocating;
                     b.queued = Some(ticket);
+                    b.queued_since = self.now;
                 }
             }
             Err(_) => self.fail(actor, DataPlaneError::ArenaExhausted, mem, out),
@@ -725,9 +754,12 @@ impl Host {
             self.free_lease(slot.lease, mem, out);
         }
         if let Some(ticket) = b.queued {
-            // Q23/Q25: the request leaves the arena queue at once.
+            // Q23/Q25: the request leaves the arena queue at once, and the requests behind it
+            // that fit now are granted.
             self.arena.cancel(ticket);
             self.tickets.remove(&ticket);
+            let grants = self.arena.grant_waiting();
+            self.pending_grants(grants, mem, out);
         }
         // A reserve still in flight may have been applied: release it too (a release of an
         // unknown reservation is remembered, so a late reserve is refused: DESIGN Q4).
@@ -900,6 +932,7 @@ pub(crate) fn new_binding(
         phase,
         lease: None,
         queued: None,
+        queued_since: Instant::ZERO,
         child_holds: false,
         namespace: NamespaceHold::None,
         tracked: true,

@@ -104,6 +104,7 @@ impl Host {
                         t.started = now;
                     }
                     b.queued = Some(ticket);
+                    b.queued_since = now;
                 }
             }
             Err(_) => self.fail(actor, DataPlaneError::ArenaExhausted, mem, out),

@@ -12,11 +12,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use dataplane_core::directory::{Directory, SourceState};
-use dataplane_core::host::{Host, NamespaceHold, Phase, SessionState};
+use dataplane_core::effect::Effect;
+use dataplane_core::host::{Host, Kind, NamespaceHold, Phase, SessionState};
 use dataplane_core::ids::{Address, Revision};
 use dataplane_core::log::Entry;
 use dataplane_core::path::DataPath;
-use dataplane_core::wire::SourceRecovery;
+use dataplane_core::time::Instant;
+use dataplane_core::wire::{DirectoryRequest, Message, SourceRecovery};
 
 use crate::host::HostNode;
 use crate::worker::{Note, content};
@@ -25,6 +27,7 @@ use crate::worker::{Note, content};
 #[derive(Debug, Default)]
 pub struct HostChecker {
     published: BTreeMap<(DataPath, Revision), (u64, u64)>,
+    published_by: BTreeMap<Address, Revision>,
 }
 
 /// The sources `dir` binds that live on `host`'s current incarnation.
@@ -71,11 +74,80 @@ impl HostChecker {
         Ok(())
     }
 
+    /// Q19: every Unregister a host sends for a write it published names the revision that
+    /// write was published at (compare-and-delete), so it can never unlink a newer blob.
+    pub fn unpublish_names_its_revision(
+        &mut self,
+        machine: &Host,
+        effects: &[Effect],
+    ) -> Result<(), String> {
+        // What each binding published (remembered: the hold is gone once the source retired,
+        // and a re-driven Unregister still names the same revision).
+        for (_, b) in machine.bindings() {
+            if let NamespaceHold::Bound { revision, .. } = b.namespace {
+                self.published_by.insert(b.address, revision);
+            }
+        }
+        for effect in effects {
+            let Effect::Send {
+                message: Message::ProxyCall(call),
+                ..
+            } = effect
+            else {
+                continue;
+            };
+            let DirectoryRequest::Unregister {
+                path,
+                expected_revision,
+                ..
+            } = &call.request
+            else {
+                continue;
+            };
+            let Some(b) = machine.binding(call.reply_to.actor) else {
+                continue;
+            };
+            if b.kind == Kind::Control {
+                continue; // A child's own Remove says what it wants.
+            }
+            let published = self.published_by.get(&b.address).copied();
+            if *expected_revision != published || published.is_none() {
+                return Err(format!(
+                    "Q19: binding {} unregisters {path} expecting {expected_revision:?}, but it published {published:?}",
+                    call.reply_to
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The host machine's own invariants after a step.
     pub fn machine_step(&self, machine: &Host) -> Result<(), String> {
         machine
             .check_invariants()
             .map_err(|v| format!("host invariant: {v}"))
+    }
+
+    /// Q26/L12 (H-D9): a transfer that holds its lease never runs past its deadline (plus a
+    /// tick, which enforces it): a lost chunk is asked for again, and a silent source fails
+    /// the read.
+    pub fn transfers_bounded(&self, now: Instant, machine: &Host) -> Result<(), String> {
+        let c = machine.config();
+        let bound = c
+            .transfer_deadline
+            .saturating_add(c.tick)
+            .saturating_add(c.tick);
+        for (actor, b) in machine.bindings() {
+            if let (Phase::Filling(t), Some(_), None) = (&b.phase, b.lease, b.queued) {
+                if now.saturating_since(t.started) > bound {
+                    return Err(format!(
+                        "Q26: the transfer of binding {actor} ({}) started at {} is still running at {now} (deadline {:?})",
+                        b.path, t.started, c.transfer_deadline
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A worker's note. Returns the coverage name to count, or the violation.

@@ -95,6 +95,7 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "host.cancel_sent",
     "host.corrupt_seal_refused",
     "host.attach_refused",
+    "host.abort_while_publishing",
     "host.stat_blob",
     "host.control_done",
     "host.fail.PathNotFound",
@@ -301,11 +302,23 @@ impl Checker {
     }
 
     /// A host machine stepped.
-    pub fn machine_step(&mut self, now: Instant, host: &HostNode, dir: Option<&Directory>) {
+    pub fn machine_step(
+        &mut self,
+        now: Instant,
+        host: &HostNode,
+        effects: &[Effect],
+        dir: Option<&Directory>,
+    ) {
         let Some(machine) = host.machine.as_ref() else {
             return;
         };
         let mut result = self.hosts.machine_step(machine);
+        if result.is_ok() {
+            result = self.hosts.unpublish_names_its_revision(machine, effects);
+        }
+        if result.is_ok() {
+            result = self.hosts.transfers_bounded(now, machine);
+        }
         if let (Ok(()), Some(dir)) = (&result, dir) {
             result = self.hosts.sources_backed(dir, std::slice::from_ref(host));
         }
