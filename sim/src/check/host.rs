@@ -138,13 +138,13 @@ impl HostChecker {
             .saturating_add(c.tick)
             .saturating_add(c.tick);
         for (actor, b) in machine.bindings() {
-            if let (Phase::Filling(t), Some(_), None) = (&b.phase, b.lease, b.queued) {
-                if now.saturating_since(t.started) > bound {
-                    return Err(format!(
-                        "Q26: the transfer of binding {actor} ({}) started at {} is still running at {now} (deadline {:?})",
-                        b.path, t.started, c.transfer_deadline
-                    ));
-                }
+            if let (Phase::Filling(t), Some(_), None) = (&b.phase, b.lease, b.queued)
+                && now.saturating_since(t.started) > bound
+            {
+                return Err(format!(
+                    "Q26: the transfer of binding {actor} ({}) started at {} is still running at {now} (deadline {:?})",
+                    b.path, t.started, c.transfer_deadline
+                ));
             }
         }
         Ok(())
