@@ -151,7 +151,7 @@ pub fn spawn_tcp<T, W, E>(
 ) -> io::Result<Conn<W>>
 where
     T: DeserializeOwned + Send + 'static,
-    W: Serialize + Send + 'static,
+    W: Outgoing,
     E: Send + 'static,
 {
     stream.set_nodelay(true)?;
@@ -178,7 +178,7 @@ pub fn spawn_unix<T, W, E>(
 ) -> io::Result<Conn<W>>
 where
     T: DeserializeOwned + Send + 'static,
-    W: Serialize + Send + 'static,
+    W: Outgoing,
     E: Send + 'static,
 {
     let reader = stream.try_clone()?;
@@ -197,26 +197,117 @@ where
 /// Most bytes a writer gathers from its queue into one write.
 const WRITE_BATCH_BYTES: usize = 1 << 20;
 
+/// A value a writer sends. A value may hand over a *tail*: bytes its encoding ends with (a byte
+/// string as its last field), which the writer then sends from where they are (`writev`)
+/// instead of copying them into the frame. The bytes on the wire are the same either way.
+pub trait Outgoing: Serialize + Send + 'static {
+    /// Takes the trailing byte string out of the value (leaving it empty), if it has one worth
+    /// sending in place.
+    fn take_tail(&mut self) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+impl Outgoing for dataplane_core::wire::ChildEvent {}
+
+impl Outgoing for Link {
+    fn take_tail(&mut self) -> Option<Vec<u8>> {
+        // A chunk's bytes are the last field of the last field of the frame.
+        match self {
+            Link::Frame(Envelope {
+                message: dataplane_core::wire::Message::Chunk { bytes, .. },
+                ..
+            }) if bytes.as_slice().len() >= TAIL_MIN_BYTES => Some(std::mem::take(bytes).into()),
+            _ => None,
+        }
+    }
+}
+
+/// Tails shorter than this are copied into the frame (a second write costs more).
+const TAIL_MIN_BYTES: usize = 16 * 1024;
+
+/// Appends one frame for `value` to `buf`; returns its tail, to be written right after `buf`.
+fn encode_with_tail<W: Outgoing>(mut value: W, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
+    let start = buf.len();
+    let tail = value.take_tail();
+    if encode_frame(&value, buf).is_err() {
+        // A value that cannot be encoded is dropped (nothing was appended).
+        return None;
+    }
+    let tail = tail?;
+    // The encoding ends with the empty byte string's length, a single 0: replace it with the
+    // tail's length (a LEB128 varint, as postcard writes it) and count the tail in the prefix.
+    if buf.last() != Some(&0) {
+        buf.truncate(start);
+        return None;
+    }
+    buf.pop();
+    let mut n = tail.len();
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            buf.push(byte);
+            break;
+        }
+        buf.push(byte | 0x80);
+    }
+    let payload = buf.len() - start - crate::frame::LENGTH_PREFIX_BYTES + tail.len();
+    if payload > dataplane_core::limits::FRAME_BYTES_MAX {
+        buf.truncate(start);
+        return None;
+    }
+    let prefix = u32::try_from(payload).unwrap_or(u32::MAX).to_le_bytes();
+    buf[start..start + crate::frame::LENGTH_PREFIX_BYTES].copy_from_slice(&prefix);
+    Some(tail)
+}
+
+/// Writes `buf` with each `(at, tail)` spliced in after `buf[..at]`, completely, with as few
+/// `writev`s as the kernel allows.
+fn write_spliced<S: Write>(w: &mut S, buf: &[u8], tails: &[(usize, Vec<u8>)]) -> io::Result<()> {
+    let mut parts = Vec::with_capacity(2 * tails.len() + 1);
+    let mut from = 0;
+    for (at, tail) in tails {
+        parts.push(io::IoSlice::new(&buf[from..*at]));
+        parts.push(io::IoSlice::new(tail));
+        from = *at;
+    }
+    parts.push(io::IoSlice::new(&buf[from..]));
+    let mut slices: &mut [io::IoSlice<'_>] = &mut parts;
+    while !slices.is_empty() {
+        match w.write_vectored(slices) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => io::IoSlice::advance_slices(&mut slices, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 fn spawn_writer<S, W>(mut w: S, rx: Receiver<W>, closer: Closer)
 where
     S: Write + Send + 'static,
-    W: Serialize + Send + 'static,
+    W: Outgoing,
 {
     thread::spawn(move || {
         let mut buf = Vec::new();
+        let mut tails: Vec<(usize, Vec<u8>)> = Vec::new();
         while let Ok(first) = rx.recv() {
             buf.clear();
-            let _ = encode_frame(&first, &mut buf);
-            while buf.len() < WRITE_BATCH_BYTES {
-                match rx.try_recv() {
-                    Ok(next) => {
-                        // A value that cannot be encoded is dropped (nothing is appended).
-                        let _ = encode_frame(&next, &mut buf);
-                    }
-                    Err(_) => break,
+            tails.clear();
+            let mut batched = 0;
+            let mut next = Some(first);
+            while let Some(value) = next.take() {
+                if let Some(tail) = encode_with_tail(value, &mut buf) {
+                    batched += tail.len();
+                    tails.push((buf.len(), tail));
+                }
+                if buf.len() + batched < WRITE_BATCH_BYTES {
+                    next = rx.try_recv().ok();
                 }
             }
-            if w.write_all(&buf).is_err() {
+            if write_spliced(&mut w, &buf, &tails).is_err() {
                 closer.shutdown();
                 return;
             }
@@ -253,4 +344,52 @@ fn spawn_reader<R, T, E>(
         closer.shutdown();
         let _ = events.send(wrap(Event::Closed(id, reason)));
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dataplane_core::ids::{Address, NodeId};
+    use dataplane_core::wire::{ChunkBytes, Message};
+
+    fn chunk(len: usize) -> Link {
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+        Link::Frame(Envelope {
+            from: Address::new(NodeId(1), 2, 3),
+            to: Address::new(NodeId(4), 5, 1 << 40),
+            message: Message::Chunk {
+                offset: 1 << 20,
+                total: 1 << 26,
+                digest: Some([9; 32]),
+                bytes: ChunkBytes::new(bytes).unwrap(),
+            },
+        })
+    }
+
+    #[test]
+    fn a_frame_sent_with_its_tail_in_place_is_the_same_bytes() {
+        for len in [
+            0,
+            100,
+            TAIL_MIN_BYTES - 1,
+            TAIL_MIN_BYTES,
+            65_536,
+            200_000,
+            262_144,
+        ] {
+            let value = chunk(len);
+            let mut plain = Vec::new();
+            encode_frame(&value, &mut plain).unwrap();
+            let mut head = vec![0xaa]; // Frames are appended: what came before stays.
+            let tail = encode_with_tail(value.clone(), &mut head);
+            let mut sent = head[1..].to_vec();
+            if let Some(tail) = &tail {
+                sent.extend_from_slice(tail);
+            }
+            assert_eq!(tail.is_some(), len >= TAIL_MIN_BYTES, "len {len}");
+            assert_eq!(sent, plain, "len {len}");
+            let mut reader = FrameReader::new(sent.as_slice());
+            assert_eq!(reader.read_frame::<Link>().unwrap(), Some(value));
+        }
+    }
 }
