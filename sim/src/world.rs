@@ -849,6 +849,26 @@ impl World {
         self.host_output(host, out);
     }
 
+    /// A frame between two actors of one node: reliable, in order, `LOCAL_LATENCY` later.
+    fn local(
+        &mut self,
+        host: usize,
+        incarnation: u64,
+        from: Address,
+        to: Address,
+        message: Message,
+    ) {
+        let envelope = Box::new(Envelope { from, to, message });
+        self.schedule_in(
+            LOCAL_LATENCY,
+            EventKind::Local {
+                host,
+                incarnation,
+                envelope,
+            },
+        );
+    }
+
     fn host_index(&self, node: NodeId) -> Option<usize> {
         let index = (node.0 as usize).checked_sub(1)?;
         (index < self.hosts.len()).then_some(index)
@@ -860,15 +880,7 @@ impl World {
             self.send(from, to, message);
         }
         for (from, to, message) in out.local {
-            let envelope = Box::new(Envelope { from, to, message });
-            self.schedule_in(
-                LOCAL_LATENCY,
-                EventKind::Local {
-                    host,
-                    incarnation,
-                    envelope,
-                },
-            );
+            self.local(host, incarnation, from, to, message);
         }
         for message in out.to_proxy {
             self.proxy_input(host, ProxyInput::Message(message));
@@ -1049,15 +1061,7 @@ impl World {
         for effect in effects.drain(..) {
             match effect {
                 Effect::Send { to, message } if to.node == node => {
-                    let envelope = Box::new(Envelope { from, to, message });
-                    self.schedule_in(
-                        LOCAL_LATENCY,
-                        EventKind::Local {
-                            host,
-                            incarnation,
-                            envelope,
-                        },
-                    );
+                    self.local(host, incarnation, from, to, message);
                 }
                 Effect::Send { to, message } => self.send(from, to, message),
                 Effect::SetTimer { at, .. } => {
@@ -1519,19 +1523,7 @@ impl World {
             );
         }
         for request in out.requests {
-            let envelope = Box::new(Envelope {
-                from,
-                to,
-                message: Message::FromChild(request),
-            });
-            self.schedule_in(
-                LOCAL_LATENCY,
-                EventKind::Local {
-                    host,
-                    incarnation,
-                    envelope,
-                },
-            );
+            self.local(host, incarnation, from, to, Message::FromChild(request));
         }
         for note in out.notes {
             self.checker
@@ -1603,15 +1595,7 @@ impl World {
         for effect in effects.drain(..) {
             match effect {
                 Effect::Send { to, message } if to.node == node => {
-                    let envelope = Box::new(Envelope { from, to, message });
-                    self.schedule_in(
-                        LOCAL_LATENCY,
-                        EventKind::Local {
-                            host,
-                            incarnation,
-                            envelope,
-                        },
-                    );
+                    self.local(host, incarnation, from, to, message);
                 }
                 Effect::Send { to, message } => self.send(from, to, message),
                 Effect::SetTimer { at, .. } => {
