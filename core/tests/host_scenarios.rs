@@ -695,9 +695,20 @@ fn a_published_write_is_read_on_another_node() {
     assert_eq!(seen, revision);
     assert_eq!(read, content);
     assert_eq!(w.live_leases(N2), 1);
+    let offset = w.nodes[N2]
+        .host
+        .bindings()
+        .find_map(|(_, binding)| binding.lease.map(|slot| slot.lease.offset))
+        .expect("the read holds its lease");
     w.send(b, ChildRequest::Release { op: ChildOp(1) });
     w.expect(b, |e| matches!(e, ChildEvent::Released { .. }));
     assert_eq!(w.live_leases(N2), 0, "a released read frees its lease");
+    let header = blob::read_header(&w.nodes[N2].mem, offset).unwrap();
+    assert_eq!(
+        header.state,
+        BlobState::Released,
+        "a freed lease's header says so to anyone still mapping it"
+    );
     // The writer's lease stays: the blob is published.
     assert_eq!(w.live_leases(N1), 1);
 }

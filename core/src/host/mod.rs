@@ -652,14 +652,14 @@ impl Host {
             .map(|b| b.kind)
         else {
             // Q23: the binding finished while the request waited; the lease goes back.
-            self.free_lease(lease, mem, out);
+            self.free_lease(lease, None, mem, out);
             return;
         };
         if let Some(b) = self.bindings.get_mut(&actor) {
             b.queued = None;
         }
         let Some(generation) = self.allocate_generation() else {
-            self.free_lease(lease, mem, out);
+            self.free_lease(lease, None, mem, out);
             self.fail(actor, DataPlaneError::ArenaExhausted, mem, out);
             return;
         };
@@ -675,7 +675,7 @@ impl Host {
             digest_kind: digest,
         };
         if let Err(error) = blob::install(mem, &expected) {
-            self.free_lease(lease, mem, out);
+            self.free_lease(lease, None, mem, out);
             self.fail(actor, DataPlaneError::Blob(error), mem, out);
             return;
         }
@@ -689,30 +689,32 @@ impl Host {
         }
     }
 
-    /// Returns a lease to the arena and serves waiting requests.
-    fn free_lease(&mut self, lease: Lease, mem: &mut [u8], out: &mut Outbox) {
-        let _ = out;
-        let expected_any = Expected {
-            offset: lease.offset,
-            length: lease.length,
-            generation: 0,
-            access: blob::BlobAccess::ReadOnly,
-            digest_kind: DigestKind::None,
-        };
-        // Best effort: a hostile child may have scribbled over the header; the lease is ours.
-        let _ = blob::set_state(
-            mem,
-            &expected_any,
-            &[
-                BlobState::Vacant,
-                BlobState::Filling,
-                BlobState::Writable,
-                BlobState::Sealed,
-                BlobState::Aborted,
+    /// Returns a lease to the arena and serves waiting requests. With the host's record of the
+    /// header (`installed`), the header is first marked [`BlobState::Released`], so a child that
+    /// still maps the region sees that its view is gone; a header the child corrupted is left as
+    /// it is (the lease is ours either way).
+    fn free_lease(
+        &mut self,
+        lease: Lease,
+        installed: Option<&Expected>,
+        mem: &mut [u8],
+        out: &mut Outbox,
+    ) {
+        if let Some(expected) = installed {
+            let _ = blob::set_state(
+                mem,
+                expected,
+                &[
+                    BlobState::Vacant,
+                    BlobState::Filling,
+                    BlobState::Writable,
+                    BlobState::Sealed,
+                    BlobState::Aborted,
+                    BlobState::Released,
+                ],
                 BlobState::Released,
-            ],
-            BlobState::Released,
-        );
+            );
+        }
         let grants = self.arena.release(lease.ring).unwrap_or_default();
         self.pending_grants(grants, mem, out);
     }
@@ -722,7 +724,7 @@ impl Host {
             let actor = self.tickets.remove(&ticket);
             match actor {
                 Some(actor) => self.granted(self.now, actor, lease, mem, out),
-                None => self.free_lease(lease, mem, out),
+                None => self.free_lease(lease, None, mem, out),
             }
         }
     }
@@ -751,7 +753,7 @@ impl Host {
         };
         self.hashers.remove(&actor);
         if let Some(slot) = b.lease {
-            self.free_lease(slot.lease, mem, out);
+            self.free_lease(slot.lease, Some(&slot.expected), mem, out);
         }
         if let Some(ticket) = b.queued {
             // Q23/Q25: the request leaves the arena queue at once, and the requests behind it
