@@ -2,7 +2,8 @@
 //!
 //! `wire_decode` gets encodings of real frames (one per message shape), `log_recover` real log
 //! images (a raw image, and the same image inside the structured input), `directory_ops` and
-//! `proxy_directory` a few deterministic byte strings that decode to busy schedules.
+//! `proxy_directory` a few deterministic byte strings that decode to busy schedules,
+//! `host_session` byte strings that decode to each of its canned preludes and a schedule.
 
 use std::fs;
 use std::path::Path;
@@ -251,4 +252,5 @@ fn main() {
         );
     }
     dataplane_fuzz::seeds::write_machine_seeds(&root);
+    dataplane_fuzz::seeds::write_host_seeds(&root);
 }

@@ -102,6 +102,27 @@ fn write(dir: &Path, name: &str, data: &[u8]) {
     fs::write(dir.join(name), data).unwrap();
 }
 
+/// Writes the seeds of `host_session` under `root`: for each canned prelude, two byte strings
+/// (of 256 and 1024 bytes) that decode to that prelude and a schedule of at least 8 actions.
+pub fn write_host_seeds(root: &Path) {
+    use arbitrary::{Arbitrary, Unstructured};
+
+    use crate::host::Input;
+
+    let dir = root.join("host_session");
+    for prelude in 0..4 {
+        for len in [256, 1024] {
+            let found = (0..10_000u64).find_map(|salt| {
+                let data = bytes(1000 + salt, len);
+                let input = Input::arbitrary_take_rest(Unstructured::new(&data)).ok()?;
+                (input.prelude as usize == prelude && input.actions.len() >= 8).then_some(data)
+            });
+            let data = found.expect("a seed for every prelude");
+            write(&dir, &format!("prelude-{prelude}-{len}"), &data);
+        }
+    }
+}
+
 /// Writes the seeds of `log_recover`, `directory_ops` and `proxy_directory` under `root`.
 pub fn write_machine_seeds(root: &Path) {
     let d = drive(&busy_steps());
