@@ -10,10 +10,13 @@
 //! * [`frame`] — length-prefixed postcard frames with the core's size limit and typed errors.
 //! * [`arena`] — the arena: `memmap2` over a `memfd`, passed to child processes over a Unix
 //!   socket (`SCM_RIGHTS`), so payload bytes never travel through messages on one host.
+//! * [`alloc`] — `malloc` settings that keep per-chunk buffers from costing page faults
+//!   ([`alloc::tune_allocator`], called by `dataplane-node`; process-wide, so opt-in).
 //!
-//! `unsafe` is allowed only in [`arena`] (mapping shared memory, passing descriptors), each use
-//! with its safety argument.
+//! `unsafe` is allowed only in [`arena`] (mapping shared memory, passing descriptors) and
+//! [`alloc`] (`mallopt`), each use with its safety argument.
 
+pub mod alloc;
 pub mod arena;
 pub mod child;
 pub mod dirnode;

@@ -35,6 +35,8 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         };
     }
+    // Before any thread starts: chunk buffers stay in the heap (see `alloc`).
+    dataplane_io::alloc::tune_allocator();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err((code, message)) => {
