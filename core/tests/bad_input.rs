@@ -2,9 +2,7 @@
 //! oversized and over-long frames through `wire::decode`; invalid paths and over-long fields
 //! inside otherwise valid frames; operation ids reused for another request; messages and timers
 //! the directory does not handle; inconsistent logs at recovery.
-mod common;
 
-use common::*;
 use dataplane_core::directory::{
     ActorSources, Directory, DirectoryConfig, InputError, RecoveryError,
 };
@@ -23,6 +21,7 @@ use dataplane_core::wire::{
     self, DecodeError, Descriptor, DirectoryCall, DirectoryReply, DirectoryRequest, Envelope,
     FileRef, GoneScope, Message, ReplyBody, SourceRecovery, StreamRole,
 };
+use dataplane_testkit::dir::*;
 
 const S1: Address = Address::new(NodeId(2), 1, 1);
 const S2: Address = Address::new(NodeId(2), 1, 2);

@@ -1,6 +1,8 @@
 //! Crash-consistency property test of the directory's durable log (DESIGN.md §3–§4, SPEC S4).
 //!
-//! A random operation sequence drives a directory whose persisted records form the log. Then:
+//! A random operation sequence (the model test's steps, drawn with wider operation-id windows)
+//! drives a directory (`dataplane_testkit::workload::drive`, as the fuzz target `log_recover`
+//! does) whose persisted records form the log. Then:
 //!
 //! * (a) for every prefix `log[..k]`: recovery succeeds, and its durable state is exactly the
 //!   state obtained by applying those `k` records one by one to an empty `DurableState`, plus
@@ -14,128 +16,32 @@
 //!   full log.
 mod common;
 
-use std::fmt;
-
-use common::{DIRECTORY, Dir};
-use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig, DurableState};
+use common::proptest_config;
+use dataplane_core::directory::{ActorSources, Directory, DurableState};
 use dataplane_core::effect::{Effect, Outbox};
-use dataplane_core::ids::{
-    Address, AuthorityEpoch, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
-};
+use dataplane_core::ids::{AuthorityEpoch, OperationId, RequestId};
 use dataplane_core::log::{
     LogRecord, OperationRecord, RequestKey, append_record, decode_log, encode_log,
 };
-use dataplane_core::path::DataPath;
-use dataplane_core::time::{Duration, Instant};
+use dataplane_core::time::Instant;
 use dataplane_core::wire::{
-    Descriptor, DirectoryCall, DirectoryRequest, FileRef, GoneScope, Message, ReplyBody,
-    SourceRecovery, StreamRole,
+    Descriptor, DirectoryCall, DirectoryRequest, Message, SourceRecovery, StreamRole,
+};
+use dataplane_testkit::dir::{CLIENT, config, persisted};
+use dataplane_testkit::workload::{
+    self, Expect, Gone, IncPick, P, Step, endpoint, owner, source_of,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 // ---------------------------------------------------------------------------------------------
-// Workload (a compact version of the model test's)
+// Workload: the model test's steps (`dataplane_testkit::workload`), drawn for long logs
 // ---------------------------------------------------------------------------------------------
 
-const CLIENT: Address = common::CLIENT;
-const HOST: Address = Address::new(NodeId(9), 1, 0);
-const PATHS: [&str; 3] = ["/a", "/b", "/a/c"];
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct P(u8);
-
-impl P {
-    fn path(self) -> DataPath {
-        DataPath::new(PATHS[usize::from(self.0) % PATHS.len()]).unwrap()
-    }
-}
-
-impl fmt::Debug for P {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(PATHS[usize::from(self.0) % PATHS.len()])
-    }
-}
-
-#[derive(Clone, Debug)]
-enum Step {
-    Register {
-        path: P,
-        op: u8,
-        file: bool,
-        reservation: Option<u8>,
-    },
-    Reserve {
-        path: P,
-        op: u8,
-        owner: u8,
-    },
-    Release {
-        path: P,
-        op: u8,
-    },
-    Unregister {
-        path: P,
-        /// Compare-and-delete revision.
-        expected: Option<u8>,
-        op: u8,
-    },
-    Rename {
-        from: P,
-        to: P,
-        replace: bool,
-        op: u8,
-    },
-    Open {
-        path: P,
-        role: StreamRole,
-        endpoint: u8,
-        replace: bool,
-        ensure: bool,
-        op: u8,
-    },
-    Cancel {
-        path: P,
-        op: u8,
-    },
-    /// Close the i-th most recently matched incarnation.
-    Close {
-        path: P,
-        back: u8,
-    },
-    /// Re-send the i-th most recent request.
-    Replay(u8),
-    /// Acknowledge the i-th Retire notice seen.
-    SourceRetired(u8),
-    /// Acknowledge the i-th Displaced notice seen.
-    StreamDisplaced(u8),
-    GoneEndpoint(u8),
-    GoneNode(u8),
-    Tick,
-    Restart,
-}
-
-fn endpoint(e: u8) -> Address {
-    let e = u64::from(e % 4);
-    Address::new(NodeId(2 + e / 2), 1 + e % 2, 10 + e)
-}
-
-fn source_of(op: u8) -> Address {
-    let o = u64::from(op);
-    Address::new(NodeId(4 + o % 2), 1 + (o / 2) % 2, 100 + o)
-}
-
-fn owner(k: u8) -> Address {
-    let k = u64::from(k % 2);
-    Address::new(NodeId(6), 1 + k, 200 + k)
-}
-
-fn oid(op: u8) -> OperationId {
-    OperationId(u128::from(op))
-}
+const PATHS: [P; 3] = [P::A, P::B, P::AC];
 
 fn path_s() -> impl Strategy<Value = P> {
-    (0u8..3).prop_map(P)
+    prop_oneof![Just(P::A), Just(P::B), Just(P::AC)]
 }
 
 fn register_s() -> impl Strategy<Value = Step> {
@@ -145,6 +51,7 @@ fn register_s() -> impl Strategy<Value = Step> {
         Step::Register {
             path,
             op,
+            long: false,
             file,
             reservation,
         }
@@ -161,228 +68,43 @@ fn open_s() -> impl Strategy<Value = Step> {
             endpoint,
             replace,
             ensure,
+            expected: Expect::None,
             op,
         },
     )
 }
 
-/// Operation ids come from per-kind windows (some overlap, so ids are sometimes reused for
-/// another kind of request), wide enough for logs of a few dozen records.
+/// Operation ids come from per-kind windows wider than the model test's (some overlap, so ids
+/// are sometimes reused for another kind of request), so that logs reach a few dozen records;
+/// no route reports, lookups or resolves (they persist nothing).
 fn step_s() -> impl Strategy<Value = Step> {
+    let expected = proptest::option::weighted(0.3, (0u8..4).prop_map(Expect::Recent))
+        .prop_map(|e| e.unwrap_or(Expect::None));
     prop_oneof![
         8 => register_s(),
         3 => (path_s(), 10u8..=16, 0u8..2)
             .prop_map(|(path, op, owner)| Step::Reserve { path, op, owner }),
         2 => (path_s(), 10u8..=16).prop_map(|(path, op)| Step::Release { path, op }),
-        3 => (path_s(), proptest::option::weighted(0.3, 1u8..12), 16u8..=22)
+        3 => (path_s(), expected, 16u8..=22)
             .prop_map(|(path, expected, op)| Step::Unregister { path, expected, op }),
         3 => (path_s(), path_s(), any::<bool>(), 22u8..=28)
             .prop_map(|(from, to, replace, op)| Step::Rename { from, to, replace, op }),
         16 => open_s(),
         3 => (path_s(), 28u8..=56).prop_map(|(path, op)| Step::Cancel { path, op }),
-        2 => (path_s(), 0u8..4).prop_map(|(path, back)| Step::Close { path, back }),
-        6 => (0u8..8).prop_map(Step::Replay),
+        2 => (path_s(), 0u8..4).prop_map(|(path, i)| Step::Close { path, inc: IncPick::Seen(i) }),
+        6 => (0u8..8).prop_map(|back| Step::Replay { back, other_client: false }),
         3 => (0u8..16).prop_map(Step::SourceRetired),
         4 => (0u8..16).prop_map(Step::StreamDisplaced),
-        1 => (0u8..4).prop_map(Step::GoneEndpoint),
-        1 => (2u8..7).prop_map(Step::GoneNode),
+        1 => (0u8..4).prop_map(|e| Step::Gone(Gone::Endpoint(e))),
+        1 => (2u8..7).prop_map(|n| Step::Gone(Gone::Node(n, 2))),
         2 => Just(Step::Tick),
         2 => Just(Step::Restart),
     ]
 }
 
-/// What the driver remembers to build later steps.
-#[derive(Default)]
-struct Seen {
-    history: Vec<DirectoryRequest>,
-    incarnations: Vec<StreamIncarnation>,
-    retires: Vec<Address>,
-    displaced: Vec<(Address, StreamIncarnation)>,
-    next_request: u64,
-}
-
-fn pick<T: Copy>(items: &[T], i: u8) -> Option<T> {
-    (!items.is_empty()).then(|| items[items.len() - 1 - usize::from(i) % items.len()])
-}
-
-fn request_of(step: &Step, seen: &Seen) -> Option<DirectoryRequest> {
-    Some(match *step {
-        Step::Register {
-            path,
-            op,
-            file,
-            reservation,
-        } => {
-            let source = source_of(op);
-            let recovery = if file {
-                SourceRecovery::File {
-                    path: FileRef::new(format!("/data/{op}")).unwrap(),
-                }
-            } else {
-                SourceRecovery::Actor {
-                    actor: source,
-                    node: source.node,
-                    owner: None,
-                }
-            };
-            DirectoryRequest::Register {
-                path: path.path(),
-                source,
-                source_node: source.node,
-                length: 10,
-                recovery,
-                operation: oid(op),
-                reservation: reservation.map(oid),
-            }
-        }
-        Step::Reserve { path, op, owner: k } => DirectoryRequest::ReserveBlob {
-            path: path.path(),
-            operation: oid(op),
-            owner: owner(k),
-        },
-        Step::Release { path, op } => DirectoryRequest::ReleaseBlobReservation {
-            path: path.path(),
-            operation: oid(op),
-        },
-        Step::Unregister { path, expected, op } => DirectoryRequest::Unregister {
-            path: path.path(),
-            expected_revision: expected.map(|r| Revision(u64::from(r))),
-            operation: oid(op),
-        },
-        Step::Rename {
-            from,
-            to,
-            replace,
-            op,
-        } => DirectoryRequest::Rename {
-            source: from.path(),
-            destination: to.path(),
-            replace,
-            operation: oid(op),
-        },
-        Step::Open {
-            path,
-            role,
-            endpoint: e,
-            replace,
-            ensure,
-            op,
-        } => {
-            let endpoint = endpoint(e);
-            DirectoryRequest::OpenStream {
-                path: path.path(),
-                role,
-                descriptor: Descriptor::new(vec![e]).unwrap(),
-                endpoint,
-                replace,
-                ensure,
-                expected_revision: None,
-                operation: oid(op),
-            }
-        }
-        Step::Cancel { path, op } => DirectoryRequest::CancelStream {
-            path: path.path(),
-            operation: oid(op),
-        },
-        Step::Close { path, back } => DirectoryRequest::CloseStream {
-            path: path.path(),
-            incarnation: pick(&seen.incarnations, back)?,
-        },
-        Step::Replay(back) => {
-            let n = seen.history.len();
-            if n == 0 {
-                return None;
-            }
-            seen.history[n - 1 - usize::from(back) % n].clone()
-        }
-        _ => return None,
-    })
-}
-
-/// Runs `steps` on a fresh directory; the durable log is `Dir::log`.
-fn drive(steps: &[Step]) -> Dir {
-    let mut d = Dir::new();
-    let mut seen = Seen {
-        next_request: 1,
-        ..Seen::default()
-    };
-    for step in steps {
-        let effects = match step {
-            Step::Tick => d.tick(),
-            Step::Restart => {
-                let effects = d.restart();
-                d.dir.check_invariants().expect("invariants after restart");
-                effects
-            }
-            Step::SourceRetired(i) => {
-                let Some(source) = pick(&seen.retires, *i) else {
-                    continue;
-                };
-                d.deliver(Message::SourceRetired { source })
-            }
-            Step::StreamDisplaced(i) => {
-                let Some((endpoint, incarnation)) = pick(&seen.displaced, *i) else {
-                    continue;
-                };
-                d.deliver(Message::StreamDisplaced {
-                    endpoint,
-                    incarnation,
-                })
-            }
-            Step::GoneEndpoint(e) => d.deliver(Message::AddressGone {
-                scope: GoneScope::Address(endpoint(*e)),
-                reply_to: HOST,
-            }),
-            Step::GoneNode(n) => d.deliver(Message::AddressGone {
-                scope: GoneScope::NodeBefore {
-                    node: NodeId(u64::from(*n)),
-                    incarnation: 2,
-                },
-                reply_to: HOST,
-            }),
-            _ => {
-                let Some(request) = request_of(step, &seen) else {
-                    continue;
-                };
-                seen.history.push(request.clone());
-                let request_id = RequestId(seen.next_request);
-                seen.next_request += 1;
-                d.deliver(Message::Call(DirectoryCall {
-                    request_id,
-                    reply_to: CLIENT,
-                    request,
-                }))
-            }
-        };
-        for effect in &effects {
-            let Effect::Send { to, message } = effect else {
-                continue;
-            };
-            match message {
-                Message::Retire { .. } => seen.retires.push(*to),
-                Message::Displaced { incarnation, .. } => seen.displaced.push((*to, *incarnation)),
-                Message::Reply(reply) => {
-                    if let ReplyBody::StreamOpened(Ok(m)) = &reply.body {
-                        seen.incarnations.push(m.incarnation);
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    d
-}
-
 // ---------------------------------------------------------------------------------------------
 // Recovery helpers
 // ---------------------------------------------------------------------------------------------
-
-fn config() -> DirectoryConfig {
-    DirectoryConfig {
-        address: DIRECTORY,
-        retry_period: Duration::from_secs(1),
-    }
-}
 
 /// Recovers a directory from `records`; returns it with its recovery effects.
 fn recover(records: &[LogRecord]) -> Result<(Directory, Vec<Effect>), TestCaseError> {
@@ -401,16 +123,6 @@ fn recover(records: &[LogRecord]) -> Result<(Directory, Vec<Effect>), TestCaseEr
         )));
     }
     Ok((dir, out.take()))
-}
-
-fn persisted(effects: &[Effect]) -> Vec<LogRecord> {
-    effects
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Persist(r) => Some(r.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Checks that `dir`, recovered from records whose replay is `replayed`, holds exactly that
@@ -534,7 +246,7 @@ fn replay_request(op: OperationId, record: &OperationRecord) -> DirectoryRequest
 fn probe(live: &DurableState) -> Vec<Message> {
     let mut requests = Vec::new();
     for p in PATHS {
-        let path = DataPath::new(p).unwrap();
+        let path = p.path();
         requests.push(DirectoryRequest::Lookup { path: path.clone() });
         requests.push(DirectoryRequest::Resolve { path });
     }
@@ -544,7 +256,7 @@ fn probe(live: &DurableState) -> Vec<Message> {
     for (i, p) in PATHS.iter().enumerate() {
         for role in [StreamRole::Source, StreamRole::Sink] {
             requests.push(DirectoryRequest::OpenStream {
-                path: DataPath::new(*p).unwrap(),
+                path: p.path(),
                 role,
                 descriptor: Descriptor::new(vec![1]).unwrap(),
                 endpoint: endpoint(1),
@@ -554,9 +266,7 @@ fn probe(live: &DurableState) -> Vec<Message> {
                 operation: OperationId(1000 + 2 * i as u128 + u128::from(role == StreamRole::Sink)),
             });
         }
-        requests.push(DirectoryRequest::Lookup {
-            path: DataPath::new(*p).unwrap(),
-        });
+        requests.push(DirectoryRequest::Lookup { path: p.path() });
     }
     requests
         .into_iter()
@@ -587,7 +297,7 @@ fn run_probe(dir: &mut Directory, probe: &[Message]) -> Vec<Vec<Effect>> {
 // ---------------------------------------------------------------------------------------------
 
 fn check(steps: &[Step], seed: u64) -> Result<(), TestCaseError> {
-    let d = drive(steps);
+    let d = workload::drive(steps);
     let log = d.log.clone();
 
     // Replay every prefix through `DurableState::apply`.
@@ -690,19 +400,6 @@ fn check(steps: &[Step], seed: u64) -> Result<(), TestCaseError> {
         "durable states after the probe"
     );
     Ok(())
-}
-
-/// 200 cases by default (CI); `PROPTEST_CASES=20000` searches harder, `PROPTEST_RNG_SEED`
-/// replays a run. Failures are not persisted to files: the shrunk sequence is printed.
-fn proptest_config() -> ProptestConfig {
-    let mut config = ProptestConfig {
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    };
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = 200;
-    }
-    config
 }
 
 proptest! {

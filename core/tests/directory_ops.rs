@@ -1,9 +1,7 @@
 //! One test per directory operation and per error variant it can return (SPEC §4 as amended by
 //! DESIGN.md §5 and ARCHITECTURE.md "Decisions"). Every test asserts the exact effects of the
 //! step under test (records, watches, frames and replies, in order) and the durable state.
-mod common;
 
-use common::*;
 use dataplane_core::directory::{ObligationKey, Rendezvous, SourceState};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::error::{Limit, NamespaceError, Reason};
@@ -23,6 +21,7 @@ use dataplane_core::wire::{
     GoneScope, Message, MutationReceipt, NamespaceNode, ReplyBody, SourceRecovery, StreamMatch,
     StreamRole,
 };
+use dataplane_testkit::dir::*;
 
 // ---------------------------------------------------------------------------------------------
 // Addresses used throughout.

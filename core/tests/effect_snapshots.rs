@@ -1,11 +1,9 @@
 //! The exact effect sequences of the reference flows of SPEC §12.4 (stream replacement with a
 //! fence) and §12.5 (directory restart), as insta snapshots of a transcript: one `## step` line
 //! per input, then one line per effect in emission order.
-mod common;
 
 use std::fmt::Write as _;
 
-use common::*;
 use dataplane_core::effect::Effect;
 use dataplane_core::error::NamespaceError;
 use dataplane_core::ids::{Address, NodeId, RequestId, StreamIncarnation};
@@ -13,6 +11,7 @@ use dataplane_core::log::{LogRecord, Mutation, Outcome, RequestKey};
 use dataplane_core::wire::{
     DirectoryReply, DirectoryRequest, Message, ReplyBody, StreamMatch, StreamRole,
 };
+use dataplane_testkit::dir::*;
 
 const S1: Address = Address::new(NodeId(2), 1, 1);
 const S2: Address = Address::new(NodeId(2), 1, 2);

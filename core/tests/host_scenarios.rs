@@ -12,11 +12,9 @@
 //!   children are gone); `w.restart_proxy(n)` restarts only the proxy.
 //!
 //! Every step checks every machine's invariants, and the arena's leases against the headers.
-mod common;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use common::path;
 use dataplane_core::arena::BLOB_HEADER_BYTES;
 use dataplane_core::blob::{self, BlobAccess, BlobState, DigestKind, Expected};
 use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
@@ -32,6 +30,7 @@ use dataplane_core::wire::{
     Capability, ChildEvent, ChildOp, ChildRequest, DirectoryCall, DirectoryRequest, GoneScope,
     LeaseView, Message, ReplyBody,
 };
+use dataplane_testkit::dir::path;
 
 // =============================================================================================
 // The world.

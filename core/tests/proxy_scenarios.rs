@@ -20,11 +20,9 @@
 //!   the harness asserts on drop that no caller received anything the script did not expect.
 //!
 //! Every step checks the invariants of every machine.
-mod common;
 
 use std::collections::{BTreeMap, VecDeque};
 
-use common::{actor_recovery, op, open_request, path};
 use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig, Rendezvous};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::error::{InputError, Limit, NamespaceError};
@@ -40,6 +38,7 @@ use dataplane_core::wire::{
     BlobBinding, Descriptor, DirectoryCall, DirectoryReply, DirectoryRequest, EntryKind, GoneScope,
     Message, MutationReceipt, NamespaceNode, ReplyBody, RequestKind, StreamMatch, StreamRole,
 };
+use dataplane_testkit::dir::{actor_recovery, op, open_request, path};
 
 // =============================================================================================
 // The harness.

@@ -1,8 +1,8 @@
 //! A first end-to-end story through the harness.
-mod common;
-use common::*;
+
 use dataplane_core::Revision;
 use dataplane_core::wire::{MutationReceipt, ReplyBody};
+use dataplane_testkit::dir::*;
 
 #[test]
 fn register_replace_retires_the_old_source_and_survives_restart() {

@@ -32,8 +32,9 @@ use dataplane_core::log::{
     FRAME_HEADER_BYTES, LogRecord, TailDefect, append_record, decode_log, encode_log,
 };
 use dataplane_core::time::Instant;
-use dataplane_fuzz::dir::config;
-use dataplane_fuzz::model::{Step, drive};
+use dataplane_fuzz::model::drive;
+use dataplane_testkit::dir::{config, persisted};
+use dataplane_testkit::workload::Step;
 use libfuzzer_sys::fuzz_target;
 
 /// One corruption of a log image; positions are taken modulo the image length.
@@ -150,16 +151,6 @@ fn check_decode(image: &[u8]) -> Vec<LogRecord> {
     );
     assert_eq!(round.defect, None);
     decoded.records
-}
-
-fn persisted(effects: &[Effect]) -> Vec<LogRecord> {
-    effects
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Persist(r) => Some(r.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Replays `records` one by one; `Err(index)` of the first refused record.

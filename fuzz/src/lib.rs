@@ -1,8 +1,7 @@
-//! Shared pieces of the fuzz targets: an in-memory directory harness, the directory's
-//! reference model with its `Arbitrary` workload, the hosts' world of `host_session`, and the
-//! seed corpus writer.
+//! Shared pieces of the fuzz targets: the directory workload folded for `dataplane-testkit`
+//! (whose in-memory directory and reference model the targets share with core's tests), the
+//! hosts' world of `host_session`, and the seed corpus writer.
 
-pub mod dir;
 pub mod host;
 pub mod model;
 pub mod seeds;

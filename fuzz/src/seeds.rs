@@ -6,7 +6,9 @@ use std::path::Path;
 use dataplane_core::log::encode_log;
 use dataplane_core::wire::StreamRole;
 
-use crate::model::{Expect, Gone, IncPick, P, Step, drive};
+use dataplane_testkit::workload::{Expect, Gone, IncPick, P, Step};
+
+use crate::model::drive;
 
 /// A busy workload: blobs, a reservation, a rendezvous and its replacement fence, retries,
 /// gone reports, ticks and a restart.

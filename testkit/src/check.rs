@@ -1,0 +1,399 @@
+//! Runs a workload against the directory and the reference model together and checks every
+//! step. After each one:
+//!
+//! * every reply the directory sent (to the caller, and to parked or held openers answered
+//!   later) equals the model's prediction, epoch included;
+//! * the Retire / Displaced / GoneAcknowledged frames equal the predicted ones;
+//! * the durable state (entries, operation table, reservations, obligations, node floors,
+//!   counters) equals the model's;
+//! * the runtime rendezvous and fences sit on the predicted paths, and the watched routes are
+//!   exactly the targets that have obligations;
+//! * the write-ahead barrier holds: walking the step's effects in order, every reply and notice
+//!   is justified by the records persisted before it, and those records rebuild the live
+//!   durable state exactly;
+//! * `check_invariants` holds.
+//!
+//! The first disagreement is returned as an `Err` that names the step; the caller decides how
+//! to fail (a failed proptest case, a fuzz crash). Programmer errors still panic: a refused
+//! input or a broken invariant inside [`Dir`], and the model's one-batch assertion
+//! ([`BeyondBatch::Assert`]); proptest and libFuzzer report a panic as a failure too.
+
+use std::collections::BTreeMap;
+
+use dataplane_core::directory::{DurableState, ObligationKey, Rendezvous};
+use dataplane_core::effect::Effect;
+use dataplane_core::error::NamespaceError;
+use dataplane_core::ids::{
+    Address, AuthorityEpoch, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
+};
+use dataplane_core::limits::RETRY_BATCH_MAX;
+use dataplane_core::log::{Entry, OperationRecord, Outcome, Reservation};
+use dataplane_core::path::DataPath;
+use dataplane_core::wire::{
+    DirectoryCall, DirectoryReply, DirectoryRequest, GoneScope, Message, ReplyBody,
+};
+
+use crate::dir::{CLIENT, DIRECTORY, Dir};
+use crate::model::{Caller, Model, Out};
+use crate::workload::{CLIENT2, HOST, Seen, Step, endpoint, request_of};
+
+/// Returns an `Err` naming `what` and both sides unless `left == right`.
+macro_rules! ensure_eq {
+    ($left:expr, $right:expr, $($what:tt)+) => {{
+        let (left, right) = (&$left, &$right);
+        if left != right {
+            return Err(format!(
+                "{}\n  left: {left:?}\n right: {right:?}",
+                format_args!($($what)+)
+            ));
+        }
+    }};
+}
+
+/// What [`run`] does with a tick or a restart (each runs a retry pass) while more obligations
+/// are open than one retry pass sends ([`RETRY_BATCH_MAX`]): the model does not follow the
+/// directory's rotation beyond one batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BeyondBatch {
+    /// Run the step; the model's assertion that one pass covers every obligation then panics.
+    /// For workloads too short to open that many (core's property test: under 60 steps).
+    Assert,
+    /// Skip the step (neither the directory nor the model sees it). For the fuzz targets,
+    /// whose longer sequences get there.
+    Skip,
+}
+
+/// What a step actually sent, in comparable form.
+#[derive(Debug, PartialEq, Eq)]
+struct Sent {
+    replies: Vec<(Address, RequestId, ReplyBody)>,
+    retires: Vec<Address>,
+    displaced: Vec<(Address, StreamIncarnation)>,
+    gone_acks: Vec<(Address, GoneScope)>,
+}
+
+fn normalise(out: Out) -> Sent {
+    let mut s = Sent {
+        replies: out.replies,
+        retires: out.retires,
+        displaced: out.displaced,
+        gone_acks: out.gone_acks,
+    };
+    s.replies.sort_by_key(|(to, id, _)| (*id, *to));
+    s.retires.sort();
+    s.displaced.sort();
+    s.gone_acks.sort();
+    s
+}
+
+fn collect(effects: &[Effect], epoch: AuthorityEpoch) -> Result<Out, String> {
+    let mut out = Out::default();
+    for effect in effects {
+        let Effect::Send { to, message } = effect else {
+            continue;
+        };
+        match message {
+            Message::Reply(DirectoryReply {
+                request_id,
+                epoch: e,
+                body,
+            }) => {
+                ensure_eq!(*e, epoch, "reply epoch");
+                out.replies.push((*to, *request_id, body.clone()));
+            }
+            Message::Retire { reply_to } => {
+                ensure_eq!(*reply_to, DIRECTORY, "reply_to of {message:?} to {to}");
+                out.retires.push(*to);
+            }
+            Message::Displaced {
+                incarnation,
+                reply_to,
+            } => {
+                ensure_eq!(*reply_to, DIRECTORY, "reply_to of {message:?} to {to}");
+                out.displaced.push((*to, *incarnation));
+            }
+            Message::GoneAcknowledged { scope } => out.gone_acks.push((*to, *scope)),
+            other => return Err(format!("unexpected send {other:?} to {to}")),
+        }
+    }
+    Ok(out)
+}
+
+/// Obligations as (key, fenced path), sorted by key.
+type ObligationView = Vec<(ObligationKey, Option<DataPath>)>;
+
+fn durable_obligations(d: &DurableState) -> ObligationView {
+    let mut v: ObligationView = d
+        .obligations_in_order()
+        .map(|(key, fence)| (key, fence.cloned()))
+        .collect();
+    v.sort_by_key(|(key, _)| *key);
+    v
+}
+
+fn model_obligations(m: &Model) -> ObligationView {
+    let mut v: ObligationView = m
+        .retirements
+        .iter()
+        .map(|a| (ObligationKey::Retire(*a), None))
+        .chain(
+            m.displacements
+                .iter()
+                .map(|(e, i, f)| (ObligationKey::Displace(*e, *i), f.clone())),
+        )
+        .collect();
+    v.sort_by_key(|(key, _)| *key);
+    v
+}
+
+fn check_state(d: &Dir, m: &Model, seen: &Seen) -> Result<(), String> {
+    let durable = d.dir.durable();
+    ensure_eq!(durable.epoch(), m.epoch, "epoch");
+    ensure_eq!(
+        durable.next_revision(),
+        Revision(m.next_revision),
+        "next revision"
+    );
+    let entries: BTreeMap<DataPath, Entry> = durable
+        .entries()
+        .map(|(p, e)| (p.clone(), e.clone()))
+        .collect();
+    ensure_eq!(&entries, &m.entries, "entries");
+    let operations: BTreeMap<OperationId, OperationRecord> =
+        durable.operations().map(|(o, r)| (*o, r.clone())).collect();
+    ensure_eq!(&operations, &m.operations, "operation table");
+    let reservations: BTreeMap<DataPath, Reservation> = durable
+        .reservations()
+        .map(|(p, r)| (p.clone(), r.clone()))
+        .collect();
+    ensure_eq!(&reservations, &m.reservations, "reservations");
+    ensure_eq!(
+        durable_obligations(durable),
+        model_obligations(m),
+        "obligations"
+    );
+    let floors: BTreeMap<NodeId, u64> = durable.node_floors().map(|(n, f)| (*n, *f)).collect();
+    ensure_eq!(&floors, &m.floors, "node floors");
+    let streams: Vec<(DataPath, bool)> = d
+        .dir
+        .rendezvous_all()
+        .map(|(p, r)| (p.clone(), matches!(r, Rendezvous::Active(_))))
+        .collect();
+    let model_streams: Vec<(DataPath, bool)> = m
+        .rendezvous()
+        .map(|(p, active)| (p.clone(), active))
+        .collect();
+    ensure_eq!(streams, model_streams, "runtime rendezvous (path, active)");
+    let fences: Vec<DataPath> = d.dir.fences().map(|(p, _)| p.clone()).collect();
+    let model_fences: Vec<DataPath> = m.fenced().cloned().collect();
+    ensure_eq!(fences, model_fences, "fenced paths");
+    ensure_eq!(
+        &seen.watched,
+        &m.obligation_targets(),
+        "watched routes = obligation targets"
+    );
+    if let Err(e) = d.dir.check_invariants() {
+        return Err(format!("invariants: {e}"));
+    }
+    Ok(())
+}
+
+/// The write-ahead barrier (SPEC S6–S8, DESIGN §3): walking a step's effects in order, every
+/// send is justified by the durable state built from the records persisted before it, and the
+/// step's records rebuild exactly the live durable state.
+fn check_barrier(
+    mut state: DurableState,
+    effects: &[Effect],
+    requests: &BTreeMap<RequestId, DirectoryRequest>,
+    live: &DurableState,
+) -> Result<(), String> {
+    for (i, effect) in effects.iter().enumerate() {
+        let Effect::Send { to, message } = effect else {
+            if let Effect::Persist(record) = effect {
+                state
+                    .apply(record)
+                    .map_err(|e| format!("effect {i}: persisted record refused: {e}"))?;
+            }
+            continue;
+        };
+        let ok = match message {
+            Message::Retire { .. } => state.has_obligation(&ObligationKey::Retire(*to)),
+            Message::Displaced { incarnation, .. } => state.is_displacing(*to, *incarnation),
+            Message::GoneAcknowledged {
+                scope: GoneScope::NodeBefore { node, incarnation },
+            } => state.node_floor(*node) >= *incarnation,
+            Message::Reply(reply) => reply_is_durable(&state, requests, reply),
+            _ => true,
+        };
+        if !ok {
+            return Err(format!(
+                "effect {i}: {message:?} to {to} is sent before the state it acknowledges \
+                 is persisted"
+            ));
+        }
+    }
+    if state != *live {
+        return Err("the live durable state differs from the records it persisted".into());
+    }
+    Ok(())
+}
+
+fn reply_is_durable(
+    state: &DurableState,
+    requests: &BTreeMap<RequestId, DirectoryRequest>,
+    reply: &DirectoryReply,
+) -> bool {
+    let Some(request) = requests.get(&reply.request_id) else {
+        return false;
+    };
+    let Some(op) = request.operation() else {
+        return true;
+    };
+    let outcome = state.operation(op).map(|r| &r.outcome);
+    match &reply.body {
+        ReplyBody::Registered(Ok(r))
+        | ReplyBody::Unregistered(Ok(r))
+        | ReplyBody::Renamed(Ok(r)) => outcome == Some(&Outcome::Committed(r.revision)),
+        ReplyBody::StreamOpened(Ok(m)) => outcome == Some(&Outcome::Committed(m.revision)),
+        ReplyBody::BlobReserved(Ok(())) => outcome == Some(&Outcome::Reserved),
+        ReplyBody::StreamCancelled(Ok(())) | ReplyBody::BlobReservationReleased(Ok(())) => {
+            outcome.is_some()
+        }
+        ReplyBody::Registered(Err(e))
+        | ReplyBody::Unregistered(Err(e))
+        | ReplyBody::Renamed(Err(e))
+        | ReplyBody::BlobReserved(Err(e)) => match e {
+            NamespaceError::PathExists(_)
+            | NamespaceError::PathNotFound(_)
+            | NamespaceError::StreamActive(_) => {
+                matches!(outcome, Some(Outcome::Rejected(x)) if x.error() == *e)
+            }
+            _ => true,
+        },
+        _ => true,
+    }
+}
+
+/// The model's retry pass covers every obligation in one batch.
+fn within_batch(m: &Model) -> bool {
+    m.retirements.len() + m.displacements.len() <= RETRY_BATCH_MAX
+}
+
+/// Runs `steps` against a fresh directory ([`Dir`]) and a fresh model, checking each step
+/// (the module documentation lists the checks); returns the first disagreement.
+pub fn run(steps: &[Step], beyond_batch: BeyondBatch) -> Result<(), String> {
+    let mut d = Dir::new();
+    let mut m = Model::new();
+    let mut seen = Seen {
+        next_request: 1,
+        ..Seen::default()
+    };
+    check_state(&d, &m, &seen).map_err(|e| format!("at boot: {e}"))?;
+    for (index, step) in steps.iter().enumerate() {
+        let mut expected = Out::default();
+        let before = d.dir.durable().clone();
+        let effects = match step {
+            Step::Tick => {
+                if beyond_batch == BeyondBatch::Skip && !within_batch(&m) {
+                    continue;
+                }
+                m.retry_pass(&mut expected);
+                d.tick()
+            }
+            Step::Restart => {
+                if beyond_batch == BeyondBatch::Skip && !within_batch(&m) {
+                    continue;
+                }
+                m.restart(&mut expected);
+                seen.watched.clear();
+                d.restart()
+            }
+            Step::SourceRetired(i) => {
+                let source = seen.retired_source(*i);
+                m.source_retired(source);
+                d.deliver(Message::SourceRetired { source })
+            }
+            Step::StreamDisplaced(i) => {
+                let (endpoint, incarnation) = if seen.displaced.is_empty() {
+                    (
+                        endpoint(*i),
+                        StreamIncarnation {
+                            epoch: m.epoch,
+                            revision: Revision(1),
+                        },
+                    )
+                } else {
+                    seen.displaced[usize::from(*i) % seen.displaced.len()]
+                };
+                m.stream_displaced(endpoint, incarnation, &mut expected);
+                d.deliver(Message::StreamDisplaced {
+                    endpoint,
+                    incarnation,
+                })
+            }
+            Step::Route { target, routable } => {
+                let Some(target) = seen.watched_target(*target) else {
+                    continue;
+                };
+                m.route(target, *routable, &mut expected);
+                d.route(target, *routable)
+            }
+            Step::Gone(g) => {
+                let scope = g.scope();
+                m.gone(scope, HOST, &mut expected);
+                d.deliver(Message::AddressGone {
+                    scope,
+                    reply_to: HOST,
+                })
+            }
+            _ => {
+                let Some(request) = request_of(step, &seen, m.epoch) else {
+                    continue;
+                };
+                let reply_to = match step {
+                    Step::Replay {
+                        other_client: true, ..
+                    } => CLIENT2,
+                    _ => CLIENT,
+                };
+                let caller = Caller {
+                    request_id: RequestId(seen.next_request),
+                    reply_to,
+                };
+                seen.next_request += 1;
+                seen.history.push(request.clone());
+                seen.requests.insert(caller.request_id, request.clone());
+                m.call(caller, request.clone(), &mut expected);
+                d.deliver(Message::Call(DirectoryCall {
+                    request_id: caller.request_id,
+                    reply_to,
+                    request,
+                }))
+            }
+        };
+        check_barrier(before, &effects, &seen.requests, d.dir.durable())
+            .map_err(|e| format!("step {index} ({step:?}): {e}"))?;
+        let got =
+            collect(&effects, m.epoch).map_err(|e| format!("step {index} ({step:?}): {e}"))?;
+        for (_, _, body) in &got.replies {
+            seen.observe_reply(body);
+        }
+        seen.retires.extend(got.retires.iter().copied());
+        seen.displaced.extend(got.displaced.iter().copied());
+        for effect in &effects {
+            match effect {
+                Effect::WatchRoute { target } => {
+                    seen.watched.insert(*target);
+                }
+                Effect::UnwatchRoute { target } => {
+                    seen.watched.remove(target);
+                }
+                _ => {}
+            }
+        }
+        let (got, want) = (normalise(got), normalise(expected));
+        ensure_eq!(got, want, "sends of step {index} ({step:?})");
+        check_state(&d, &m, &seen).map_err(|e| format!("after step {index} ({step:?}): {e}"))?;
+    }
+    Ok(())
+}
