@@ -403,7 +403,7 @@ fn check(steps: &[Step], seed: u64) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(proptest_config())]
+    #![proptest_config(proptest_config(1000))]
 
     #[test]
     fn every_log_prefix_recovers_to_its_replay(

@@ -3,15 +3,16 @@
 
 use proptest::test_runner::Config as ProptestConfig;
 
-/// 200 cases by default (CI); `PROPTEST_CASES=20000` searches harder, `PROPTEST_RNG_SEED`
-/// replays a run. Failures are not persisted to files: the shrunk sequence is printed.
-pub fn proptest_config() -> ProptestConfig {
+/// `cases` cases by default (what CI runs); `PROPTEST_CASES=20000` searches harder,
+/// `PROPTEST_RNG_SEED` replays a run. Failures are not persisted to files: the shrunk sequence
+/// is printed.
+pub fn proptest_config(cases: u32) -> ProptestConfig {
     let mut config = ProptestConfig {
         failure_persistence: None,
         ..ProptestConfig::default()
     };
     if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = 200;
+        config.cases = cases;
     }
     config
 }
