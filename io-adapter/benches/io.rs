@@ -413,7 +413,7 @@ impl DirClient {
         stream.set_nodelay(true).expect("nodelay");
         let mut reader = FrameReader::new(stream.try_clone().expect("clone the stream"));
         let mut w = &stream;
-        write_frame(&mut w, &Link::ClientHello).expect("send ClientHello");
+        write_frame(&mut w, &Link::ClientHello { key: None }).expect("send ClientHello");
         let (node, directory) = match reader.read_frame::<Link>() {
             Ok(Some(Link::Welcome {
                 node, directory, ..

@@ -11,7 +11,9 @@
 //! the first `HostHello` from an address assigns it a node id, and a hello with a new boot
 //! nonce (the host process restarted) raises its incarnation. The table is a small file
 //! written crash-atomically before the `Welcome` that announces it. Benchmark and test clients
-//! that only send calls say `ClientHello` and get a transient node id.
+//! that only send calls say `ClientHello` and get a transient node id. With a cluster key
+//! ([`DirectoryOptions::cluster_key`]) a hello must present it; one that does not is answered
+//! `Refused` and closed before it changes anything.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -30,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::driver::{Barrier, Clock, read_state, write_state};
 use crate::log::{DurableLog, LogError};
-use crate::net::{Conn, ConnId, Event, Link, Peer, spawn_tcp};
+use crate::net::{ClusterKey, Conn, ConnId, Event, Link, Peer, WRONG_KEY, spawn_tcp};
 
 /// Transient node ids (clients that are not hosts) start here.
 pub const TRANSIENT_NODE_BASE: u64 = 1 << 40;
@@ -48,6 +50,8 @@ pub struct DirectoryOptions {
     pub data_dir: PathBuf,
     /// The directory's retry tick.
     pub retry_period: Duration,
+    /// When set, every hello must present this key (hosts and clients alike).
+    pub cluster_key: Option<ClusterKey>,
 }
 
 /// Why a directory node stopped.
@@ -115,6 +119,7 @@ struct Connected {
 }
 
 struct DirectoryNode {
+    cluster_key: Option<ClusterKey>,
     clock: Clock,
     address: Address,
     machine: Directory,
@@ -173,6 +178,7 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
     });
     let compacted_at = log.len_bytes();
     let mut node = DirectoryNode {
+        cluster_key: options.cluster_key,
         clock,
         address,
         machine,
@@ -347,8 +353,25 @@ impl DirectoryNode {
         let Some(c) = self.conns.get(&id) else {
             return Ok(());
         };
+        let presented = match &link {
+            Link::HostHello { key, .. } | Link::ClientHello { key } => Some(key.as_ref()),
+            _ => None,
+        };
+        if let Some(presented) = presented
+            && c.node.is_none()
+            && !ClusterKey::admits(self.cluster_key.as_ref(), presented)
+        {
+            c.conn.send(Link::Refused {
+                reason: WRONG_KEY.to_owned(),
+            });
+            // Dropping the connection's handle lets its writer send what is queued, then close.
+            self.conns.remove(&id);
+            return Ok(());
+        }
         match link {
-            Link::HostHello { listen, boot_nonce } if c.node.is_none() => {
+            Link::HostHello {
+                listen, boot_nonce, ..
+            } if c.node.is_none() => {
                 let record = match self.membership.hosts.get(&listen) {
                     Some(r) if r.boot_nonce == boot_nonce => r.clone(),
                     Some(r) => HostRecord {
@@ -379,7 +402,7 @@ impl DirectoryNode {
                 self.attach(id, record.node, record.incarnation, true);
                 self.broadcast_peers();
             }
-            Link::ClientHello if c.node.is_none() => {
+            Link::ClientHello { .. } if c.node.is_none() => {
                 let node = NodeId(self.next_transient);
                 self.next_transient += 1;
                 self.attach(id, node, 1, false);

@@ -18,6 +18,12 @@
 //! incarnations gone (`AddressGone{NodeBefore}`), every second until the directory
 //! acknowledges. If the directory connection drops, the proxy is told "no directory" and the
 //! host reconnects with backoff; the new `Welcome` carries the new authority epoch.
+//!
+//! **Cluster key.** With [`HostOptions::cluster_key`] the host presents the key in its hellos to
+//! the directory and to other hosts, and admits another host's connection only after a
+//! `PeerHello` with the same key (one without is answered `Refused` and closed). Core frames
+//! are taken only from the directory's connection and from admitted peers'. If the directory
+//! refuses this host's key, [`run_host`] returns the error.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -43,7 +49,7 @@ use serde::{Deserialize, Serialize};
 use crate::arena::{SharedArena, send_with_fd};
 use crate::driver::{Clock, random_u64};
 use crate::frame::encode_frame;
-use crate::net::{Conn, ConnId, Event, Link, Peer, spawn_tcp, spawn_unix};
+use crate::net::{ClusterKey, Conn, ConnId, Event, Link, Peer, WRONG_KEY, spawn_tcp, spawn_unix};
 
 /// The node agent's actor number (gone reports).
 pub const AGENT_ACTOR: u64 = 0;
@@ -79,6 +85,8 @@ pub struct HostOptions {
     pub allow: Vec<DataPath>,
     /// The proxy's request deadline.
     pub deadline: Duration,
+    /// When set, presented in every hello and required of every other host.
+    pub cluster_key: Option<ClusterKey>,
 }
 
 /// The first frame a child receives, with the arena's descriptor attached.
@@ -103,11 +111,26 @@ pub fn capability_path(socket: &Path) -> PathBuf {
 
 /// Why a host node stopped.
 #[derive(Debug)]
-pub struct HostError(pub String);
+pub enum HostError {
+    /// Setting up failed (the arena, a socket, the capability file...).
+    Setup(String),
+    /// The directory refused this host's hello (its cluster key): a configuration error.
+    Refused(String),
+}
+
+impl HostError {
+    /// Whether the directory refused this host (rather than setup failing).
+    pub fn refused(&self) -> bool {
+        matches!(self, HostError::Refused(_))
+    }
+}
 
 impl fmt::Display for HostError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            HostError::Setup(message) => f.write_str(message),
+            HostError::Refused(reason) => write!(f, "the directory refused this host: {reason}"),
+        }
     }
 }
 
@@ -163,6 +186,8 @@ struct HostNode {
     host_timer: Option<Instant>,
     gone_report: Option<(GoneScope, Instant)>,
     boot_nonce: u64,
+    /// The directory refused this host (its reason); the node stops.
+    refused: Option<String>,
 }
 
 fn connect(address: &str, timeout: StdDuration) -> std::io::Result<TcpStream> {
@@ -191,9 +216,9 @@ fn reconnect(directory: String, events: Sender<HostEvent>) {
     });
 }
 
-/// Runs a host node. Returns only on a setup failure.
+/// Runs a host node. Returns only on a setup failure or when the directory refuses this host.
 pub fn run_host(options: HostOptions) -> Result<(), HostError> {
-    let err = |what: &str, e: &dyn fmt::Display| HostError(format!("{what}: {e}"));
+    let err = |what: &str, e: &dyn fmt::Display| HostError::Setup(format!("{what}: {e}"));
     let arena = match &options.arena_file {
         Some(path) => SharedArena::create_file(path, options.arena_size),
         None => SharedArena::create("dataplane-arena", options.arena_size),
@@ -243,7 +268,10 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
             thread::sleep(StdDuration::from_millis(100));
             continue;
         };
-        match first_welcome(&stream, &options.listen, boot_nonce) {
+        match first_welcome(&stream, &options.listen, boot_nonce, options.cluster_key) {
+            Ok(Link::Refused { reason }) => {
+                return Err(HostError::Refused(reason));
+            }
             Ok(w) => break (stream, w),
             Err(_) => thread::sleep(StdDuration::from_millis(100)),
         }
@@ -256,7 +284,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         peers,
     } = welcome
     else {
-        return Err(HostError("the directory did not welcome us".into()));
+        return Err(HostError::Setup("the directory did not welcome us".into()));
     };
     let proxy_address = Address::new(node, incarnation, PROXY_ACTOR);
     let mut outbox = Outbox::new();
@@ -304,22 +332,28 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         gone_report: (incarnation > 1)
             .then_some((GoneScope::NodeBefore { node, incarnation }, Instant::ZERO)),
         boot_nonce,
+        refused: None,
     };
     host.execute_boot_effects();
     host.set_peers(peers);
     host.directory_up(stream, directory, epoch);
-    host.run(&inbox);
-    Ok(())
+    host.run(&inbox)
 }
 
 /// Sends the hello and reads the welcome synchronously (before the machines exist).
-fn first_welcome(stream: &TcpStream, listen: &str, boot_nonce: u64) -> std::io::Result<Link> {
+fn first_welcome(
+    stream: &TcpStream,
+    listen: &str,
+    boot_nonce: u64,
+    key: Option<ClusterKey>,
+) -> std::io::Result<Link> {
     let mut w = stream;
     crate::frame::write_frame(
         &mut w,
         &Link::HostHello {
             listen: listen.to_owned(),
             boot_nonce,
+            key,
         },
     )
     .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -346,8 +380,13 @@ impl HostNode {
         }
     }
 
-    fn run(&mut self, inbox: &Receiver<HostEvent>) {
+    /// Runs until the process's event sources are gone (never, in practice) or the directory
+    /// refuses this host.
+    fn run(&mut self, inbox: &Receiver<HostEvent>) -> Result<(), HostError> {
         loop {
+            if let Some(reason) = self.refused.take() {
+                return Err(HostError::Refused(reason));
+            }
             let next = [
                 self.proxy_timer,
                 self.host_timer,
@@ -360,7 +399,7 @@ impl HostNode {
             match inbox.recv_timeout(wait) {
                 Ok(event) => self.handle(event),
                 Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
             }
             for _ in 0..BATCH_MAX {
                 match inbox.try_recv() {
@@ -478,6 +517,7 @@ impl HostNode {
         conn.send(Link::PeerHello {
             node: self.node,
             incarnation: self.incarnation,
+            key: self.options.cluster_key,
         });
         self.conns.insert(id, conn.clone());
         self.peer_conns.insert(node, id);
@@ -547,6 +587,7 @@ impl HostNode {
                     conn.send(Link::HostHello {
                         listen: self.options.listen.clone(),
                         boot_nonce: self.boot_nonce,
+                        key: self.options.cluster_key,
                     });
                     self.conns.insert(id, conn);
                     self.directory_conn = Some(id);
@@ -627,10 +668,25 @@ impl HostNode {
                 self.proxy_effects();
             }
             Link::Peers(peers) if Some(id) == self.directory_conn => self.set_peers(peers),
-            Link::PeerHello { node, .. } if self.directory_conn != Some(id) => {
-                self.conn_peer.insert(id, node);
+            Link::PeerHello { node, key, .. }
+                if self.directory_conn != Some(id) && !self.conn_peer.contains_key(&id) =>
+            {
+                if ClusterKey::admits(self.options.cluster_key.as_ref(), key.as_ref()) {
+                    self.conn_peer.insert(id, node);
+                } else if let Some(conn) = self.conns.remove(&id) {
+                    // Dropping the handle lets the writer send the refusal, then close.
+                    conn.send(Link::Refused {
+                        reason: WRONG_KEY.to_owned(),
+                    });
+                }
             }
-            Link::Frame(envelope) => {
+            Link::Refused { reason } if Some(id) == self.directory_conn => {
+                self.refused = Some(reason);
+            }
+            // Core frames only from the directory and from admitted peers.
+            Link::Frame(envelope)
+                if Some(id) == self.directory_conn || self.conn_peer.contains_key(&id) =>
+            {
                 if envelope.to.node == self.node {
                     self.deliver(envelope.from, envelope.to, envelope.message);
                 }

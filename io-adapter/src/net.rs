@@ -10,11 +10,15 @@
 //!   bounded ([`WRITE_QUEUE_FRAMES`]): when a peer does not keep up, frames are dropped, which
 //!   every protocol here tolerates (requests are re-sent, transfers re-ask chunks).
 //!
-//! Between nodes the frames are [`Link`]s: a short handshake, then core envelopes.
+//! Between nodes the frames are [`Link`]s: a short handshake, then core envelopes. When the
+//! nodes are given a [`ClusterKey`], every hello must carry it: a connection whose hello does
+//! not is answered [`Link::Refused`] and closed, and nothing from it reaches a machine.
 
+use std::fmt;
 use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 use std::thread;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
@@ -42,6 +46,110 @@ pub struct Peer {
     pub listen: String,
 }
 
+/// The shared secret of a cluster, as its nodes present it in their hellos: a BLAKE3 hash of
+/// the secret (so the secret file may hold any bytes), compared in constant time.
+///
+/// It keeps out programs that do not know the secret: a stray or hostile client cannot
+/// register, remove or read anything, or pose as a host. It is **not** encryption: the hellos
+/// and everything after them travel in the clear, so anyone who can watch the network learns
+/// the key. Use it on a network you trust to keep traffic private.
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterKey([u8; 32]);
+
+impl ClusterKey {
+    /// The shortest secret accepted.
+    pub const SECRET_BYTES_MIN: usize = 16;
+
+    /// The key for `secret` (trailing ASCII whitespace, such as the newline an editor adds, is
+    /// not part of it).
+    pub fn from_secret(secret: &[u8]) -> Result<ClusterKey, KeyError> {
+        let secret = secret.trim_ascii_end();
+        if secret.len() < Self::SECRET_BYTES_MIN {
+            return Err(KeyError::TooShort { len: secret.len() });
+        }
+        let mut bytes = b"dataplane cluster key v1\n".to_vec();
+        bytes.extend_from_slice(secret);
+        Ok(ClusterKey(dataplane_core::blob::digest(&bytes)))
+    }
+
+    /// The key for the secret in the file at `path`.
+    pub fn read(path: &Path) -> Result<ClusterKey, KeyError> {
+        let secret = std::fs::read(path).map_err(|error| KeyError::Io {
+            path: path.to_owned(),
+            error,
+        })?;
+        ClusterKey::from_secret(&secret).map_err(|e| match e {
+            KeyError::TooShort { len } => KeyError::FileTooShort {
+                path: path.to_owned(),
+                len,
+            },
+            other => other,
+        })
+    }
+
+    /// Whether a hello presenting `presented` may join a node that expects `expected`: both
+    /// absent, or both present and equal.
+    pub fn admits(expected: Option<&ClusterKey>, presented: Option<&ClusterKey>) -> bool {
+        match (expected, presented) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.0.iter().zip(&b.0).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Debug for ClusterKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ClusterKey(..)")
+    }
+}
+
+/// Why a cluster key could not be made.
+#[derive(Debug)]
+pub enum KeyError {
+    /// The secret is shorter than [`ClusterKey::SECRET_BYTES_MIN`].
+    TooShort {
+        /// Its length (without trailing whitespace).
+        len: usize,
+    },
+    /// The secret in a file is too short.
+    FileTooShort {
+        /// The file.
+        path: PathBuf,
+        /// The secret's length (without trailing whitespace).
+        len: usize,
+    },
+    /// The file could not be read.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: io::Error,
+    },
+}
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let min = ClusterKey::SECRET_BYTES_MIN;
+        match self {
+            KeyError::TooShort { len } => {
+                write!(
+                    f,
+                    "the cluster secret has {len} bytes; at least {min} are needed"
+                )
+            }
+            KeyError::FileTooShort { path, len } => write!(
+                f,
+                "{}: the cluster secret has {len} bytes; at least {min} are needed",
+                path.display()
+            ),
+            KeyError::Io { path, error } => write!(f, "{}: {error}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for KeyError {}
+
 /// What nodes say to each other over TCP. (Mostly `Frame`s: boxing them would cost an
 /// allocation per frame for the rare handshakes' sake.)
 #[allow(clippy::large_enum_variant)]
@@ -54,9 +162,14 @@ pub enum Link {
         listen: String,
         /// New per process start.
         boot_nonce: u64,
+        /// The cluster key, if the cluster has one.
+        key: Option<ClusterKey>,
     },
     /// A program that only sends calls (a benchmark, a test) gets a transient node id.
-    ClientHello,
+    ClientHello {
+        /// The cluster key, if the cluster has one.
+        key: Option<ClusterKey>,
+    },
     /// The directory node's answer: the host's node id and incarnation, who serves, the peers.
     Welcome {
         /// The host's node id.
@@ -78,10 +191,21 @@ pub enum Link {
         node: NodeId,
         /// Its incarnation.
         incarnation: u64,
+        /// The cluster key, if the cluster has one.
+        key: Option<ClusterKey>,
+    },
+    /// The answer to a hello that is not admitted (a missing or wrong cluster key); the
+    /// connection is closed right after it.
+    Refused {
+        /// Why, for the operator.
+        reason: String,
     },
     /// A core frame.
     Frame(Envelope),
 }
+
+/// The [`Link::Refused`] reason for a hello with the wrong key (or none, or one too many).
+pub const WRONG_KEY: &str = "wrong cluster key (see --cluster-key-file)";
 
 /// What a connection thread tells the driver.
 #[derive(Debug)]
@@ -351,6 +475,31 @@ mod tests {
     use super::*;
     use dataplane_core::ids::{Address, NodeId};
     use dataplane_core::wire::{ChunkBytes, Message};
+
+    #[test]
+    fn a_cluster_key_admits_exactly_its_own() {
+        let key = ClusterKey::from_secret(b"0123456789abcdef").unwrap();
+        // Trailing whitespace is not part of the secret; anything else is.
+        assert_eq!(
+            ClusterKey::from_secret(b"0123456789abcdef \r\n").unwrap(),
+            key
+        );
+        let other = ClusterKey::from_secret(b"0123456789abcdeg").unwrap();
+        assert!(ClusterKey::admits(Some(&key), Some(&key)));
+        assert!(ClusterKey::admits(None, None));
+        assert!(!ClusterKey::admits(Some(&key), Some(&other)));
+        assert!(!ClusterKey::admits(Some(&key), None));
+        assert!(!ClusterKey::admits(None, Some(&key)));
+        assert!(matches!(
+            ClusterKey::from_secret(b"0123456789abcde\n"),
+            Err(KeyError::TooShort { len: 15 })
+        ));
+        assert_eq!(
+            format!("{key:?}"),
+            "ClusterKey(..)",
+            "Debug shows nothing of it"
+        );
+    }
 
     fn chunk(len: usize) -> Link {
         let bytes: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();

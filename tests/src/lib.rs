@@ -338,9 +338,14 @@ pub struct DirectoryProc {
 impl DirectoryProc {
     /// Starts a directory in `dir/<name>` and waits until it accepts connections.
     pub fn start(dir: &TestDir, name: &str) -> DirectoryProc {
+        DirectoryProc::start_with(dir, name, &[])
+    }
+
+    /// [`start`](Self::start), with `extra` options on its command line.
+    pub fn start_with(dir: &TestDir, name: &str, extra: &[OsString]) -> DirectoryProc {
         let listen = free_address();
         let data_dir = dir.join(name);
-        let args: Vec<OsString> = vec![
+        let mut args: Vec<OsString> = vec![
             "directory".into(),
             "--listen".into(),
             listen.clone().into(),
@@ -349,6 +354,7 @@ impl DirectoryProc {
             "--retry-ms".into(),
             "200".into(),
         ];
+        args.extend_from_slice(extra);
         let proc = Proc::spawn(
             name,
             &binaries().node,
@@ -424,9 +430,21 @@ impl HostProc {
     /// Starts a host with an arena of `arena` (e.g. `"32M"`) and waits until the CLI can use
     /// it through the directory.
     pub fn start(dir: &TestDir, name: &str, directory: &str, arena: &str) -> HostProc {
+        HostProc::start_with(dir, name, directory, arena, &[])
+    }
+
+    /// Starts a host like [`start`](Self::start), with `extra` options on its command line,
+    /// without waiting for it.
+    pub fn spawn_with(
+        dir: &TestDir,
+        name: &str,
+        directory: &str,
+        arena: &str,
+        extra: &[OsString],
+    ) -> HostProc {
         let listen = free_address();
         let socket = dir.join(&format!("{name}.sock"));
-        let args: Vec<OsString> = vec![
+        let mut args: Vec<OsString> = vec![
             "host".into(),
             "--directory".into(),
             directory.into(),
@@ -437,17 +455,29 @@ impl HostProc {
             "--arena-size".into(),
             arena.into(),
         ];
+        args.extend_from_slice(extra);
         let proc = Proc::spawn(
             name,
             &binaries().node,
             args,
             dir.join(&format!("{name}.log")),
         );
-        let mut host = HostProc {
+        HostProc {
             proc,
             listen,
             socket,
-        };
+        }
+    }
+
+    /// [`spawn_with`](Self::spawn_with), then waits until it serves.
+    pub fn start_with(
+        dir: &TestDir,
+        name: &str,
+        directory: &str,
+        arena: &str,
+        extra: &[OsString],
+    ) -> HostProc {
+        let mut host = HostProc::spawn_with(dir, name, directory, arena, extra);
         host.wait_ready();
         host
     }

@@ -12,7 +12,7 @@ use dataplane_core::wire::{
     DirectoryCall, DirectoryReply, DirectoryRequest, Envelope, Message, ReplyBody,
 };
 use dataplane_io::frame::{FrameReader, write_frame};
-use dataplane_io::net::Link;
+use dataplane_io::net::{ClusterKey, Link};
 
 /// How long a raw read may block before it is an error.
 pub const RAW_READ_TIMEOUT: Duration = Duration::from_secs(15);
@@ -36,6 +36,12 @@ pub struct RawClient {
 impl RawClient {
     /// Connects, says `ClientHello` and reads the `Welcome`.
     pub fn connect(address: &str) -> io::Result<RawClient> {
+        RawClient::connect_with_key(address, None)
+    }
+
+    /// [`connect`](Self::connect), presenting `key` in the hello. A refusal is an error that
+    /// names it (`expected a Welcome, got Refused { .. }`).
+    pub fn connect_with_key(address: &str, key: Option<ClusterKey>) -> io::Result<RawClient> {
         let addr = address
             .parse()
             .map_err(|e| io::Error::other(format!("{address}: {e}")))?;
@@ -44,7 +50,7 @@ impl RawClient {
         stream.set_read_timeout(Some(RAW_READ_TIMEOUT))?;
         let mut reader = FrameReader::new(stream.try_clone()?);
         let mut w = &stream;
-        write_frame(&mut w, &Link::ClientHello).map_err(io::Error::other)?;
+        write_frame(&mut w, &Link::ClientHello { key }).map_err(io::Error::other)?;
         let welcome = reader
             .read_frame::<Link>()
             .map_err(io::Error::other)?

@@ -1,20 +1,23 @@
 //! `dataplane-node`: runs a directory node or a host node.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use dataplane_core::path::DataPath;
 use dataplane_core::time::Duration;
 use dataplane_io::dirnode::{DirectoryOptions, run_directory};
 use dataplane_io::hostnode::{HostOptions, run_host};
+use dataplane_io::net::ClusterKey;
 
 const USAGE: &str = "\
 dataplane-node: runs one node of the dataplane
 
 USAGE:
     dataplane-node directory --listen ADDR --data-dir DIR [--retry-ms N]
+                             [--cluster-key-file FILE]
     dataplane-node host --directory ADDR --listen ADDR --socket PATH --arena-size N
                         [--arena-file PATH] [--allow PREFIX]... [--deadline-secs N]
+                        [--cluster-key-file FILE]
 
 directory:  the authoritative namespace directory; its durable log and membership live in DIR.
             A failed fsync stops it (exit 70); restart it to recover from the log.
@@ -23,6 +26,11 @@ host:       a host node: the namespace proxy, the host machine, the shared arena
             written to PATH.cap, mode 0600). --allow gives a prefix children may read and write
             (repeatable; default /data and /runs). ADDR is host:port; the host's --listen
             address is its identity at the directory (keep it across restarts).
+--cluster-key-file FILE
+            a secret shared by the cluster (at least 16 bytes; e.g. `head -c 32 /dev/urandom`),
+            given to every node: nodes then admit only hosts and clients that present it. It
+            keeps out whoever does not know it; traffic is not encrypted. A host whose key the
+            directory refuses exits with status 78.
 ";
 
 fn main() -> ExitCode {
@@ -111,6 +119,13 @@ fn number(flags: &[(String, String)], name: &str, default: u64) -> Result<u64, (
     }
 }
 
+/// The key of `--cluster-key-file`, if given (exit 78 if the file is unusable).
+fn cluster_key(flags: &[(String, String)]) -> Result<Option<ClusterKey>, (u8, String)> {
+    optional(flags, "cluster-key-file")
+        .map(|path| ClusterKey::read(Path::new(&path)).map_err(|e| (78, e.to_string())))
+        .transpose()
+}
+
 fn check_known(flags: &[(String, String)], known: &[&str]) -> Result<(), (u8, String)> {
     match flags.iter().find(|(n, _)| !known.contains(&n.as_str())) {
         Some((n, _)) => Err(usage(format!("unknown option --{n}"))),
@@ -125,11 +140,15 @@ fn run(args: &[String]) -> Result<(), (u8, String)> {
     let flags = flags(rest)?;
     match command.as_str() {
         "directory" => {
-            check_known(&flags, &["listen", "data-dir", "retry-ms"])?;
+            check_known(
+                &flags,
+                &["listen", "data-dir", "retry-ms", "cluster-key-file"],
+            )?;
             let options = DirectoryOptions {
                 listen: one(&flags, "listen")?,
                 data_dir: PathBuf::from(one(&flags, "data-dir")?),
                 retry_period: Duration::from_millis(number(&flags, "retry-ms", 1000)?.max(1)),
+                cluster_key: cluster_key(&flags)?,
             };
             run_directory(&options).map_err(|e| (70, e.to_string()))
         }
@@ -144,6 +163,7 @@ fn run(args: &[String]) -> Result<(), (u8, String)> {
                     "arena-file",
                     "allow",
                     "deadline-secs",
+                    "cluster-key-file",
                 ],
             )?;
             let mut allow = Vec::new();
@@ -169,8 +189,12 @@ fn run(args: &[String]) -> Result<(), (u8, String)> {
                 arena_file: optional(&flags, "arena-file").map(PathBuf::from),
                 allow,
                 deadline: Duration::from_secs(number(&flags, "deadline-secs", 80)?.max(1)),
+                cluster_key: cluster_key(&flags)?,
             };
-            run_host(options).map_err(|e| (70, e.to_string()))
+            run_host(options).map_err(|e| {
+                let code = if e.refused() { 78 } else { 70 };
+                (code, e.to_string())
+            })
         }
         other => Err(usage(format!("unknown command {other:?}"))),
     }

@@ -171,7 +171,7 @@ fn garbage_frames_close_the_connection_and_nothing_else() {
         epoch: AuthorityEpoch(1),
         peers: Vec::new(),
     });
-    let to_child = frame(&Link::ClientHello);
+    let to_child = frame(&Link::ClientHello { key: None });
 
     for attack in ATTACKS {
         attack_tcp(&directory.listen, attack, &to_directory, "directory");
@@ -179,7 +179,7 @@ fn garbage_frames_close_the_connection_and_nothing_else() {
         attack_child(&b.socket, attack, &to_child);
     }
     // After a hello, garbage still closes the connection (the directory's reader is the same).
-    let mut hello = frame(&Link::ClientHello);
+    let mut hello = frame(&Link::ClientHello { key: None });
     hello.extend_from_slice(&[3, 0, 0, 0, 0xff, 0xff, 0xff]);
     attack_tcp(
         &directory.listen,

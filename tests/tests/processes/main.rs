@@ -2,6 +2,7 @@
 //! CLI on loopback (the harness is `dataplane_tests`).
 
 mod cluster;
+mod cluster_key;
 mod garbage;
 mod kill_directory;
 mod kill_host;

@@ -192,6 +192,7 @@ fn source_through_one_host_sink_through_another_get_the_same_match() {
         &Link::HostHello {
             listen,
             boot_nonce: std::process::id().into(),
+            key: None,
         },
     )
     .unwrap();
@@ -225,7 +226,15 @@ fn source_through_one_host_sink_through_another_get_the_same_match() {
     ] {
         let (listen, proxy) = proxy_of(host);
         let link = TcpStream::connect(&listen).unwrap();
-        write_frame(&mut &link, &Link::PeerHello { node, incarnation }).unwrap();
+        write_frame(
+            &mut &link,
+            &Link::PeerHello {
+                node,
+                incarnation,
+                key: None,
+            },
+        )
+        .unwrap();
         let call = DirectoryCall {
             request_id: RequestId(request_id),
             reply_to: me(actor),
