@@ -27,7 +27,7 @@ use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::ids::{Address, NodeId};
 use dataplane_core::log::LogRecord;
 use dataplane_core::time::{Duration, Instant};
-use dataplane_core::wire::{Envelope, Message};
+use dataplane_core::wire::{Envelope, GoneScope, Message};
 use serde::{Deserialize, Serialize};
 
 use crate::driver::{Barrier, Clock, read_state, write_state};
@@ -204,6 +204,33 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
     // first event.
     node.commit()?;
     node.run(&inbox)
+}
+
+/// Whether a frame that arrived on the connection of `node` speaks only for `node`: it comes
+/// from one of its addresses, a call's reply goes back to it, and what it reports retired,
+/// displaced or gone is its own. A connection may not act for another node: report another
+/// host's addresses gone (ending its incarnation), acknowledge retirements or displacements
+/// owed to another node's actors, or have the directory send replies elsewhere.
+///
+/// What a call names (a Register's source, a reservation's owner, an open's endpoint) is not
+/// checked: a node's proxy forwards calls for its callers, who may live elsewhere (the
+/// real-process stream test opens streams on two hosts' proxies from a third program).
+fn speaks_for(node: NodeId, envelope: &Envelope) -> bool {
+    let own = |a: &Address| a.node == node;
+    own(&envelope.from)
+        && match &envelope.message {
+            Message::Call(call) => own(&call.reply_to),
+            Message::AddressGone { scope, reply_to } => {
+                own(reply_to)
+                    && match scope {
+                        GoneScope::Address(address) => own(address),
+                        GoneScope::NodeBefore { node: gone, .. } => *gone == node,
+                    }
+            }
+            Message::SourceRetired { source } => own(source),
+            Message::StreamDisplaced { endpoint, .. } => own(endpoint),
+            _ => true,
+        }
 }
 
 impl DirectoryNode {
@@ -406,6 +433,12 @@ impl DirectoryNode {
                 let node = NodeId(self.next_transient);
                 self.next_transient += 1;
                 self.attach(id, node, 1, false);
+            }
+            Link::Frame(envelope)
+                if c.node.is_some_and(|(node, _)| !speaks_for(node, &envelope)) =>
+            {
+                // A frame about another node's addresses: the peer is broken or hostile.
+                c.conn.close();
             }
             Link::Frame(envelope) if c.node.is_some() => {
                 let now = self.clock.now();

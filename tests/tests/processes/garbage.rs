@@ -8,9 +8,12 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use dataplane_core::ids::{Address, AuthorityEpoch, NodeId};
+use dataplane_core::ids::{Address, AuthorityEpoch, NodeId, RequestId};
 use dataplane_core::limits::FRAME_BYTES_MAX;
-use dataplane_core::wire::{DirectoryReply, Envelope, Message, ReplyBody};
+use dataplane_core::path::DataPath;
+use dataplane_core::wire::{
+    DirectoryCall, DirectoryReply, DirectoryRequest, Envelope, GoneScope, Message, ReplyBody,
+};
 use dataplane_io::frame::encode_frame;
 use dataplane_io::net::Link;
 use dataplane_tests::raw::RawClient;
@@ -158,7 +161,7 @@ fn garbage_frames_close_the_connection_and_nothing_else() {
         from: Address::new(NodeId(77), 1, 1),
         to: Address::new(NodeId(0), 1, 0),
         message: Message::Reply(DirectoryReply {
-            request_id: dataplane_core::ids::RequestId(1),
+            request_id: RequestId(1),
             epoch: AuthorityEpoch(1),
             body: ReplyBody::StreamClosed(Ok(())),
         }),
@@ -203,4 +206,67 @@ fn garbage_frames_close_the_connection_and_nothing_else() {
     let get = a.cli(&["get", "/data/g/after"]);
     get.expect_code(0, "get on A after the attacks");
     assert!(get.stdout == blob2);
+}
+
+#[test]
+fn a_connection_may_not_speak_for_another_node() {
+    let dir = TestDir::new("speaks-for");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let a = HostProc::start(&dir, "host-a", &directory.listen, "8M");
+    let blob = pattern(5, 300_000);
+    a.cli_stdin(&["put", "/data/s/before", "-"], &blob)
+        .expect_code(0, "put before the attacks");
+    // The first host of a fresh directory is node 1.
+    let host = Address::new(NodeId(1), 1, 5);
+
+    let attacks: [fn(&RawClient, Address) -> Message; 4] = [
+        // Report host A gone (it would end its incarnation: its registers would be refused).
+        |c, host| Message::AddressGone {
+            scope: GoneScope::NodeBefore {
+                node: host.node,
+                incarnation: 1000,
+            },
+            reply_to: c.address(1),
+        },
+        // Acknowledge a retirement for one of A's sources.
+        |_, host| Message::SourceRetired { source: host },
+        // Have the directory send a reply to A.
+        |_, host| {
+            Message::Call(DirectoryCall {
+                request_id: RequestId(1),
+                reply_to: host,
+                request: DirectoryRequest::Lookup {
+                    path: DataPath::new("/data/s/before").unwrap(),
+                },
+            })
+        },
+        // Pose as A in the envelope.
+        |c, _| Message::SourceRetired {
+            source: c.address(9),
+        },
+    ];
+    for (i, attack) in attacks.iter().enumerate() {
+        let mut client = RawClient::connect(&directory.listen).unwrap();
+        let from = if i == 3 { host } else { client.address(1) };
+        let envelope = Envelope {
+            from,
+            to: client.directory,
+            message: attack(&client, host),
+        };
+        client.send_link(&Link::Frame(envelope)).unwrap();
+        let answer = client.recv();
+        // Closed at once (a timeout would mean the directory took the frame).
+        assert!(
+            matches!(&answer, Err(e) if e.kind() == ErrorKind::UnexpectedEof),
+            "attack {i}: the directory did not close the connection: {answer:?}"
+        );
+    }
+
+    // A's incarnation is still alive: it publishes and serves as before.
+    let blob2 = pattern(6, 200_000);
+    a.cli_stdin(&["put", "/data/s/after", "-"], &blob2)
+        .expect_code(0, "put on A after the attacks");
+    let get = a.cli(&["get", "/data/s/before"]);
+    get.expect_code(0, "get on A after the attacks");
+    assert!(get.stdout == blob);
 }
