@@ -1,6 +1,7 @@
 //! Host scenarios (SPEC §6–§11 and §13.8, as amended by DESIGN Q19–Q28 and the `host` module
 //! docs): a directory with its durable log, and nodes that each run a proxy, a host and an arena
-//! its children map — all real machines, wired by a network the script controls.
+//! its children map — all real machines (`dataplane_testkit::hosts::Cluster`, shared with the
+//! `host_session` fuzz target), wired by a network the script controls.
 //!
 //! * children are addresses on a node: `w.child(N1)`; they attach with `w.attach(c)`, send
 //!   requests with `w.send(c, request)`, act on the arena directly (`w.fill_and_seal(c, view,
@@ -13,24 +14,23 @@
 //!
 //! Every step checks every machine's invariants, and the arena's leases against the headers.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use dataplane_core::arena::BLOB_HEADER_BYTES;
 use dataplane_core::blob::{self, BlobAccess, BlobState, DigestKind, Expected};
-use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
-use dataplane_core::effect::{Effect, Outbox, Timer};
+use dataplane_core::directory::Directory;
+use dataplane_core::effect::{Effect, Outbox};
 use dataplane_core::error::{AttachmentFailure, BlobFailure, DataPlaneError};
 use dataplane_core::host::{Host, HostConfig, SessionConfig, SessionState};
 use dataplane_core::ids::{Address, NodeId, Revision};
-use dataplane_core::log::LogRecord;
 use dataplane_core::path::{DataPath, JobContext};
-use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
-use dataplane_core::time::{Duration, Instant};
+use dataplane_core::time::Duration;
 use dataplane_core::wire::{
     Capability, ChildEvent, ChildOp, ChildRequest, DirectoryCall, DirectoryRequest, GoneScope,
     LeaseView, Message, ReplyBody,
 };
-use dataplane_testkit::dir::path;
+use dataplane_testkit::dir::{DIRECTORY, path};
+use dataplane_testkit::hosts::{Cluster, Frame, Setup};
 
 // =============================================================================================
 // The world.
@@ -45,25 +45,6 @@ const AGENT_ACTOR: u64 = 1;
 type Rule = Box<dyn Fn(&Frame) -> bool>;
 type Tamper = Box<dyn Fn(&mut Frame)>;
 
-#[derive(Clone, Debug)]
-struct Frame {
-    /// The sender as the transport reports it (children only; machines do not say).
-    from: Option<Address>,
-    to: Address,
-    message: Message,
-}
-
-struct Node {
-    id: NodeId,
-    incarnation: u64,
-    proxy: Proxy,
-    host: Host,
-    mem: Vec<u8>,
-    proxy_timer: Option<Instant>,
-    host_timer: Option<Instant>,
-    proxy_boots: u64,
-}
-
 struct Child {
     node: usize,
     session: Address,
@@ -71,12 +52,8 @@ struct Child {
 }
 
 struct World {
-    now: Instant,
-    dir: Directory,
-    dir_address: Address,
-    dir_timer: Option<Instant>,
-    log: Vec<LogRecord>,
-    nodes: Vec<Node>,
+    /// The directory and the nodes: their proxies, hosts and arenas.
+    cluster: Cluster,
     children: BTreeMap<Address, Child>,
     next_child: u64,
     in_flight: VecDeque<Frame>,
@@ -84,10 +61,7 @@ struct World {
     duplicates: Vec<Rule>,
     /// Rewrites frames on the wire (a corrupting network or a lying source).
     tamper: Option<Tamper>,
-    watched: BTreeSet<Address>,
     inspector: VecDeque<ReplyBody>,
-    proxy_deadline: Duration,
-    host_config: fn(HostConfig) -> HostConfig,
 }
 
 fn job() -> JobContext {
@@ -109,91 +83,33 @@ impl World {
         proxy_deadline: Duration,
         host_config: fn(HostConfig) -> HostConfig,
     ) -> World {
-        let dir_address = Address::new(NodeId(0), 1, 0);
-        let mut log = Vec::new();
-        let mut out = Outbox::new();
-        let config = DirectoryConfig {
-            address: dir_address,
-            retry_period: Duration::from_secs(1),
+        let setup = Setup {
+            arena: ARENA,
+            proxy_deadline,
+            host_config,
         };
-        let dir =
-            Directory::recover(config, &log, &mut ActorSources, Instant::ZERO, &mut out).unwrap();
+        let mut sent = Vec::new();
+        let cluster = Cluster::new(nodes, setup, &mut sent);
         let mut w = World {
-            now: Instant::ZERO,
-            dir,
-            dir_address,
-            dir_timer: None,
-            log: Vec::new(),
-            nodes: Vec::new(),
+            cluster,
             children: BTreeMap::new(),
             next_child: 100,
             in_flight: VecDeque::new(),
             blackholes: Vec::new(),
             duplicates: Vec::new(),
             tamper: None,
-            watched: BTreeSet::new(),
             inspector: VecDeque::new(),
-            proxy_deadline,
-            host_config,
         };
-        log.clear();
-        w.dir_effects(out.take());
-        for n in 0..nodes {
-            let node = w.boot_node(NodeId(n as u64 + 1), 1, 1);
-            w.nodes.push(node);
-            w.drain_boot(n);
-        }
+        w.wire_all(sent);
         w
     }
 
-    fn boot_node(&mut self, id: NodeId, incarnation: u64, proxy_boots: u64) -> Node {
-        let proxy_address = Address::new(id, incarnation, 0);
-        let proxy_config = ProxyConfig {
-            address: proxy_address,
-            retry_period: Duration::from_secs(1),
-            deadline: self.proxy_deadline,
-            first_request_id: proxy_boots * 1_000_000,
-        };
-        let mut out = Outbox::new();
-        let proxy = Proxy::new(proxy_config, self.now, &mut out);
-        let config = (self.host_config)(HostConfig::new(id, incarnation, proxy_address, ARENA));
-        let host = Host::new(config, self.now, &mut out);
-        let mut node = Node {
-            id,
-            incarnation,
-            proxy,
-            host,
-            mem: vec![0; ARENA as usize],
-            proxy_timer: None,
-            host_timer: None,
-            proxy_boots,
-        };
-        for effect in out.take() {
-            match effect {
-                Effect::SetTimer {
-                    timer: Timer::ProxyRetry,
-                    at,
-                } => node.proxy_timer = Some(at),
-                Effect::SetTimer {
-                    timer: Timer::HostTick,
-                    at,
-                } => node.host_timer = Some(at),
-                other => panic!("unexpected boot effect {other:?}"),
-            }
-        }
-        node
+    fn host(&self, n: usize) -> &Host {
+        &self.cluster.nodes[n].host
     }
 
-    fn drain_boot(&mut self, n: usize) {
-        let found = Some(Discovered {
-            address: self.dir_address,
-            epoch: self.dir.epoch(),
-        });
-        let mut out = Outbox::new();
-        self.nodes[n]
-            .proxy
-            .handle_discovery(self.now, found, &mut out);
-        self.proxy_effects(n, out.take());
+    fn dir(&self) -> &Directory {
+        &self.cluster.dir
     }
 
     // ----- children -------------------------------------------------------------------------
@@ -210,8 +126,11 @@ impl World {
     }
 
     fn child_with(&mut self, n: usize, config: SessionConfig) -> Address {
-        let session = self.nodes[n].host.open_session(config).expect("a session");
-        let node = &self.nodes[n];
+        let session = self.cluster.nodes[n]
+            .host
+            .open_session(config)
+            .expect("a session");
+        let node = &self.cluster.nodes[n];
         let child = Address::new(node.id, node.incarnation, self.next_child);
         self.next_child += 1;
         self.children.insert(
@@ -228,7 +147,7 @@ impl World {
     fn send(&mut self, child: Address, request: ChildRequest) {
         let session = self.children[&child].session;
         self.deliver(Frame {
-            from: Some(child),
+            from: child,
             to: session,
             message: Message::FromChild(request),
         });
@@ -236,8 +155,8 @@ impl World {
     }
 
     fn attach(&mut self, child: Address) {
-        let generation = self.nodes[self.children[&child].node]
-            .host
+        let generation = self
+            .host(self.children[&child].node)
             .config()
             .arena_generation;
         self.send(
@@ -286,7 +205,7 @@ impl World {
     fn fill_and_seal(&mut self, child: Address, view: &LeaseView, bytes: &[u8]) {
         let n = self.children[&child].node;
         let e = Self::expected_of(view, BlobAccess::Writable);
-        let mem = &mut self.nodes[n].mem;
+        let mem = &mut self.cluster.nodes[n].mem;
         blob::payload_mut(mem, &e).unwrap().copy_from_slice(bytes);
         blob::child_seal(mem, &e).unwrap();
     }
@@ -295,7 +214,7 @@ impl World {
     fn read_payload(&self, child: Address, view: &LeaseView) -> Vec<u8> {
         let n = self.children[&child].node;
         let e = Self::expected_of(view, BlobAccess::ReadOnly);
-        let mem = &self.nodes[n].mem;
+        let mem = &self.cluster.nodes[n].mem;
         blob::validate(mem, &e, BlobState::Sealed, false).expect("a sealed read lease");
         blob::payload(mem, &e).unwrap().to_vec()
     }
@@ -399,8 +318,11 @@ impl World {
         self.in_flight.push_back(frame);
     }
 
-    fn node_of(&self, address: Address) -> Option<usize> {
-        self.nodes.iter().position(|n| n.id == address.node)
+    /// Puts what the machines sent on the wire, in order.
+    fn wire_all(&mut self, sent: Vec<Frame>) {
+        for frame in sent {
+            self.wire(frame);
+        }
     }
 
     /// Delivers every frame in flight (and those they cause).
@@ -415,10 +337,9 @@ impl World {
 
     fn deliver(&mut self, frame: Frame) {
         let Frame { from, to, message } = frame;
-        if to == self.dir_address {
-            let mut out = Outbox::new();
-            let _ = self.dir.handle_message(self.now, message, &mut out);
-            self.dir_effects(out.take());
+        let mut sent = Vec::new();
+        if to == DIRECTORY {
+            let _ = self.cluster.to_directory(message, &mut sent);
         } else if to == INSPECTOR {
             if let Message::Reply(reply) = message {
                 self.inspector.push_back(reply.body);
@@ -428,175 +349,58 @@ impl World {
                 panic!("{message:?} sent to child {to}")
             };
             child.inbox.push_back(event);
-        } else if let Some(n) = self.node_of(to) {
-            let node = &mut self.nodes[n];
-            if to.actor == 0 && to.incarnation == node.incarnation {
-                let mut out = Outbox::new();
-                let _ = node.proxy.handle_message(self.now, message, &mut out);
-                self.proxy_effects(n, out.take());
+        } else if let Some(n) = self.cluster.node_of(to) {
+            if to.actor == 0 && to.incarnation == self.cluster.nodes[n].incarnation {
+                let _ = self.cluster.to_proxy(n, message, &mut sent);
             } else if to.actor == AGENT_ACTOR
                 || to.actor == 0
                 || (to.actor >= 100 && to.actor < 10_000)
             {
                 // The node agent, a dead proxy, or a dead child: nobody listens.
             } else {
-                let mut out = Outbox::new();
-                let node = &mut self.nodes[n];
-                node.host
-                    .handle_message(
-                        self.now,
-                        from.unwrap_or(INSPECTOR),
-                        to,
-                        message,
-                        &mut node.mem,
-                        &mut out,
-                    )
+                self.cluster
+                    .to_host(n, from, to, message, &mut sent)
                     .unwrap();
-                self.host_effects(n, out.take());
             }
         }
+        self.wire_all(sent);
         self.check();
-    }
-
-    fn dir_effects(&mut self, effects: Vec<Effect>) {
-        for effect in effects {
-            match effect {
-                Effect::Persist(record) => self.log.push(record),
-                Effect::Send { to, message } => self.wire(Frame {
-                    from: None,
-                    to,
-                    message,
-                }),
-                Effect::SetTimer { at, .. } => self.dir_timer = Some(at),
-                Effect::CancelTimer { .. } => self.dir_timer = None,
-                Effect::WatchRoute { target } => {
-                    self.watched.insert(target);
-                    let routable = self.routable(target);
-                    let mut out = Outbox::new();
-                    self.dir.handle_route(self.now, target, routable, &mut out);
-                    self.dir_effects(out.take());
-                }
-                Effect::UnwatchRoute { target } => {
-                    self.watched.remove(&target);
-                }
-            }
-        }
-    }
-
-    fn routable(&self, target: Address) -> bool {
-        self.node_of(target)
-            .is_some_and(|n| self.nodes[n].incarnation == target.incarnation)
-    }
-
-    fn proxy_effects(&mut self, n: usize, effects: Vec<Effect>) {
-        for effect in effects {
-            match effect {
-                Effect::Send { to, message } => self.wire(Frame {
-                    from: None,
-                    to,
-                    message,
-                }),
-                Effect::SetTimer { at, .. } => self.nodes[n].proxy_timer = Some(at),
-                Effect::CancelTimer { .. } => self.nodes[n].proxy_timer = None,
-                other => panic!("unexpected proxy effect {other:?}"),
-            }
-        }
-    }
-
-    fn host_effects(&mut self, n: usize, effects: Vec<Effect>) {
-        for effect in effects {
-            match effect {
-                Effect::Send { to, message } => self.wire(Frame {
-                    from: None,
-                    to,
-                    message,
-                }),
-                Effect::SetTimer { at, .. } => self.nodes[n].host_timer = Some(at),
-                Effect::CancelTimer { .. } => self.nodes[n].host_timer = None,
-                other => panic!("unexpected host effect {other:?}"),
-            }
-        }
     }
 
     /// Runs for `secs` seconds: settles the network, then fires timers in time order.
     fn run(&mut self, secs: u64) {
-        let end = self.now.saturating_add(Duration::from_secs(secs));
+        let end = self.cluster.now.saturating_add(Duration::from_secs(secs));
         loop {
             self.settle();
-            let mut next: Option<(Instant, usize, u8)> =
-                self.dir_timer.map(|at| (at, usize::MAX, 0));
-            for (n, node) in self.nodes.iter().enumerate() {
-                for (timer, kind) in [(node.proxy_timer, 1), (node.host_timer, 2)] {
-                    if let Some(at) = timer
-                        && next.is_none_or(|(best, _, _)| at < best)
-                    {
-                        next = Some((at, n, kind));
-                    }
-                }
-            }
-            let Some((at, n, kind)) = next.filter(|(at, _, _)| *at <= end) else {
+            let Some((at, due)) = self.cluster.next_timer().filter(|(at, _)| *at <= end) else {
                 break;
             };
-            self.now = self.now.max(at);
-            let mut out = Outbox::new();
-            match kind {
-                0 => {
-                    self.dir_timer = None;
-                    self.dir
-                        .handle_timer(self.now, Timer::DirectoryRetry, &mut out)
-                        .unwrap();
-                    self.dir_effects(out.take());
-                }
-                1 => {
-                    self.nodes[n].proxy_timer = None;
-                    self.nodes[n]
-                        .proxy
-                        .handle_timer(self.now, Timer::ProxyRetry, &mut out)
-                        .unwrap();
-                    self.proxy_effects(n, out.take());
-                }
-                _ => {
-                    self.nodes[n].host_timer = None;
-                    let node = &mut self.nodes[n];
-                    node.host
-                        .handle_timer(self.now, Timer::HostTick, &mut node.mem, &mut out)
-                        .unwrap();
-                    self.host_effects(n, out.take());
-                }
-            }
+            self.cluster.now = self.cluster.now.max(at);
+            let mut sent = Vec::new();
+            self.cluster.fire(due, &mut sent);
+            self.wire_all(sent);
             self.check();
         }
-        self.now = end;
+        self.cluster.now = end;
         self.settle();
     }
 
     /// Node `n` restarts: a new incarnation of its proxy and host with a fresh arena; its
     /// children are gone; the directory hears that its earlier addresses are gone.
     fn restart_node(&mut self, n: usize) {
-        let (id, incarnation) = (self.nodes[n].id, self.nodes[n].incarnation + 1);
-        let boots = self.nodes[n].proxy_boots + 1;
         self.children.retain(|_, c| c.node != n);
-        self.nodes[n] = self.boot_node(id, incarnation, boots);
-        self.drain_boot(n);
-        let gone: Vec<Address> = self
-            .watched
-            .iter()
-            .copied()
-            .filter(|a| a.node == id && a.incarnation < incarnation)
-            .collect();
-        for target in gone {
-            let mut out = Outbox::new();
-            self.dir.handle_route(self.now, target, false, &mut out);
-            self.dir_effects(out.take());
-        }
+        let mut sent = Vec::new();
+        self.cluster.restart_node(n, &mut sent);
+        self.wire_all(sent);
+        let (id, incarnation) = (self.cluster.nodes[n].id, self.cluster.nodes[n].incarnation);
         let agent = Address::new(id, incarnation, AGENT_ACTOR);
         let scope = GoneScope::NodeBefore {
             node: id,
             incarnation,
         };
         self.wire(Frame {
-            from: None,
-            to: self.dir_address,
+            from: agent,
+            to: DIRECTORY,
             message: Message::AddressGone {
                 scope,
                 reply_to: agent,
@@ -607,24 +411,9 @@ impl World {
 
     /// Only the proxy of node `n` restarts (its pending table is lost); the host is told.
     fn restart_proxy(&mut self, n: usize) {
-        let node = &mut self.nodes[n];
-        node.proxy_boots += 1;
-        let config = ProxyConfig {
-            address: Address::new(node.id, node.incarnation, 0),
-            retry_period: Duration::from_secs(1),
-            deadline: self.proxy_deadline,
-            first_request_id: node.proxy_boots * 1_000_000,
-        };
-        let mut out = Outbox::new();
-        node.proxy = Proxy::new(config, self.now, &mut out);
-        self.proxy_effects(n, out.take());
-        self.drain_boot(n);
-        let mut out = Outbox::new();
-        let proxy = self.nodes[n].proxy.config().address;
-        self.nodes[n]
-            .host
-            .proxy_restarted(self.now, proxy, &mut out);
-        self.host_effects(n, out.take());
+        let mut sent = Vec::new();
+        self.cluster.restart_proxy(n, &mut sent);
+        self.wire_all(sent);
         self.settle();
     }
 
@@ -639,25 +428,24 @@ impl World {
                 path: DataPath::new(p).unwrap(),
             },
         };
-        let mut out = Outbox::new();
-        self.dir
-            .handle_message(self.now, Message::Call(call), &mut out)
+        let mut sent = Vec::new();
+        self.cluster
+            .to_directory(Message::Call(call), &mut sent)
             .unwrap();
-        self.dir_effects(out.take());
+        self.wire_all(sent);
         self.settle();
         self.inspector.pop_back().expect("a resolve reply")
     }
 
     fn live_leases(&self, n: usize) -> usize {
-        self.nodes[n].host.arena().live_count()
+        self.host(n).arena().live_count()
     }
 
     fn check(&self) {
-        self.dir.check_invariants().unwrap();
-        for node in &self.nodes {
-            node.proxy.check_invariants().unwrap();
-            node.host.check_invariants().unwrap();
-            // Every lease a binding holds has a header that is still its own.
+        self.cluster.dir.check_invariants().unwrap();
+        self.cluster.check_nodes().unwrap();
+        // Every lease a binding holds has a header that is still its own.
+        for node in &self.cluster.nodes {
             for (_, b) in node.host.bindings() {
                 if let Some(slot) = b.lease {
                     let header = blob::read_header(&node.mem, slot.expected.offset).unwrap();
@@ -694,15 +482,15 @@ fn a_published_write_is_read_on_another_node() {
     assert_eq!(seen, revision);
     assert_eq!(read, content);
     assert_eq!(w.live_leases(N2), 1);
-    let offset = w.nodes[N2]
-        .host
+    let offset = w
+        .host(N2)
         .bindings()
         .find_map(|(_, binding)| binding.lease.map(|slot| slot.lease.offset))
         .expect("the read holds its lease");
     w.send(b, ChildRequest::Release { op: ChildOp(1) });
     w.expect(b, |e| matches!(e, ChildEvent::Released { .. }));
     assert_eq!(w.live_leases(N2), 0, "a released read frees its lease");
-    let header = blob::read_header(&w.nodes[N2].mem, offset).unwrap();
+    let header = blob::read_header(&w.cluster.nodes[N2].mem, offset).unwrap();
     assert_eq!(
         header.state,
         BlobState::Released,
@@ -763,7 +551,7 @@ fn self_paths_resolve_to_the_run_and_unauthorized_paths_are_refused() {
         "{event:?}"
     );
     assert_eq!(
-        w.nodes[N1].host.bindings().count(),
+        w.host(N1).bindings().count(),
         1,
         "refused opens leave nothing behind"
     );
@@ -802,8 +590,8 @@ fn attach_failures_change_nothing() {
             error: DataPlaneError::Attachment(AttachmentFailure::CapabilityRejected)
         }
     ));
-    let state = w.nodes[N1]
-        .host
+    let state = w
+        .host(N1)
         .sessions()
         .find(|(_, s)| s.address == session)
         .unwrap()
@@ -867,7 +655,7 @@ fn a_missing_path_fails_the_read_and_frees_nothing_it_never_had() {
         matches!(error, DataPlaneError::PathNotFound(_)),
         "{error:?}"
     );
-    assert_eq!(w.nodes[N1].host.bindings().count(), 0);
+    assert_eq!(w.host(N1).bindings().count(), 0);
     assert_eq!(w.live_leases(N1), 0);
 }
 
@@ -904,7 +692,7 @@ fn exclusive_write_over_an_existing_path_fails_path_exists() {
     w.send(a, ChildRequest::Seal { op: ChildOp(3) });
     w.expect(a, |e| matches!(e, ChildEvent::Published { .. }));
     assert!(
-        w.dir.durable().reservations().next().is_none(),
+        w.dir().durable().reservations().next().is_none(),
         "the reservation was consumed"
     );
 }
@@ -920,7 +708,7 @@ fn a_replaced_write_frees_its_lease_only_after_the_child_lets_go() {
     w.run(2);
     // The first source was retired, but the child still maps the first lease.
     assert_eq!(w.live_leases(N1), 2);
-    assert_eq!(w.nodes[N1].host.sources().count(), 1);
+    assert_eq!(w.host(N1).sources().count(), 1);
     w.send(a, ChildRequest::Release { op: ChildOp(1) });
     w.expect(a, |e| matches!(e, ChildEvent::Released { .. }));
     assert_eq!(
@@ -949,7 +737,7 @@ fn abort_after_publication_unbinds_the_path() {
     w.send(a, ChildRequest::Release { op: ChildOp(1) });
     w.expect(a, |e| matches!(e, ChildEvent::Released { .. }));
     assert_eq!(w.live_leases(N1), 0);
-    assert_eq!(w.nodes[N1].host.bindings().count(), 0);
+    assert_eq!(w.host(N1).bindings().count(), 0);
 }
 
 #[test]
@@ -998,7 +786,7 @@ fn a_corrupted_seal_is_never_published() {
     w.fill_and_seal(a, &view, &bytes(100, 1));
     // The child changes the payload after sealing: the digest no longer matches.
     let payload = (view.offset + BLOB_HEADER_BYTES) as usize;
-    w.nodes[N1].mem[payload] ^= 0xff;
+    w.cluster.nodes[N1].mem[payload] ^= 0xff;
     w.send(a, ChildRequest::Seal { op: ChildOp(1) });
     let event = w.expect(a, |_| true);
     assert!(
@@ -1175,7 +963,7 @@ fn a_full_arena_queues_and_a_cancelled_request_leaves_the_queue() {
             }
         )
     });
-    assert_eq!(w.nodes[N1].host.arena().queued_count(), 0, "Q25");
+    assert_eq!(w.host(N1).arena().queued_count(), 0, "Q25");
     w.send(
         a,
         ChildRequest::OpenWrite {
@@ -1259,7 +1047,7 @@ fn a_published_write_outlives_its_session() {
     w.write(b, 2, "/data/x", &bytes(5, 5));
     w.run(2);
     assert_eq!(w.live_leases(N1), 0, "L10");
-    assert_eq!(w.nodes[N1].host.bindings().count(), 0);
+    assert_eq!(w.host(N1).bindings().count(), 0);
 }
 
 #[test]
@@ -1270,21 +1058,21 @@ fn retire_is_answered_after_the_source_is_gone() {
     w.write(a, 1, "/data/x", &bytes(5, 1));
     w.write(a, 2, "/data/x", &bytes(5, 2));
     w.run(2);
-    let retired_source = w.nodes[N1]
-        .host
+    let retired_source = w
+        .host(N1)
         .bindings()
         .find(|(_, b)| b.op == ChildOp(1))
         .map(|(_, b)| b.address);
     assert!(retired_source.is_some());
     // The directory's tombstone cleared: SourceRetired reached it.
     assert!(
-        w.dir.durable().obligation_count() == 0,
+        w.dir().durable().obligation_count() == 0,
         "retirement obligations left"
     );
     // A late Retire for a source that is gone is still acknowledged.
     let ghost = Address::new(NodeId(1), 1, 55_555);
     w.wire(Frame {
-        from: None,
+        from: DIRECTORY,
         to: ghost,
         message: Message::Retire {
             reply_to: INSPECTOR,
@@ -1311,7 +1099,7 @@ fn a_write_replaced_before_its_publication_reply_is_published_then_freed() {
     // B replaces it; the directory retires A's source, which A's host acknowledges.
     let newer = w.write(b, 1, "/data/x", &bytes(10, 2));
     w.run(1);
-    assert_eq!(w.dir.durable().obligation_count(), 0);
+    assert_eq!(w.dir().durable().obligation_count(), 0);
     w.heal();
     w.run(8);
     // The re-driven Register replays its first outcome: A was published (and replaced).
@@ -1324,7 +1112,7 @@ fn a_write_replaced_before_its_publication_reply_is_published_then_freed() {
     assert_eq!(w.live_leases(N1), 1, "the child still maps it");
     w.send(a, ChildRequest::Release { op: ChildOp(1) });
     assert_eq!(w.live_leases(N1), 0);
-    assert_eq!(w.nodes[N1].host.bindings().count(), 0);
+    assert_eq!(w.host(N1).bindings().count(), 0);
 }
 
 #[test]
@@ -1342,7 +1130,7 @@ fn closing_a_session_ends_reads_in_flight_and_frees_their_leases() {
     w.send(b, ChildRequest::Close);
     w.expect(b, |e| matches!(e, ChildEvent::Closed));
     assert_eq!(w.live_leases(N2), 0);
-    assert_eq!(w.nodes[N2].host.bindings().count(), 0);
+    assert_eq!(w.host(N2).bindings().count(), 0);
     // Late chunks for the finished transfer are ignored.
     w.heal();
     w.run(2);
@@ -1356,30 +1144,37 @@ fn frames_from_a_stranger_or_for_the_wrong_actor_change_nothing() {
     w.attach(a);
     w.write(a, 1, "/data/x", &bytes(10, 1));
     let session = w.children[&a].session;
-    let before = format!("{:?}", w.nodes[N1].host.bindings().collect::<Vec<_>>());
+    let before = format!("{:?}", w.host(N1).bindings().collect::<Vec<_>>());
     let mut out = Outbox::new();
-    let node = &mut w.nodes[N1];
+    let node = &mut w.cluster.nodes[N1];
     // A chunk for a session, a child frame for a binding, a frame for another node.
     let chunk = Message::ChunkRefused {
         reason: dataplane_core::error::Reason::new("x"),
     };
     assert!(
         node.host
-            .handle_message(w.now, a, session, chunk, &mut node.mem, &mut out)
+            .handle_message(w.cluster.now, a, session, chunk, &mut node.mem, &mut out)
             .is_err()
     );
     let binding = node.host.bindings().next().map(|(_, b)| b.address).unwrap();
     let request = Message::FromChild(ChildRequest::Close);
     assert!(
         node.host
-            .handle_message(w.now, a, binding, request, &mut node.mem, &mut out)
+            .handle_message(w.cluster.now, a, binding, request, &mut node.mem, &mut out)
             .is_err()
     );
     let elsewhere = Address::new(NodeId(7), 1, 10_000);
     let request = Message::FromChild(ChildRequest::Close);
     assert!(
         node.host
-            .handle_message(w.now, a, elsewhere, request, &mut node.mem, &mut out)
+            .handle_message(
+                w.cluster.now,
+                a,
+                elsewhere,
+                request,
+                &mut node.mem,
+                &mut out
+            )
             .is_err()
     );
     // A chunk request out of range is refused by the source.
@@ -1390,7 +1185,7 @@ fn frames_from_a_stranger_or_for_the_wrong_actor_change_nothing() {
         reply_to: INSPECTOR,
     };
     node.host
-        .handle_message(w.now, a, source, request, &mut node.mem, &mut out)
+        .handle_message(w.cluster.now, a, source, request, &mut node.mem, &mut out)
         .unwrap();
     assert!(
         matches!(
@@ -1405,7 +1200,7 @@ fn frames_from_a_stranger_or_for_the_wrong_actor_change_nothing() {
     );
     assert_eq!(
         before,
-        format!("{:?}", w.nodes[N1].host.bindings().collect::<Vec<_>>())
+        format!("{:?}", w.host(N1).bindings().collect::<Vec<_>>())
     );
 }
 
@@ -1429,7 +1224,7 @@ fn a_cancelled_reserve_is_released_even_if_the_proxy_restarts() {
             exclusive: true,
         },
     );
-    assert_eq!(w.dir.durable().reservation_count(), 1);
+    assert_eq!(w.dir().durable().reservation_count(), 1);
     w.heal();
     w.blackhole(|f| matches!(&f.message, Message::Call(c) if matches!(c.request, DirectoryRequest::ReleaseBlobReservation { .. })));
     w.send(a, ChildRequest::Cancel { op: ChildOp(1) });
@@ -1443,12 +1238,12 @@ fn a_cancelled_reserve_is_released_even_if_the_proxy_restarts() {
         )
     });
     w.run(2);
-    assert_eq!(w.dir.durable().reservation_count(), 1);
+    assert_eq!(w.dir().durable().reservation_count(), 1);
     w.heal();
     w.restart_proxy(N1);
     w.run(3);
     assert_eq!(
-        w.dir.durable().reservation_count(),
+        w.dir().durable().reservation_count(),
         0,
         "the host handed the release over and re-sent it"
     );
@@ -1547,7 +1342,7 @@ fn stat_move_and_remove_on_the_childs_behalf() {
     // The write's source was retired by the remove: once the child lets go, the lease is free.
     w.send(a, ChildRequest::Release { op: ChildOp(1) });
     assert_eq!(w.live_leases(N1), 0);
-    assert_eq!(w.nodes[N1].host.bindings().count(), 0);
+    assert_eq!(w.host(N1).bindings().count(), 0);
 }
 
 #[test]
@@ -1638,5 +1433,5 @@ fn a_cancelled_head_of_the_queue_lets_the_requests_behind_it_in_and_waits_are_bo
         ),
         "{event:?}"
     );
-    assert_eq!(w.nodes[N1].host.arena().queued_count(), 0);
+    assert_eq!(w.host(N1).arena().queued_count(), 0);
 }

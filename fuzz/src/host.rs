@@ -2,8 +2,10 @@
 //! memory its children map, and a real directory — wired by a network the fuzzer schedules —
 //! plus hostile children and a hostile network.
 //!
-//! Adapted from `core/tests/host_scenarios.rs` (fuzz/ cannot import test files). What the
-//! fuzzer's [`Input`] drives:
+//! The machines are `dataplane_testkit::hosts::Cluster`, the same cluster core's host scenarios
+//! (`core/tests/host_scenarios.rs`) drive; this file keeps the network (frames in flight,
+//! delivered, dropped or duplicated as the input picks), who listens at which address, the
+//! children, the hostile actions and the checks. What the fuzzer's [`Input`] drives:
 //!
 //! * child requests of every `ChildRequest` variant, from a session's child or from a stranger
 //!   on the same node: attach with the right or a wrong arena generation and capability; opens,
@@ -55,22 +57,20 @@ use std::collections::BTreeSet;
 use arbitrary::Arbitrary;
 use dataplane_core::arena::BLOB_HEADER_BYTES;
 use dataplane_core::blob::{self, BlobAccess, DigestKind, Expected};
-use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
-use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::error::{Limit, NamespaceError, Reason};
-use dataplane_core::host::{Host, HostConfig, Phase, SessionConfig, SessionState};
+use dataplane_core::host::{HostConfig, Phase, SessionConfig, SessionState};
 use dataplane_core::ids::{
     Address, AuthorityEpoch, NodeId, RequestId, Revision, StreamIncarnation,
 };
-use dataplane_core::log::LogRecord;
 use dataplane_core::path::{DataPath, JobContext};
-use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{
     BlobBinding, Capability, ChildEvent, ChildOp, ChildRequest, ChunkBytes, Descriptor,
     DirectoryReply, EntryKind, LeaseView, Message, MutationReceipt, NamespaceNode, ReplyBody,
     RequestKind, StreamMatch,
 };
+use dataplane_testkit::dir::DIRECTORY;
+use dataplane_testkit::hosts::{Cluster, Due, Frame, Setup};
 
 // =============================================================================================
 // Constants
@@ -97,7 +97,6 @@ const STRANGER_ACTOR: u64 = 50;
 const CHILD_ACTOR: u64 = 100;
 /// Nobody listens here (reply addresses of forged frames).
 const NOBODY: Address = Address::new(NodeId(77), 1, 1);
-const DIRECTORY: Address = Address::new(NodeId(0), 1, 0);
 
 /// Logical paths: authorized for read and write, `/runs/self`, read-only, unauthorized,
 /// invalid.
@@ -449,24 +448,6 @@ pub struct Input {
 // =============================================================================================
 // The world
 
-#[derive(Clone, Debug)]
-struct Frame {
-    from: Address,
-    to: Address,
-    message: Message,
-}
-
-struct Node {
-    proxy: Proxy,
-    host: Host,
-    mem: Vec<u8>,
-    proxy_timer: Option<Instant>,
-    host_timer: Option<Instant>,
-    proxy_boots: u64,
-    /// Every lease generation granted to a child.
-    generations: BTreeSet<u64>,
-}
-
 struct SessionRec {
     node: usize,
     address: Address,
@@ -499,11 +480,10 @@ pub struct Stats {
 }
 
 pub struct World {
-    now: Instant,
-    dir: Directory,
-    dir_timer: Option<Instant>,
-    log: Vec<LogRecord>,
-    nodes: Vec<Node>,
+    /// The directory and the nodes: their proxies, hosts and arenas.
+    cluster: Cluster,
+    /// Per node, every lease generation granted to a child.
+    generations: Vec<BTreeSet<u64>>,
     sessions: Vec<SessionRec>,
     grants: Vec<Grant>,
     in_flight: Vec<Frame>,
@@ -516,96 +496,45 @@ impl Default for World {
     }
 }
 
+/// The hosts' configuration: small chunks, a short tick and short deadlines, so that a short
+/// schedule reaches retries, timeouts and queued allocations.
+fn host_config(mut c: HostConfig) -> HostConfig {
+    c.arena_generation = ARENA_GENERATION;
+    c.tick = Duration::from_millis(100);
+    c.chunk_bytes = 256;
+    c.window = 4;
+    c.chunk_timeout = Duration::from_millis(500);
+    c.chunk_attempts_max = 3;
+    c.transfer_deadline = Duration::from_secs(5);
+    c.allocation_deadline = Duration::from_secs(4);
+    c.call_guard = Duration::from_secs(20);
+    c.first_actor = FIRST_ACTOR;
+    c
+}
+
 impl World {
     pub fn new() -> World {
-        let mut out = Outbox::new();
-        let config = DirectoryConfig {
-            address: DIRECTORY,
-            retry_period: Duration::from_secs(1),
+        let setup = Setup {
+            arena: ARENA,
+            proxy_deadline: Duration::from_secs(10),
+            host_config,
         };
-        let dir = Directory::recover(config, &[], &mut ActorSources, Instant::ZERO, &mut out)
-            .expect("a new directory");
+        let mut sent = Vec::new();
+        let cluster = Cluster::new(NODES, setup, &mut sent);
         let mut w = World {
-            now: Instant::ZERO,
-            dir,
-            dir_timer: None,
-            log: Vec::new(),
-            nodes: Vec::new(),
+            cluster,
+            generations: vec![BTreeSet::new(); NODES],
             sessions: Vec::new(),
             grants: Vec::new(),
             in_flight: Vec::new(),
             stats: Stats::default(),
         };
-        w.dir_effects(out.take());
-        for n in 0..NODES {
-            let mut out = Outbox::new();
-            let proxy = Proxy::new(Self::proxy_config(n, 1), w.now, &mut out);
-            let host = Host::new(Self::host_config(n), w.now, &mut out);
-            w.nodes.push(Node {
-                proxy,
-                host,
-                mem: vec![0; ARENA as usize],
-                proxy_timer: None,
-                host_timer: None,
-                proxy_boots: 1,
-                generations: BTreeSet::new(),
-            });
-            for effect in out.take() {
-                match effect {
-                    Effect::SetTimer {
-                        timer: Timer::ProxyRetry,
-                        at,
-                    } => w.nodes[n].proxy_timer = Some(at),
-                    Effect::SetTimer {
-                        timer: Timer::HostTick,
-                        at,
-                    } => w.nodes[n].host_timer = Some(at),
-                    other => panic!("unexpected boot effect {other:?}"),
-                }
-            }
-            w.discover(n);
-        }
+        w.sent(sent);
         // Two sessions on node 1, one on node 2.
         for n in [0, 0, 1] {
             w.open_session(n);
         }
         w
-    }
-
-    fn proxy_config(n: usize, boots: u64) -> ProxyConfig {
-        ProxyConfig {
-            address: Address::new(node_id(n), 1, 0),
-            retry_period: Duration::from_secs(1),
-            deadline: Duration::from_secs(10),
-            first_request_id: boots * 1_000_000,
-        }
-    }
-
-    fn host_config(n: usize) -> HostConfig {
-        let mut c = HostConfig::new(node_id(n), 1, Address::new(node_id(n), 1, 0), ARENA);
-        c.arena_generation = ARENA_GENERATION;
-        c.tick = Duration::from_millis(100);
-        c.chunk_bytes = 256;
-        c.window = 4;
-        c.chunk_timeout = Duration::from_millis(500);
-        c.chunk_attempts_max = 3;
-        c.transfer_deadline = Duration::from_secs(5);
-        c.allocation_deadline = Duration::from_secs(4);
-        c.call_guard = Duration::from_secs(20);
-        c.first_actor = FIRST_ACTOR;
-        c
-    }
-
-    fn discover(&mut self, n: usize) {
-        let found = Some(Discovered {
-            address: DIRECTORY,
-            epoch: self.dir.epoch(),
-        });
-        let mut out = Outbox::new();
-        self.nodes[n]
-            .proxy
-            .handle_discovery(self.now, found, &mut out);
-        self.proxy_effects(n, out.take());
     }
 
     fn open_session(&mut self, n: usize) {
@@ -617,7 +546,7 @@ impl World {
             capability: CAPABILITY,
             job: job(),
         };
-        let Some(address) = self.nodes[n].host.open_session(config) else {
+        let Some(address) = self.cluster.nodes[n].host.open_session(config) else {
             return;
         };
         let child = Address::new(node_id(n), 1, CHILD_ACTOR + self.sessions.len() as u64);
@@ -630,64 +559,21 @@ impl World {
 
     // ----- effects ----------------------------------------------------------------------------
 
-    fn dir_effects(&mut self, effects: Vec<Effect>) {
-        for effect in effects {
-            match effect {
-                Effect::Persist(record) => self.log.push(record),
-                Effect::Send { to, message } => self.in_flight.push(Frame {
-                    from: DIRECTORY,
-                    to,
-                    message,
-                }),
-                Effect::SetTimer { at, .. } => self.dir_timer = Some(at),
-                Effect::CancelTimer { .. } => self.dir_timer = None,
-                Effect::WatchRoute { target } => {
-                    // Every node runs its first incarnation for good.
-                    let routable =
-                        (1..=NODES as u64).contains(&target.node.0) && target.incarnation == 1;
-                    let mut out = Outbox::new();
-                    self.dir.handle_route(self.now, target, routable, &mut out);
-                    self.dir_effects(out.take());
+    /// What the machines sent: events for children are heard at once (the child socket is
+    /// reliable and ordered), everything else waits in flight.
+    fn sent(&mut self, sent: Vec<Frame>) {
+        for frame in sent {
+            match frame.message {
+                Message::ToChild(event) => {
+                    let n = self.cluster.node_of(frame.from).expect("a host's node");
+                    self.child_event(n, frame.to, event);
                 }
-                Effect::UnwatchRoute { .. } => {}
+                message => self.in_flight.push(Frame { message, ..frame }),
             }
         }
     }
 
-    fn proxy_effects(&mut self, n: usize, effects: Vec<Effect>) {
-        let from = Address::new(node_id(n), 1, 0);
-        for effect in effects {
-            match effect {
-                Effect::Send { to, message } => self.in_flight.push(Frame { from, to, message }),
-                Effect::SetTimer { at, .. } => self.nodes[n].proxy_timer = Some(at),
-                Effect::CancelTimer { .. } => self.nodes[n].proxy_timer = None,
-                other => panic!("unexpected proxy effect {other:?}"),
-            }
-        }
-    }
-
-    fn host_effects(&mut self, n: usize, effects: Vec<Effect>) {
-        let from = Address::new(node_id(n), 1, FIRST_ACTOR);
-        for effect in effects {
-            match effect {
-                Effect::Send {
-                    to,
-                    message: Message::ToChild(event),
-                } => self.child_event(n, to, event),
-                Effect::Send { to, message } => self.in_flight.push(Frame { from, to, message }),
-                Effect::SetTimer {
-                    timer: Timer::HostTick,
-                    at,
-                } => self.nodes[n].host_timer = Some(at),
-                Effect::CancelTimer {
-                    timer: Timer::HostTick,
-                } => self.nodes[n].host_timer = None,
-                other => panic!("the host asked for {other:?}"),
-            }
-        }
-    }
-
-    /// What a child hears (directly: the child socket is reliable and ordered).
+    /// What a child hears.
     fn child_event(&mut self, n: usize, to: Address, event: ChildEvent) {
         if let Some(events) = &mut self.stats.events {
             let name = match &event {
@@ -731,7 +617,7 @@ impl World {
             view.generation
         );
         assert!(
-            self.nodes[n].generations.insert(view.generation),
+            self.generations[n].insert(view.generation),
             "node {n}: generation {} granted twice",
             view.generation
         );
@@ -753,39 +639,34 @@ impl World {
 
     /// One frame to a host; checks everything after it.
     fn host_input(&mut self, n: usize, from: Address, to: Address, message: Message) {
-        let mut out = Outbox::new();
-        let node = &mut self.nodes[n];
+        let mut sent = Vec::new();
         // Typed errors only: a panic inside is the crash.
-        if node
-            .host
-            .handle_message(self.now, from, to, message, &mut node.mem, &mut out)
+        if self
+            .cluster
+            .to_host(n, from, to, message, &mut sent)
             .is_err()
         {
             self.stats.input_errors += 1;
         }
-        self.host_effects(n, out.take());
+        self.sent(sent);
         self.check();
     }
 
     fn deliver(&mut self, frame: Frame) {
         let Frame { from, to, message } = frame;
+        let mut sent = Vec::new();
         if to == DIRECTORY {
-            let mut out = Outbox::new();
-            let _ = self.dir.handle_message(self.now, message, &mut out);
-            self.dir_effects(out.take());
-        } else if let Some(n) = (0..NODES).find(|&n| node_id(n) == to.node) {
+            let _ = self.cluster.to_directory(message, &mut sent);
+        } else if let Some(n) = self.cluster.node_of(to) {
             if to.actor == 0 && to.incarnation == 1 {
-                let mut out = Outbox::new();
-                let _ = self.nodes[n]
-                    .proxy
-                    .handle_message(self.now, message, &mut out);
-                self.proxy_effects(n, out.take());
+                let _ = self.cluster.to_proxy(n, message, &mut sent);
             } else if to.actor >= FIRST_ACTOR - 1 || to.incarnation != 1 {
                 self.host_input(n, from, to, message);
                 return;
             }
             // Children, strangers and dead proxies: nobody listens (children hear directly).
         }
+        self.sent(sent);
         self.check();
     }
 
@@ -806,82 +687,43 @@ impl World {
         }
     }
 
+    /// Time moves by `tenths` × 100 ms; the timers due by then fire at the new time, earliest
+    /// first (among equals, the nodes' in order, then the directory's).
     fn advance(&mut self, tenths: u8) {
-        self.now = self
+        let now = self
+            .cluster
             .now
             .saturating_add(Duration::from_millis(100 * u64::from(tenths)));
-        // (due time, which): NODES*2 = the directory, 2n = a proxy, 2n+1 = a host.
-        let mut due: Vec<(Instant, usize)> = Vec::new();
-        if let Some(at) = self.dir_timer.filter(|at| *at <= self.now) {
-            due.push((at, NODES * 2));
-        }
-        for (n, node) in self.nodes.iter().enumerate() {
-            if let Some(at) = node.proxy_timer.filter(|at| *at <= self.now) {
-                due.push((at, 2 * n));
-            }
-            if let Some(at) = node.host_timer.filter(|at| *at <= self.now) {
-                due.push((at, 2 * n + 1));
-            }
-        }
-        due.sort();
+        self.cluster.now = now;
+        let mut due: Vec<(Instant, Due)> = self.cluster.timers();
+        due.retain(|(at, _)| *at <= now);
+        due.sort_by_key(|(at, which)| (*at, *which == Due::Directory));
         for (_, which) in due {
-            let mut out = Outbox::new();
-            if which == NODES * 2 {
-                self.dir_timer = None;
-                let _ = self
-                    .dir
-                    .handle_timer(self.now, Timer::DirectoryRetry, &mut out);
-                self.dir_effects(out.take());
-            } else if which % 2 == 0 {
-                let n = which / 2;
-                self.nodes[n].proxy_timer = None;
-                let _ = self.nodes[n]
-                    .proxy
-                    .handle_timer(self.now, Timer::ProxyRetry, &mut out);
-                self.proxy_effects(n, out.take());
-            } else {
-                let n = which / 2;
-                self.nodes[n].host_timer = None;
-                let node = &mut self.nodes[n];
-                node.host
-                    .handle_timer(self.now, Timer::HostTick, &mut node.mem, &mut out)
-                    .expect("the host tick");
-                self.host_effects(n, out.take());
-            }
+            let mut sent = Vec::new();
+            self.cluster.fire(which, &mut sent);
+            self.sent(sent);
             self.check();
         }
     }
 
     fn restart_proxy(&mut self, n: usize) {
-        self.nodes[n].proxy_boots += 1;
-        let boots = self.nodes[n].proxy_boots;
-        let mut out = Outbox::new();
-        self.nodes[n].proxy = Proxy::new(Self::proxy_config(n, boots), self.now, &mut out);
-        self.proxy_effects(n, out.take());
-        self.discover(n);
-        let mut out = Outbox::new();
-        let proxy = self.nodes[n].proxy.config().address;
-        self.nodes[n]
-            .host
-            .proxy_restarted(self.now, proxy, &mut out);
-        self.host_effects(n, out.take());
+        let mut sent = Vec::new();
+        self.cluster.restart_proxy(n, &mut sent);
+        self.sent(sent);
         self.check();
     }
 
     /// Every machine's invariants.
     fn check(&self) {
-        for (n, node) in self.nodes.iter().enumerate() {
-            if let Err(e) = node.host.check_invariants() {
-                panic!("host {n}: {e}");
-            }
-            if let Err(e) = node.proxy.check_invariants() {
-                panic!("proxy {n}: {e}");
-            }
+        if let Err(e) = self.cluster.check_nodes() {
+            panic!("{e}");
+        }
+        for (n, node) in self.cluster.nodes.iter().enumerate() {
             if node.host.arena().queued_count() > 0 && node.host.arena().live_count() == 0 {
                 panic!("host {n}: requests wait in an empty arena");
             }
         }
-        if let Err(e) = self.dir.check_invariants_fast() {
+        if let Err(e) = self.cluster.dir.check_invariants_fast() {
             panic!("directory: {e}");
         }
     }
@@ -915,11 +757,19 @@ impl World {
     }
 
     fn binding_actors(&self, n: usize) -> Vec<u64> {
-        self.nodes[n].host.bindings().map(|(a, _)| *a).collect()
+        self.cluster.nodes[n]
+            .host
+            .bindings()
+            .map(|(a, _)| *a)
+            .collect()
     }
 
     fn source_actors(&self, n: usize) -> Vec<u64> {
-        self.nodes[n].host.sources().map(|(a, _)| *a).collect()
+        self.cluster.nodes[n]
+            .host
+            .sources()
+            .map(|(a, _)| *a)
+            .collect()
     }
 
     fn nth<T: Copy>(items: &[T], i: u8) -> Option<T> {
@@ -927,7 +777,7 @@ impl World {
     }
 
     fn actor(&self, n: usize, pick: ActorPick) -> Address {
-        let host = &self.nodes[n].host;
+        let host = &self.cluster.nodes[n].host;
         let fallback = |i: u8| host.address(FIRST_ACTOR - 1 + u64::from(i % 64));
         match pick {
             ActorPick::Source(i) => {
@@ -953,7 +803,7 @@ impl World {
 
     /// The live leases of node `n`'s bindings, by binding actor order.
     fn leases(&self, n: usize) -> Vec<Expected> {
-        self.nodes[n]
+        self.cluster.nodes[n]
             .host
             .bindings()
             .filter_map(|(_, b)| b.lease.map(|slot| slot.expected))
@@ -1036,7 +886,7 @@ impl World {
             })),
             RequestKind::Resolve => {
                 let live = |m: usize, i: u8| {
-                    let host = &self.nodes[m].host;
+                    let host = &self.cluster.nodes[m].host;
                     Self::nth(&self.source_actors(m), i).map(|a| {
                         let s = host.source(a).expect("a live source");
                         (s.address, Some(s.length))
@@ -1046,7 +896,7 @@ impl World {
                     SrcPick::Own(i) => live(n, i).unwrap_or((NOBODY, None)),
                     SrcPick::Other(i) => live(1 - n, i).unwrap_or((NOBODY, None)),
                     SrcPick::Dead { node, actor } => (
-                        self.nodes[Self::node(node)]
+                        self.cluster.nodes[Self::node(node)]
                             .host
                             .address(FIRST_ACTOR + u64::from(actor)),
                         None,
@@ -1184,7 +1034,7 @@ impl World {
                 .unwrap_or(u64::from(offset)),
             Target::Anywhere { offset } => u64::from(offset),
         };
-        let mem = &mut self.nodes[n].mem;
+        let mem = &mut self.cluster.nodes[n].mem;
         let at = (at % ARENA) as usize;
         let end = (at + bytes.len().min(64)).min(mem.len());
         mem[at..end].copy_from_slice(&bytes[..end - at]);
@@ -1198,7 +1048,7 @@ impl World {
         let (at, width) = FIELDS[usize::from(field) % FIELDS.len()];
         let start = e.offset as usize + at;
         let bytes = value.to_le_bytes();
-        self.nodes[n].mem[start..start + width].copy_from_slice(&bytes[..width]);
+        self.cluster.nodes[n].mem[start..start + width].copy_from_slice(&bytes[..width]);
         self.check();
     }
 
@@ -1223,7 +1073,7 @@ impl World {
                 };
                 let n = self.sessions[g.session].node;
                 let e = Self::expected(&g);
-                let mem = &mut self.nodes[n].mem;
+                let mem = &mut self.cluster.nodes[n].mem;
                 if let Ok(payload) = blob::payload_mut(mem, &e) {
                     for (i, b) in payload.iter_mut().enumerate() {
                         *b = (i as u8).wrapping_mul(31).wrapping_add(*byte);
@@ -1243,7 +1093,7 @@ impl World {
                 };
                 let n = self.sessions[g.session].node;
                 if *header {
-                    let _ = blob::child_abort(&mut self.nodes[n].mem, &Self::expected(&g));
+                    let _ = blob::child_abort(&mut self.cluster.nodes[n].mem, &Self::expected(&g));
                 }
                 self.child_request(g.session, false, ChildRequest::Abort { op: g.op });
             }
@@ -1302,7 +1152,7 @@ impl World {
                 epoch,
             } => {
                 let n = Self::node(*node);
-                let calls: Vec<(u64, Option<(RequestId, RequestKind)>)> = self.nodes[n]
+                let calls: Vec<(u64, Option<(RequestId, RequestKind)>)> = self.cluster.nodes[n]
                     .host
                     .bindings()
                     .map(|(a, b)| (*a, b.call.as_ref().map(|c| (c.id, c.request.kind()))))
@@ -1332,7 +1182,7 @@ impl World {
                     body: self.body(n, kind, *outcome),
                 };
                 let proxy = Address::new(node_id(n), 1, 0);
-                let to = self.nodes[n].host.address(actor);
+                let to = self.cluster.nodes[n].host.address(actor);
                 self.host_input(n, proxy, to, Message::Reply(reply));
             }
             Action::ChunkRequestTo {
@@ -1346,7 +1196,7 @@ impl World {
                 let to = self.actor(n, *target);
                 let reply_to = reply
                     .and_then(|i| Self::nth(&self.binding_actors(1 - n), i))
-                    .map_or(NOBODY, |a| self.nodes[1 - n].host.address(a));
+                    .map_or(NOBODY, |a| self.cluster.nodes[1 - n].host.address(a));
                 let message = Message::ChunkRequest {
                     offset: *offset,
                     len: *len,
@@ -1363,7 +1213,7 @@ impl World {
                 bytes,
             } => {
                 let n = Self::node(*node);
-                let filling: Vec<Filling> = self.nodes[n]
+                let filling: Vec<Filling> = self.cluster.nodes[n]
                     .host
                     .bindings()
                     .map(|(a, b)| match &b.phase {
@@ -1405,7 +1255,7 @@ impl World {
                     digest: digest.map(|d| [d; 32]),
                     bytes,
                 };
-                let to = self.nodes[n].host.address(actor);
+                let to = self.cluster.nodes[n].host.address(actor);
                 self.host_input(n, NOBODY, to, message);
             }
             Action::ChunkRefusedTo { node, target } => {
@@ -1544,7 +1394,7 @@ impl World {
         self.in_flight.clear();
         for s in 0..self.sessions.len() {
             let (n, address) = (self.sessions[s].node, self.sessions[s].address);
-            let running = self.nodes[n]
+            let running = self.cluster.nodes[n]
                 .host
                 .sessions()
                 .find(|(actor, _)| **actor == address.actor)
@@ -1560,7 +1410,7 @@ impl World {
         for _ in 0..FINISH_ROUNDS {
             self.in_flight.clear();
             for n in 0..NODES {
-                let calls: Vec<(u64, RequestId, RequestKind)> = self.nodes[n]
+                let calls: Vec<(u64, RequestId, RequestKind)> = self.cluster.nodes[n]
                     .host
                     .bindings()
                     .filter_map(|(a, b)| b.call.as_ref().map(|c| (*a, c.id, c.request.kind())))
@@ -1588,20 +1438,21 @@ impl World {
                     };
                     let reply = DirectoryReply {
                         request_id,
-                        epoch: self.dir.epoch(),
+                        epoch: self.cluster.dir.epoch(),
                         body,
                     };
                     let proxy = Address::new(node_id(n), 1, 0);
-                    let to = self.nodes[n].host.address(actor);
+                    let to = self.cluster.nodes[n].host.address(actor);
                     self.host_input(n, proxy, to, Message::Reply(reply));
                 }
                 for actor in self.source_actors(n) {
-                    let to = self.nodes[n].host.address(actor);
+                    let to = self.cluster.nodes[n].host.address(actor);
                     let message = Message::Retire { reply_to: NOBODY };
                     self.host_input(n, DIRECTORY, to, message);
                 }
             }
             if self
+                .cluster
                 .nodes
                 .iter()
                 .all(|node| node.host.bindings().next().is_none())
@@ -1609,7 +1460,7 @@ impl World {
                 break;
             }
         }
-        for (n, node) in self.nodes.iter().enumerate() {
+        for (n, node) in self.cluster.nodes.iter().enumerate() {
             let host = &node.host;
             if let Some((actor, b)) = host.bindings().next() {
                 panic!(

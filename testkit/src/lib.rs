@@ -3,6 +3,8 @@
 //! the same reference model:
 //!
 //! * [`dir`]: a directory driven in memory, its persisted records kept as the durable log;
+//! * [`hosts`]: a directory and nodes that each run a proxy, a host and its arena memory, whose
+//!   frames the caller carries (`core/tests/host_scenarios.rs`, the `host_session` target);
 //! * [`workload`]: the steps of a directory workload and how each becomes a request;
 //! * [`model`]: the directory's reference model, written from SPEC, not from `core/src`;
 //! * [`check`]: runs steps against the directory and the model and checks every step.
@@ -19,5 +21,6 @@
 
 pub mod check;
 pub mod dir;
+pub mod hosts;
 pub mod model;
 pub mod workload;
