@@ -1138,6 +1138,29 @@ fn closing_a_session_ends_reads_in_flight_and_frees_their_leases() {
 }
 
 #[test]
+fn closing_a_session_ends_a_granted_read_it_never_released() {
+    let mut w = World::new(2);
+    let (a, b) = (w.child(N1), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    let content = bytes(200_000, 3);
+    w.write(a, 1, "/data/x", &content);
+    let (read, _) = w.read(b, 1, "/data/x").unwrap();
+    assert_eq!(read, content);
+    assert_eq!(w.live_leases(N2), 1, "the granted read's lease");
+    // The child goes away holding the view: the session closes, and the lease is freed.
+    w.send(b, ChildRequest::Close);
+    w.expect(b, |e| matches!(e, ChildEvent::Closed));
+    assert_eq!(w.live_leases(N2), 0);
+    assert_eq!(w.host(N2).bindings().count(), 0);
+    // The writer's blob is untouched: a new session on B reads it again.
+    let c = w.child(N2);
+    w.attach(c);
+    let (again, _) = w.read(c, 1, "/data/x").unwrap();
+    assert_eq!(again, content);
+}
+
+#[test]
 fn frames_from_a_stranger_or_for_the_wrong_actor_change_nothing() {
     let mut w = World::new(1);
     let a = w.child(N1);
