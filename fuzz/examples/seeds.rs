@@ -1,6 +1,7 @@
 //! Writes the committed seed corpus: `cargo run --example seeds` (from `fuzz/`).
 //!
-//! `wire_decode` gets encodings of real frames (one per message shape), `log_recover` real log
+//! `wire_decode` gets encodings of real frames (one per message shape, and one per `Link`
+//! shape of the real nodes), `log_recover` real log
 //! images (a raw image, and the same image inside the structured input), `directory_ops` and
 //! `proxy_directory` a few deterministic byte strings that decode to busy schedules,
 //! `host_session` byte strings that decode to each of its canned preludes and a schedule.
@@ -19,6 +20,7 @@ use dataplane_core::wire::{
     DirectoryCall, DirectoryReply, DirectoryRequest, Envelope, FileRef, GoneScope, LeaseView,
     Message, MutationReceipt, NamespaceNode, ReplyBody, SourceRecovery, StreamMatch, StreamRole,
 };
+use dataplane_io::net::{ClusterKey, Link, Peer, WRONG_KEY};
 
 fn addr(node: u64, actor: u64) -> Address {
     Address::new(NodeId(node), 1, actor)
@@ -249,6 +251,43 @@ fn main() {
             &wire_dir,
             &format!("frame-{i:02}"),
             &wire::encode(envelope).unwrap(),
+        );
+    }
+    // The real nodes' link frames: each handshake shape, and a core frame inside one.
+    let key = ClusterKey::from_secret(b"a cluster secret of some length").unwrap();
+    let links = [
+        Link::HostHello {
+            listen: "127.0.0.1:7701".to_owned(),
+            boot_nonce: 42,
+            key: Some(key),
+        },
+        Link::ClientHello { key: None },
+        Link::Welcome {
+            node: NodeId(1),
+            incarnation: 2,
+            directory: addr(0, 0),
+            epoch: AuthorityEpoch(3),
+            peers: vec![Peer {
+                node: NodeId(2),
+                incarnation: 1,
+                listen: "127.0.0.1:7702".to_owned(),
+            }],
+        },
+        Link::PeerHello {
+            node: NodeId(2),
+            incarnation: 1,
+            key: Some(key),
+        },
+        Link::Refused {
+            reason: WRONG_KEY.to_owned(),
+        },
+        Link::Frame(frames().remove(0)),
+    ];
+    for (i, link) in links.iter().enumerate() {
+        write(
+            &wire_dir,
+            &format!("link-{i}"),
+            &wire::encode_value(link, usize::MAX).unwrap(),
         );
     }
     dataplane_fuzz::seeds::write_machine_seeds(&root);

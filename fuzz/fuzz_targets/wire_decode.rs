@@ -4,7 +4,9 @@
 //! same size limit) and decodes again to an equal value; re-encoding is deterministic.
 //! Network frames and child-socket frames share one decoder (`wire::decode` of an
 //! [`Envelope`](dataplane_core::wire::Envelope), `Message::FromChild` / `Message::ToChild`);
-//! every message type is also decoded on its own with `decode_value`.
+//! every message type is also decoded on its own with `decode_value`, and so are the frames
+//! the real nodes read off their sockets: `dataplane_io::net::Link` (hellos, welcomes,
+//! refusals, peer tables, core envelopes) and the child's `ChildWelcome`.
 #![no_main]
 
 use dataplane_core::effect::Effect;
@@ -17,6 +19,8 @@ use dataplane_core::wire::{
     DirectoryReply, DirectoryRequest, FileRef, GoneScope, LeaseView, Message, ReplyBody,
     SourceRecovery, StreamMatch, decode_value, encode_value,
 };
+use dataplane_io::hostnode::ChildWelcome;
+use dataplane_io::net::Link;
 use libfuzzer_sys::fuzz_target;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -70,4 +74,7 @@ fuzz_target!(|data: &[u8]| {
     round_trip::<Effect>(data);
     round_trip::<LogRecord>(data);
     round_trip::<SnapshotRecord>(data);
+    // What the real nodes' readers decode.
+    round_trip::<Link>(data);
+    round_trip::<ChildWelcome>(data);
 });
