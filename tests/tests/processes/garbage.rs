@@ -181,6 +181,21 @@ fn garbage_frames_close_the_connection_and_nothing_else() {
         attack_tcp(&a.listen, attack, &to_host, "host A's peer port");
         attack_child(&b.socket, attack, &to_child);
     }
+    // A core frame to a host's peer port before any `PeerHello`: hosts take core frames only
+    // from the directory and from admitted peers.
+    let unhelloed = Envelope {
+        from: Address::new(NodeId(77), 1, 1),
+        to: Address::new(NodeId(1), 1, 0),
+        message: Message::SourceRetired {
+            source: Address::new(NodeId(77), 1, 2),
+        },
+    };
+    attack_tcp(
+        &a.listen,
+        Attack::OutOfProtocol,
+        &frame(&Link::Frame(unhelloed)),
+        "host A's peer port, a core frame before PeerHello",
+    );
     // After a hello, garbage still closes the connection (the directory's reader is the same).
     let mut hello = frame(&Link::ClientHello { key: None });
     hello.extend_from_slice(&[3, 0, 0, 0, 0xff, 0xff, 0xff]);
