@@ -27,7 +27,7 @@ pub const BLOB_HEADER_BYTES: u64 = 128;
 /// Alignment of every lease start and footprint, in bytes (SPEC §8.2's blob alignment request).
 pub const BLOB_ALIGNMENT: u64 = 64;
 /// Most live leases in one arena; further allocations get [`ArenaError::TooManyLeases`].
-pub const ARENA_LEASES_MAX: usize = 4096;
+pub const ARENA_LEASES_MAX: usize = 1 << 18;
 /// Most requests waiting in one arena's queue; further ones get [`ArenaError::QueueFull`].
 pub const ARENA_QUEUE_MAX: usize = 1024;
 

@@ -85,6 +85,12 @@ pub enum Limit {
     PendingRequests,
     /// Request ids of a proxy ran out.
     RequestIds,
+    /// A host's bound on operations in progress over all its sessions
+    /// ([`crate::limits::HOST_OPERATIONS_MAX`] by default).
+    HostOperations,
+    /// A host's bound on operations in progress in one session
+    /// ([`crate::limits::HOST_SESSION_OPERATIONS_MAX`] by default).
+    SessionOperations,
 }
 
 impl fmt::Display for Limit {
@@ -94,6 +100,8 @@ impl fmt::Display for Limit {
             Limit::Reservations => "too many blob reservations",
             Limit::PendingRequests => "too many pending requests",
             Limit::RequestIds => "request ids exhausted",
+            Limit::HostOperations => "too many operations in progress on this host",
+            Limit::SessionOperations => "too many operations in progress in this session",
         })
     }
 }

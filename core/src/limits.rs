@@ -30,7 +30,11 @@ pub const RESERVATIONS_MAX: usize = 1 << 16;
 pub const PROXY_PENDING_MAX: usize = 4096;
 /// Most child sessions one host serves.
 pub const HOST_SESSIONS_MAX: usize = 256;
-/// Most bindings (reads and writes in progress or published) one host keeps.
-pub const HOST_BINDINGS_MAX: usize = 4096;
+/// Most operations in progress (reads, writes until their publication is answered, stats,
+/// moves, removes) on one host, over all its sessions. Published writes do not count: each
+/// holds an arena lease, and the arena bounds those (`arena::ARENA_LEASES_MAX` and its bytes).
+pub const HOST_OPERATIONS_MAX: usize = 4096;
+/// Most operations in progress in one child session (one child cannot take a whole host).
+pub const HOST_SESSION_OPERATIONS_MAX: usize = 256;
 /// Most retractions a host remembers handing to its proxy (re-sent after a proxy restart).
 pub const HOST_HANDED_OVER_MAX: usize = 1024;

@@ -20,7 +20,7 @@ use dataplane_core::arena::BLOB_HEADER_BYTES;
 use dataplane_core::blob::{self, BlobAccess, BlobState, DigestKind, Expected};
 use dataplane_core::directory::Directory;
 use dataplane_core::effect::{Effect, Outbox};
-use dataplane_core::error::{AttachmentFailure, BlobFailure, DataPlaneError};
+use dataplane_core::error::{AttachmentFailure, BlobFailure, DataPlaneError, Limit};
 use dataplane_core::host::{Host, HostConfig, SessionConfig, SessionState};
 use dataplane_core::ids::{Address, NodeId, Revision};
 use dataplane_core::path::{DataPath, JobContext};
@@ -1457,4 +1457,141 @@ fn a_cancelled_head_of_the_queue_lets_the_requests_behind_it_in_and_waits_are_bo
         "{event:?}"
     );
     assert_eq!(w.host(N1).arena().queued_count(), 0);
+}
+
+#[test]
+fn published_writes_do_not_count_against_operations_in_progress() {
+    // Issue 11, item 1: a host once counted its published blobs against its table of
+    // operations in progress, so after that many puts every open, stat and read failed for as
+    // long as the blobs stayed published.
+    let mut w = World::with(1, Duration::from_secs(10), |mut c| {
+        c.operations_max = 3;
+        c.session_operations_max = 2;
+        c
+    });
+    let a = w.child(N1);
+    w.attach(a);
+    for op in 1..=12u64 {
+        let logical = format!("/data/many/{op}");
+        w.write(a, op, &logical, &bytes(16, op as u8));
+        w.send(a, ChildRequest::Release { op: ChildOp(op) });
+        w.expect(a, |e| matches!(e, ChildEvent::Released { .. }));
+    }
+    assert_eq!(w.host(N1).operations_in_progress(), 0);
+    assert_eq!(
+        w.live_leases(N1),
+        12,
+        "every published write keeps its lease"
+    );
+    let (payload, _) = w
+        .read(a, 100, "/data/many/7")
+        .expect("a read after 12 puts");
+    assert_eq!(payload, bytes(16, 7));
+    w.send(a, ChildRequest::Release { op: ChildOp(100) });
+    w.send(
+        a,
+        ChildRequest::Stat {
+            op: ChildOp(101),
+            path: "/data/many/12".into(),
+        },
+    );
+    w.expect(a, |e| matches!(e, ChildEvent::Stat { .. }));
+
+    // Operations in progress are bounded per session, then per host, each with its own name.
+    let open = |op: u64| ChildRequest::OpenWrite {
+        op: ChildOp(op),
+        path: format!("/data/wip/{op}"),
+        length: 8,
+        digest: DigestKind::None,
+        exclusive: false,
+    };
+    w.send(a, open(200));
+    w.send(a, open(201));
+    w.take(a);
+    w.send(a, open(202));
+    let event = w.expect(a, |_| true);
+    assert!(
+        matches!(
+            event,
+            ChildEvent::Failed {
+                op: ChildOp(202),
+                error: DataPlaneError::LimitReached(Limit::SessionOperations)
+            }
+        ),
+        "{event:?}"
+    );
+    let b = w.child(N1);
+    w.attach(b);
+    w.send(b, open(1));
+    w.take(b);
+    w.send(b, open(2));
+    let event = w.expect(b, |_| true);
+    assert!(
+        matches!(
+            event,
+            ChildEvent::Failed {
+                op: ChildOp(2),
+                error: DataPlaneError::LimitReached(Limit::HostOperations)
+            }
+        ),
+        "{event:?}"
+    );
+    // Finishing one makes room again.
+    w.send(a, ChildRequest::Release { op: ChildOp(200) });
+    w.take(a);
+    w.send(b, open(3));
+    w.expect(b, |e| matches!(e, ChildEvent::WriteGranted { .. }));
+}
+
+#[test]
+fn a_full_proxy_is_asked_again_on_the_tick_not_at_once() {
+    // A proxy that is full answers `LimitReached(PendingRequests)` at once. The host must not
+    // re-send the Register at once (that spun forever with the full proxy, and a real host's
+    // driver never left its local queue); it asks again on its tick, until the proxy has room.
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    let view = w.open_write(a, 1, "/data/x", 10, false);
+    w.fill_and_seal(a, &view, &bytes(10, 1));
+    // The directory is unreachable, and someone fills the proxy.
+    w.blackhole(|f| f.to == DIRECTORY);
+    let node = &w.cluster.nodes[N1];
+    let proxy = Address::new(node.id, node.incarnation, 0);
+    for i in 0..dataplane_core::limits::PROXY_PENDING_MAX as u64 {
+        w.deliver(Frame {
+            from: INSPECTOR,
+            to: proxy,
+            message: Message::ProxyCall(DirectoryCall {
+                request_id: dataplane_core::ids::RequestId(i + 1),
+                reply_to: INSPECTOR,
+                request: DirectoryRequest::Resolve {
+                    path: path("/data/fill"),
+                },
+            }),
+        });
+    }
+    w.send(a, ChildRequest::Seal { op: ChildOp(1) });
+    assert!(w.take(a).is_empty(), "the outcome is not known yet");
+    // Count the host's Registers over two seconds of ticks: a few, not a spin.
+    let registers = std::rc::Rc::new(std::cell::Cell::new(0u32));
+    let counter = registers.clone();
+    w.tamper = Some(Box::new(move |f: &mut Frame| {
+        if let Message::ProxyCall(call) = &f.message
+            && matches!(call.request, DirectoryRequest::Register { .. })
+        {
+            counter.set(counter.get() + 1);
+        }
+    }));
+    w.run(2);
+    let sent = registers.get();
+    assert!(
+        (1..=25).contains(&sent),
+        "{sent} Registers in 2 s with a 100 ms tick"
+    );
+    // The directory comes back: the proxy drains and the write is published.
+    w.tamper = None;
+    w.heal();
+    w.run(3);
+    w.expect(a, |e| matches!(e, ChildEvent::Published { .. }));
+    w.inspector.clear();
 }

@@ -7,9 +7,8 @@
 
 use super::{Host, Kind, PURPOSE_CONTROL, Phase, child_error, new_binding};
 use crate::effect::Outbox;
-use crate::error::{DataPlaneError, Limit, NamespaceError};
+use crate::error::{DataPlaneError, NamespaceError};
 use crate::ids::{Address, Revision};
-use crate::limits::HOST_BINDINGS_MAX;
 use crate::path::{Access, DataPath};
 use crate::time::Instant;
 use crate::wire::{ChildEvent, ChildOp, DirectoryRequest, EntryKind, ReplyBody};
@@ -68,10 +67,8 @@ impl Host {
                 Err(DataPlaneError::InvalidArgument(super::reason(
                     "operation id already in use in this session",
                 )))
-            } else if self.bindings.len() >= HOST_BINDINGS_MAX {
-                Err(DataPlaneError::LimitReached(Limit::PendingRequests))
             } else {
-                Ok(paths)
+                self.room_for_operation(session).map(|()| paths)
             }
         });
         let (path, destination) = match checked {

@@ -46,7 +46,7 @@ use crate::blob::{self, BlobState, DigestKind, Expected};
 use crate::effect::{Effect, Outbox, Timer};
 use crate::error::{DataPlaneError, InputError, NamespaceError, Reason};
 use crate::ids::{Address, NodeId, OperationId, RequestId, Revision};
-use crate::limits::HOST_HANDED_OVER_MAX;
+use crate::limits::{HOST_HANDED_OVER_MAX, HOST_OPERATIONS_MAX, HOST_SESSION_OPERATIONS_MAX};
 use crate::path::{DataPath, JobContext};
 use crate::time::{Duration, Instant};
 use crate::wire::{Capability, ChildEvent, ChildOp, DirectoryCall, DirectoryRequest, Message};
@@ -90,6 +90,13 @@ pub struct HostConfig {
     pub call_guard: Duration,
     /// Host actors (sessions, bindings, sources) are numbered from here.
     pub first_actor: u64,
+    /// Most operations in progress on this host, over all sessions (reads, writes not yet
+    /// published, stats, moves, removes); an open beyond it fails
+    /// `LimitReached(HostOperations)`. Published writes do not count: the arena bounds them.
+    pub operations_max: usize,
+    /// Most operations in progress in one session; an open beyond it fails
+    /// `LimitReached(SessionOperations)`, so one child cannot take the whole host's room.
+    pub session_operations_max: usize,
 }
 
 impl HostConfig {
@@ -110,6 +117,8 @@ impl HostConfig {
             allocation_deadline: Duration::from_secs(60),
             call_guard: Duration::from_secs(90),
             first_actor: 10_000,
+            operations_max: HOST_OPERATIONS_MAX,
+            session_operations_max: HOST_SESSION_OPERATIONS_MAX,
         }
     }
 }
@@ -149,8 +158,12 @@ pub struct Session {
     pub state: SessionState,
     /// The attached child.
     pub child: Option<Address>,
-    /// Bindings the session still tracks, by the child's op.
+    /// Bindings the session still tracks (operations in progress), by the child's op.
     pub ops: BTreeMap<ChildOp, u64>,
+    /// Published writes of this session, by the child's op: the session no longer tracks
+    /// them (they outlive it), but its child may still release or abort them (Q22). An entry
+    /// goes when its binding is freed.
+    pub published: BTreeMap<ChildOp, u64>,
 }
 
 /// What a binding does.
@@ -230,6 +243,10 @@ pub struct Call {
     pub request: DirectoryRequest,
     /// When it was (last) sent.
     pub sent_at: Instant,
+    /// When the tick sends it again: the guard after a send, the next tick after an answer
+    /// that left the outcome unknown (never at once: a full proxy answers at once, and an
+    /// immediate re-send would spin with it).
+    pub resend_at: Instant,
 }
 
 /// A granted arena lease and what its header must say.
@@ -404,6 +421,7 @@ impl Host {
             state: SessionState::AwaitingAttachment,
             child: None,
             ops: BTreeMap::new(),
+            published: BTreeMap::new(),
         };
         self.sessions.insert(actor, session);
         Some(address)
@@ -489,16 +507,25 @@ impl Host {
             return Err(InputError::UnexpectedTimer(timer));
         }
         self.now = now;
-        let actors: Vec<u64> = self.bindings.keys().copied().collect();
+        // Only bindings with something timed: a published write at rest costs the tick
+        // nothing but this filter (a host may hold hundreds of thousands of them).
+        let actors: Vec<u64> = self
+            .bindings
+            .iter()
+            .filter(|(_, b)| {
+                b.queued.is_some() || b.call.is_some() || matches!(b.phase, Phase::Filling(_))
+            })
+            .map(|(actor, _)| *actor)
+            .collect();
         for actor in actors {
             self.allocation_tick(now, actor, mem, out);
             self.transfer_tick(now, actor, mem, out);
-            let guard_expired = self
+            let due = self
                 .bindings
                 .get(&actor)
                 .and_then(|b| b.call.as_ref())
-                .is_some_and(|call| now.saturating_since(call.sent_at) >= self.config.call_guard);
-            if guard_expired {
+                .is_some_and(|call| now >= call.resend_at);
+            if due {
                 self.resend_call(now, actor, out);
             }
         }
@@ -583,8 +610,17 @@ impl Host {
             id,
             request,
             sent_at: now,
+            resend_at: now.saturating_add(self.config.call_guard),
         });
         out.send(proxy, Message::ProxyCall(call));
+    }
+
+    /// The call of binding `actor` was answered with an unknown outcome: the next tick sends
+    /// it again (with the same op id).
+    fn resend_on_tick(&mut self, actor: u64) {
+        if let Some(call) = self.bindings.get_mut(&actor).and_then(|b| b.call.as_mut()) {
+            call.resend_at = self.now;
+        }
     }
 
     fn resend_call(&mut self, now: Instant, actor: u64, out: &mut Outbox) {
@@ -797,10 +833,13 @@ impl Host {
                 },
             );
         }
-        if let Some(session) = self.sessions.get_mut(&b.session)
-            && session.ops.get(&b.op) == Some(&actor)
-        {
-            session.ops.remove(&b.op);
+        if let Some(session) = self.sessions.get_mut(&b.session) {
+            if session.ops.get(&b.op) == Some(&actor) {
+                session.ops.remove(&b.op);
+            }
+            if session.published.get(&b.op) == Some(&actor) {
+                session.published.remove(&b.op);
+            }
         }
         self.maybe_closed(b.session, out);
     }
@@ -827,6 +866,11 @@ impl Host {
     /// Every session, by actor.
     pub fn sessions(&self) -> impl Iterator<Item = (&u64, &Session)> {
         self.sessions.iter()
+    }
+
+    /// Operations in progress over all sessions (what `operations_max` bounds).
+    pub fn operations_in_progress(&self) -> usize {
+        self.sessions.values().map(|s| s.ops.len()).sum()
     }
 
     /// Every binding, by actor.
@@ -908,6 +952,52 @@ impl Host {
                         "session {actor} tracks {op:?} -> {binding}, which does not track it"
                     ));
                 }
+            }
+            for (op, binding) in &session.published {
+                let published = self
+                    .bindings
+                    .get(binding)
+                    .is_some_and(|b| !b.tracked && b.op == *op && b.session == *actor);
+                if !published {
+                    return Err(format!(
+                        "session {actor} lists {op:?} -> {binding} as published, which it is not"
+                    ));
+                }
+            }
+            if session.ops.len() > self.config.session_operations_max {
+                return Err(format!(
+                    "session {actor} has {} operations in progress, the bound is {}",
+                    session.ops.len(),
+                    self.config.session_operations_max
+                ));
+            }
+        }
+        let in_progress = self.operations_in_progress();
+        if in_progress > self.config.operations_max {
+            return Err(format!(
+                "{in_progress} operations in progress, the bound is {}",
+                self.config.operations_max
+            ));
+        }
+        for (actor, b) in &self.bindings {
+            // Every binding is reachable from its session while the session lives, and one the
+            // session does not track holds a lease: so the bindings are bounded by the
+            // operations in progress plus the arena's leases.
+            if let Some(session) = self.sessions.get(&b.session) {
+                let index = if b.tracked {
+                    &session.ops
+                } else {
+                    &session.published
+                };
+                if index.get(&b.op) != Some(actor) {
+                    return Err(format!(
+                        "binding {actor} ({:?}) is not listed by its session",
+                        b.op
+                    ));
+                }
+            }
+            if !b.tracked && b.lease.is_none() {
+                return Err(format!("binding {actor} is untracked and holds no lease"));
             }
         }
         Ok(())

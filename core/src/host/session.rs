@@ -13,7 +13,6 @@ use crate::blob::BlobState;
 use crate::effect::Outbox;
 use crate::error::{AttachmentFailure, DataPlaneError, Limit};
 use crate::ids::Address;
-use crate::limits::HOST_BINDINGS_MAX;
 use crate::path::Access;
 use crate::time::Instant;
 use crate::wire::{ChildEvent, ChildOp, ChildRequest, DirectoryRequest};
@@ -168,13 +167,21 @@ impl Host {
     /// The binding of `op` in `session`: tracked ones first, then published writes (which the
     /// session no longer tracks but the child may still abort: Q22).
     pub(super) fn binding_of(&self, session: u64, op: ChildOp) -> Option<u64> {
-        if let Some(actor) = self.sessions.get(&session).and_then(|s| s.ops.get(&op)) {
-            return Some(*actor);
+        let s = self.sessions.get(&session)?;
+        s.ops.get(&op).or_else(|| s.published.get(&op)).copied()
+    }
+
+    /// Whether `session` may start one more operation: the session's own bound first, then
+    /// the host's. Published writes count against neither (the arena bounds them).
+    pub(super) fn room_for_operation(&self, session: u64) -> Result<(), DataPlaneError> {
+        let own = self.sessions.get(&session).map_or(0, |s| s.ops.len());
+        if own >= self.config.session_operations_max {
+            return Err(DataPlaneError::LimitReached(Limit::SessionOperations));
         }
-        self.bindings
-            .iter()
-            .find(|(_, b)| b.session == session && b.op == op)
-            .map(|(actor, _)| *actor)
+        if self.operations_in_progress() >= self.config.operations_max {
+            return Err(DataPlaneError::LimitReached(Limit::HostOperations));
+        }
+        Ok(())
     }
 
     fn attach(
@@ -248,10 +255,7 @@ impl Host {
                     "operation id already in use in this session",
                 )))
             }
-            Ok(_) if self.bindings.len() >= HOST_BINDINGS_MAX => {
-                Err(DataPlaneError::LimitReached(Limit::PendingRequests))
-            }
-            Ok(path) => Ok(path),
+            Ok(path) => self.room_for_operation(session).map(|()| path),
         };
         let path = match checked {
             Ok(path) => path,
@@ -347,11 +351,11 @@ impl Host {
             return;
         };
         s.state = SessionState::Closing;
-        let actors: Vec<u64> = self
-            .bindings
-            .iter()
-            .filter(|(_, b)| b.session == session)
-            .map(|(actor, _)| *actor)
+        let actors: Vec<u64> = s
+            .ops
+            .values()
+            .chain(s.published.values())
+            .copied()
             .collect();
         for actor in actors {
             self.session_gone(actor, mem, out);

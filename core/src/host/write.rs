@@ -204,8 +204,9 @@ impl Host {
         }
         let query = matches!(reply.body, ReplyBody::Resolved(_) | ReplyBody::LookedUp(_));
         if is_unknown_outcome(reply.body.err()) && !query {
-            // Q20/Q21: the outcome is unknown; ask again under the same op id.
-            self.resend_call(now, actor, out);
+            // Q20/Q21: the outcome is unknown; ask again under the same op id, on the next
+            // tick.
+            self.resend_on_tick(actor);
             return;
         }
         b.call = None;
@@ -289,6 +290,7 @@ impl Host {
                 }
                 if let Some(s) = self.sessions.get_mut(&session) {
                     s.ops.remove(&op);
+                    s.published.insert(op, actor);
                 }
                 self.send_child(child, ChildEvent::Published { op, revision }, out);
                 match (source, abort) {
