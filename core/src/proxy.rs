@@ -58,6 +58,10 @@ pub struct ProxyConfig {
     /// must start above every id its predecessor used, so late replies to the old instance are
     /// never taken for new ones (the driver derives it from a boot counter).
     pub first_request_id: u64,
+    /// How many requests may be pending before a caller's request is refused
+    /// `LimitReached(PendingRequests)` (a caller's retraction only at twice this).
+    /// [`PROXY_PENDING_MAX`] by default; the simulator's overload regime makes it small.
+    pub pending_max: usize,
 }
 
 impl ProxyConfig {
@@ -68,6 +72,7 @@ impl ProxyConfig {
             retry_period: Duration::from_secs(1),
             deadline: DEFAULT_DEADLINE,
             first_request_id: 1,
+            pending_max: PROXY_PENDING_MAX,
         }
     }
 }
@@ -231,9 +236,9 @@ impl Proxy {
         // Cancels and expiries only ever swap a request for a retraction, so the table never
         // holds more than 2 × PROXY_PENDING_MAX.
         let limit = if kind.is_retraction() {
-            2 * PROXY_PENDING_MAX
+            2 * self.config.pending_max
         } else {
-            PROXY_PENDING_MAX
+            self.config.pending_max
         };
         if self.pending.len() >= limit {
             let full = NamespaceError::LimitReached(Limit::PendingRequests);
@@ -469,7 +474,7 @@ impl Proxy {
     }
 
     fn debug_check(&self) {
-        debug_assert!(self.pending.len() <= 2 * PROXY_PENDING_MAX);
+        debug_assert!(self.pending.len() <= 2 * self.config.pending_max);
     }
 
     /// The proxy's configuration.
@@ -494,11 +499,11 @@ impl Proxy {
 
     /// Checks the proxy's invariants. For tests and the simulator.
     pub fn check_invariants(&self) -> Result<(), String> {
-        if self.pending.len() > 2 * PROXY_PENDING_MAX {
+        if self.pending.len() > 2 * self.config.pending_max {
             return Err(format!(
                 "{} requests pending, the bound is {}",
                 self.pending.len(),
-                2 * PROXY_PENDING_MAX
+                2 * self.config.pending_max
             ));
         }
         if let (Some(next), Some((last, _))) = (self.next_id, self.pending.last_key_value())

@@ -181,6 +181,7 @@ impl Harness {
             retry_period: self.retry,
             deadline: self.deadline,
             first_request_id,
+            pending_max: PROXY_PENDING_MAX,
         }
     }
 

@@ -338,6 +338,7 @@ impl World {
             retry_period: RETRY,
             deadline: DEADLINE,
             first_request_id: boot * ID_SPACING + 1,
+            pending_max: dataplane_core::limits::PROXY_PENDING_MAX,
         }
     }
 

@@ -294,6 +294,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
             retry_period: Duration::from_secs(1),
             deadline: options.deadline,
             first_request_id: 1,
+            pending_max: dataplane_core::limits::PROXY_PENDING_MAX,
         },
         clock.now(),
         &mut outbox,

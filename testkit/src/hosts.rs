@@ -141,6 +141,7 @@ impl Cluster {
             retry_period: Duration::from_secs(1),
             deadline: self.setup.proxy_deadline,
             first_request_id: boots * 1_000_000,
+            pending_max: dataplane_core::limits::PROXY_PENDING_MAX,
         }
     }
 
