@@ -199,6 +199,9 @@ impl Io<'_> {
     }
 }
 
+/// Mean pause before a client asks a full proxy again.
+const BUSY_PAUSE: Duration = Duration::from_millis(200);
+
 fn is_definitive(body: &ReplyBody) -> bool {
     use dataplane_core::error::NamespaceError as E;
     !matches!(
@@ -426,12 +429,16 @@ impl Client {
         }
         let plan = plan.clone();
         let request = request.clone();
+        // An earlier attempt went to a proxy that restarted or whose answer never came: it may
+        // have reached the directory.
+        let placed_before = attempts.len() > 1;
         let body = &reply.body;
         if reply.epoch == AuthorityEpoch::NONE {
             // The proxy's own answer (deadline or a full table): the directory did not answer.
-            // A refused open or reserve was never admitted (LimitReached), so there is nothing
-            // to retract; an expired one is retracted by the proxy, and the caller remembers
+            // An expired open or reserve is retracted by the proxy, and the caller remembers
             // that retraction in case the proxy restarts before the directory acknowledges it.
+            // A refused one (LimitReached) was not admitted by this proxy; if an earlier attempt
+            // may have been, the caller retracts it itself (nobody else will).
             let expired = matches!(
                 reply.body.err(),
                 Some(NamespaceError::Timeout | NamespaceError::DirectoryUnavailable(_))
@@ -451,6 +458,19 @@ impl Client {
                             operation: *operation,
                         };
                         self.abandon(cancel);
+                    } else if let (
+                        true,
+                        DirectoryRequest::OpenStream {
+                            path, operation, ..
+                        },
+                    ) = (placed_before, &request)
+                    {
+                        let cancel = DirectoryRequest::CancelStream {
+                            path: path.clone(),
+                            operation: *operation,
+                        };
+                        self.send(io, Plan::Retract, cancel);
+                        return;
                     }
                     self.idle(io);
                 }
@@ -467,8 +487,33 @@ impl Client {
                             operation: *operation,
                         };
                         self.abandon(release);
+                    } else if let (
+                        true,
+                        DirectoryRequest::ReserveBlob {
+                            path, operation, ..
+                        },
+                    ) = (placed_before, &request)
+                    {
+                        let release = DirectoryRequest::ReleaseBlobReservation {
+                            path: path.clone(),
+                            operation: *operation,
+                        };
+                        self.send(io, Plan::Retract, release);
+                        return;
                     }
                     self.idle(io);
+                }
+                Plan::Once {
+                    persistent: true, ..
+                }
+                | Plan::Retract
+                    if !expired =>
+                {
+                    // A full proxy: ask again after a pause, not at once (an immediate
+                    // re-issue spins with the full table; the host machine waits a tick too).
+                    let pause = Duration::from_millis(50).saturating_add(io.jitter(BUSY_PAUSE));
+                    io.actions
+                        .push(Action::WakeAt(io.now.saturating_add(pause)));
                 }
                 Plan::Once {
                     persistent: true, ..

@@ -70,6 +70,8 @@ pub struct HostNode {
     pub workers: Vec<Worker>,
     /// The next child actor number.
     pub next_worker_actor: u64,
+    /// Whether this incarnation started its probe child (after the heal).
+    pub probed: bool,
     first_client_global: u32,
 }
 
@@ -114,6 +116,7 @@ impl HostNode {
             host_timer_generation: 0,
             workers: Vec::new(),
             next_worker_actor: WORKER_BASE,
+            probed: false,
             first_client_global,
         };
         host.spawn_clients(clients as usize);
@@ -172,6 +175,7 @@ impl HostNode {
         self.up = true;
         self.next_actor = FIRST_SPAWNED;
         self.next_worker_actor = WORKER_BASE;
+        self.probed = false;
         self.proxy_generation = 0;
         self.discovery_version = 0;
         self.spawn_clients(client_count);

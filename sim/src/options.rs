@@ -110,6 +110,27 @@ pub struct HostOptions {
     pub abrupt_close: f64,
 }
 
+/// The overload regime (issue 11): the bounds of the real nodes, shrunk so that ordinary
+/// bursts reach them, and workloads that pile up published blobs. After the heal every table
+/// must drain and a probe child on every host must be served (see `check::probe`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct OverloadOptions {
+    /// The proxies' pending bound (`ProxyConfig::pending_max`).
+    pub proxy_pending_max: usize,
+    /// Operations in progress per host (`HostConfig::operations_max`).
+    pub host_operations_max: usize,
+    /// Operations in progress per session (`HostConfig::session_operations_max`).
+    pub session_operations_max: usize,
+    /// Operations a worker keeps in flight: far more than the bounds above.
+    pub burst: usize,
+    /// Workers write at `/h/f/0`..`/h/f/<fresh_paths>` too, so each host keeps up to this
+    /// many published blobs at once (more than its operations bound).
+    pub fresh_paths: u64,
+    /// Frames a link (one direction between two nodes) carries at once; more are dropped, as
+    /// the real nodes' bounded writer queues drop them. Also after the heal.
+    pub link_frames_max: usize,
+}
+
 /// The options of one run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
@@ -150,6 +171,8 @@ pub struct Options {
     pub workload: WorkloadOptions,
     /// The host side.
     pub host: HostOptions,
+    /// The overload regime, in some seeds.
+    pub overload: Option<OverloadOptions>,
 }
 
 const PATH_POOL: [&str; 8] = [
@@ -328,7 +351,28 @@ impl Options {
         } else {
             paths
         };
-        let host = HostOptions::draw(&mut rng, hosts);
+        let mut host = HostOptions::draw(&mut rng, hosts);
+        // Drawn last, so the draws above stay what they were for every seed.
+        let overload = rng.chance(0.2).then(|| OverloadOptions {
+            proxy_pending_max: rng.range(2, 17) as usize,
+            host_operations_max: rng.range(2, 13) as usize,
+            session_operations_max: rng.range(1, 7) as usize,
+            burst: rng.range(4, 25) as usize,
+            fresh_paths: rng.range(16, 97),
+            link_frames_max: rng.range(4, 65) as usize,
+        });
+        if let Some(o) = &overload {
+            // Every host needs a worker to pile up blobs, and an arena that holds them all
+            // with room to spare: a probe's write must never find it full.
+            for workers in &mut host.workers {
+                *workers = (*workers).max(1);
+            }
+            host.blob_max = host.blob_max.min(1_024);
+            // Bursts, not a storm: most of a burst is refused at once, so a worker that woke
+            // every few milliseconds would only spend events.
+            host.think_mean = host.think_mean.max(Duration::from_millis(100));
+            host.arena_size = host.arena_size.max((o.fresh_paths + 64) * 4 * 1_280);
+        }
         Options {
             seed,
             clients_per_host,
@@ -355,6 +399,7 @@ impl Options {
             disk,
             workload,
             host,
+            overload,
         }
     }
 
@@ -446,6 +491,18 @@ impl Options {
             h.corrupt,
             h.abrupt_close,
         );
+        if let Some(o) = &self.overload {
+            let _ = writeln!(
+                s,
+                "# overload: proxy_pending_max={} host_operations_max={} session_operations_max={} burst={} fresh_paths={} link_frames_max={}",
+                o.proxy_pending_max,
+                o.host_operations_max,
+                o.session_operations_max,
+                o.burst,
+                o.fresh_paths,
+                o.link_frames_max,
+            );
+        }
         s
     }
 }

@@ -20,7 +20,7 @@ use dataplane_core::path::{Access, DataPath, JobContext};
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{ChildEvent, ChildOp, ChildRequest, LeaseView};
 
-use crate::options::HostOptions;
+use crate::options::{HostOptions, OverloadOptions};
 use crate::rng::SimRng;
 
 /// Child actors of a node are numbered from here (below the proxies).
@@ -241,6 +241,43 @@ pub struct Worker {
     refusals_expected: u32,
     /// The revision the worker last saw at each path (its reads may insist on it: H-D8).
     seen: BTreeMap<DataPath, Revision>,
+    /// A probe child's script (see [`Worker::probe`]); `None` for ordinary workers.
+    probe: Option<Probe>,
+}
+
+/// How long a probe child may take, from its start to its close. Refusals of a busy host
+/// (`LimitReached`) are retried within it; nothing else may fail.
+pub const PROBE_BOUND: Duration = Duration::from_secs(30);
+/// How long a probe waits before it asks again after a refusal, and how often it checks its
+/// bound while it waits.
+const PROBE_PERIOD: Duration = Duration::from_millis(500);
+
+/// Where a probe is in its script.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ProbeStep {
+    Attaching,
+    Stat,
+    Write,
+    Sealing(LeaseView),
+    Releasing,
+    Read,
+    ReadReleasing,
+    Closing,
+    Done,
+}
+
+#[derive(Clone, Debug)]
+struct Probe {
+    step: ProbeStep,
+    started: Instant,
+    /// The op of the current step.
+    op: u64,
+    /// The step was refused: ask again at this time.
+    retry_at: Option<Instant>,
+    /// Where the probe writes and reads.
+    path: String,
+    /// What it writes (a content tag).
+    tag: u64,
 }
 
 /// What a worker needs from the world for one step.
@@ -258,6 +295,8 @@ pub struct WorkerIo<'a> {
     pub mem: &'a mut [u8],
     /// The arena generation to present at attach.
     pub arena_generation: u64,
+    /// The overload regime, if the run has it.
+    pub overload: Option<&'a OverloadOptions>,
     /// What the worker wants done.
     pub out: WorkerOut,
 }
@@ -266,6 +305,10 @@ impl WorkerIo<'_> {
     fn wake_in(&mut self, mean: Duration) {
         let delay = Duration::from_nanos(self.rng.exponential(mean.as_nanos() as f64) as u64);
         let at = self.now.saturating_add(delay);
+        self.out.wake = Some(self.out.wake.map_or(at, |w| w.min(at)));
+    }
+
+    fn wake_at(&mut self, at: Instant) {
         self.out.wake = Some(self.out.wake.map_or(at, |w| w.min(at)));
     }
 
@@ -299,6 +342,7 @@ impl Worker {
             quiescing: false,
             refusals_expected: 0,
             seen: BTreeMap::new(),
+            probe: None,
         };
         let capability = crate::host::capability(global);
         let mut worker = worker;
@@ -334,6 +378,211 @@ impl Worker {
         worker
     }
 
+    /// A probe child, started on a host once the load stopped and every other child there
+    /// closed: it attaches, stats a path, writes a small blob, reads it back, and closes. Every
+    /// step must be served within [`PROBE_BOUND`]: a host whose tables do not drain after the
+    /// load (issue 11's wedge) is caught here. A `LimitReached` refusal is asked again.
+    pub fn probe(address: Address, global: u32, session: Address, io: &mut WorkerIo<'_>) -> Worker {
+        let capability = crate::host::capability(global);
+        io.out.requests.push(ChildRequest::Attach {
+            arena_generation: io.arena_generation,
+            capability,
+        });
+        io.wake_at(io.now.saturating_add(PROBE_PERIOD));
+        Worker {
+            address,
+            global,
+            session,
+            state: WorkerState::Attaching,
+            wake_generation: 0,
+            job: job(global),
+            ops: BTreeMap::new(),
+            next_op: 1,
+            quiescing: true,
+            refusals_expected: 0,
+            seen: BTreeMap::new(),
+            probe: Some(Probe {
+                step: ProbeStep::Attaching,
+                started: io.now,
+                op: 0,
+                retry_at: None,
+                path: "/runs/self/probe".to_owned(),
+                tag: (u64::from(global) << 32) | 0xffff_ffff,
+            }),
+        }
+    }
+
+    /// Whether this is a probe child that finished its script.
+    pub fn probe_done(&self) -> Option<bool> {
+        self.probe.as_ref().map(|p| p.step == ProbeStep::Done)
+    }
+
+    /// The probe's next request for its current step (a fresh op id each time).
+    fn probe_ask(&mut self, io: &mut WorkerIo<'_>) {
+        let op = self.next_op;
+        self.next_op += 1;
+        let Some(p) = self.probe.as_mut() else {
+            return;
+        };
+        p.op = op;
+        p.retry_at = None;
+        let op = ChildOp(op);
+        let request = match &p.step {
+            ProbeStep::Stat => ChildRequest::Stat {
+                op,
+                path: "/h/f/0".to_owned(),
+            },
+            ProbeStep::Write => ChildRequest::OpenWrite {
+                op,
+                path: p.path.clone(),
+                length: 64,
+                digest: DigestKind::Blake3,
+                exclusive: false,
+            },
+            ProbeStep::Read => ChildRequest::OpenRead {
+                op,
+                path: p.path.clone(),
+                expected_revision: None,
+            },
+            ProbeStep::Closing => ChildRequest::Close,
+            _ => return,
+        };
+        io.out.requests.push(request);
+    }
+
+    fn probe_next(&mut self, step: ProbeStep, io: &mut WorkerIo<'_>) {
+        if let Some(p) = self.probe.as_mut() {
+            p.step = step;
+        }
+        if self
+            .probe
+            .as_ref()
+            .is_some_and(|p| p.step == ProbeStep::Closing)
+        {
+            self.state = WorkerState::Closing;
+        }
+        self.probe_ask(io);
+    }
+
+    fn probe_wake(&mut self, io: &mut WorkerIo<'_>) {
+        let Some(p) = self.probe.as_ref() else {
+            return;
+        };
+        if p.step == ProbeStep::Done {
+            return;
+        }
+        if io.now.saturating_since(p.started) > PROBE_BOUND {
+            io.violation(format!(
+                "probe {} was not served within {PROBE_BOUND} after the load stopped: still at {:?}",
+                self.address, p.step
+            ));
+            return;
+        }
+        if p.retry_at.is_some_and(|at| at <= io.now) {
+            self.probe_ask(io);
+        }
+        io.wake_at(io.now.saturating_add(PROBE_PERIOD));
+    }
+
+    fn probe_event(&mut self, event: ChildEvent, io: &mut WorkerIo<'_>) {
+        let Some(p) = self.probe.clone() else {
+            return;
+        };
+        let current = |op: &ChildOp| op.0 == p.op;
+        match (&p.step, event) {
+            (ProbeStep::Attaching, ChildEvent::Attached { .. }) => {
+                self.state = WorkerState::Ready;
+                self.probe_next(ProbeStep::Stat, io);
+            }
+            (ProbeStep::Stat, ChildEvent::Stat { op, .. }) if current(&op) => {
+                self.probe_next(ProbeStep::Write, io);
+            }
+            (
+                ProbeStep::Stat,
+                ChildEvent::Failed {
+                    op,
+                    error: DataPlaneError::PathNotFound(_),
+                },
+            ) if current(&op) => self.probe_next(ProbeStep::Write, io),
+            (ProbeStep::Write, ChildEvent::WriteGranted { op, lease }) if current(&op) => {
+                let e = expected_of(&lease, BlobAccess::Writable);
+                let sealed = blob::payload_mut(io.mem, &e)
+                    .map(|payload| payload.copy_from_slice(&content(p.tag, lease.length)))
+                    .and_then(|()| blob::child_seal(io.mem, &e));
+                if let Err(error) = sealed {
+                    io.violation(format!(
+                        "probe {}: its write lease: {error:?}",
+                        self.address
+                    ));
+                }
+                if let Some(p) = self.probe.as_mut() {
+                    p.step = ProbeStep::Sealing(lease);
+                }
+                io.out.requests.push(ChildRequest::Seal { op });
+            }
+            (ProbeStep::Sealing(view), ChildEvent::Published { op, revision }) if current(&op) => {
+                if let Ok(path) = self.job.resolve(&p.path) {
+                    io.out.notes.push(Note::Published {
+                        path,
+                        revision,
+                        tag: p.tag,
+                        length: view.length,
+                    });
+                }
+                if let Some(p) = self.probe.as_mut() {
+                    p.step = ProbeStep::Releasing;
+                }
+                io.out.requests.push(ChildRequest::Release { op });
+            }
+            (ProbeStep::Releasing, ChildEvent::Released { op }) if current(&op) => {
+                self.probe_next(ProbeStep::Read, io);
+            }
+            (ProbeStep::Read, ChildEvent::ReadGranted { op, lease, .. }) if current(&op) => {
+                let e = expected_of(&lease, BlobAccess::ReadOnly);
+                let ok = blob::validate(io.mem, &e, BlobState::Sealed, false).is_ok()
+                    && blob::payload(io.mem, &e)
+                        .is_ok_and(|bytes| bytes == content(p.tag, lease.length).as_slice());
+                if !ok {
+                    io.violation(format!(
+                        "probe {}: read back other bytes than it wrote",
+                        self.address
+                    ));
+                }
+                if let Some(p) = self.probe.as_mut() {
+                    p.step = ProbeStep::ReadReleasing;
+                }
+                io.out.requests.push(ChildRequest::Release { op });
+            }
+            (ProbeStep::ReadReleasing, ChildEvent::Released { op }) if current(&op) => {
+                self.probe_next(ProbeStep::Closing, io);
+            }
+            (ProbeStep::Closing, ChildEvent::Closed) => {
+                self.state = WorkerState::Closed;
+                if let Some(p) = self.probe.as_mut() {
+                    p.step = ProbeStep::Done;
+                }
+                io.out.notes.push(Note::Seen("probe.served"));
+            }
+            (
+                ProbeStep::Stat | ProbeStep::Write | ProbeStep::Read,
+                ChildEvent::Failed {
+                    op,
+                    error: DataPlaneError::LimitReached(_),
+                },
+            ) if current(&op) => {
+                // A busy host may refuse for a while; ask again shortly.
+                io.out.notes.push(Note::Seen("probe.refused_busy"));
+                if let Some(p) = self.probe.as_mut() {
+                    p.retry_at = Some(io.now.saturating_add(PROBE_PERIOD));
+                }
+            }
+            (step, event) => io.violation(format!(
+                "probe {} at {step:?}: unexpected {event:?} after the load stopped",
+                self.address
+            )),
+        }
+    }
+
     /// The worker's job context (the session is created with it).
     pub fn job(&self) -> &JobContext {
         &self.job
@@ -356,12 +605,19 @@ impl Worker {
 
     /// The run heals: start nothing new; release what is held, cancel what waits, then close.
     pub fn quiesce(&mut self, io: &mut WorkerIo<'_>) {
+        if self.probe.is_some() {
+            return;
+        }
         self.quiescing = true;
         self.wake(io);
     }
 
     /// A timed wake-up.
     pub fn wake(&mut self, io: &mut WorkerIo<'_>) {
+        if self.probe.is_some() {
+            self.probe_wake(io);
+            return;
+        }
         if self.state != WorkerState::Ready {
             return;
         }
@@ -432,8 +688,14 @@ impl Worker {
             self.ops.clear();
             return;
         }
-        if self.ops.len() < 3 {
-            self.start_op(io);
+        // An ordinary worker keeps up to 3 ops in flight; under overload it bursts far past
+        // its session's and its host's bounds.
+        let in_flight = io.overload.map_or(3, |o| o.burst);
+        if self.ops.len() < in_flight {
+            let burst = io.overload.map_or(1, |o| o.burst - self.ops.len());
+            for _ in 0..burst {
+                self.start_op(io);
+            }
         }
         io.wake_in(io.options.think_mean);
     }
@@ -444,6 +706,12 @@ impl Worker {
     }
 
     fn pick_path(&self, io: &mut WorkerIo<'_>) -> String {
+        if let Some(o) = io.overload
+            && io.rng.chance(0.5)
+        {
+            // Fresh paths pile up published blobs on the writer's host.
+            return format!("/h/f/{}", io.rng.below(o.fresh_paths));
+        }
         match io.rng.below(10) {
             0..=3 => io.rng.pick(io.paths).as_str().to_owned(),
             4..=5 => format!("/runs/self/o{}", io.rng.below(2)),
@@ -578,6 +846,10 @@ impl Worker {
 
     /// An event from the session.
     pub fn event(&mut self, event: ChildEvent, io: &mut WorkerIo<'_>) {
+        if self.probe.is_some() {
+            self.probe_event(event, io);
+            return;
+        }
         match event {
             ChildEvent::Attached { .. } => {
                 if self.state != WorkerState::Attaching {

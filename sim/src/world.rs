@@ -260,6 +260,8 @@ pub struct World {
     published: Option<Discovered>,
     /// Workers started so far (each gets a world-unique number).
     workers_started: u32,
+    /// Frames on their way per link (from node, to node), for the overload regime's bound.
+    in_flight: BTreeMap<(NodeId, NodeId), usize>,
     discovery_version: u64,
     heal_at: Instant,
     end_at: Instant,
@@ -338,6 +340,7 @@ impl World {
             announced: None,
             outages: 0,
             published: None,
+            in_flight: BTreeMap::new(),
             workers_started: 0,
             discovery_version: 0,
             heal_at,
@@ -799,16 +802,42 @@ impl World {
             ));
         }
         let envelope = Box::new(Envelope { from, to, message });
-        if faulty && self.net_rng.chance(self.options.net.duplicate) {
+        if faulty && self.net_rng.chance(self.options.net.duplicate) && self.enqueue(from, to) {
             self.stats.duplicated += 1;
             self.checker.coverage.hit("fault.frame_duplicated");
             let again = self.latency().saturating_add(delay);
             self.schedule_in(again, EventKind::Deliver(envelope.clone()));
         }
-        self.schedule_in(delay, EventKind::Deliver(envelope));
+        if self.enqueue(from, to) {
+            self.schedule_in(delay, EventKind::Deliver(envelope));
+        }
+    }
+
+    /// Whether the link from `from` to `to` takes one more frame. Under overload a link holds
+    /// at most `link_frames_max` frames on their way and drops the rest, as a real node's
+    /// bounded writer queue does (in every phase: real queues stay bounded after a heal).
+    fn enqueue(&mut self, from: Address, to: Address) -> bool {
+        let Some(max) = self.options.overload.as_ref().map(|o| o.link_frames_max) else {
+            return true;
+        };
+        let queued = self.in_flight.entry((from.node, to.node)).or_insert(0);
+        if *queued >= max {
+            self.stats.lost += 1;
+            self.checker.coverage.hit("fault.link_queue_full");
+            return false;
+        }
+        *queued += 1;
+        true
     }
 
     fn deliver(&mut self, envelope: Envelope) {
+        if self.options.overload.is_some()
+            && let Some(queued) = self
+                .in_flight
+                .get_mut(&(envelope.from.node, envelope.to.node))
+        {
+            *queued = queued.saturating_sub(1);
+        }
         if envelope.to.node == DIRECTORY_NODE {
             if self.directory.machine.is_some() {
                 self.directory_input(DirInput::Message(envelope.message));
@@ -956,6 +985,13 @@ impl World {
             retry_period: self.options.proxy.retry_period,
             deadline: self.options.proxy.deadline,
             first_request_id: 1,
+            pending_max: self
+                .options
+                .overload
+                .as_ref()
+                .map_or(dataplane_core::limits::PROXY_PENDING_MAX, |o| {
+                    o.proxy_pending_max
+                }),
         };
         let proxy = Proxy::new(config, self.now, &mut self.outbox);
         let effects = self.outbox.take();
@@ -1413,6 +1449,10 @@ impl World {
         config.call_guard = guard;
         config.first_actor = HOST_FIRST_ACTOR;
         config.tick = Duration::from_millis(100);
+        if let Some(o) = &self.options.overload {
+            config.operations_max = o.host_operations_max;
+            config.session_operations_max = o.session_operations_max;
+        }
         let machine = Host::new(config, self.now, &mut self.outbox);
         h.machine = Some(machine);
         h.mem = vec![0; o.arena_size as usize];
@@ -1426,6 +1466,16 @@ impl World {
 
     /// A new worker with its own session, in `slot` (replacing a closed one) or a new slot.
     fn spawn_worker(&mut self, host: usize, slot: Option<usize>) {
+        self.spawn_child(host, slot, Worker::new);
+    }
+
+    /// A new child in `slot` (or a new slot), made by `make` (a worker or a probe).
+    fn spawn_child(
+        &mut self,
+        host: usize,
+        slot: Option<usize>,
+        make: fn(Address, u32, Address, &mut WorkerIo<'_>) -> Worker,
+    ) {
         let global = self.workers_started;
         let h = &mut self.hosts[host];
         if h.machine.is_none() {
@@ -1454,9 +1504,10 @@ impl World {
             paths: &self.options.paths,
             mem: &mut h.mem,
             arena_generation,
+            overload: self.options.overload.as_ref(),
             out: WorkerOut::default(),
         };
-        let worker = Worker::new(address, global, session, &mut io);
+        let worker = make(address, global, session, &mut io);
         let out = io.out;
         let slot = match slot {
             Some(slot) => {
@@ -1492,6 +1543,7 @@ impl World {
             paths: &self.options.paths,
             mem: &mut h.mem,
             arena_generation,
+            overload: self.options.overload.as_ref(),
             out: WorkerOut::default(),
         };
         f(worker, &mut io);
@@ -1501,6 +1553,20 @@ impl World {
         if closed && self.phase == Phase::Faulty {
             self.checker.coverage.hit("host.session_closed");
             self.spawn_worker(host, Some(slot));
+        }
+        if closed {
+            self.maybe_probe(host);
+        }
+    }
+
+    /// Once the load stopped and every child on `host` closed, a new child must be served
+    /// (issue 11: tables drain, and new requests succeed within a bound).
+    fn maybe_probe(&mut self, host: usize) {
+        let h = &self.hosts[host];
+        let quiet = h.workers.iter().all(|w| w.state == WorkerState::Closed);
+        if self.phase == Phase::Healed && h.up && h.machine.is_some() && quiet && !h.probed {
+            self.hosts[host].probed = true;
+            self.spawn_child(host, None, Worker::probe);
         }
     }
 
@@ -1550,6 +1616,7 @@ impl World {
             MachineInput::Message(_, to, Message::Retire { .. }) => Some(to.actor),
             _ => None,
         };
+        let on_tick = matches!(input, MachineInput::Tick);
         let result = match input {
             MachineInput::Message(from, to, message) => {
                 machine.handle_message(now, from, to, message, &mut h.mem, &mut self.outbox)
@@ -1584,7 +1651,7 @@ impl World {
         let effects = self.outbox.take();
         self.stats.host_steps += 1;
         self.checker
-            .machine_step(now, h, &effects, self.directory.machine.as_ref());
+            .machine_step(now, h, &effects, on_tick, self.directory.machine.as_ref());
         self.execute_machine_effects(host, effects);
     }
 
@@ -1720,6 +1787,7 @@ impl World {
                     self.worker_step(host, slot, |w, io| w.quiesce(io));
                 }
             }
+            self.maybe_probe(host);
         }
         self.report_routes();
     }

@@ -28,6 +28,8 @@ use crate::worker::{Note, content};
 pub struct HostChecker {
     published: BTreeMap<(DataPath, Revision), (u64, u64)>,
     published_by: BTreeMap<Address, Revision>,
+    /// The last namespace call each binding sent: (the proxy, the request).
+    last_call: BTreeMap<Address, (Address, DirectoryRequest)>,
 }
 
 /// The sources `dir` binds that live on `host`'s current incarnation.
@@ -70,6 +72,36 @@ impl HostChecker {
                     ));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Pacing: a host sends a namespace call again (the same request from the same binding to
+    /// the same proxy) only on its tick. Any other input that re-sends one is a spin: a full
+    /// proxy answers at once, and a host that re-sends at once never leaves the loop (issue
+    /// 11). A proxy restart re-sends to the new proxy's address, which is not "the same".
+    pub fn calls_paced(&mut self, effects: &[Effect], on_tick: bool) -> Result<(), String> {
+        for effect in effects {
+            let Effect::Send {
+                to,
+                message: Message::ProxyCall(call),
+            } = effect
+            else {
+                continue;
+            };
+            let again = self
+                .last_call
+                .get(&call.reply_to)
+                .is_some_and(|(proxy, request)| proxy == to && *request == call.request);
+            if again && !on_tick {
+                return Err(format!(
+                    "pacing: {} sent its {:?} again at once, not on the tick",
+                    call.reply_to,
+                    call.request.kind()
+                ));
+            }
+            self.last_call
+                .insert(call.reply_to, (*to, call.request.clone()));
         }
         Ok(())
     }

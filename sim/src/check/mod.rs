@@ -160,6 +160,9 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "recovery.obligations_restored",
     "recovery.fence_restored",
     "tick.batch_full",
+    "fault.link_queue_full",
+    "host.fail.LimitReached",
+    "probe.served",
 ];
 
 /// What `at_end` looks at.
@@ -307,6 +310,7 @@ impl Checker {
         now: Instant,
         host: &HostNode,
         effects: &[Effect],
+        on_tick: bool,
         dir: Option<&Directory>,
     ) {
         let Some(machine) = host.machine.as_ref() else {
@@ -315,6 +319,9 @@ impl Checker {
         let mut result = self.hosts.machine_step(machine);
         if result.is_ok() {
             result = self.hosts.unpublish_names_its_revision(machine, effects);
+        }
+        if result.is_ok() {
+            result = self.hosts.calls_paced(effects, on_tick);
         }
         if result.is_ok() {
             result = self.hosts.transfers_bounded(now, machine);
