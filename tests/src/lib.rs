@@ -386,7 +386,8 @@ impl DirectoryProc {
         self.wait_ready();
     }
 
-    /// Every record in its log files (read-only; the node may be running).
+    /// Every record in its log files (read-only; the node may be running): each file's valid
+    /// chain of records after its header.
     pub fn log_records(&self) -> Vec<dataplane_core::log::LogRecord> {
         let mut files: Vec<(u64, PathBuf)> = fs::read_dir(self.data_dir.join("log"))
             .map(|entries| {
@@ -408,7 +409,7 @@ impl DirectoryProc {
                 .and_then(|mut f| f.read_to_end(&mut bytes))
                 .is_ok()
             {
-                records.extend(dataplane_core::log::decode_log(&bytes).records);
+                records.extend(dataplane_io::log::log_file_records(&bytes).unwrap_or_default());
             }
         }
         records
