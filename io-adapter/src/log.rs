@@ -1050,8 +1050,8 @@ fn plan_log(
         format!("has no valid header ({header_error})")
     };
     let reason = format!(
-        "{reason}, but generation {generation} is this data directory's (id {id}) and its log \
-         was written: the records in it are lost"
+        "{reason}, though this data directory (id {id}) had written it: the records it held \
+         are lost"
     );
     if options.repair {
         return Ok(LogPlan::Replace { bytes, reason });
