@@ -7,4 +7,5 @@ mod garbage;
 mod kill_directory;
 mod kill_host;
 mod lease;
+mod log_damage;
 mod streams;
