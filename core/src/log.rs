@@ -7,9 +7,11 @@
 //! ```
 //!
 //! [`decode_log`] reads frames until the first one that is truncated, oversized, fails its
-//! checksum or does not decode, and reports where the valid prefix ends so the driver can cut
-//! the torn or corrupt tail off. Compaction writes [`SnapshotRecord`]s, whose replay yields the
-//! same durable state as the log they replace.
+//! checksum or does not decode, and reports where the valid prefix ends. Whether the bytes after
+//! it are a torn tail the driver may cut or damage to acknowledged records it must not is
+//! something the frames cannot say; the real driver tells them apart with sync marks of its
+//! own between the frames (`dataplane_io::log`). Compaction writes [`SnapshotRecord`]s, whose
+//! replay yields the same durable state as the log they replace.
 
 use core::fmt;
 use serde::{Deserialize, Serialize};
@@ -483,7 +485,7 @@ impl fmt::Display for TailDefect {
 pub struct DecodedLog {
     /// The records of the valid prefix, in order.
     pub records: Vec<LogRecord>,
-    /// Length of the valid prefix in bytes; the driver truncates the file here.
+    /// Length of the valid prefix in bytes: where the driver cuts a torn tail.
     pub valid_len: usize,
     /// Why decoding stopped before the end, if it did.
     pub defect: Option<TailDefect>,

@@ -4,7 +4,8 @@
 //! shape of the real nodes), `log_recover` real log
 //! images (a raw image, and the same image inside the structured input), `directory_ops` and
 //! `proxy_directory` a few deterministic byte strings that decode to busy schedules,
-//! `host_session` byte strings that decode to each of its canned preludes and a schedule.
+//! `host_session` byte strings that decode to each of its canned preludes and a schedule,
+//! `log_file` a log file as the directory node writes it and a few structured byte strings.
 
 use std::fs;
 use std::path::Path;
@@ -292,4 +293,5 @@ fn main() {
     }
     dataplane_fuzz::seeds::write_machine_seeds(&root);
     dataplane_fuzz::seeds::write_host_seeds(&root);
+    dataplane_fuzz::seeds::write_log_file_seeds(&root);
 }

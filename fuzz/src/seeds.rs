@@ -3,7 +3,7 @@
 use std::fs;
 use std::path::Path;
 
-use dataplane_core::log::encode_log;
+use dataplane_core::log::{append_record, encode_log};
 use dataplane_core::wire::StreamRole;
 
 use dataplane_testkit::workload::{Expect, Gone, IncPick, P, Step};
@@ -150,5 +150,37 @@ pub fn write_machine_seeds(root: &Path) {
                 &bytes(salt + i as u64, len),
             );
         }
+    }
+}
+
+/// Writes the seeds of `log_file` under `root`: the busy workload's log as the directory node
+/// writes it (a header, the record frames, a sync mark after every third record), and a few
+/// structured byte strings.
+pub fn write_log_file_seeds(root: &Path) {
+    use dataplane_io::log::{DataDirId, LogHeader, mark};
+
+    let d = drive(&busy_steps());
+    let dir = root.join("log_file");
+    let header = LogHeader {
+        id: DataDirId(0x5eed),
+        generation: 0,
+        salt: 0x0123_4567_89ab_cdef,
+    };
+    // Mode byte 0: a raw log file.
+    let mut raw = vec![0];
+    raw.extend(header.encode());
+    for (i, record) in d.log.iter().enumerate() {
+        append_record(&mut raw, record).unwrap();
+        if i % 3 == 2 {
+            let at = raw.len() - 1;
+            raw.extend_from_slice(&mark(header.salt, at as u64));
+        }
+    }
+    write(&dir, "raw-log", &raw);
+    // Mode byte 1: structured (batches, then a power loss or a flip).
+    for (i, len) in [64, 200, 512].into_iter().enumerate() {
+        let mut structured = vec![1];
+        structured.extend(bytes(300 + i as u64, len));
+        write(&dir, &format!("structured-{i}"), &structured);
     }
 }

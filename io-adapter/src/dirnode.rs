@@ -14,6 +14,12 @@
 //! that only send calls say `ClientHello` and get a transient node id. With a cluster key
 //! ([`DirectoryOptions::cluster_key`]) a hello must present it; one that does not is answered
 //! `Refused` and closed before it changes anything.
+//!
+//! Nothing in the data directory is touched before the log holds its lock: a second directory
+//! process on the same directory is refused ([`NodeError::Refused`]) without writing a byte.
+//! The membership file is written only after the log is open, so its presence proves that the
+//! log was created: a data directory whose membership survives and whose log is gone is refused
+//! ([`LogOptions::create`]), not started empty.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -31,7 +37,7 @@ use dataplane_core::wire::{Envelope, GoneScope, Message};
 use serde::{Deserialize, Serialize};
 
 use crate::driver::{Barrier, Clock, read_state, write_state};
-use crate::log::{DurableLog, LogError};
+use crate::log::{DurableLog, LogError, LogOptions};
 use crate::net::{ClusterKey, Conn, ConnId, Event, Link, Peer, WRONG_KEY, spawn_tcp};
 
 /// Transient node ids (clients that are not hosts) start here.
@@ -52,6 +58,9 @@ pub struct DirectoryOptions {
     pub retry_period: Duration,
     /// When set, every hello must present this key (hosts and clients alike).
     pub cluster_key: Option<ClusterKey>,
+    /// Cut a damaged log at its first bad byte (or start a lost log empty), keeping a copy of
+    /// the cut bytes, instead of refusing to start ([`LogOptions::repair`]).
+    pub repair_log: bool,
 }
 
 /// Why a directory node stopped.
@@ -59,6 +68,9 @@ pub struct DirectoryOptions {
 pub enum NodeError {
     /// The log failed (fail-stop: restart the node to recover).
     Log(LogError),
+    /// The node did not start: the data directory is locked by another process, or recovery
+    /// refused what it found there. No file was changed.
+    Refused(LogError),
     /// Recovery refused the log.
     Recovery(String),
     /// Listening or the state file failed.
@@ -72,8 +84,36 @@ impl fmt::Display for NodeError {
                 f,
                 "durable log: {e} (the node stops; restart it to recover)"
             ),
+            NodeError::Refused(e) => {
+                write!(f, "directory refuses to start: {e}; no file was changed")?;
+                match e {
+                    LogError::Damaged { offset, .. } => write!(
+                        f,
+                        " (--repair-log cuts the log at byte {offset}, losing what follows, and \
+                         keeps a copy of the cut bytes)"
+                    ),
+                    LogError::MissingLog { .. } => f.write_str(
+                        " (--repair-log starts the log empty after its snapshot, losing its \
+                         records, and keeps a copy of any bytes it had)",
+                    ),
+                    _ => Ok(()),
+                }
+            }
             NodeError::Recovery(e) => write!(f, "recovery: {e}"),
             NodeError::Io(e) => f.write_str(e),
+        }
+    }
+}
+
+impl NodeError {
+    /// The exit status `dataplane-node` reports: 75 (EX_TEMPFAIL) for a data directory another
+    /// process holds, 65 (EX_DATAERR) for one recovery refuses, 70 (EX_SOFTWARE) otherwise
+    /// (a storage failure: restart the node to recover).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            NodeError::Refused(LogError::Locked { .. }) => 75,
+            NodeError::Refused(_) => 65,
+            _ => 70,
         }
     }
 }
@@ -142,15 +182,38 @@ struct DirectoryNode {
 /// Runs a directory node until its log fails (it never returns `Ok` otherwise).
 pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
     let io = |what: &str, e: std::io::Error| NodeError::Io(format!("{what}: {e}"));
-    std::fs::create_dir_all(&options.data_dir).map_err(|e| io("data directory", e))?;
     let membership_path = options.data_dir.join("membership");
+    // Only looked at until the log's lock is held: a data directory that has booted before
+    // must have a log (the membership is first written after the log was created).
+    let booted = match std::fs::metadata(&membership_path) {
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(io("membership", e)),
+    };
+    if !booted {
+        std::fs::create_dir_all(&options.data_dir).map_err(|e| io("data directory", e))?;
+    }
+    let log_options = LogOptions {
+        create: !booted,
+        repair: options.repair_log,
+    };
+    let (log, recovered) = DurableLog::open_with(&options.data_dir.join("log"), log_options)
+        .map_err(|e| {
+            if e.is_refusal() || matches!(e, LogError::Locked { .. }) {
+                NodeError::Refused(e)
+            } else {
+                NodeError::Log(e)
+            }
+        })?;
+    for note in recovered.notes(log.dir()) {
+        eprintln!("directory: {note}");
+    }
     let mut membership: Membership = read_state(&membership_path)
         .map_err(|e| io("membership", e))?
         .unwrap_or_default();
     membership.boots += 1;
     membership.next_node = membership.next_node.max(1);
     write_state(&membership_path, &membership).map_err(|e| io("membership", e))?;
-    let (log, recovered) = DurableLog::open(&options.data_dir.join("log"))?;
     let clock = Clock::new();
     let address = Address::new(NodeId(0), membership.boots, 0);
     let config = DirectoryConfig {

@@ -6,7 +6,9 @@
 //! (DESIGN §3).
 //!
 //! * [`log`] — the durable log: append + `fdatasync` with group commit, compaction to a snapshot
-//!   with an atomic rename, recovery that cuts a torn tail; a failed sync is fail-stop.
+//!   with an atomic rename, recovery that cuts a torn tail and refuses damage to synced records
+//!   (sync marks tell them apart), files that carry a format version and the data directory's
+//!   id; a failed sync is fail-stop.
 //! * [`frame`] — length-prefixed postcard frames with the core's size limit and typed errors.
 //! * [`arena`] — the arena: `memmap2` over a `memfd`, passed to child processes over a Unix
 //!   socket (`SCM_RIGHTS`), so payload bytes never travel through messages on one host.

@@ -1,76 +1,169 @@
 //! The durable log of a directory node: append + `fdatasync` with group commit, compaction to a
-//! snapshot that is crash-atomic at every step, recovery that cuts a torn tail, and fail-stop on
-//! any storage failure (DESIGN §3).
+//! snapshot that is crash-atomic at every step, recovery that cuts a torn tail but refuses to
+//! cut acknowledged records, and fail-stop on any storage failure (DESIGN §3).
 //!
 //! # File layout
 //!
 //! One data directory holds one directory node's log, as numbered *generations*:
 //!
 //! ```text
+//! <dir>/identity           the directory's id, written once when the directory is created
 //! <dir>/snapshot-<N>       the whole durable state as of the start of log-<N>
 //! <dir>/log-<N>            every record appended since snapshot-<N> was written
+//! <dir>/lock               flock'ed by the process that has the log open
 //! <dir>/snapshot-<N>.tmp   a snapshot being written (never read; removed by recovery)
+//! <dir>/log-<N>.tmp        a log being rewritten by a repair (never read; removed by recovery)
+//! <dir>/identity.tmp       the identity being written (never read; removed by recovery)
+//! <dir>/log-<N>.cut-<P>    bytes a repair cut off log-<N> at offset P (kept, never read)
 //! ```
 //!
-//! `log-<N>` is nothing but framed records ([`append_record`]: length, CRC-32C, postcard body),
-//! so [`decode_log`] reads it and positions are byte offsets in it. `snapshot-<N>` is the
-//! framed snapshot records followed by a fixed [`SNAPSHOT_TRAILER_BYTES`]-byte end marker:
+//! Every file starts with an 8-byte magic and a format version ([`FORMAT_VERSION`], u32); a
+//! reader refuses any other version ([`LogError::UnknownVersion`]) before reading further.
+//! All integers are little-endian; every header ends with the CRC-32C of the bytes before it.
 //!
 //! ```text
-//! [ framed records ][ "DPSNAP01" ][ generation u64 ][ record count u64 ][ body bytes u64 ]
-//!                   [ CRC-32C of the body u32 ][ CRC-32C of the 36 marker bytes before it u32 ]
+//! identity:    [ "DPLANEID" ][ version u32 ][ id u128 ][ crc u32 ]
+//! log-<N>:     [ "DPLANLOG" ][ version u32 ][ id u128 ][ N u64 ][ salt u64 ][ crc u32 ]
+//!              then record frames and sync marks, in the order written
+//! snapshot-<N>:[ "DPLANSNP" ][ version u32 ][ id u128 ][ N u64 ][ crc u32 ]
+//!              then the framed snapshot records, then the end marker:
+//!              [ "DPSNPEND" ][ N u64 ][ record count u64 ][ body bytes u64 ]
+//!              [ CRC-32C of the records u32 ][ CRC-32C of the 36 marker bytes before it u32 ]
+//! sync mark:   [ "DPMK" ][ CRC-32C of the next 16 bytes u32 ][ salt u64 ][ its own offset u64 ]
 //! ```
 //!
-//! (all integers little-endian). A snapshot is *complete* only if the marker is intact, names
-//! the generation of the file name, and the body has exactly the marker's length, checksum and
-//! record count with every record frame valid. A partially written snapshot fails this check
-//! whatever part of it reached the disk: a missing end fails the marker, a hole or garbage in
-//! the middle fails the body checksum (and the frame checksums).
+//! A record frame is the core's ([`dataplane_core::log::append_record`]: length, CRC-32C,
+//! postcard body). Positions ([`DurableLog::append`], [`DurableLog::synced`]) are byte offsets
+//! in the current log file.
 //!
-//! Generation 0 starts with an empty `snapshot-0`, written by the first [`DurableLog::open`] of
-//! an empty directory the same way compaction writes a snapshot, so every generation is a
-//! snapshot plus a log. Files with other names are left alone.
+//! The *id* is 128 random bits drawn when the directory is created; a snapshot or log whose
+//! header names another id belongs to another data directory and is refused
+//! ([`LogError::Foreign`]): a log copied in from elsewhere is never replayed. The *salt* is
+//! drawn whenever a log file is written from its start; it ties the sync marks to their file.
+//!
+//! A snapshot is *complete* only if its header is intact and names this directory and the
+//! generation of the file name, and the body has exactly the end marker's length, checksum and
+//! record count with every record frame valid. A partially written snapshot fails this check
+//! whatever part of it reached the disk.
 //!
 //! # Group commit and the Persist barrier
 //!
 //! [`DurableLog::append`] only writes (into the page cache); [`DurableLog::sync`] makes
-//! everything written so far durable with one `fdatasync`. The driver executes a batch of
-//! directory steps like this: it appends the record of every `Effect::Persist` of every step
-//! of the batch, in order, noting after each Persist the position `append` returned; every
-//! other effect that follows a Persist is held back. Then it calls `sync` once, and releases,
-//! in order, the held effects whose barrier position is at most the synced position (after a
-//! successful `sync`, all of them). One `fdatasync` thus commits many steps, and nothing a
-//! step says to the outside world leaves the node before that step's records are durable.
+//! everything written so far durable with one `fdatasync`, then writes a *sync mark* at the
+//! position it synced to (see below). The driver executes a batch of directory steps like
+//! this: it appends the record of every `Effect::Persist` of every step of the batch, in order,
+//! noting after each Persist the position `append` returned; every other effect that follows a
+//! Persist is held back. Then it calls `sync` once, and releases, in order, the held effects
+//! whose barrier position is at most the synced position (after a successful `sync`, all of
+//! them). One `fdatasync` thus commits many steps, and nothing a step says to the outside world
+//! leaves the node before that step's records are durable.
+//!
+//! # A torn tail or damage?
+//!
+//! After a crash the end of the log may hold a *torn tail*: bytes written after the last
+//! successful `fdatasync` that reached the disk in part, out of order (a later page without an
+//! earlier one), as zeros, or as whatever the blocks held before. Nothing in a torn tail was
+//! ever acknowledged (the Persist barrier), so recovery may cut it. Damage *before* the last
+//! sync is another matter: the records there were acknowledged, and so may be every record
+//! after the damage. A checksum alone cannot tell the two apart — a flipped bit in the middle
+//! of the log and a torn last write both look like "a frame whose checksum fails" — so
+//! recovery needs to know how far the log was synced.
+//!
+//! That is what the sync marks record. Right after each successful `sync` the log writes (and
+//! does not sync) a mark at the position the sync reached: "every byte before me is durable".
+//! A mark is never wrong: it is written only after its claim came true. A mark need not be
+//! durable either: losing it loses no record. After a crash, recovery reads the chain of
+//! record frames and marks from the header on. If it ends before the end of the file at
+//! offset `P`, recovery searches every later offset for a valid mark of this file (right
+//! magic, checksum, salt, and its own offset inside it):
+//!
+//! * a valid mark at `Q > P` proves that the bytes at `P` were synced: the log is **damaged**,
+//!   and the records between `P` and `Q` (and maybe after) were acknowledged. Recovery refuses
+//!   ([`LogError::Damaged`], naming the file and both offsets) and changes nothing;
+//! * otherwise nothing shows that the bytes from `P` on were ever synced: a **torn tail**.
+//!   Recovery cuts it (`set_len`) and reports the cut ([`Recovered::cut`]).
+//!
+//! This is exact with respect to what survives: a torn tail never contains a valid mark after
+//! its first bad byte (a mark there would have been written after a sync that covered that
+//! byte), so it is always cut; and damage to any byte a surviving mark covers is always
+//! refused. The one window is damage after the last mark that survived: with a process crash
+//! (`kill -9`) the page cache keeps the mark of the last sync, so that window holds only
+//! unsynced bytes; after a power loss the last mark may be lost with its page, and damage to
+//! the records of the last synced batch is then taken for a torn tail — cut, and reported.
+//! Likewise a file cut short (truncated) inside its synced records loses its last mark and is
+//! taken for a torn tail.
+//!
+//! Why marks, and not the alternatives:
+//! * "damage with no valid frame anywhere after it is a torn tail" (the forward scan of etcd's
+//!   WAL) is not exact for this log: a torn tail after a power loss can hold whole, valid
+//!   record frames after a zeroed page (pages reach the disk in any order), which that rule
+//!   would refuse, and the records after a flipped bit are no proof that it was synced if they
+//!   were written in the same unsynced batch;
+//! * a "synced up to" watermark kept in another file costs a second write and `fsync` per
+//!   commit; the mark costs one small write (no `fsync`) per commit and needs no second file;
+//! * sequence numbers in every frame would change the core's frame format (shared with the
+//!   simulator and the fuzz targets) and still not say how far the log was synced.
+//!
+//! A mark is 24 bytes; its magic read as a frame length is far above the record limit, so
+//! marks and record frames never pass for one another. Marks carry the file's salt, so a mark
+//! left on the disk by an earlier file (a reused block) is never taken for one of this file's;
+//! a torn tail cut automatically holds no valid mark (that is what made it a torn tail), so no
+//! stale mark of this file survives beyond its cut either.
 //!
 //! # Recovery
 //!
-//! [`DurableLog::open`] chooses exactly one generation `G` and reads `snapshot-<G>` followed by
-//! `log-<G>` — never a snapshot of one generation with the log of another, so no record is
-//! applied twice or skipped:
+//! [`DurableLog::open_with`] first takes the lock, then reads and decides everything, and
+//! only then writes: every refusal leaves every file as it was.
 //!
-//! * No `snapshot-<N>` or `log-<N>` at all: a new directory; generation 0 is created.
-//! * Otherwise `G` is the newest generation `T` if `snapshot-<T>` is complete (`log-<T>` may
-//!   be missing: it is created empty).
-//! * If `snapshot-<T>` is missing or incomplete, which the compaction protocol below never
-//!   produces unless the storage loses or reorders synced data, and `log-<T>` is missing or
-//!   empty, nothing was ever appended to generation `T`: it is discarded and `G` is the
-//!   generation before it, which must then have a complete snapshot and a log (a `T` of 0 with
-//!   nothing before it is a first open that crashed: generation 0 is created again).
-//!   [`Recovered::discarded_generation`] reports this.
-//! * Anything else (an unreadable newest snapshot with records appended after it, no usable
-//!   generation) is [`LogError::Corrupt`]: recovery refuses to guess and changes nothing.
+//! **The identity.** A new directory (no identity, no snapshot, no log) is created: generation
+//! 0 (an empty snapshot and an empty log, both naming a fresh id), then the `identity` file
+//! (written to a temporary file, synced, renamed, the directory synced) — last, so its presence
+//! proves that generation 0 was complete and durable. Without an identity:
+//! * nothing else, or nothing but a generation 0 without a record (a first open that crashed
+//!   before its identity): created anew — unless the caller said the directory was used before
+//!   ([`LogOptions::create`] false), which is [`LogError::Lost`];
+//! * anything else is [`LogError::Lost`]: the identity is gone but logs are there.
 //!
-//! The log of `G` is decoded up to the first bad frame; the bytes after it are cut off
-//! (`set_len`), so later appends follow valid records. Then the log, the snapshot and the
-//! directory are synced (a process that crashed before its `sync` leaves records in the page
-//! cache; they are made durable before anything is built on them), and only then are the
-//! `.tmp` files and every other generation removed, and the directory synced again.
+//! An identity with no snapshot and no log left is [`LogError::Lost`] as well.
 //!
-//! A corrupted record in the middle of the log (a bit flip) is indistinguishable from a torn
-//! tail by its checksum: recovery keeps the records before it and cuts it **and every record
-//! after it**, which [`Recovered::cut_bytes`] and [`Recovered::defect`] report. The records
-//! after it cannot be replayed without it, and silently skipping one record could break the
-//! state machine's invariants; losing them is the cost of a medium that corrupts synced data.
+//! **The generation.** Recovery chooses exactly one generation `G` and reads `snapshot-<G>`
+//! followed by `log-<G>` — never a snapshot of one generation with the log of another, so no
+//! record is applied twice or skipped:
+//! * `G` is the newest generation `T` if `snapshot-<T>` is complete;
+//! * if `snapshot-<T>` is missing or incomplete, which the compaction protocol below never
+//!   produces unless the storage loses or reorders synced data, and `log-<T>` holds no record
+//!   (missing, or no longer than a header), nothing was ever appended to generation `T`: it is
+//!   discarded and `G` is the generation before it, which must then have a complete snapshot
+//!   ([`Recovered::discarded_generation`]);
+//! * anything else (an unreadable newest snapshot with records appended after it, no usable
+//!   generation) is [`LogError::Corrupt`]; a snapshot of another format version or another
+//!   directory is [`LogError::UnknownVersion`] or [`LogError::Foreign`].
+//!
+//! **The log of `G`.** Records are appended to `log-<G>` only once its header is durable, and
+//! only after every older generation's files are durably removed (compaction step 4, or
+//! recovery itself). So:
+//! * if an older generation's file is still there, `log-<G>` never had a record, and a missing
+//!   `log-<G>`, or one no longer than a header, is what a crash during compaction step 3 leaves:
+//!   it is written afresh;
+//! * otherwise `log-<G>` had a durable header, and a missing or emptied `log-<G>`, or one whose
+//!   header does not read, means the log was lost or damaged: [`LogError::MissingLog`];
+//! * a readable header must name this directory and `G` ([`LogError::Foreign`],
+//!   [`LogError::Corrupt`]); then the chain is read as described above: cut a torn tail, refuse
+//!   damage ([`LogError::Damaged`]).
+//!
+//! Then the log, the snapshot and the directory are synced (a process that crashed before its
+//! `sync` leaves records in the page cache; they are made durable before anything is built on
+//! them), and only then are the temporary files and every other generation removed, and the
+//! directory synced again. Last, if records follow the log's last mark, a mark is written after
+//! them: they are synced now, and damage to them must never pass for a torn tail.
+//!
+//! **Repair.** With [`LogOptions::repair`], recovery cuts what it would refuse to: a damaged
+//! log is cut at its first bad byte and a log that is missing, empty or headless is started
+//! empty after the snapshot. The cut bytes are first written to `log-<G>.cut-<P>` (`P` is the
+//! offset they started at) and synced, then the log is rewritten with the valid records under
+//! a new salt (a temporary file, synced, renamed over the old one), so that no mark of the old
+//! file can vouch for anything in the new one. [`Recovered::cut`] reports it. Repair never
+//! touches a snapshot, the identity, or a file of another version or another directory.
 //!
 //! # Compaction, crash-atomic at every step
 //!
@@ -80,19 +173,20 @@
 //! 1. Write `snapshot-<N+1>.tmp` and `sync_all` it. A crash leaves a partial or complete
 //!    `.tmp`, which recovery never reads and removes: the state is generation `N`.
 //! 2. Rename it to `snapshot-<N+1>`. Its contents are durable before the name appears, so if
-//!    the rename is seen the snapshot is complete: recovery uses generation `N+1` (creating an
-//!    empty `log-<N+1>`), and removes generation `N`; if the rename is lost, generation `N`.
-//!    Both hold the same state: the snapshot is the state generation `N` recovers to.
-//! 3. Create an empty `log-<N+1>` and `sync_all` it; `sync_all` the directory, which makes the
-//!    rename and the new log's name durable. A crash before the directory sync is the previous
-//!    case; after it, generation `N+1`.
-//! 4. Switch appends to `log-<N+1>` (positions restart at 0), then remove `snapshot-<N>` and
-//!    `log-<N>` and sync the directory. Generation `N+1` is durable: a crash leaves leftovers of
-//!    generation `N`, which recovery removes.
+//!    the rename is seen the snapshot is complete: recovery uses generation `N+1` (writing its
+//!    log, since generation `N` is still there), and removes generation `N`; if the rename is
+//!    lost, generation `N`. Both hold the same state: the snapshot is the state generation `N`
+//!    recovers to.
+//! 3. Create `log-<N+1>`, write its header and `sync_all` it; `sync_all` the directory, which
+//!    makes the rename and the new log's name durable. A crash before the directory sync is the
+//!    previous case; after it, generation `N+1`.
+//! 4. Switch appends to `log-<N+1>`, then remove `snapshot-<N>` and `log-<N>` and sync the
+//!    directory. Generation `N+1` is durable: a crash leaves leftovers of generation `N`, which
+//!    recovery removes.
 //!
-//! Nothing is appended to `log-<N+1>` until step 3 returned, so a generation with records has a
-//! durable, complete snapshot; and generation `N` is removed only after that, so until then it
-//! is always there to fall back on.
+//! Nothing is appended to `log-<N+1>` until step 4 returned, so a generation with records has a
+//! durable, complete snapshot and log header and no older generation; and generation `N` is
+//! removed only after step 3, so until then it is always there to fall back on.
 //!
 //! # Fail-stop
 //!
@@ -104,24 +198,32 @@
 //! on restart. Refusing a record that is too large ([`LogError::TooLarge`]) or a compaction
 //! with unsynced records ([`LogError::Unsynced`]) writes nothing and does not poison.
 //!
-//! The log is the only writer of its directory: `open` takes an exclusive `flock` on a `lock`
-//! file there and fails if another process holds it.
+//! The log is the only writer of its directory: `open` takes an exclusive `flock` on the `lock`
+//! file before it reads or writes anything else, and fails ([`LogError::Locked`]) if another
+//! process holds it.
+
+mod format;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use dataplane_core::limits::LOG_RECORD_BYTES_MAX;
-use dataplane_core::log::{FRAME_HEADER_BYTES, LogRecord, TailDefect, append_record, decode_log};
-use dataplane_core::wire::EncodeError;
+use dataplane_core::log::{LogRecord, TailDefect};
 
-/// Bytes of the end marker after a snapshot's records.
-pub const SNAPSHOT_TRAILER_BYTES: usize = 40;
+pub use format::{
+    DataDirId, FORMAT_VERSION, HeaderError, IDENTITY_BYTES, LOG_HEADER_BYTES, LogHeader,
+    MARK_BYTES, SNAPSHOT_HEADER_BYTES, SNAPSHOT_TRAILER_BYTES, Scan, SnapshotProblem,
+    identity_image, log_file_records, mark, parse_identity, scan, verify_snapshot,
+};
+use format::{encode_into, snapshot_image};
 
-/// First bytes of a snapshot's end marker (also its format version).
-const SNAPSHOT_MAGIC: [u8; 8] = *b"DPSNAP01";
+/// The name of the identity file.
+const IDENTITY: &str = "identity";
 
 /// Why the log refused or failed an operation.
 #[derive(Debug)]
@@ -135,8 +237,60 @@ pub enum LogError {
         /// The error.
         source: io::Error,
     },
-    /// The directory holds no state recovery can trust without losing acknowledged records
-    /// (see the module documentation); nothing was changed.
+    /// Another process has the directory open (its `lock` file is locked); nothing was read
+    /// or changed.
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// The log is damaged where it had been synced: cutting it there would drop acknowledged
+    /// records; nothing was changed. [`LogOptions::repair`] cuts it, keeping a copy.
+    Damaged {
+        /// The log file.
+        path: PathBuf,
+        /// Where its valid records end (a file offset).
+        offset: u64,
+        /// What is wrong there.
+        defect: TailDefect,
+        /// The offset of a valid sync mark after the damage: the log was synced up to there.
+        synced_past: u64,
+    },
+    /// The log of the generation in use is missing, empty or has no readable header, though
+    /// the directory shows it was written; nothing was changed. [`LogOptions::repair`] starts
+    /// it empty after its snapshot, keeping a copy of the old bytes.
+    MissingLog {
+        /// The log file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The directory lost what recovery needs to start (its log, or its identity); nothing
+    /// was changed, and a repair cannot help.
+    Lost {
+        /// The missing file (or the directory).
+        path: PathBuf,
+        /// What is missing, and why it should be there.
+        reason: String,
+    },
+    /// A file names another data directory: it was copied or moved here from elsewhere;
+    /// nothing was changed.
+    Foreign {
+        /// The file.
+        path: PathBuf,
+        /// The id it names.
+        found: DataDirId,
+        /// This directory's id.
+        expected: DataDirId,
+    },
+    /// A file is in a format version this build does not read; nothing was changed.
+    UnknownVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version it says it is in.
+        version: u32,
+    },
+    /// The directory holds no state recovery can trust (see the module documentation);
+    /// nothing was changed.
     Corrupt {
         /// The offending file (or the directory).
         path: PathBuf,
@@ -164,12 +318,68 @@ pub enum LogError {
     Poisoned,
 }
 
+impl LogError {
+    /// Whether this is recovery refusing the directory's contents (rather than a storage
+    /// failure, a lock, or a bad call): the files need a person.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            LogError::Damaged { .. }
+                | LogError::MissingLog { .. }
+                | LogError::Lost { .. }
+                | LogError::Foreign { .. }
+                | LogError::UnknownVersion { .. }
+                | LogError::Corrupt { .. }
+        )
+    }
+
+    /// Whether [`LogOptions::repair`] would get past this refusal.
+    pub fn is_repairable(&self) -> bool {
+        matches!(self, LogError::Damaged { .. } | LogError::MissingLog { .. })
+    }
+}
+
 impl fmt::Display for LogError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LogError::Io { op, path, source } => {
                 write!(f, "log: {op} failed on {}: {source}", path.display())
             }
+            LogError::Locked { path } => write!(
+                f,
+                "log: {} is locked: another process has this data directory open",
+                path.display()
+            ),
+            LogError::Damaged {
+                path,
+                offset,
+                defect,
+                synced_past,
+            } => write!(
+                f,
+                "log: {} is damaged at byte {offset} ({defect}), but it was synced up to \
+                 byte {synced_past}: the records after the damage were acknowledged, and \
+                 cutting the log there would lose them",
+                path.display()
+            ),
+            LogError::MissingLog { path, reason } | LogError::Lost { path, reason } => {
+                write!(f, "log: {} {reason}", path.display())
+            }
+            LogError::Foreign {
+                path,
+                found,
+                expected,
+            } => write!(
+                f,
+                "log: {} belongs to another data directory (id {found}; this one is {expected})",
+                path.display()
+            ),
+            LogError::UnknownVersion { path, version } => write!(
+                f,
+                "log: {} is in format version {version}; this build reads version \
+                 {FORMAT_VERSION} only",
+                path.display()
+            ),
             LogError::Corrupt { path, reason } => {
                 write!(f, "log: {} is corrupt: {reason}", path.display())
             }
@@ -197,6 +407,96 @@ impl std::error::Error for LogError {
     }
 }
 
+/// How [`DurableLog::open_with`] treats a directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogOptions {
+    /// Whether a directory without a log may be initialised as a new one. A caller that knows
+    /// the directory held a log before (the directory node: its data directory has booted)
+    /// sets this to false, so that a log deleted with its identity is [`LogError::Lost`]
+    /// instead of silently started afresh.
+    pub create: bool,
+    /// Cut a damaged log at its first bad byte, and start a missing or headless log empty
+    /// after its snapshot, keeping a copy of every byte cut (see "Repair" in the module
+    /// documentation).
+    pub repair: bool,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            create: true,
+            repair: false,
+        }
+    }
+}
+
+/// Bytes recovery cut off the log, and why it was allowed to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cut {
+    /// A torn tail: nothing shows these bytes were ever synced.
+    TornTail {
+        /// The log file.
+        path: PathBuf,
+        /// Where the cut bytes started (a file offset; the log now ends here).
+        offset: u64,
+        /// How many bytes were cut.
+        bytes: u64,
+        /// What was wrong at `offset`.
+        defect: TailDefect,
+        /// The position of the last sync mark before the cut: the log is known synced to here.
+        synced_to: u64,
+    },
+    /// A repair ([`LogOptions::repair`]) cut bytes that recovery would have refused to cut.
+    Repaired {
+        /// The log file.
+        path: PathBuf,
+        /// Where the cut bytes started (an offset in the old file).
+        offset: u64,
+        /// How many bytes were cut.
+        bytes: u64,
+        /// What was wrong.
+        reason: String,
+        /// The file that keeps the cut bytes (none if there were none: a missing log).
+        copy: Option<PathBuf>,
+    },
+}
+
+impl fmt::Display for Cut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Cut::TornTail {
+                path,
+                offset,
+                bytes,
+                defect,
+                synced_to,
+            } => write!(
+                f,
+                "log: cut a torn tail of {bytes} bytes off {} at byte {offset} ({defect}); \
+                 nothing after byte {synced_to} was recorded as synced",
+                path.display()
+            ),
+            Cut::Repaired {
+                path,
+                offset,
+                bytes,
+                reason,
+                copy,
+            } => {
+                write!(
+                    f,
+                    "log: repair: cut {bytes} bytes off {} at byte {offset} ({reason})",
+                    path.display()
+                )?;
+                match copy {
+                    Some(copy) => write!(f, "; the cut bytes are kept in {}", copy.display()),
+                    None => f.write_str("; there were no bytes to keep"),
+                }
+            }
+        }
+    }
+}
+
 /// What [`DurableLog::open`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Recovered {
@@ -205,19 +505,52 @@ pub struct Recovered {
     pub records: Vec<LogRecord>,
     /// How many of `records` (at the front) came from the snapshot.
     pub snapshot_records: usize,
-    /// Bytes cut off the end of the log (a torn tail, or everything from a corrupt record on).
+    /// Bytes cut off the log (a torn tail, or what a repair cut).
     pub cut_bytes: u64,
     /// Why the log's valid prefix ended before the end of the file, if it did.
     pub defect: Option<TailDefect>,
+    /// What was cut, and why (`None` if nothing was).
+    pub cut: Option<Cut>,
     /// The generation recovered (and now appended to).
     pub generation: u64,
-    /// Bytes of valid records in the log after the cut (the position of the next append).
+    /// The position of the next append in the log file.
     pub log_bytes: u64,
-    /// A newer generation whose snapshot was missing or incomplete and whose log was empty,
-    /// discarded in favour of `generation`.
+    /// A newer generation whose snapshot was missing or incomplete and whose log held no
+    /// record, discarded in favour of `generation`.
     pub discarded_generation: Option<u64>,
-    /// Leftover files removed (temporary snapshots, other generations).
+    /// The data directory's id.
+    pub id: DataDirId,
+    /// Whether the directory was new (and has just been created).
+    pub created: bool,
+    /// Leftover files removed (temporary files, other generations).
     pub removed: Vec<PathBuf>,
+}
+
+impl Recovered {
+    /// One line for each thing recovery did that an operator should hear about: a new
+    /// directory, a discarded generation, a cut.
+    pub fn notes(&self, dir: &Path) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.created {
+            notes.push(format!(
+                "log: created a new log in {} (data directory id {})",
+                dir.display(),
+                self.id
+            ));
+        }
+        if let Some(discarded) = self.discarded_generation {
+            notes.push(format!(
+                "log: discarded generation {discarded} of {} (incomplete snapshot, no records); \
+                 recovered generation {}",
+                dir.display(),
+                self.generation
+            ));
+        }
+        if let Some(cut) = &self.cut {
+            notes.push(cut.to_string());
+        }
+        notes
+    }
 }
 
 /// One directory's durable log in one data directory. See the module documentation.
@@ -226,7 +559,9 @@ pub struct DurableLog {
     /// Held (`flock`) for as long as the log is open.
     _lock: File,
     dir: PathBuf,
+    id: DataDirId,
     generation: u64,
+    salt: u64,
     log_path: PathBuf,
     file: File,
     written: u64,
@@ -238,12 +573,30 @@ pub struct DurableLog {
 }
 
 impl DurableLog {
-    /// Opens the log in `dir` (created if missing) and recovers it: chooses a generation,
-    /// cuts the torn tail of its log, makes what it read durable and removes leftovers.
+    /// [`open_with`](Self::open_with) the default options: create a new directory if there is
+    /// no log, never repair.
     pub fn open(dir: &Path) -> Result<(DurableLog, Recovered), LogError> {
-        ensure_dir(dir)?;
-        // One process per data directory: a second directory node on the same files would
-        // corrupt them. The lock lives as long as the log (the lock file stays).
+        DurableLog::open_with(dir, LogOptions::default())
+    }
+
+    /// Opens the log in `dir` and recovers it: takes the lock, reads everything and decides
+    /// (refusing, with every file left as it was, what it must not cut or guess), then cuts a
+    /// torn tail (or repairs), makes what it read durable and removes leftovers. A missing
+    /// `dir` is created if `options.create`.
+    pub fn open_with(dir: &Path, options: LogOptions) -> Result<(DurableLog, Recovered), LogError> {
+        match fs::metadata(dir) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !options.create => {
+                return Err(LogError::Lost {
+                    path: dir.to_owned(),
+                    reason: "does not exist, but this data directory had a log".to_owned(),
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => ensure_dir(dir)?,
+            Err(e) => return Err(io_error("stat directory", dir)(e)),
+        }
+        // One process per data directory, and nothing read or changed before the lock: a
+        // second directory node on the same files would corrupt them.
         let lock_path = dir.join("lock");
         let lock = OpenOptions::new()
             .create(true)
@@ -252,43 +605,42 @@ impl DurableLog {
             .open(&lock_path)
             .map_err(io_error("open lock", &lock_path))?;
         if lock.try_lock().is_err() {
-            return Err(LogError::Io {
-                op: "lock",
-                path: lock_path,
-                source: io::Error::other("another process has this data directory open"),
-            });
+            return Err(LogError::Locked { path: lock_path });
         }
         let listing = list(dir)?;
-        let (generation, snapshot, discarded_generation) = choose_generation(dir, &listing)?;
-
-        let snapshot_file = snapshot_path(dir, generation);
-        File::open(&snapshot_file)
-            .and_then(|f| f.sync_all())
-            .map_err(io_error("sync snapshot", &snapshot_file))?;
-
-        let log_path = log_path(dir, generation);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&log_path)
-            .map_err(io_error("open log", &log_path))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(io_error("read log", &log_path))?;
-        let decoded = decode_log(&bytes);
-        let valid = decoded.valid_len as u64;
-        let cut_bytes = bytes.len() as u64 - valid;
-        if cut_bytes > 0 {
-            file.set_len(valid)
-                .map_err(io_error("truncate log", &log_path))?;
-        }
-        // Durable before anything is built on it: the cut, a newly created log, and records
-        // a crashed process wrote but never synced.
-        file.sync_all().map_err(io_error("sync log", &log_path))?;
-        file.seek(SeekFrom::Start(valid))
-            .map_err(io_error("seek log", &log_path))?;
+        let plan = plan(dir, &listing, options)?;
+        // Everything below writes; everything above only read.
+        let mut faults = Faults::default();
+        let (id, generation, snapshot, discarded_generation, created, opened) = match plan {
+            Plan::Fresh => {
+                let id = DataDirId(random_u128(dir)?);
+                let header = LogHeader {
+                    id,
+                    generation: 0,
+                    salt: random_u64(dir)?,
+                };
+                let image = snapshot_image(id, 0, &[], LOG_RECORD_BYTES_MAX)?;
+                let file = install_generation(dir, &image, &header, &mut faults)?;
+                write_identity(dir, id)?;
+                let opened = Opened::empty(file, header);
+                (id, 0, Vec::new(), None, true, opened)
+            }
+            Plan::Existing(existing) => {
+                let snapshot_file = snapshot_path(dir, existing.generation);
+                File::open(&snapshot_file)
+                    .and_then(|f| f.sync_all())
+                    .map_err(io_error("sync snapshot", &snapshot_file))?;
+                let opened = open_log(dir, existing.id, existing.generation, existing.log)?;
+                (
+                    existing.id,
+                    existing.generation,
+                    existing.snapshot,
+                    existing.discarded,
+                    false,
+                    opened,
+                )
+            }
+        };
         sync_dir(dir)?;
 
         let mut removed = Vec::new();
@@ -303,38 +655,61 @@ impl DurableLog {
                 remove(&snapshot_path(dir, other), &mut removed)?;
             }
             if files.log {
-                remove(&self::log_path(dir, other), &mut removed)?;
+                remove(&log_path(dir, other), &mut removed)?;
             }
         }
         if !removed.is_empty() {
             sync_dir(dir)?;
         }
 
+        let Opened {
+            file,
+            header,
+            end,
+            records: log_records,
+            defect,
+            cut,
+            needs_mark,
+        } = opened;
         let snapshot_records = snapshot.len();
         let mut records = snapshot;
-        records.extend(decoded.records);
+        records.extend(log_records);
+        let mut log = DurableLog {
+            _lock: lock,
+            dir: dir.to_owned(),
+            id,
+            generation,
+            salt: header.salt,
+            log_path: log_path(dir, generation),
+            file,
+            written: end,
+            synced: end,
+            poisoned: false,
+            max_record_bytes: LOG_RECORD_BYTES_MAX,
+            buf: Vec::new(),
+            faults,
+        };
+        if needs_mark {
+            // Everything read is synced now; say so, so that damage to it is never taken for
+            // a torn tail.
+            log.write_mark()?;
+        }
+        let cut_bytes = match &cut {
+            Some(Cut::TornTail { bytes, .. } | Cut::Repaired { bytes, .. }) => *bytes,
+            None => 0,
+        };
         let recovered = Recovered {
             records,
             snapshot_records,
             cut_bytes,
-            defect: decoded.defect,
+            defect,
+            cut,
             generation,
-            log_bytes: valid,
+            log_bytes: log.written,
             discarded_generation,
+            id,
+            created,
             removed,
-        };
-        let log = DurableLog {
-            _lock: lock,
-            dir: dir.to_owned(),
-            generation,
-            log_path,
-            file,
-            written: valid,
-            synced: valid,
-            poisoned: false,
-            max_record_bytes: LOG_RECORD_BYTES_MAX,
-            buf: Vec::new(),
-            faults: Faults::default(),
         };
         Ok((log, recovered))
     }
@@ -354,9 +729,12 @@ impl DurableLog {
         Ok(self.written)
     }
 
-    /// Makes everything written durable (`fdatasync`); returns the synced position. One sync
-    /// commits every record appended since the last one (group commit). A failure poisons the
-    /// log: a failed sync is never retried.
+    /// Makes everything written durable (`fdatasync`), then writes a sync mark after it;
+    /// returns the synced position. One sync commits every record appended since the last one
+    /// (group commit). A failure poisons the log: a failed sync is never retried.
+    ///
+    /// The mark itself is not synced and needs not be (losing it loses no record), so the
+    /// returned position, like [`synced`](Self::synced), counts it.
     pub fn sync(&mut self) -> Result<u64, LogError> {
         self.check_healthy()?;
         if self.synced == self.written {
@@ -367,7 +745,21 @@ impl DurableLog {
         });
         self.poison_on_error(result)?;
         self.synced = self.written;
+        self.write_mark()?;
         Ok(self.synced)
+    }
+
+    /// Writes the sync mark of the current position, which must be synced.
+    fn write_mark(&mut self) -> Result<(), LogError> {
+        debug_assert_eq!(self.synced, self.written);
+        let mark = mark(self.salt, self.written);
+        let result = step(&mut self.faults, "write sync mark", &self.log_path, || {
+            self.file.write_all(&mark)
+        });
+        self.poison_on_error(result)?;
+        self.written += MARK_BYTES as u64;
+        self.synced = self.written;
+        Ok(())
     }
 
     /// Bytes written to the current log file (synced or not).
@@ -375,7 +767,8 @@ impl DurableLog {
         self.written
     }
 
-    /// Bytes of the current log file known durable.
+    /// Bytes of the current log file known durable (or, for a trailing sync mark, not needing
+    /// to be).
     pub fn synced(&self) -> u64 {
         self.synced
     }
@@ -388,6 +781,11 @@ impl DurableLog {
     /// The current generation.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// The data directory's id.
+    pub fn id(&self) -> DataDirId {
+        self.id
     }
 
     /// The data directory.
@@ -407,7 +805,7 @@ impl DurableLog {
 
     /// Replaces the whole log by `snapshot` (records whose replay from nothing rebuilds the
     /// current durable state), crash-atomically, as a new generation whose log starts empty:
-    /// positions restart at 0. Everything written must be synced first
+    /// positions restart after the new log's header. Everything written must be synced first
     /// ([`LogError::Unsynced`] otherwise).
     pub fn compact(&mut self, snapshot: &[LogRecord]) -> Result<(), LogError> {
         self.check_healthy()?;
@@ -423,16 +821,24 @@ impl DurableLog {
                 reason: "generation numbers exhausted".to_owned(),
             });
         };
-        let image = snapshot_image(next, snapshot, self.max_record_bytes)?;
-        let installed = install_generation(&self.dir, next, &image, &mut self.faults);
+        let image = snapshot_image(self.id, next, snapshot, self.max_record_bytes)?;
+        let salt = random_u64(&self.dir);
+        let salt = self.poison_on_error(salt)?;
+        let header = LogHeader {
+            id: self.id,
+            generation: next,
+            salt,
+        };
+        let installed = install_generation(&self.dir, &image, &header, &mut self.faults);
         let file = self.poison_on_error(installed)?;
 
         let old = self.generation;
         self.file = file;
         self.generation = next;
+        self.salt = salt;
         self.log_path = log_path(&self.dir, next);
-        self.written = 0;
-        self.synced = 0;
+        self.written = LOG_HEADER_BYTES as u64;
+        self.synced = self.written;
 
         let old_snapshot = snapshot_path(&self.dir, old);
         let old_log = log_path(&self.dir, old);
@@ -464,6 +870,383 @@ impl DurableLog {
         }
         result
     }
+}
+
+/// What recovery decided, before it writes anything.
+enum Plan {
+    /// A new directory (or a first open that crashed before its identity was written).
+    Fresh,
+    /// An existing directory's generation.
+    Existing(Existing),
+}
+
+struct Existing {
+    id: DataDirId,
+    generation: u64,
+    snapshot: Vec<LogRecord>,
+    discarded: Option<u64>,
+    log: LogPlan,
+}
+
+/// What to do with the chosen generation's log.
+enum LogPlan {
+    /// It is missing or shorter than a header, and an older generation is still there: a
+    /// compaction crashed before its log was durable. Write it afresh.
+    Create,
+    /// Its header reads: keep its valid chain, cutting a torn tail (or, repairing, damage).
+    Keep { bytes: Vec<u8>, scan: Scan },
+    /// Repairing a log that is missing, empty or headless: start it empty, keeping its bytes.
+    Replace { bytes: Vec<u8>, reason: String },
+}
+
+/// Reads the directory and decides what recovery does; every refusal is made here.
+fn plan(dir: &Path, listing: &Listing, options: LogOptions) -> Result<Plan, LogError> {
+    let Some(id) = read_identity(dir, listing)? else {
+        return plan_without_identity(dir, listing, options);
+    };
+    let Some((&top, top_files)) = listing.generations.last_key_value() else {
+        return Err(LogError::Lost {
+            path: dir.to_owned(),
+            reason: format!(
+                "holds no snapshot and no log, but its identity file says a log was created \
+                 here (id {id})"
+            ),
+        });
+    };
+    let (generation, snapshot, discarded) = match read_snapshot(dir, id, top, top_files)? {
+        Ok(records) => (top, records, None),
+        Err(reason) => {
+            let held = log_len(dir, top, top_files)?;
+            if held > LOG_HEADER_BYTES as u64 {
+                return Err(LogError::Corrupt {
+                    path: snapshot_path(dir, top),
+                    reason: format!(
+                        "{reason}, but log-{top} holds {held} bytes, more than a header"
+                    ),
+                });
+            }
+            let Some((&previous, files)) = listing.generations.range(..top).next_back() else {
+                return Err(LogError::Corrupt {
+                    path: dir.to_owned(),
+                    reason: format!("{reason}, and no earlier generation to fall back on"),
+                });
+            };
+            match read_snapshot(dir, id, previous, files)? {
+                Ok(records) => (previous, records, Some(top)),
+                Err(previous_reason) => {
+                    return Err(LogError::Corrupt {
+                        path: dir.to_owned(),
+                        reason: format!("{reason}, and {previous_reason}"),
+                    });
+                }
+            }
+        }
+    };
+    let log = plan_log(dir, listing, id, generation, options)?;
+    Ok(Plan::Existing(Existing {
+        id,
+        generation,
+        snapshot,
+        discarded,
+        log,
+    }))
+}
+
+/// A directory without an identity: new, a first open that crashed, or a lost identity.
+fn plan_without_identity(
+    dir: &Path,
+    listing: &Listing,
+    options: LogOptions,
+) -> Result<Plan, LogError> {
+    if listing.generations.is_empty() {
+        if options.create {
+            return Ok(Plan::Fresh);
+        }
+        return Err(LogError::Lost {
+            path: dir.to_owned(),
+            reason: "holds no log, but this data directory had one".to_owned(),
+        });
+    }
+    // The identity is written last when a directory is created: without it, a generation 0
+    // that never held a record is a first open that crashed, and is created again.
+    if options.create && listing.generations.keys().all(|&g| g == 0) {
+        let files = &listing.generations[&0];
+        if log_len(dir, 0, files)? <= LOG_HEADER_BYTES as u64 {
+            return Ok(Plan::Fresh);
+        }
+    }
+    let first = listing.generations.keys().next().copied().unwrap_or(0);
+    let last = listing.generations.keys().next_back().copied().unwrap_or(0);
+    Err(LogError::Lost {
+        path: dir.join(IDENTITY),
+        reason: if options.create {
+            format!("is missing, but the directory holds log files (generations {first} to {last})")
+        } else {
+            "is missing, but this data directory had a log".to_owned()
+        },
+    })
+}
+
+/// Decides what to do with `log-<generation>` (module documentation, "The log of `G`").
+fn plan_log(
+    dir: &Path,
+    listing: &Listing,
+    id: DataDirId,
+    generation: u64,
+    options: LogOptions,
+) -> Result<LogPlan, LogError> {
+    let path = log_path(dir, generation);
+    let exists = listing
+        .generations
+        .get(&generation)
+        .is_some_and(|files| files.log);
+    let bytes = if exists {
+        fs::read(&path).map_err(io_error("read log", &path))?
+    } else {
+        Vec::new()
+    };
+    let header_error = match LogHeader::parse(&bytes) {
+        Ok(header) => {
+            if header.id != id {
+                return Err(LogError::Foreign {
+                    path,
+                    found: header.id,
+                    expected: id,
+                });
+            }
+            if header.generation != generation {
+                return Err(LogError::Corrupt {
+                    path,
+                    reason: format!("its header names generation {}", header.generation),
+                });
+            }
+            let scan = scan(&bytes, header.salt);
+            if let (Some(defect), Some(synced_past)) = (&scan.defect, scan.synced_past)
+                && !options.repair
+            {
+                return Err(LogError::Damaged {
+                    path,
+                    offset: defect.offset() as u64,
+                    defect: defect.clone(),
+                    synced_past: synced_past as u64,
+                });
+            }
+            return Ok(LogPlan::Keep { bytes, scan });
+        }
+        Err(HeaderError::Version(version)) => {
+            return Err(LogError::UnknownVersion { path, version });
+        }
+        Err(e) => e,
+    };
+    let older = listing.generations.range(..generation).next().is_some();
+    if older && bytes.len() <= LOG_HEADER_BYTES {
+        return Ok(LogPlan::Create);
+    }
+    let reason = if !exists {
+        "is missing".to_owned()
+    } else if bytes.is_empty() {
+        "is empty".to_owned()
+    } else {
+        format!("has no valid header ({header_error})")
+    };
+    let reason = format!(
+        "{reason}, though this data directory (id {id}) had written it: the records it held \
+         are lost"
+    );
+    if options.repair {
+        return Ok(LogPlan::Replace { bytes, reason });
+    }
+    Err(LogError::MissingLog { path, reason })
+}
+
+/// The log file recovery opened, and what it found in it.
+struct Opened {
+    file: File,
+    header: LogHeader,
+    /// The end of the file (the position of the next append).
+    end: u64,
+    records: Vec<LogRecord>,
+    defect: Option<TailDefect>,
+    cut: Option<Cut>,
+    /// Whether records follow the last sync mark (they are synced now and need one).
+    needs_mark: bool,
+}
+
+impl Opened {
+    fn empty(file: File, header: LogHeader) -> Opened {
+        Opened {
+            file,
+            header,
+            end: LOG_HEADER_BYTES as u64,
+            records: Vec::new(),
+            defect: None,
+            cut: None,
+            needs_mark: false,
+        }
+    }
+}
+
+/// Carries out `plan` for `log-<generation>`: leaves it synced, positioned at its end.
+fn open_log(dir: &Path, id: DataDirId, generation: u64, plan: LogPlan) -> Result<Opened, LogError> {
+    let path = log_path(dir, generation);
+    match plan {
+        LogPlan::Create => {
+            let header = LogHeader {
+                id,
+                generation,
+                salt: random_u64(dir)?,
+            };
+            let file = create_log(&path, &header, &mut Faults::default())?;
+            Ok(Opened::empty(file, header))
+        }
+        LogPlan::Replace { bytes, reason } => {
+            let copy = keep_cut_bytes(dir, generation, 0, &bytes)?;
+            let header = LogHeader {
+                id,
+                generation,
+                salt: random_u64(dir)?,
+            };
+            let file = rewrite_log(dir, &header, &[])?;
+            let mut opened = Opened::empty(file, header);
+            opened.cut = Some(Cut::Repaired {
+                path,
+                offset: 0,
+                bytes: bytes.len() as u64,
+                reason,
+                copy,
+            });
+            Ok(opened)
+        }
+        LogPlan::Keep { bytes, scan } => {
+            let header = LogHeader::parse(&bytes).expect("planned on a readable header");
+            let cut_at = scan.valid_len;
+            let cut_bytes = (bytes.len() - cut_at) as u64;
+            match (&scan.defect, scan.synced_past) {
+                (Some(defect), Some(synced_past)) => {
+                    // Repair (the plan refused this otherwise): keep the cut bytes, then
+                    // rewrite the valid records under a new salt.
+                    let copy = keep_cut_bytes(dir, generation, cut_at as u64, &bytes[cut_at..])?;
+                    let header = LogHeader {
+                        salt: random_u64(dir)?,
+                        ..header
+                    };
+                    let file = rewrite_log(dir, &header, &scan.records)?;
+                    let end = file.metadata().map_err(io_error("stat log", &path))?.len();
+                    Ok(Opened {
+                        file,
+                        header,
+                        end,
+                        needs_mark: !scan.records.is_empty(),
+                        records: scan.records,
+                        defect: Some(defect.clone()),
+                        cut: Some(Cut::Repaired {
+                            path,
+                            offset: cut_at as u64,
+                            bytes: cut_bytes,
+                            reason: format!(
+                                "{defect}, though the log was synced up to byte {synced_past}"
+                            ),
+                            copy,
+                        }),
+                    })
+                }
+                (defect, _) => {
+                    let mut file = OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(&path)
+                        .map_err(io_error("open log", &path))?;
+                    let cut = match defect {
+                        Some(defect) => {
+                            file.set_len(cut_at as u64)
+                                .map_err(io_error("truncate log", &path))?;
+                            Some(Cut::TornTail {
+                                path: path.clone(),
+                                offset: cut_at as u64,
+                                bytes: cut_bytes,
+                                defect: defect.clone(),
+                                synced_to: scan.synced_to as u64,
+                            })
+                        }
+                        None => None,
+                    };
+                    // Durable before anything is built on it: the cut, and records a crashed
+                    // process wrote but never synced.
+                    file.sync_all().map_err(io_error("sync log", &path))?;
+                    file.seek(SeekFrom::Start(cut_at as u64))
+                        .map_err(io_error("seek log", &path))?;
+                    Ok(Opened {
+                        file,
+                        header,
+                        end: cut_at as u64,
+                        needs_mark: !scan.ends_marked,
+                        records: scan.records,
+                        defect: scan.defect,
+                        cut,
+                    })
+                }
+            }
+        }
+    }
+}
+
+/// Writes `bytes`, cut off `log-<generation>` at `offset`, to a new `log-<generation>.cut-<offset>`
+/// (synced, and its name too); `None` if there are no bytes.
+fn keep_cut_bytes(
+    dir: &Path,
+    generation: u64,
+    offset: u64,
+    bytes: &[u8],
+) -> Result<Option<PathBuf>, LogError> {
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    let base = format!("log-{generation}.cut-{offset}");
+    let mut n = 0u32;
+    let (path, mut file) = loop {
+        let name = if n == 0 {
+            base.clone()
+        } else {
+            format!("{base}.{n}")
+        };
+        let path = dir.join(name);
+        match OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(file) => break (path, file),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => n += 1,
+            Err(e) => return Err(io_error("create copy of cut bytes", &path)(e)),
+        }
+    };
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(io_error("write copy of cut bytes", &path))?;
+    sync_dir(dir)?;
+    Ok(Some(path))
+}
+
+/// Replaces `log-<generation>` by `header` and `records` crash-atomically (a temporary file,
+/// synced, renamed over it, the directory synced). Returns it, open at its end.
+fn rewrite_log(dir: &Path, header: &LogHeader, records: &[LogRecord]) -> Result<File, LogError> {
+    let path = log_path(dir, header.generation);
+    let temp = dir.join(format!("log-{}.tmp", header.generation));
+    let mut image = header.encode();
+    for record in records {
+        encode_into(&mut image, record, LOG_RECORD_BYTES_MAX)?;
+    }
+    let mut file = File::create(&temp).map_err(io_error("create log temp", &temp))?;
+    file.write_all(&image)
+        .and_then(|()| file.sync_all())
+        .map_err(io_error("write log temp", &temp))?;
+    drop(file);
+    fs::rename(&temp, &path).map_err(io_error("rename log temp", &path))?;
+    sync_dir(dir)?;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(io_error("open log", &path))?;
+    file.seek(SeekFrom::End(0))
+        .map_err(io_error("seek log", &path))?;
+    Ok(file)
 }
 
 /// Test-only fault injection: every file-system step of `append`, `sync` and `compact` goes
@@ -516,106 +1299,34 @@ fn io_error<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> L
     }
 }
 
-/// Frames `record` into `buf`, refusing a body over `max` bytes (nothing is left in `buf`).
-fn encode_into(buf: &mut Vec<u8>, record: &LogRecord, max: usize) -> Result<usize, LogError> {
-    let start = buf.len();
-    let frame = append_record(buf, record).map_err(|e| match e {
-        EncodeError::TooLarge { len, max } => LogError::TooLarge { len, max },
-        EncodeError::Serialize(reason) => LogError::Encode(reason),
+/// 128 bits from the kernel's random source (the `getrandom` system call).
+fn random_u128(dir: &Path) -> Result<u128, LogError> {
+    let mut bytes = [0; 16];
+    getrandom::fill(&mut bytes).map_err(|e| LogError::Io {
+        op: "draw a random id",
+        path: dir.to_owned(),
+        source: e.into(),
     })?;
-    let len = frame - FRAME_HEADER_BYTES;
-    if len > max {
-        buf.truncate(start);
-        return Err(LogError::TooLarge { len, max });
-    }
-    Ok(frame)
+    Ok(u128::from_le_bytes(bytes))
 }
 
-/// The bytes of `snapshot-<generation>`: the framed records and the end marker.
-fn snapshot_image(
-    generation: u64,
-    records: &[LogRecord],
-    max_record_bytes: usize,
-) -> Result<Vec<u8>, LogError> {
-    let mut image = Vec::new();
-    for record in records {
-        encode_into(&mut image, record, max_record_bytes)?;
-    }
-    let body_crc = crc32c(&image);
-    let body_len = image.len() as u64;
-    let marker_start = image.len();
-    image.extend_from_slice(&SNAPSHOT_MAGIC);
-    image.extend_from_slice(&generation.to_le_bytes());
-    image.extend_from_slice(&(records.len() as u64).to_le_bytes());
-    image.extend_from_slice(&body_len.to_le_bytes());
-    image.extend_from_slice(&body_crc.to_le_bytes());
-    let marker_crc = crc32c(&image[marker_start..]);
-    image.extend_from_slice(&marker_crc.to_le_bytes());
-    debug_assert_eq!(image.len() - marker_start, SNAPSHOT_TRAILER_BYTES);
-    Ok(image)
+fn random_u64(dir: &Path) -> Result<u64, LogError> {
+    // Truncation keeps 64 of the 128 random bits.
+    random_u128(dir).map(|r| r as u64)
 }
 
-/// The records of a complete `snapshot-<generation>` image, or why it is not complete.
-fn verify_snapshot(generation: u64, image: &[u8]) -> Result<Vec<LogRecord>, String> {
-    let Some(body_len) = image.len().checked_sub(SNAPSHOT_TRAILER_BYTES) else {
-        return Err(format!(
-            "{} bytes is too short for the end marker",
-            image.len()
-        ));
-    };
-    let (body, marker) = image.split_at(body_len);
-    let u64_at = |at: usize| {
-        let mut bytes = [0; 8];
-        bytes.copy_from_slice(&marker[at..at + 8]);
-        u64::from_le_bytes(bytes)
-    };
-    let u32_at = |at: usize| {
-        let mut bytes = [0; 4];
-        bytes.copy_from_slice(&marker[at..at + 4]);
-        u32::from_le_bytes(bytes)
-    };
-    if marker[..8] != SNAPSHOT_MAGIC {
-        return Err("no end marker".to_owned());
-    }
-    if crc32c(&marker[..36]) != u32_at(36) {
-        return Err("end marker checksum mismatch".to_owned());
-    }
-    let (marked_generation, count, marked_len) = (u64_at(8), u64_at(16), u64_at(24));
-    if marked_generation != generation {
-        return Err(format!("end marker names generation {marked_generation}"));
-    }
-    if marked_len != body_len as u64 {
-        return Err(format!(
-            "end marker says {marked_len} bytes of records, the file has {body_len}"
-        ));
-    }
-    if crc32c(body) != u32_at(32) {
-        return Err("records checksum mismatch".to_owned());
-    }
-    let decoded = decode_log(body);
-    if let Some(defect) = decoded.defect {
-        return Err(format!("bad record frame: {defect}"));
-    }
-    if decoded.records.len() as u64 != count {
-        return Err(format!(
-            "{} records, the end marker says {count}",
-            decoded.records.len()
-        ));
-    }
-    Ok(decoded.records)
-}
-
-/// Writes generation `generation`: its snapshot (via a synced temporary file and a rename)
-/// and an empty synced log, then syncs the directory. Returns the log, open for appending.
+/// Writes generation `header.generation`: its snapshot `image` (via a synced temporary file
+/// and a rename) and a synced log holding only `header`, then syncs the directory. Returns the
+/// log, open for appending.
 fn install_generation(
     dir: &Path,
-    generation: u64,
     image: &[u8],
+    header: &LogHeader,
     faults: &mut Faults,
 ) -> Result<File, LogError> {
+    let generation = header.generation;
     let temp = temp_path(dir, generation);
     let snapshot = snapshot_path(dir, generation);
-    let log = log_path(dir, generation);
     let mut file = step(faults, "create snapshot temp", &temp, || {
         File::create(&temp)
     })?;
@@ -627,17 +1338,58 @@ fn install_generation(
     step(faults, "rename snapshot", &snapshot, || {
         fs::rename(&temp, &snapshot)
     })?;
-    let log_file = step(faults, "create log", &log, || {
+    let log_file = create_log(&log_path(dir, generation), header, faults)?;
+    step(faults, "sync directory", dir, || sync_dir_io(dir))?;
+    Ok(log_file)
+}
+
+/// Creates (or empties) the log file `path` and writes and syncs its header; the caller syncs
+/// the directory.
+fn create_log(path: &Path, header: &LogHeader, faults: &mut Faults) -> Result<File, LogError> {
+    let mut file = step(faults, "create log", path, || {
         OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(&log)
+            .open(path)
     })?;
-    step(faults, "sync log", &log, || log_file.sync_all())?;
-    step(faults, "sync directory", dir, || sync_dir_io(dir))?;
-    Ok(log_file)
+    step(faults, "write log header", path, || {
+        file.write_all(&header.encode())
+    })?;
+    step(faults, "sync log", path, || file.sync_all())?;
+    Ok(file)
+}
+
+/// Writes the `identity` file crash-atomically: a synced temporary file renamed into place,
+/// the directory synced.
+fn write_identity(dir: &Path, id: DataDirId) -> Result<(), LogError> {
+    let temp = dir.join(format!("{IDENTITY}.tmp"));
+    let path = dir.join(IDENTITY);
+    let mut file = File::create(&temp).map_err(io_error("create identity temp", &temp))?;
+    file.write_all(&identity_image(id))
+        .and_then(|()| file.sync_all())
+        .map_err(io_error("write identity temp", &temp))?;
+    drop(file);
+    fs::rename(&temp, &path).map_err(io_error("rename identity", &path))?;
+    sync_dir(dir)
+}
+
+/// The directory's id; `None` if it has no identity file.
+fn read_identity(dir: &Path, listing: &Listing) -> Result<Option<DataDirId>, LogError> {
+    if !listing.identity {
+        return Ok(None);
+    }
+    let path = dir.join(IDENTITY);
+    let bytes = fs::read(&path).map_err(io_error("read identity", &path))?;
+    match parse_identity(&bytes) {
+        Ok(id) => Ok(Some(id)),
+        Err(HeaderError::Version(version)) => Err(LogError::UnknownVersion { path, version }),
+        Err(e) => Err(LogError::Corrupt {
+            path,
+            reason: e.to_string(),
+        }),
+    }
 }
 
 #[derive(Debug, Default)]
@@ -648,26 +1400,36 @@ struct GenerationFiles {
 
 #[derive(Debug, Default)]
 struct Listing {
+    identity: bool,
     generations: BTreeMap<u64, GenerationFiles>,
     temps: Vec<PathBuf>,
 }
 
 enum FileName {
+    Identity,
     Snapshot(u64),
     Temp,
     Log(u64),
 }
 
 fn parse_name(name: &str) -> Option<FileName> {
+    if name == IDENTITY {
+        return Some(FileName::Identity);
+    }
+    if name == format!("{IDENTITY}.tmp") {
+        return Some(FileName::Temp);
+    }
     if let Some(rest) = name.strip_prefix("snapshot-") {
         return match rest.strip_suffix(".tmp") {
             Some(number) => parse_generation(number).map(|_| FileName::Temp),
             None => parse_generation(rest).map(FileName::Snapshot),
         };
     }
-    name.strip_prefix("log-")
-        .and_then(parse_generation)
-        .map(FileName::Log)
+    let rest = name.strip_prefix("log-")?;
+    match rest.strip_suffix(".tmp") {
+        Some(number) => parse_generation(number).map(|_| FileName::Temp),
+        None => parse_generation(rest).map(FileName::Log),
+    }
 }
 
 /// A generation number exactly as this module writes it (plain decimal).
@@ -698,6 +1460,7 @@ fn list(dir: &Path) -> Result<Listing, LogError> {
             continue;
         };
         match parse_name(name) {
+            Some(FileName::Identity) => listing.identity = true,
             Some(FileName::Snapshot(n)) => {
                 listing.generations.entry(n).or_default().snapshot = true;
             }
@@ -711,9 +1474,11 @@ fn list(dir: &Path) -> Result<Listing, LogError> {
     Ok(listing)
 }
 
-/// Reads `snapshot-<generation>`: `Ok(Err(reason))` if it is missing or incomplete.
+/// Reads `snapshot-<generation>`: `Ok(Err(reason))` if it is missing or incomplete, `Err` if
+/// it is of another version or directory.
 fn read_snapshot(
     dir: &Path,
+    id: DataDirId,
     generation: u64,
     files: &GenerationFiles,
 ) -> Result<Result<Vec<LogRecord>, String>, LogError> {
@@ -722,62 +1487,29 @@ fn read_snapshot(
         return Ok(Err(format!("snapshot-{generation} is missing")));
     }
     let image = fs::read(&path).map_err(io_error("read snapshot", &path))?;
-    Ok(verify_snapshot(generation, &image).map_err(|e| format!("snapshot-{generation}: {e}")))
+    match verify_snapshot(id, generation, &image) {
+        Ok(records) => Ok(Ok(records)),
+        Err(SnapshotProblem::Incomplete(reason)) => {
+            Ok(Err(format!("snapshot-{generation}: {reason}")))
+        }
+        Err(SnapshotProblem::Version(version)) => Err(LogError::UnknownVersion { path, version }),
+        Err(SnapshotProblem::Foreign(found)) => Err(LogError::Foreign {
+            path,
+            found,
+            expected: id,
+        }),
+    }
 }
 
-/// Chooses the generation to recover (module documentation, "Recovery"), creating generation
-/// 0 in a new directory. Returns it, its snapshot's records and the discarded generation.
-fn choose_generation(
-    dir: &Path,
-    listing: &Listing,
-) -> Result<(u64, Vec<LogRecord>, Option<u64>), LogError> {
-    let fresh = || -> Result<(u64, Vec<LogRecord>, Option<u64>), LogError> {
-        let image = snapshot_image(0, &[], LOG_RECORD_BYTES_MAX)?;
-        install_generation(dir, 0, &image, &mut Faults::default())?;
-        Ok((0, Vec::new(), None))
-    };
-    let Some((&top, top_files)) = listing.generations.last_key_value() else {
-        return fresh();
-    };
-    let reason = match read_snapshot(dir, top, top_files)? {
-        Ok(records) => return Ok((top, records, None)),
-        Err(reason) => reason,
-    };
-    let top_log = log_path(dir, top);
-    let appended = if top_files.log {
-        fs::metadata(&top_log)
-            .map_err(io_error("stat log", &top_log))?
-            .len()
-    } else {
-        0
-    };
-    if appended > 0 {
-        return Err(LogError::Corrupt {
-            path: snapshot_path(dir, top),
-            reason: format!("{reason}, but log-{top} holds {appended} bytes appended after it"),
-        });
+/// The length of `log-<generation>` (0 if it is missing).
+fn log_len(dir: &Path, generation: u64, files: &GenerationFiles) -> Result<u64, LogError> {
+    if !files.log {
+        return Ok(0);
     }
-    let Some((&previous, files)) = listing.generations.range(..top).next_back() else {
-        if top == 0 {
-            // A first open that crashed: generation 0's snapshot is empty by construction.
-            return fresh();
-        }
-        return Err(LogError::Corrupt {
-            path: dir.to_owned(),
-            reason: format!("{reason}, and no earlier generation to fall back on"),
-        });
-    };
-    match read_snapshot(dir, previous, files)? {
-        Ok(records) if files.log => Ok((previous, records, Some(top))),
-        Ok(_) => Err(LogError::Corrupt {
-            path: log_path(dir, previous),
-            reason: format!("{reason}, and log-{previous} is missing"),
-        }),
-        Err(previous_reason) => Err(LogError::Corrupt {
-            path: dir.to_owned(),
-            reason: format!("{reason}, and {previous_reason}"),
-        }),
-    }
+    let path = log_path(dir, generation);
+    Ok(fs::metadata(&path)
+        .map_err(io_error("stat log", &path))?
+        .len())
 }
 
 /// Creates `dir` (and missing ancestors) if missing, making each new name durable in its
@@ -821,8 +1553,7 @@ fn sync_dir(dir: &Path) -> Result<(), LogError> {
     sync_dir_io(dir).map_err(io_error("sync directory", dir))
 }
 
-/// Removes a leftover file; one already gone (a temporary snapshot that recovery itself just
-/// renamed into generation 0) is not an error.
+/// Removes a leftover file; one already gone is not an error.
 fn remove(path: &Path, removed: &mut Vec<PathBuf>) -> Result<(), LogError> {
     match fs::remove_file(path) {
         Ok(()) => {
@@ -835,690 +1566,5 @@ fn remove(path: &Path, removed: &mut Vec<PathBuf>) -> Result<(), LogError> {
             path: path.to_owned(),
             source: e,
         }),
-    }
-}
-
-/// CRC-32C (Castagnoli, reflected), the checksum of the core's record frames.
-fn crc32c(bytes: &[u8]) -> u32 {
-    const TABLE: [u32; 256] = {
-        let mut table = [0; 256];
-        let mut i = 0;
-        while i < 256 {
-            let mut crc = i as u32;
-            let mut bit = 0;
-            while bit < 8 {
-                crc = if crc & 1 == 1 {
-                    (crc >> 1) ^ 0x82F6_3B78
-                } else {
-                    crc >> 1
-                };
-                bit += 1;
-            }
-            table[i] = crc;
-            i += 1;
-        }
-        table
-    };
-    let mut crc = !0u32;
-    for &byte in bytes {
-        crc = TABLE[((crc ^ u32::from(byte)) & 0xff) as usize] ^ (crc >> 8);
-    }
-    !crc
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use dataplane_core::ids::{Address, AuthorityEpoch, NodeId, Revision};
-    use dataplane_core::log::{SnapshotRecord, encode_log};
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    /// A unique directory under the system temp dir, removed on drop. The log's data
-    /// directory is `data/` inside it (not created, so `open` creates it).
-    struct Scratch(PathBuf);
-
-    impl Scratch {
-        fn new(name: &str) -> Scratch {
-            static NEXT: AtomicU64 = AtomicU64::new(0);
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let root = std::env::temp_dir().join(format!(
-                "dataplane-io-log-{}-{name}-{n}",
-                std::process::id()
-            ));
-            let _ = fs::remove_dir_all(&root);
-            Scratch(root)
-        }
-
-        fn data(&self) -> PathBuf {
-            self.0.join("data")
-        }
-
-        fn file(&self, name: &str) -> PathBuf {
-            self.data().join(name)
-        }
-
-        fn names(&self) -> Vec<String> {
-            // The lock file is always there once a log was opened; the tests look at the rest.
-            let mut names: Vec<String> = fs::read_dir(self.data())
-                .unwrap()
-                .map(|e| e.unwrap().file_name().into_string().unwrap())
-                .filter(|name| name != "lock")
-                .collect();
-            names.sort();
-            names
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn record(i: u64) -> LogRecord {
-        LogRecord::RetirementDone {
-            source: Address::new(NodeId(2), 1, i),
-        }
-    }
-
-    fn records(range: std::ops::Range<u64>) -> Vec<LogRecord> {
-        range.map(record).collect()
-    }
-
-    fn snapshot(floors: u64) -> Vec<LogRecord> {
-        let mut records = vec![LogRecord::Snapshot(SnapshotRecord::Header {
-            epoch: AuthorityEpoch(3),
-            next_revision: Revision(7),
-        })];
-        records.extend((0..floors).map(|i| {
-            LogRecord::Snapshot(SnapshotRecord::NodeFloor {
-                node: NodeId(10 + i),
-                incarnation: i,
-            })
-        }));
-        records
-    }
-
-    fn open(scratch: &Scratch) -> (DurableLog, Recovered) {
-        DurableLog::open(&scratch.data()).unwrap()
-    }
-
-    fn append_all(log: &mut DurableLog, records: &[LogRecord]) {
-        for r in records {
-            log.append(r).unwrap();
-        }
-    }
-
-    fn concat(a: &[LogRecord], b: &[LogRecord]) -> Vec<LogRecord> {
-        a.iter().chain(b).cloned().collect()
-    }
-
-    #[test]
-    fn crc32c_matches_the_core_frames() {
-        assert_eq!(crc32c(b"123456789"), 0xE306_9283);
-        let mut frame = Vec::new();
-        append_record(&mut frame, &record(5)).unwrap();
-        let stored = u32::from_le_bytes(frame[4..8].try_into().unwrap());
-        assert_eq!(crc32c(&frame[FRAME_HEADER_BYTES..]), stored);
-    }
-
-    #[test]
-    fn a_new_directory_starts_at_generation_zero() {
-        let scratch = Scratch::new("new");
-        let (log, recovered) = open(&scratch);
-        assert_eq!(recovered.records, []);
-        assert_eq!(recovered.generation, 0);
-        assert_eq!((log.written(), log.synced(), log.len_bytes()), (0, 0, 0));
-        assert_eq!(scratch.names(), ["log-0", "snapshot-0"]);
-        drop(log);
-        let (_, again) = open(&scratch);
-        assert_eq!(again.generation, 0);
-        assert_eq!(again.records, []);
-        assert_eq!(again.removed, Vec::<PathBuf>::new());
-    }
-
-    #[test]
-    fn appended_and_synced_records_come_back() {
-        let scratch = Scratch::new("roundtrip");
-        let (mut log, _) = open(&scratch);
-        let recs = records(0..20);
-        let image = encode_log(&recs).unwrap();
-        let mut end = 0;
-        for r in &recs {
-            let position = log.append(r).unwrap();
-            assert!(position > end);
-            end = position;
-        }
-        assert_eq!(end, image.len() as u64);
-        assert_eq!((log.written(), log.synced()), (end, 0));
-        assert_eq!(log.sync().unwrap(), end);
-        assert_eq!(log.synced(), end);
-        assert_eq!(log.sync().unwrap(), end, "a second sync is a no-op");
-        drop(log);
-        let (log, recovered) = open(&scratch);
-        assert_eq!(recovered.records, recs);
-        assert_eq!(recovered.snapshot_records, 0);
-        assert_eq!((recovered.cut_bytes, recovered.defect.clone()), (0, None));
-        assert_eq!(recovered.log_bytes, end);
-        assert_eq!(log.written(), end);
-        assert_eq!(fs::read(scratch.file("log-0")).unwrap(), image);
-    }
-
-    #[test]
-    fn a_torn_tail_is_cut_and_later_appends_follow_valid_records() {
-        let scratch = Scratch::new("torn");
-        let (mut log, _) = open(&scratch);
-        let recs = records(0..5);
-        append_all(&mut log, &recs);
-        let valid = log.sync().unwrap();
-        drop(log);
-        // Half of a record, then garbage.
-        let mut half = Vec::new();
-        append_record(&mut half, &record(99)).unwrap();
-        half.truncate(half.len() / 2);
-        half.extend_from_slice(&[0xAB; 7]);
-        let mut file = OpenOptions::new()
-            .append(true)
-            .open(scratch.file("log-0"))
-            .unwrap();
-        file.write_all(&half).unwrap();
-        drop(file);
-
-        let (mut log, recovered) = open(&scratch);
-        assert_eq!(recovered.records, recs);
-        assert_eq!(recovered.cut_bytes, half.len() as u64);
-        assert!(matches!(
-            recovered.defect,
-            Some(TailDefect::Truncated { offset } | TailDefect::Checksum { offset })
-                if offset as u64 == valid
-        ));
-        assert_eq!(
-            fs::metadata(scratch.file("log-0")).unwrap().len(),
-            valid,
-            "file truncated"
-        );
-        log.append(&record(6)).unwrap();
-        log.sync().unwrap();
-        drop(log);
-        let (_, again) = open(&scratch);
-        assert_eq!(again.records, concat(&recs, &[record(6)]));
-        assert_eq!(again.cut_bytes, 0);
-    }
-
-    /// A flipped bit in a record in the middle: recovery keeps the records before it and cuts
-    /// that record and everything after it (the checksum cannot tell it from a torn tail).
-    #[test]
-    fn a_corrupt_middle_record_cuts_the_log_there() {
-        let scratch = Scratch::new("bitflip");
-        let (mut log, _) = open(&scratch);
-        let recs = records(0..6);
-        let mut ends = Vec::new();
-        for r in &recs {
-            ends.push(log.append(r).unwrap());
-        }
-        let total = log.sync().unwrap();
-        drop(log);
-        let path = scratch.file("log-0");
-        let mut bytes = fs::read(&path).unwrap();
-        let third = usize::try_from(ends[1]).unwrap();
-        bytes[third + FRAME_HEADER_BYTES + 1] ^= 0x10;
-        fs::write(&path, &bytes).unwrap();
-
-        let (mut log, recovered) = open(&scratch);
-        assert_eq!(recovered.records, recs[..2]);
-        assert_eq!(
-            recovered.defect,
-            Some(TailDefect::Checksum { offset: third })
-        );
-        assert_eq!(recovered.cut_bytes, total - ends[1]);
-        assert_eq!(fs::metadata(&path).unwrap().len(), ends[1]);
-        let mut frame = Vec::new();
-        append_record(&mut frame, &record(50)).unwrap();
-        assert_eq!(
-            log.append(&record(50)).unwrap(),
-            ends[1] + frame.len() as u64
-        );
-        log.sync().unwrap();
-        drop(log);
-        let (_, again) = open(&scratch);
-        assert_eq!(again.records, concat(&recs[..2], &[record(50)]));
-    }
-
-    #[test]
-    fn compaction_then_reopen_is_the_snapshot_and_later_appends() {
-        let scratch = Scratch::new("compact");
-        let (mut log, _) = open(&scratch);
-        append_all(&mut log, &records(0..10));
-        log.sync().unwrap();
-        let snap = snapshot(3);
-        log.compact(&snap).unwrap();
-        assert_eq!(log.generation(), 1);
-        assert_eq!((log.written(), log.synced(), log.len_bytes()), (0, 0, 0));
-        assert_eq!(scratch.names(), ["log-1", "snapshot-1"]);
-        let later = records(100..104);
-        append_all(&mut log, &later);
-        log.sync().unwrap();
-        drop(log);
-
-        let (mut log, recovered) = open(&scratch);
-        assert_eq!(recovered.records, concat(&snap, &later));
-        assert_eq!(recovered.snapshot_records, snap.len());
-        assert_eq!(recovered.generation, 1);
-
-        // And once more, from a non-empty log.
-        let snap2 = snapshot(5);
-        log.compact(&snap2).unwrap();
-        log.append(&record(200)).unwrap();
-        log.sync().unwrap();
-        drop(log);
-        let (_, recovered) = open(&scratch);
-        assert_eq!(recovered.records, concat(&snap2, &[record(200)]));
-        assert_eq!(recovered.generation, 2);
-        assert_eq!(scratch.names(), ["log-2", "snapshot-2"]);
-    }
-
-    #[test]
-    fn compaction_refuses_unsynced_records_without_poisoning() {
-        let scratch = Scratch::new("unsynced");
-        let (mut log, _) = open(&scratch);
-        log.append(&record(1)).unwrap();
-        assert!(matches!(
-            log.compact(&snapshot(1)),
-            Err(LogError::Unsynced { synced: 0, .. })
-        ));
-        assert!(!log.is_poisoned());
-        log.sync().unwrap();
-        log.compact(&snapshot(1)).unwrap();
-        assert_eq!(log.generation(), 1);
-    }
-
-    /// Builds generation 0 with `old` records synced; returns the open log.
-    fn old_state(scratch: &Scratch, old: &[LogRecord]) -> DurableLog {
-        let (mut log, _) = open(scratch);
-        append_all(&mut log, old);
-        log.sync().unwrap();
-        log
-    }
-
-    /// The steps of one compaction, in order.
-    fn compaction_steps() -> Vec<&'static str> {
-        let scratch = Scratch::new("steps");
-        let mut log = old_state(&scratch, &records(0..3));
-        let before = log.faults.steps.len();
-        log.compact(&snapshot(2)).unwrap();
-        log.faults.steps[before..].to_vec()
-    }
-
-    #[test]
-    fn a_crash_at_every_step_of_compaction_recovers_old_or_new_never_a_mix() {
-        let steps = compaction_steps();
-        assert_eq!(
-            steps,
-            [
-                "create snapshot temp",
-                "write snapshot temp",
-                "sync snapshot temp",
-                "rename snapshot",
-                "create log",
-                "sync log",
-                "sync directory",
-                "remove old snapshot",
-                "remove old log",
-                "sync directory",
-            ]
-        );
-        let renamed = steps.iter().position(|s| *s == "rename snapshot").unwrap();
-        let old = records(0..3);
-        let new = snapshot(2);
-        for (fail, step) in steps.iter().enumerate() {
-            let scratch = Scratch::new("crash-compact");
-            let mut log = old_state(&scratch, &old);
-            log.faults.fail_at = Some(log.faults.steps.len() + fail);
-            let error = log.compact(&new).unwrap_err();
-            assert!(matches!(error, LogError::Io { .. }), "{error}");
-            assert!(log.is_poisoned());
-            // The process stops here: the directory stays as the failed step left it.
-            drop(log);
-            let (mut log, recovered) = open(&scratch);
-            let expect_new = fail > renamed;
-            if expect_new {
-                assert_eq!(recovered.records, new, "failed before {step}");
-                assert_eq!(recovered.generation, 1);
-                assert_eq!(scratch.names(), ["log-1", "snapshot-1"]);
-            } else {
-                assert_eq!(recovered.records, old, "failed before {step}");
-                assert_eq!(recovered.generation, 0);
-                assert_eq!(scratch.names(), ["log-0", "snapshot-0"]);
-            }
-            // The recovered log works.
-            log.append(&record(9)).unwrap();
-            log.sync().unwrap();
-            drop(log);
-            let (_, again) = open(&scratch);
-            let base = if expect_new { &new } else { &old };
-            assert_eq!(again.records, concat(base, &[record(9)]));
-        }
-    }
-
-    /// The directory left by hand in each state a crash (or a storage that reorders a rename
-    /// before the data) can leave during compaction from generation 0 to 1.
-    #[test]
-    fn hand_made_intermediate_states_recover_old_or_new() {
-        let old = records(0..4);
-        let new = snapshot(3);
-        let image = snapshot_image(1, &new, LOG_RECORD_BYTES_MAX).unwrap();
-        let after = records(40..42);
-        let after_image = encode_log(&after).unwrap();
-
-        struct Case {
-            name: &'static str,
-            files: Vec<(&'static str, Vec<u8>)>,
-            old_gen_removed: bool,
-            expect: Option<(u64, Vec<LogRecord>)>,
-        }
-        let half = image[..image.len() / 2].to_vec();
-        let no_marker = image[..image.len() - SNAPSHOT_TRAILER_BYTES].to_vec();
-        let mut hole = image.clone();
-        hole[10..30].fill(0);
-        let wrong_generation = snapshot_image(7, &new, LOG_RECORD_BYTES_MAX).unwrap();
-        let cases = vec![
-            Case {
-                name: "partial temp",
-                files: vec![("snapshot-1.tmp", half.clone())],
-                old_gen_removed: false,
-                expect: Some((0, old.clone())),
-            },
-            Case {
-                name: "complete temp, not renamed",
-                files: vec![("snapshot-1.tmp", image.clone())],
-                old_gen_removed: false,
-                expect: Some((0, old.clone())),
-            },
-            Case {
-                name: "renamed, no new log",
-                files: vec![("snapshot-1", image.clone())],
-                old_gen_removed: false,
-                expect: Some((1, new.clone())),
-            },
-            Case {
-                name: "renamed, empty new log",
-                files: vec![("snapshot-1", image.clone()), ("log-1", Vec::new())],
-                old_gen_removed: false,
-                expect: Some((1, new.clone())),
-            },
-            Case {
-                name: "new generation with records, old one half removed",
-                files: vec![("snapshot-1", image), ("log-1", after_image.clone())],
-                old_gen_removed: true,
-                expect: Some((1, concat(&new, &after))),
-            },
-            Case {
-                name: "renamed before its data: half a snapshot, empty new log",
-                files: vec![("snapshot-1", half.clone()), ("log-1", Vec::new())],
-                old_gen_removed: false,
-                expect: Some((0, old.clone())),
-            },
-            Case {
-                name: "renamed before its data: no end marker",
-                files: vec![("snapshot-1", no_marker)],
-                old_gen_removed: false,
-                expect: Some((0, old.clone())),
-            },
-            Case {
-                name: "renamed before its data: a hole",
-                files: vec![("snapshot-1", hole.clone())],
-                old_gen_removed: false,
-                expect: Some((0, old.clone())),
-            },
-            Case {
-                name: "a snapshot of another generation",
-                files: vec![("snapshot-1", wrong_generation)],
-                old_gen_removed: false,
-                expect: Some((0, old.clone())),
-            },
-            Case {
-                name: "incomplete snapshot with records appended after it",
-                files: vec![("snapshot-1", hole), ("log-1", after_image)],
-                old_gen_removed: false,
-                expect: None,
-            },
-            Case {
-                name: "incomplete snapshot and the old generation gone",
-                files: vec![("snapshot-1", half)],
-                old_gen_removed: true,
-                expect: None,
-            },
-        ];
-        for case in cases {
-            let scratch = Scratch::new("by-hand");
-            drop(old_state(&scratch, &old));
-            if case.old_gen_removed {
-                fs::remove_file(scratch.file("snapshot-0")).unwrap();
-            }
-            for (name, bytes) in &case.files {
-                fs::write(scratch.file(name), bytes).unwrap();
-            }
-            let before = scratch.names();
-            match (DurableLog::open(&scratch.data()), case.expect) {
-                (Ok((_, recovered)), Some((generation, records))) => {
-                    assert_eq!(recovered.generation, generation, "{}", case.name);
-                    assert_eq!(recovered.records, records, "{}", case.name);
-                    let files = [
-                        format!("log-{generation}"),
-                        format!("snapshot-{generation}"),
-                    ];
-                    assert_eq!(scratch.names(), files, "{}", case.name);
-                    let discarded = case.files.iter().any(|(n, _)| *n == "snapshot-1");
-                    assert_eq!(
-                        recovered.discarded_generation,
-                        (discarded && generation == 0).then_some(1),
-                        "{}",
-                        case.name
-                    );
-                }
-                (Err(error), None) => {
-                    assert!(matches!(error, LogError::Corrupt { .. }), "{}", case.name);
-                    assert_eq!(scratch.names(), before, "{}: nothing changed", case.name);
-                }
-                (result, expect) => panic!(
-                    "{}: got {:?}, expected {expect:?}",
-                    case.name,
-                    result.map(|(_, r)| r)
-                ),
-            }
-        }
-    }
-
-    #[test]
-    fn a_log_without_any_snapshot_is_corrupt() {
-        let scratch = Scratch::new("orphan");
-        fs::create_dir_all(scratch.data()).unwrap();
-        fs::write(scratch.file("log-3"), encode_log(&records(0..2)).unwrap()).unwrap();
-        let error = DurableLog::open(&scratch.data()).unwrap_err();
-        assert!(matches!(error, LogError::Corrupt { .. }), "{error}");
-        assert_eq!(scratch.names(), ["log-3"]);
-    }
-
-    #[test]
-    fn a_first_open_that_crashed_starts_again() {
-        let image = snapshot_image(0, &[], LOG_RECORD_BYTES_MAX).unwrap();
-        for files in [
-            vec![("snapshot-0.tmp", image[..5].to_vec())],
-            vec![("snapshot-0", image[..5].to_vec())],
-            vec![("snapshot-0", image.clone())],
-        ] {
-            let scratch = Scratch::new("first-open");
-            fs::create_dir_all(scratch.data()).unwrap();
-            for (name, bytes) in &files {
-                fs::write(scratch.file(name), bytes).unwrap();
-            }
-            let (_, recovered) = open(&scratch);
-            assert_eq!((recovered.generation, recovered.records), (0, Vec::new()));
-            assert_eq!(scratch.names(), ["log-0", "snapshot-0"]);
-            assert_eq!(fs::read(scratch.file("snapshot-0")).unwrap(), image);
-        }
-    }
-
-    #[test]
-    fn unknown_files_are_left_alone() {
-        let scratch = Scratch::new("unknown");
-        fs::create_dir_all(scratch.data()).unwrap();
-        for name in ["README", "log-01", "log-x", "snapshot-+1"] {
-            fs::write(scratch.file(name), b"x").unwrap();
-        }
-        let (_, recovered) = open(&scratch);
-        assert_eq!(recovered.generation, 0);
-        assert_eq!(
-            scratch.names(),
-            [
-                "README",
-                "log-0",
-                "log-01",
-                "log-x",
-                "snapshot-+1",
-                "snapshot-0"
-            ]
-        );
-    }
-
-    #[test]
-    fn a_failed_write_poisons_the_log() {
-        let scratch = Scratch::new("poison-write");
-        let (mut log, _) = open(&scratch);
-        let synced = records(0..3);
-        append_all(&mut log, &synced);
-        log.sync().unwrap();
-        log.faults.fail_at = Some(log.faults.steps.len());
-        let error = log.append(&record(3)).unwrap_err();
-        assert!(
-            matches!(
-                error,
-                LogError::Io {
-                    op: "write log",
-                    ..
-                }
-            ),
-            "{error}"
-        );
-        assert!(log.is_poisoned());
-        log.faults.fail_at = None;
-        assert!(matches!(log.append(&record(4)), Err(LogError::Poisoned)));
-        assert!(matches!(log.sync(), Err(LogError::Poisoned)));
-        assert!(matches!(log.compact(&snapshot(1)), Err(LogError::Poisoned)));
-        drop(log);
-        // What a failed write may leave: part of the record.
-        let mut frame = Vec::new();
-        append_record(&mut frame, &record(3)).unwrap();
-        let mut file = OpenOptions::new()
-            .append(true)
-            .open(scratch.file("log-0"))
-            .unwrap();
-        file.write_all(&frame[..frame.len() - 1]).unwrap();
-        drop(file);
-        let (_, recovered) = open(&scratch);
-        assert_eq!(recovered.records, synced);
-        assert_eq!(recovered.cut_bytes, frame.len() as u64 - 1);
-    }
-
-    #[test]
-    fn a_failed_sync_poisons_the_log_and_is_never_retried() {
-        let scratch = Scratch::new("poison-sync");
-        let (mut log, _) = open(&scratch);
-        append_all(&mut log, &records(0..3));
-        log.faults.fail_at = Some(log.faults.steps.len());
-        let error = log.sync().unwrap_err();
-        assert!(
-            matches!(error, LogError::Io { op: "sync log", .. }),
-            "{error}"
-        );
-        assert_eq!(log.synced(), 0);
-        log.faults.fail_at = None;
-        let steps = log.faults.steps.len();
-        assert!(matches!(log.sync(), Err(LogError::Poisoned)));
-        assert!(matches!(log.append(&record(9)), Err(LogError::Poisoned)));
-        assert!(matches!(log.compact(&[]), Err(LogError::Poisoned)));
-        assert_eq!(
-            log.faults.steps.len(),
-            steps,
-            "no file-system step after poisoning"
-        );
-        assert_eq!(
-            log.written(),
-            log.len_bytes(),
-            "positions do not move after poisoning"
-        );
-    }
-
-    #[test]
-    fn a_too_large_record_is_refused_without_poisoning() {
-        let scratch = Scratch::new("too-large");
-        let (mut log, _) = open(&scratch);
-        log.append(&record(1)).unwrap();
-        let mut frame = Vec::new();
-        let size = append_record(&mut frame, &record(2)).unwrap() - FRAME_HEADER_BYTES;
-        // No valid record reaches the core's 64 KiB limit; lower it to exercise the refusal.
-        log.max_record_bytes = size - 1;
-        let before = log.written();
-        let error = log.append(&record(2)).unwrap_err();
-        assert!(
-            matches!(error, LogError::TooLarge { len, max } if len == size && max == size - 1),
-            "{error}"
-        );
-        assert!(matches!(
-            log.compact(&[record(2)]),
-            Err(LogError::Unsynced { .. })
-        ));
-        log.sync().unwrap();
-        assert!(matches!(
-            log.compact(&[record(2)]),
-            Err(LogError::TooLarge { .. })
-        ));
-        assert!(!log.is_poisoned());
-        assert_eq!(log.written(), before);
-        assert_eq!(fs::metadata(scratch.file("log-0")).unwrap().len(), before);
-        assert_eq!(
-            scratch.names(),
-            ["log-0", "snapshot-0"],
-            "no snapshot written"
-        );
-        log.max_record_bytes = LOG_RECORD_BYTES_MAX;
-        log.append(&record(3)).unwrap();
-        log.sync().unwrap();
-        drop(log);
-        let (_, recovered) = open(&scratch);
-        assert_eq!(recovered.records, [record(1), record(3)]);
-    }
-
-    #[test]
-    fn errors_display_on_one_line() {
-        let errors = [
-            LogError::Io {
-                op: "sync log",
-                path: PathBuf::from("/x/log-0"),
-                source: io::Error::other("boom"),
-            },
-            LogError::Corrupt {
-                path: PathBuf::from("/x"),
-                reason: "r".to_owned(),
-            },
-            LogError::TooLarge { len: 9, max: 8 },
-            LogError::Encode("e".to_owned()),
-            LogError::Unsynced {
-                written: 2,
-                synced: 1,
-            },
-            LogError::Poisoned,
-        ];
-        for error in errors {
-            let text = error.to_string();
-            assert!(text.starts_with("log: ") && !text.contains('\n'), "{text}");
-        }
-        let io = LogError::Io {
-            op: "sync log",
-            path: PathBuf::from("/x/log-0"),
-            source: io::Error::other("boom"),
-        };
-        assert_eq!(io.to_string(), "log: sync log failed on /x/log-0: boom");
-        assert!(std::error::Error::source(&io).is_some());
     }
 }

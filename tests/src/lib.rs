@@ -21,7 +21,7 @@
 
 pub mod raw;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -324,6 +324,53 @@ pub fn can_connect(address: &str) -> bool {
     TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
 }
 
+/// The command line of a directory node on `listen` with its data in `data_dir`.
+pub fn directory_args(listen: &str, data_dir: &Path) -> Vec<OsString> {
+    vec![
+        "directory".into(),
+        "--listen".into(),
+        listen.into(),
+        "--data-dir".into(),
+        data_dir.into(),
+        "--retry-ms".into(),
+        "200".into(),
+    ]
+}
+
+/// Every file under `dir` (recursively, by path relative to it) and its bytes.
+pub fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        let entries = fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for entry in entries {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else {
+                let bytes = fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                let relative = path
+                    .strip_prefix(root)
+                    .expect("under the root")
+                    .to_path_buf();
+                out.insert(relative, bytes);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// Writes `files` (as [`tree`] returns them) under `dir`, creating directories.
+pub fn write_tree(dir: &Path, files: &BTreeMap<PathBuf, Vec<u8>>) {
+    for (relative, bytes) in files {
+        let path = dir.join(relative);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{}: {e}", parent.display()));
+        }
+        fs::write(&path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+}
+
 /// A directory node process.
 #[derive(Debug)]
 pub struct DirectoryProc {
@@ -345,15 +392,7 @@ impl DirectoryProc {
     pub fn start_with(dir: &TestDir, name: &str, extra: &[OsString]) -> DirectoryProc {
         let listen = free_address();
         let data_dir = dir.join(name);
-        let mut args: Vec<OsString> = vec![
-            "directory".into(),
-            "--listen".into(),
-            listen.clone().into(),
-            "--data-dir".into(),
-            data_dir.clone().into(),
-            "--retry-ms".into(),
-            "200".into(),
-        ];
+        let mut args = directory_args(&listen, &data_dir);
         args.extend_from_slice(extra);
         let proc = Proc::spawn(
             name,
@@ -386,7 +425,8 @@ impl DirectoryProc {
         self.wait_ready();
     }
 
-    /// Every record in its log files (read-only; the node may be running).
+    /// Every record in its log files (read-only; the node may be running): each file's valid
+    /// chain of records after its header.
     pub fn log_records(&self) -> Vec<dataplane_core::log::LogRecord> {
         let mut files: Vec<(u64, PathBuf)> = fs::read_dir(self.data_dir.join("log"))
             .map(|entries| {
@@ -408,7 +448,7 @@ impl DirectoryProc {
                 .and_then(|mut f| f.read_to_end(&mut bytes))
                 .is_ok()
             {
-                records.extend(dataplane_core::log::decode_log(&bytes).records);
+                records.extend(dataplane_io::log::log_file_records(&bytes).unwrap_or_default());
             }
         }
         records

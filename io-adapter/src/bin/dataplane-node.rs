@@ -14,13 +14,21 @@ dataplane-node: runs one node of the dataplane
 
 USAGE:
     dataplane-node directory --listen ADDR --data-dir DIR [--retry-ms N]
-                             [--cluster-key-file FILE]
+                             [--cluster-key-file FILE] [--repair-log]
     dataplane-node host --directory ADDR --listen ADDR --socket PATH --arena-size N
                         [--arena-file PATH] [--allow PREFIX]... [--deadline-secs N]
                         [--cluster-key-file FILE]
 
 directory:  the authoritative namespace directory; its durable log and membership live in DIR.
-            A failed fsync stops it (exit 70); restart it to recover from the log.
+            A failed fsync stops it (exit 70); restart it to recover from the log. On start it
+            cuts a torn tail (bytes written after the last sync) off the log and says so on
+            stderr. It refuses to start, changing no file, if the log is damaged where it had
+            been synced, missing or emptied, from another data directory or of another format
+            version (exit 65), or if another process has DIR open (exit 75).
+--repair-log
+            (directory) cut a damaged log at its first bad byte, or start a missing or emptied
+            log empty after its snapshot, instead of refusing; the cut bytes are kept in
+            DIR/log/log-<N>.cut-<OFFSET>. Acknowledged records after the damage are lost.
 host:       a host node: the namespace proxy, the host machine, the shared arena (N bytes; K, M
             and G suffixes allowed) and the Unix socket children attach to (the capability is
             written to PATH.cap, mode 0600). --allow gives a prefix children may read and write
@@ -137,7 +145,14 @@ fn run(args: &[String]) -> Result<(), (u8, String)> {
     let (command, rest) = args
         .split_first()
         .ok_or_else(|| usage("a command is required"))?;
-    let flags = flags(rest)?;
+    // The one option without a value.
+    let repair_log = rest.iter().any(|a| a == "--repair-log");
+    let rest: Vec<String> = rest
+        .iter()
+        .filter(|a| *a != "--repair-log")
+        .cloned()
+        .collect();
+    let flags = flags(&rest)?;
     match command.as_str() {
         "directory" => {
             check_known(
@@ -149,10 +164,14 @@ fn run(args: &[String]) -> Result<(), (u8, String)> {
                 data_dir: PathBuf::from(one(&flags, "data-dir")?),
                 retry_period: Duration::from_millis(number(&flags, "retry-ms", 1000)?.max(1)),
                 cluster_key: cluster_key(&flags)?,
+                repair_log,
             };
-            run_directory(&options).map_err(|e| (70, e.to_string()))
+            run_directory(&options).map_err(|e| (e.exit_code(), e.to_string()))
         }
         "host" => {
+            if repair_log {
+                return Err(usage("--repair-log is an option of the directory"));
+            }
             check_known(
                 &flags,
                 &[

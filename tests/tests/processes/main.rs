@@ -7,5 +7,6 @@ mod garbage;
 mod kill_directory;
 mod kill_host;
 mod lease;
+mod log_damage;
 mod overload;
 mod streams;
