@@ -37,6 +37,7 @@
 //! * [`arena`]: the ring-lease allocator over a host's blob arena.
 //! * [`blob`]: the 128-byte blob header on arena memory and its checks.
 
+pub mod admission;
 pub mod arena;
 pub mod blob;
 pub mod directory;

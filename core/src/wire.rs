@@ -699,6 +699,14 @@ pub struct ChildOp(pub u64);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Capability(pub [u8; 32]);
 
+impl Capability {
+    /// Whether `self` is `expected`, compared in constant time (a capability is a secret: the
+    /// time a comparison takes must not tell how many leading bytes were right).
+    pub fn matches(&self, expected: &Capability) -> bool {
+        blake3::Hash::from_bytes(self.0) == blake3::Hash::from_bytes(expected.0)
+    }
+}
+
 /// Where a granted blob lies in the shared arena, as the child sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LeaseView {

@@ -1595,3 +1595,74 @@ fn a_full_proxy_is_asked_again_on_the_tick_not_at_once() {
     w.expect(a, |e| matches!(e, ChildEvent::Published { .. }));
     w.inspector.clear();
 }
+
+#[test]
+fn a_closed_session_is_freed_and_a_refused_attach_creates_none() {
+    // Issue 11, item 2: closed sessions stayed in the host's table for its whole life, and a
+    // connection that never attached held a session of its own.
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    w.write(a, 1, "/data/kept", &bytes(8, 1));
+    w.send(a, ChildRequest::Release { op: ChildOp(1) });
+    w.send(a, ChildRequest::Close);
+    w.expect(a, |e| matches!(e, ChildEvent::Closed));
+    assert_eq!(
+        w.host(N1).sessions().count(),
+        0,
+        "the closed session is freed"
+    );
+    assert_eq!(w.live_leases(N1), 1, "its published write stays");
+
+    // The real nodes' path: a session exists only once its child presented the capability.
+    let config = SessionConfig {
+        session_generation: 7,
+        capability: CAPABILITY,
+        job: job(),
+    };
+    let generation = w.host(N1).config().arena_generation;
+    let node = &w.cluster.nodes[N1];
+    let child = Address::new(node.id, node.incarnation, 4_000);
+    let mut out = Outbox::new();
+    let refused = w.cluster.nodes[N1].host.attach_new(
+        config.clone(),
+        child,
+        generation,
+        Capability([9; 32]),
+        &mut out,
+    );
+    assert_eq!(refused, Err(AttachmentFailure::CapabilityRejected));
+    let refused = w.cluster.nodes[N1].host.attach_new(
+        config.clone(),
+        child,
+        generation + 1,
+        CAPABILITY,
+        &mut out,
+    );
+    assert!(matches!(
+        refused,
+        Err(AttachmentFailure::ArenaGenerationMismatch { .. })
+    ));
+    assert!(out.take().is_empty(), "a refusal says nothing to the child");
+    assert_eq!(
+        w.host(N1).sessions().count(),
+        0,
+        "a refusal creates nothing"
+    );
+    let session = w.cluster.nodes[N1]
+        .host
+        .attach_new(config, child, generation, CAPABILITY, &mut out)
+        .expect("the right capability attaches");
+    assert!(matches!(
+        out.take().as_slice(),
+        [Effect::Send { to, message: Message::ToChild(ChildEvent::Attached { session_generation: 7 }) }] if *to == child
+    ));
+    let s = w
+        .host(N1)
+        .sessions()
+        .find(|(_, s)| s.address == session)
+        .unwrap()
+        .1;
+    assert_eq!(s.state, SessionState::Running);
+    assert_eq!(s.child, Some(child));
+}

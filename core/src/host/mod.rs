@@ -143,7 +143,8 @@ pub enum SessionState {
     Running,
     /// The child asked to close; bindings are finishing.
     Closing,
-    /// Every binding finished.
+    /// Every binding finished. Never held: the session is freed in the step that closes it
+    /// (its child is told `Closed`).
     Closed,
 }
 
@@ -425,6 +426,44 @@ impl Host {
         };
         self.sessions.insert(actor, session);
         Some(address)
+    }
+
+    /// Creates a session for a child that presents its capability right away, attached at
+    /// once: the real nodes' path, so that a connection that never proves it may attach
+    /// holds no session. Validated completely before anything changes (Q28): a full host, a
+    /// zero generation, another arena generation or a wrong capability is refused and creates
+    /// nothing. On success the child is told `Attached` (in `out`) and the session's address
+    /// is returned.
+    pub fn attach_new(
+        &mut self,
+        config: SessionConfig,
+        child: Address,
+        arena_generation: u64,
+        capability: Capability,
+        out: &mut Outbox,
+    ) -> Result<Address, crate::error::AttachmentFailure> {
+        use crate::error::AttachmentFailure;
+        if arena_generation != self.config.arena_generation {
+            return Err(AttachmentFailure::ArenaGenerationMismatch {
+                expected: self.config.arena_generation,
+                found: arena_generation,
+            });
+        }
+        if !capability.matches(&config.capability) {
+            return Err(AttachmentFailure::CapabilityRejected);
+        }
+        let Some(session) = self.open_session(config) else {
+            return Err(AttachmentFailure::SessionClosed);
+        };
+        let s = self
+            .sessions
+            .get_mut(&session.actor)
+            .expect("the session was just opened");
+        s.child = Some(child);
+        s.state = SessionState::Running;
+        let session_generation = s.config.session_generation;
+        self.send_child(child, ChildEvent::Attached { session_generation }, out);
+        Ok(session)
     }
 
     /// One frame addressed to a host actor of this node (or of an earlier incarnation of it).

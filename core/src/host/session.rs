@@ -204,7 +204,7 @@ impl Host {
                 expected: self.config.arena_generation,
                 found: arena_generation,
             })
-        } else if capability != s.config.capability {
+        } else if !capability.matches(&s.config.capability) {
             Some(AttachmentFailure::CapabilityRejected)
         } else {
             None
@@ -406,6 +406,9 @@ impl Host {
             if let Some(child) = s.child {
                 self.send_child(child, ChildEvent::Closed, out);
             }
+            // Freed at once: nothing can reach a closed session (its published writes outlive
+            // it on their own, and its child may no longer address them).
+            self.sessions.remove(&session);
         }
     }
 }

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use dataplane_core::directory::{Directory, SourceState};
 use dataplane_core::effect::Effect;
-use dataplane_core::host::{Host, Kind, NamespaceHold, Phase, SessionState};
+use dataplane_core::host::{Host, Kind, NamespaceHold, Phase};
 use dataplane_core::ids::{Address, Revision};
 use dataplane_core::log::Entry;
 use dataplane_core::path::DataPath;
@@ -284,13 +284,12 @@ impl HostChecker {
                     ));
                 }
             }
+            // A closed session is freed at once (issue 11, item 2): none may be left.
             for (actor, session) in machine.sessions() {
-                if session.state != SessionState::Closed {
-                    problems.push(format!(
-                        "L11: session {actor} on {} is {:?}",
-                        host.node, session.state
-                    ));
-                }
+                problems.push(format!(
+                    "L11: session {actor} on {} is still held ({:?})",
+                    host.node, session.state
+                ));
             }
             let mut kept = 0;
             for (actor, b) in machine.bindings() {
