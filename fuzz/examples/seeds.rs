@@ -21,7 +21,7 @@ use dataplane_core::wire::{
     DirectoryCall, DirectoryReply, DirectoryRequest, Envelope, FileRef, GoneScope, LeaseView,
     Message, MutationReceipt, NamespaceNode, ReplyBody, SourceRecovery, StreamMatch, StreamRole,
 };
-use dataplane_io::net::{ClusterKey, Link, Peer, WRONG_KEY};
+use dataplane_io::net::{Acceptor, ClusterKey, Connector, Link, Peer, Who};
 
 fn addr(node: u64, actor: u64) -> Address {
     Address::new(NodeId(node), 1, actor)
@@ -256,13 +256,22 @@ fn main() {
     }
     // The real nodes' link frames: each handshake shape, and a core frame inside one.
     let key = ClusterKey::from_secret(b"a cluster secret of some length").unwrap();
-    let links = [
-        Link::HostHello {
+    let (connector, host_hello) = Connector::new(
+        Who::Host {
             listen: "127.0.0.1:7701".to_owned(),
             boot_nonce: 42,
-            key: Some(key),
         },
-        Link::ClientHello { key: None },
+        [1; 32],
+        Some(&key),
+    );
+    let hello_bytes = wire::encode_value(&host_hello, usize::MAX).unwrap();
+    let (_, _, challenge) = Acceptor::answer(&hello_bytes, [2; 32], Some(&key)).unwrap();
+    let proof = connector.answer(&challenge).unwrap();
+    let links = [
+        host_hello,
+        challenge,
+        proof,
+        Connector::new(Who::Client, [3; 32], None).1,
         Link::Welcome {
             node: NodeId(1),
             incarnation: 2,
@@ -274,13 +283,17 @@ fn main() {
                 listen: "127.0.0.1:7702".to_owned(),
             }],
         },
-        Link::PeerHello {
-            node: NodeId(2),
-            incarnation: 1,
-            key: Some(key),
-        },
+        Connector::new(
+            Who::Peer {
+                node: NodeId(2),
+                incarnation: 1,
+            },
+            [4; 32],
+            Some(&key),
+        )
+        .1,
         Link::Refused {
-            reason: WRONG_KEY.to_owned(),
+            reason: "wrong cluster key (see --cluster-key-file)".to_owned(),
         },
         Link::Frame(frames().remove(0)),
     ];

@@ -6,7 +6,7 @@
 //! [`Envelope`](dataplane_core::wire::Envelope), `Message::FromChild` / `Message::ToChild`);
 //! every message type is also decoded on its own with `decode_value`, and so are the frames
 //! the real nodes read off their sockets: `dataplane_io::net::Link` (hellos, welcomes,
-//! refusals, peer tables, core envelopes) and the child's `ChildWelcome`.
+//! refusals, peer tables, core envelopes) and the child's hello and greeting.
 #![no_main]
 
 use dataplane_core::effect::Effect;
@@ -19,7 +19,7 @@ use dataplane_core::wire::{
     DirectoryReply, DirectoryRequest, FileRef, GoneScope, LeaseView, Message, ReplyBody,
     SourceRecovery, StreamMatch, decode_value, encode_value,
 };
-use dataplane_io::hostnode::ChildWelcome;
+use dataplane_io::hostnode::{ChildGreeting, ChildHello};
 use dataplane_io::net::Link;
 use libfuzzer_sys::fuzz_target;
 use serde::Serialize;
@@ -76,5 +76,6 @@ fuzz_target!(|data: &[u8]| {
     round_trip::<SnapshotRecord>(data);
     // What the real nodes' readers decode.
     round_trip::<Link>(data);
-    round_trip::<ChildWelcome>(data);
+    round_trip::<ChildHello>(data);
+    round_trip::<ChildGreeting>(data);
 });

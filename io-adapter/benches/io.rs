@@ -22,7 +22,7 @@
 //!
 //! * **`durable_mutations`** (1, 16 and 64 clients): acknowledged mutations per second.
 //!   *Ours*: one directory node process. Each client is its own TCP connection and thread
-//!   (N clients = N connections): `Link::ClientHello`, `Link::Welcome`, then closed-loop
+//!   (N clients = N connections): the client handshake, `Link::Welcome`, then closed-loop
 //!   `Register`s of fresh paths (`/bench/<client>/<seq>`, fresh operation id, fresh source
 //!   actor on the client's transient node, `SourceRecovery::Actor`, 4096 bytes, no
 //!   reservation), one outstanding at a time; a mutation counts when its `Registered(Ok)`
@@ -80,7 +80,7 @@ use dataplane_core::wire::{
 };
 use dataplane_io::child::ChildSession;
 use dataplane_io::frame::{FrameReader, write_frame};
-use dataplane_io::net::Link;
+use dataplane_io::net::{Link, Who, handshake_blocking};
 
 /// The targets the numbers are judged against (informational).
 const TARGET_MUTATIONS_RATIO_AT_64: f64 = 3.0;
@@ -411,13 +411,12 @@ impl DirClient {
     fn connect(address: &str) -> DirClient {
         let stream = TcpStream::connect(address).expect("connect to the directory node");
         stream.set_nodelay(true).expect("nodelay");
-        let mut reader = FrameReader::new(stream.try_clone().expect("clone the stream"));
-        let mut w = &stream;
-        write_frame(&mut w, &Link::ClientHello { key: None }).expect("send ClientHello");
-        let (node, directory) = match reader.read_frame::<Link>() {
-            Ok(Some(Link::Welcome {
+        let (welcome, reader) =
+            handshake_blocking(&stream, Who::Client, None).expect("the client handshake");
+        let (node, directory) = match welcome {
+            Link::Welcome {
                 node, directory, ..
-            })) => (node, directory),
+            } => (node, directory),
             other => panic!("no Welcome from the directory node: {other:?}"),
         };
         DirClient {

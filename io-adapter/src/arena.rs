@@ -239,6 +239,18 @@ pub fn send_with_fd(sock: &UnixStream, bytes: &[u8], fd: BorrowedFd<'_>) -> io::
 
 /// [`send_with_fd`] with any number of descriptors (at least one) in one `SCM_RIGHTS` message.
 fn send_with_fds(sock: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    let sent = sendmsg_with_fds(sock.as_raw_fd(), bytes, fds)?;
+    send_all(sock, &bytes[sent.min(bytes.len())..])
+}
+
+/// One `sendmsg` of `bytes` on the socket `sock` with `fd` attached to the first byte; returns
+/// how many bytes it sent (the descriptor went with them). On a non-blocking socket a
+/// `WouldBlock` error means nothing was sent, the descriptor neither. `MSG_NOSIGNAL`.
+pub fn sendmsg_with_fd(sock: RawFd, bytes: &[u8], fd: BorrowedFd<'_>) -> io::Result<usize> {
+    sendmsg_with_fds(sock, bytes, &[fd])
+}
+
+fn sendmsg_with_fds(sock: RawFd, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<usize> {
     if bytes.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -281,20 +293,19 @@ fn send_with_fds(sock: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io:
             ptr::write_unaligned(data.add(i), fd.as_raw_fd());
         }
     }
-    let sent = loop {
+    loop {
         // SAFETY: `msg` points at `iov` (which points into `bytes`) and at `control`, all of
         // which live across the call; the kernel only reads them. The descriptors are valid
         // for the call because `fds` borrows them.
-        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
         if n >= 0 {
-            break n as usize;
+            return Ok(n as usize);
         }
         let err = io::Error::last_os_error();
         if err.kind() != io::ErrorKind::Interrupted {
             return Err(err);
         }
-    };
-    send_all(sock, &bytes[sent.min(bytes.len())..])
+    }
 }
 
 /// Sends the rest of a message without ancillary data, with `MSG_NOSIGNAL`.

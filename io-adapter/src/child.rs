@@ -18,7 +18,7 @@
 
 use std::fmt;
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
@@ -32,7 +32,7 @@ use dataplane_core::wire::{
 
 use crate::arena::{SharedArena, recv_with_fd};
 use crate::frame::{FrameReader, LENGTH_PREFIX_BYTES, write_frame};
-use crate::hostnode::{ChildWelcome, capability_path};
+use crate::hostnode::{ChildGreeting, ChildHello, ChildWelcome, capability_path};
 
 /// Why a child operation failed.
 #[derive(Debug)]
@@ -43,6 +43,14 @@ pub enum ChildError {
     Protocol(String),
     /// The host refused the operation.
     Failed(DataPlaneError),
+    /// The host refused to attach us: its reason, and whether trying again later may succeed
+    /// (a full host) or not (a wrong capability).
+    Refused {
+        /// The host's reason.
+        reason: String,
+        /// A full host, rather than a wrong capability.
+        busy: bool,
+    },
 }
 
 impl fmt::Display for ChildError {
@@ -51,6 +59,9 @@ impl fmt::Display for ChildError {
             ChildError::Connect(e) => write!(f, "cannot reach the host: {e}"),
             ChildError::Protocol(e) => write!(f, "host protocol: {e}"),
             ChildError::Failed(e) => write!(f, "{}", describe(e)),
+            ChildError::Refused { reason, .. } => {
+                write!(f, "the host refused to attach: {reason}")
+            }
         }
     }
 }
@@ -103,8 +114,8 @@ pub struct ChildSession {
 }
 
 impl ChildSession {
-    /// Connects to the host's socket, maps its arena and attaches with the capability in
-    /// `<socket>.cap`.
+    /// Connects to the host's socket, attaches with the capability in `<socket>.cap`, and
+    /// maps the arena the host hands over once the capability checked out.
     pub fn connect(socket: &Path) -> Result<ChildSession, ChildError> {
         let connect = |what: &str, e: io::Error| ChildError::Connect(format!("{what}: {e}"));
         let cap_path = capability_path(socket);
@@ -114,33 +125,54 @@ impl ChildSession {
         })?;
         let stream =
             UnixStream::connect(socket).map_err(|e| connect(&socket.display().to_string(), e))?;
-        // The welcome comes alone, with the arena's descriptor.
+        let mut writer = &stream;
+        write_frame(&mut writer, &ChildHello::new(Capability(capability))).map_err(protocol)?;
+        // The greeting comes first, with the arena's descriptor if we are attached; `Attached`
+        // may follow in the same read.
         let mut buf = vec![0u8; 4096];
-        let (mut n, fd) = recv_with_fd(&stream, &mut buf).map_err(|e| connect("welcome", e))?;
-        let fd = fd.ok_or_else(|| protocol("the welcome carried no arena"))?;
-        while n < LENGTH_PREFIX_BYTES {
-            let got = (&stream).read(&mut buf[n..]).map_err(protocol)?;
+        let mut fd = None;
+        let mut n = 0;
+        loop {
+            let (got, got_fd) = recv_with_fd(&stream, &mut buf[n..]).map_err(|e| connect("greeting", e))?;
             if got == 0 {
                 return Err(protocol("the host closed the connection"));
             }
+            if got_fd.is_some() {
+                fd = got_fd;
+            }
             n += got;
+            if n >= LENGTH_PREFIX_BYTES {
+                let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+                if len > FRAME_BYTES_MAX {
+                    return Err(protocol("oversized greeting"));
+                }
+                let total = LENGTH_PREFIX_BYTES + len;
+                if buf.len() < total {
+                    buf.resize(total, 0);
+                }
+                if n >= total {
+                    break;
+                }
+            }
+            if n == buf.len() {
+                buf.resize(buf.len() * 2, 0);
+            }
         }
         let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-        if len > FRAME_BYTES_MAX {
-            return Err(protocol("oversized welcome"));
-        }
         let total = LENGTH_PREFIX_BYTES + len;
-        if buf.len() < total {
-            buf.resize(total, 0);
-        }
-        if n < total {
-            (&stream).read_exact(&mut buf[n..total]).map_err(protocol)?;
-        }
-        let welcome: ChildWelcome =
+        let greeting: ChildGreeting =
             decode_value(&buf[LENGTH_PREFIX_BYTES..total], FRAME_BYTES_MAX).map_err(protocol)?;
+        let welcome = match greeting {
+            ChildGreeting::Welcome(welcome) => welcome,
+            ChildGreeting::Refused { reason, busy } => {
+                return Err(ChildError::Refused { reason, busy });
+            }
+        };
+        let fd = fd.ok_or_else(|| protocol("the welcome carried no arena"))?;
         let arena =
             SharedArena::from_fd(fd, welcome.arena_size).map_err(|e| connect("arena", e))?;
-        let reader = FrameReader::new(stream.try_clone().map_err(protocol)?);
+        let rest = buf[total..n].to_vec();
+        let reader = FrameReader::with_buffered(stream.try_clone().map_err(protocol)?, rest);
         let mut session = ChildSession {
             stream,
             reader,
@@ -149,15 +181,16 @@ impl ChildSession {
             next_op: 1,
             digest: DigestKind::Blake3,
         };
-        session.send(&ChildRequest::Attach {
-            arena_generation: session.welcome.arena_generation,
-            capability: Capability(capability),
-        })?;
         match session.next_event()? {
             ChildEvent::Attached { .. } => Ok(session),
             ChildEvent::AttachFailed { error } => Err(ChildError::Failed(error)),
             other => Err(protocol(format!("unexpected {other:?} at attach"))),
         }
+    }
+
+    /// What the host told us when it attached us (our address, our session, the arena).
+    pub fn welcome(&self) -> &ChildWelcome {
+        &self.welcome
     }
 
     /// The digest later writes store at seal: BLAKE3 (the default; readers on every host

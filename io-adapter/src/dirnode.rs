@@ -1,19 +1,24 @@
 //! The directory node: the authoritative `Directory` machine, its durable log, and the TCP
 //! endpoint hosts connect to.
 //!
-//! One driver thread owns everything. It waits for a connection event or the machine's timer,
-//! handles every event already queued (a batch), appends the records of every step to the log,
-//! syncs **once** for the batch (group commit), and only then executes the effects that came
-//! after the first record — replies, `Retire`s, timers, route watches (DESIGN §3). A failed
-//! sync stops the node (fail-stop); on restart it recovers from the log with a higher epoch.
+//! One driver thread owns everything, sockets included ([`Reactor`]). It waits for socket
+//! readiness or the machine's timer, handles every frame that arrived (a batch), appends the
+//! records of every step to the log, syncs **once** for the batch (group commit), and only then
+//! executes the effects that came after the first record — replies, `Retire`s, timers, route
+//! watches (DESIGN §3). A failed sync stops the node (fail-stop); on restart it recovers from
+//! the log with a higher epoch.
+//!
+//! **Admission.** An accepted connection may send only hello-sized frames and must complete
+//! the handshake ([`crate::net`]: hello, challenge, proof) within the admission deadline; at
+//! most `PENDING_CONNECTIONS_MAX` wait at once, the oldest making room for a new one
+//! ([`Admission`]). Nothing from a connection reaches the machine before it is admitted, and an
+//! admitted one speaks only for its own node ([`speaks_for`]).
 //!
 //! The node also keeps the *membership*: hosts are identified by the address they listen on;
-//! the first `HostHello` from an address assigns it a node id, and a hello with a new boot
+//! the first host hello from an address assigns it a node id, and a hello with a new boot
 //! nonce (the host process restarted) raises its incarnation. The table is a small file
 //! written crash-atomically before the `Welcome` that announces it. Benchmark and test clients
-//! that only send calls say `ClientHello` and get a transient node id. With a cluster key
-//! ([`DirectoryOptions::cluster_key`]) a hello must present it; one that does not is answered
-//! `Refused` and closed before it changes anything.
+//! that only send calls say they are a client and get a transient node id.
 //!
 //! Nothing in the data directory is touched before the log holds its lock: a second directory
 //! process on the same directory is refused ([`NodeError::Refused`]) without writing a byte.
@@ -23,12 +28,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::PathBuf;
-use std::thread;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
+use dataplane_core::admission::{
+    ADMISSION_DEADLINE, Accepted, Admission, HelloRefusal, PENDING_CONNECTIONS_MAX,
+};
 use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
+use dataplane_core::limits::FRAME_BYTES_MAX;
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::ids::{Address, NodeId};
 use dataplane_core::log::LogRecord;
@@ -38,12 +45,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::driver::{Barrier, Clock, read_state, write_state};
 use crate::log::{DurableLog, LogError, LogOptions};
-use crate::net::{ClusterKey, Conn, ConnId, Event, Link, Peer, WRONG_KEY, spawn_tcp};
+use crate::net::{
+    Acceptor, ClusterKey, ConnId, Limits, Link, NetEvent, Peer, Reactor, Who, fresh_nonce,
+};
 
 /// Transient node ids (clients that are not hosts) start here.
 pub const TRANSIENT_NODE_BASE: u64 = 1 << 40;
-/// Events handled per batch before the log is synced and held effects go out.
-const BATCH_MAX: usize = 1024;
+/// Most admitted connections (hosts and clients).
+const ADMITTED_CONNECTIONS_MAX: usize = 4096;
 /// The log is compacted once it is this large and twice its size after the last compaction.
 const COMPACT_MIN_BYTES: u64 = 4 << 20;
 
@@ -141,21 +150,18 @@ struct HostRecord {
     boot_nonce: u64,
 }
 
-#[allow(clippy::large_enum_variant)] // Frames dominate; see `Link`.
-enum DirEvent {
-    Accepted(TcpStream),
-    Net(Event<Link>),
-}
-
-fn wrap(e: Event<Link>) -> DirEvent {
-    DirEvent::Net(e)
-}
-
-/// A connection and who is on it.
-struct Connected {
-    conn: Conn<Link>,
-    node: Option<(NodeId, u64)>,
-    host: bool,
+/// Where a connection is in its handshake.
+enum Stage {
+    /// Accepted; its hello is awaited.
+    Hello,
+    /// Challenged; its proof is awaited.
+    Proof(Acceptor, Who),
+    /// Admitted: it speaks for `node` at `incarnation`.
+    Admitted {
+        node: NodeId,
+        incarnation: u64,
+        host: bool,
+    },
 }
 
 struct DirectoryNode {
@@ -167,15 +173,15 @@ struct DirectoryNode {
     compacted_at: u64,
     membership: Membership,
     membership_path: PathBuf,
-    conns: BTreeMap<ConnId, Connected>,
+    net: Reactor,
+    admission: Admission,
+    conns: BTreeMap<ConnId, Stage>,
     by_node: BTreeMap<NodeId, ConnId>,
-    next_conn: ConnId,
     next_transient: u64,
     timer: Option<Instant>,
     barrier: Barrier,
     watched: BTreeSet<Address>,
     routes: VecDeque<(Address, bool)>,
-    events: Sender<DirEvent>,
     outbox: Outbox,
 }
 
@@ -230,15 +236,9 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
     )
     .map_err(|e| NodeError::Recovery(format!("{e:?}")))?;
     let listener = TcpListener::bind(&options.listen).map_err(|e| io(&options.listen, e))?;
-    let (events, inbox) = unbounded();
-    let accept_events = events.clone();
-    thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            if accept_events.send(DirEvent::Accepted(stream)).is_err() {
-                return;
-            }
-        }
-    });
+    let mut net = Reactor::new().map_err(|e| io("poll", e))?;
+    net.listen_tcp(listener, Limits::pending())
+        .map_err(|e| io(&options.listen, e))?;
     let compacted_at = log.len_bytes();
     let mut node = DirectoryNode {
         cluster_key: options.cluster_key,
@@ -249,15 +249,19 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         compacted_at,
         membership,
         membership_path,
+        net,
+        admission: Admission::new(
+            ADMISSION_DEADLINE,
+            PENDING_CONNECTIONS_MAX,
+            ADMITTED_CONNECTIONS_MAX,
+        ),
         conns: BTreeMap::new(),
         by_node: BTreeMap::new(),
-        next_conn: 1,
         next_transient: TRANSIENT_NODE_BASE,
         timer: None,
         barrier: Barrier::default(),
         watched: BTreeSet::new(),
         routes: VecDeque::new(),
-        events,
         outbox: Outbox::new(),
     };
     let effects = outbox.take();
@@ -266,7 +270,7 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
     // that epoch, and its held effects (retries, the retry timer) go out now, not after the
     // first event.
     node.commit()?;
-    node.run(&inbox)
+    node.run()
 }
 
 /// Whether a frame that arrived on the connection of `node` speaks only for `node`: it comes
@@ -297,25 +301,28 @@ fn speaks_for(node: NodeId, envelope: &Envelope) -> bool {
 }
 
 impl DirectoryNode {
-    fn run(&mut self, inbox: &Receiver<DirEvent>) -> Result<(), NodeError> {
+    fn run(&mut self) -> Result<(), NodeError> {
+        let mut events = Vec::new();
         loop {
-            let wait = self
-                .timer
-                .map_or(std::time::Duration::from_secs(1), |at| self.clock.until(at));
-            match inbox.recv_timeout(wait) {
-                Ok(event) => self.handle(event)?,
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            let next = [self.timer, self.admission.next_deadline()]
+                .into_iter()
+                .flatten()
+                .min();
+            let wait = next.map_or(std::time::Duration::from_secs(1), |at| self.clock.until(at));
+            self.net
+                .poll(Some(wait), &mut events)
+                .map_err(|e| NodeError::Io(format!("poll: {e}")))?;
+            for event in events.drain(..) {
+                self.handle(event)?;
             }
-            for _ in 0..BATCH_MAX {
-                match inbox.try_recv() {
-                    Ok(event) => self.handle(event)?,
-                    Err(_) => break,
-                }
+            let now = self.clock.now();
+            for conn in self.admission.expired(now) {
+                // Not admitted within the deadline.
+                self.net.close(conn);
+                self.conns.remove(&conn);
             }
-            if self.timer.is_some_and(|at| at <= self.clock.now()) {
+            if self.timer.is_some_and(|at| at <= now) {
                 self.timer = None;
-                let now = self.clock.now();
                 let _ = self
                     .machine
                     .handle_timer(now, Timer::DirectoryRetry, &mut self.outbox);
@@ -393,12 +400,13 @@ impl DirectoryNode {
         self.by_node
             .get(&target.node)
             .and_then(|c| self.conns.get(c))
-            .and_then(|c| c.node)
-            .is_some_and(|(_, incarnation)| incarnation == target.incarnation)
+            .is_some_and(|stage| {
+                matches!(stage, Stage::Admitted { incarnation, .. } if *incarnation == target.incarnation)
+            })
     }
 
     fn send(&mut self, to: Address, message: Message) {
-        let Some(conn) = self.by_node.get(&to.node).and_then(|c| self.conns.get(c)) else {
+        let Some(&conn) = self.by_node.get(&to.node) else {
             return; // Unreachable now: obligations are re-sent, replies are re-asked.
         };
         let envelope = Envelope {
@@ -406,62 +414,113 @@ impl DirectoryNode {
             to,
             message,
         };
-        conn.conn.send(Link::Frame(envelope));
+        self.net.send(conn, Link::Frame(envelope));
     }
 
-    fn handle(&mut self, event: DirEvent) -> Result<(), NodeError> {
+    /// Refuses a connection: the reason goes out, then the connection closes.
+    fn refuse(&mut self, conn: ConnId, refusal: &HelloRefusal) {
+        self.net.send(
+            conn,
+            Link::Refused {
+                reason: refusal.to_string(),
+            },
+        );
+        self.net.close_after_flush(conn);
+        self.forget(conn);
+    }
+
+    /// The connection is gone: its node is unroutable from now on.
+    fn forget(&mut self, conn: ConnId) {
+        self.admission.closed(conn);
+        if let Some(Stage::Admitted { node, .. }) = self.conns.remove(&conn)
+            && self.by_node.get(&node) == Some(&conn)
+        {
+            self.by_node.remove(&node);
+            self.report_node(node);
+        }
+    }
+
+    fn handle(&mut self, event: NetEvent) -> Result<(), NodeError> {
         match event {
-            DirEvent::Accepted(stream) => {
-                let id = self.next_conn;
-                self.next_conn += 1;
-                if let Ok(conn) = spawn_tcp(id, stream, self.events.clone(), wrap) {
-                    self.conns.insert(
-                        id,
-                        Connected {
-                            conn,
-                            node: None,
-                            host: false,
-                        },
-                    );
-                }
-            }
-            DirEvent::Net(Event::Closed(id, _reason)) => {
-                if let Some(c) = self.conns.remove(&id)
-                    && let Some((node, _)) = c.node
-                    && self.by_node.get(&node) == Some(&id)
+            NetEvent::Accepted { conn, .. } => {
+                if let Accepted::PendingEvicting(oldest) =
+                    self.admission.accepted(self.clock.now(), conn)
                 {
-                    self.by_node.remove(&node);
-                    self.report_node(node);
+                    self.net.close(oldest);
+                    self.conns.remove(&oldest);
                 }
+                self.conns.insert(conn, Stage::Hello);
             }
-            DirEvent::Net(Event::Received(id, link)) => self.link(id, link)?,
+            NetEvent::Closed(conn, _reason) => self.forget(conn),
+            NetEvent::Frame(conn, payload) => self.frame(conn, &payload)?,
+            NetEvent::Connected(_) => {}
         }
         Ok(())
     }
 
-    fn link(&mut self, id: ConnId, link: Link) -> Result<(), NodeError> {
-        let Some(c) = self.conns.get(&id) else {
-            return Ok(());
-        };
-        let presented = match &link {
-            Link::HostHello { key, .. } | Link::ClientHello { key } => Some(key.as_ref()),
-            _ => None,
-        };
-        if let Some(presented) = presented
-            && c.node.is_none()
-            && !ClusterKey::admits(self.cluster_key.as_ref(), presented)
-        {
-            c.conn.send(Link::Refused {
-                reason: WRONG_KEY.to_owned(),
-            });
-            // Dropping the connection's handle lets its writer send what is queued, then close.
-            self.conns.remove(&id);
-            return Ok(());
+    fn frame(&mut self, conn: ConnId, payload: &[u8]) -> Result<(), NodeError> {
+        match self.conns.remove(&conn) {
+            Some(Stage::Hello) => {
+                let Ok(nonce) = fresh_nonce() else {
+                    self.net.close(conn);
+                    self.forget(conn);
+                    return Ok(());
+                };
+                match Acceptor::answer(payload, nonce, self.cluster_key.as_ref()) {
+                    Ok((_, Who::Peer { .. }, _)) => self.refuse(conn, &HelloRefusal::NotAHello),
+                    Ok((acceptor, who, challenge)) => {
+                        self.net.send(conn, challenge);
+                        self.conns.insert(conn, Stage::Proof(acceptor, who));
+                        self.net.resume(conn);
+                    }
+                    Err(refusal) => self.refuse(conn, &refusal),
+                }
+            }
+            Some(Stage::Proof(acceptor, who)) => {
+                let proof = dataplane_core::wire::decode_value::<Link>(payload, FRAME_BYTES_MAX);
+                let checked = proof
+                    .map_err(|_| HelloRefusal::NotAHello)
+                    .and_then(|p| acceptor.check(&p))
+                    .and_then(|()| self.admission.admit(conn));
+                match checked {
+                    Ok(()) => {
+                        self.net.set_limits(conn, Limits::peer());
+                        self.admitted(conn, who)?;
+                    }
+                    Err(refusal) => self.refuse(conn, &refusal),
+                }
+            }
+            Some(stage @ Stage::Admitted { node, .. }) => {
+                self.conns.insert(conn, stage);
+                let link = dataplane_core::wire::decode_value::<Link>(payload, FRAME_BYTES_MAX);
+                match link {
+                    Ok(Link::Frame(envelope)) if speaks_for(node, &envelope) => {
+                        let now = self.clock.now();
+                        if self
+                            .machine
+                            .handle_message(now, envelope.message, &mut self.outbox)
+                            .is_ok()
+                        {
+                            self.step_effects()?;
+                        }
+                    }
+                    // A frame about another node's addresses, out of protocol or undecodable:
+                    // the peer is broken or hostile.
+                    _ => {
+                        self.net.close(conn);
+                        self.forget(conn);
+                    }
+                }
+            }
+            None => {}
         }
-        match link {
-            Link::HostHello {
-                listen, boot_nonce, ..
-            } if c.node.is_none() => {
+        Ok(())
+    }
+
+    /// A host or client proved itself: give it its identity.
+    fn admitted(&mut self, conn: ConnId, who: Who) -> Result<(), NodeError> {
+        match who {
+            Who::Host { listen, boot_nonce } => {
                 let record = match self.membership.hosts.get(&listen) {
                     Some(r) if r.boot_nonce == boot_nonce => r.clone(),
                     Some(r) => HostRecord {
@@ -489,34 +548,15 @@ impl DirectoryNode {
                     write_state(&self.membership_path, &self.membership)
                         .map_err(|e| NodeError::Io(format!("membership: {e}")))?;
                 }
-                self.attach(id, record.node, record.incarnation, true);
+                self.attach(conn, record.node, record.incarnation, true);
                 self.broadcast_peers();
             }
-            Link::ClientHello { .. } if c.node.is_none() => {
+            Who::Client => {
                 let node = NodeId(self.next_transient);
                 self.next_transient += 1;
-                self.attach(id, node, 1, false);
+                self.attach(conn, node, 1, false);
             }
-            Link::Frame(envelope)
-                if c.node.is_some_and(|(node, _)| !speaks_for(node, &envelope)) =>
-            {
-                // A frame about another node's addresses: the peer is broken or hostile.
-                c.conn.close();
-            }
-            Link::Frame(envelope) if c.node.is_some() => {
-                let now = self.clock.now();
-                if self
-                    .machine
-                    .handle_message(now, envelope.message, &mut self.outbox)
-                    .is_ok()
-                {
-                    self.step_effects()?;
-                }
-            }
-            _ => {
-                // A frame out of protocol: the peer is broken or hostile.
-                c.conn.close();
-            }
+            Who::Peer { .. } => self.refuse(conn, &HelloRefusal::NotAHello),
         }
         Ok(())
     }
@@ -524,24 +564,31 @@ impl DirectoryNode {
     fn attach(&mut self, id: ConnId, node: NodeId, incarnation: u64, host: bool) {
         if let Some(old) = self.by_node.insert(node, id)
             && old != id
-            && let Some(c) = self.conns.get_mut(&old)
         {
-            c.node = None;
-            c.conn.close();
+            // The node's earlier connection: the new one replaces it.
+            self.net.close(old);
+            self.admission.closed(old);
+            self.conns.remove(&old);
         }
         let peers = self.peers(Some(node));
-        let Some(c) = self.conns.get_mut(&id) else {
-            return;
-        };
-        c.node = Some((node, incarnation));
-        c.host = host;
-        c.conn.send(Link::Welcome {
-            node,
-            incarnation,
-            directory: self.address,
-            epoch: self.machine.epoch(),
-            peers,
-        });
+        self.conns.insert(
+            id,
+            Stage::Admitted {
+                node,
+                incarnation,
+                host,
+            },
+        );
+        self.net.send(
+            id,
+            Link::Welcome {
+                node,
+                incarnation,
+                directory: self.address,
+                epoch: self.machine.epoch(),
+                peers,
+            },
+        );
         self.report_node(node);
     }
 
@@ -572,10 +619,20 @@ impl DirectoryNode {
             .collect()
     }
 
-    fn broadcast_peers(&self) {
-        for c in self.conns.values().filter(|c| c.host) {
-            let me = c.node.map(|(n, _)| n);
-            c.conn.send(Link::Peers(self.peers(me)));
+    fn broadcast_peers(&mut self) {
+        let hosts: Vec<(ConnId, NodeId)> = self
+            .conns
+            .iter()
+            .filter_map(|(conn, stage)| match stage {
+                Stage::Admitted {
+                    node, host: true, ..
+                } => Some((*conn, *node)),
+                _ => None,
+            })
+            .collect();
+        for (conn, node) in hosts {
+            let peers = self.peers(Some(node));
+            self.net.send(conn, Link::Peers(peers));
         }
     }
 }

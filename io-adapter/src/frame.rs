@@ -197,6 +197,26 @@ impl<R: Read> FrameReader<R> {
         result
     }
 
+    /// A reader over `inner` that first returns the frames in `buffered` (bytes already
+    /// received from `inner` by someone else).
+    pub fn with_buffered(inner: R, buffered: Vec<u8>) -> Self {
+        let end = buffered.len();
+        FrameReader {
+            inner,
+            buf: buffered,
+            start: 0,
+            end,
+            failed: false,
+        }
+    }
+
+    /// The stream and the received bytes not yet returned as frames (to hand the stream to
+    /// another reader without losing them).
+    pub fn into_parts(self) -> (R, Vec<u8>) {
+        let rest = self.buf[self.start..self.end].to_vec();
+        (self.inner, rest)
+    }
+
     /// The underlying stream (for socket options, peer addresses...). Reading from it
     /// directly would skip buffered bytes.
     pub fn get_ref(&self) -> &R {

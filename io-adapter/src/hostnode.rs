@@ -1,17 +1,26 @@
 //! The host node: the node's namespace proxy and host machine, the shared arena its children
-//! map, the Unix socket children connect to, and TCP links to the directory node and to the
-//! other hosts.
+//! map, the Unix socket children connect to, and TCP connections to the directory node and to
+//! the other hosts.
 //!
-//! One driver thread owns the machines, the arena, the timers and the routing table; reader
-//! and writer threads move frames (see [`crate::net`]). Frames between actors of this node
-//! never leave the process: they go through a local queue, in order.
+//! One driver thread owns the machines, the arena, the timers, the routing table and every
+//! socket ([`Reactor`]). Frames between actors of this node never leave the process: they go
+//! through a local queue, in order.
 //!
-//! **Children.** A child connects to the socket; the host opens a session for it and sends a
-//! [`ChildWelcome`] with the arena's descriptor attached (`SCM_RIGHTS`); from then on the child
-//! sends `ChildRequest`s and receives `ChildEvent`s as postcard frames. The session's capability
-//! is a random value the host writes to `<socket>.cap` (mode 0600): a program that can read that
-//! file may attach. When a child's connection ends, its session is closed on its behalf (its
-//! views are gone: DESIGN Q24); published blobs stay.
+//! **Children.** A child connects to the socket and says [`ChildHello`] with the capability
+//! it read from `<socket>.cap`. Until then it holds nothing: no session, no descriptor, only a
+//! place in a bounded waiting room with a deadline ([`Admission`]). The host machine validates
+//! the capability and creates the session in one step ([`Host::attach_new`]); only then does
+//! the child get a [`ChildGreeting::Welcome`] with the arena's descriptor attached
+//! (`SCM_RIGHTS`), followed by `Attached`. From then on the child sends `ChildRequest`s and
+//! receives `ChildEvent`s as postcard frames. A wrong capability is answered
+//! [`ChildGreeting::Refused`] and closed. When a child's connection ends, its session is closed
+//! on its behalf (its views are gone: DESIGN Q24); published blobs stay.
+//!
+//! **The socket.** It is created with mode 0600 (0660 and the `--socket-group` group with
+//! [`HostOptions::socket_group`]) whatever the umask, and so is the capability file. A host
+//! holds `<socket>.lock` (an exclusive `flock`) for its whole life and touches the socket and
+//! the capability file only once it holds it: a second host on the same socket is refused
+//! ([`HostError::InUse`]) and changes nothing.
 //!
 //! **Restarts.** The directory node assigns the node id and raises the incarnation when this
 //! process is new (boot nonce). A host whose incarnation is above 1 reports its previous
@@ -19,37 +28,45 @@
 //! acknowledges. If the directory connection drops, the proxy is told "no directory" and the
 //! host reconnects with backoff; the new `Welcome` carries the new authority epoch.
 //!
-//! **Cluster key.** With [`HostOptions::cluster_key`] the host presents the key in its hellos to
-//! the directory and to other hosts, and admits another host's connection only after a
-//! `PeerHello` with the same key (one without is answered `Refused` and closed). Core frames
-//! are taken only from the directory's connection and from admitted peers'. If the directory
-//! refuses this host's key, [`run_host`] returns the error.
+//! **Other hosts.** Frames for another host go over this host's own connection to it, made on
+//! demand; they wait (a bounded backlog) until the handshake proved both sides know the
+//! cluster key. Connections other hosts make to this one go through the same kind of waiting
+//! room as children, and their core frames are taken only once they proved the key, and only
+//! for their own node. If the directory refuses this host's key, [`run_host`] returns the
+//! error.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::fs;
 use std::io::Write;
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::thread;
 use std::time::Duration as StdDuration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
+use dataplane_core::admission::{
+    ADMISSION_DEADLINE, Accepted, Admission, HANDSHAKE_MAGIC, HelloRefusal,
+    PENDING_CONNECTIONS_MAX, PROTOCOL_VERSION, check_version,
+};
 use dataplane_core::effect::{Effect, Outbox, Timer};
+use dataplane_core::error::AttachmentFailure;
 use dataplane_core::host::{Host, HostConfig, SessionConfig};
 use dataplane_core::ids::{Address, NodeId};
+use dataplane_core::limits::{FRAME_BYTES_MAX, HOST_SESSIONS_MAX, PROXY_PENDING_MAX};
 use dataplane_core::path::{DataPath, JobContext};
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
 use dataplane_core::time::{Duration, Instant};
-use dataplane_core::wire::{Capability, ChildEvent, ChildRequest, Envelope, GoneScope, Message};
+use dataplane_core::wire::{
+    Capability, ChildRequest, Envelope, GoneScope, Message, decode_value,
+};
 use serde::{Deserialize, Serialize};
 
-use crate::arena::{SharedArena, send_with_fd};
-use crate::driver::{Clock, random_u64};
-use crate::frame::encode_frame;
-use crate::net::{ClusterKey, Conn, ConnId, Event, Link, Peer, WRONG_KEY, spawn_tcp, spawn_unix};
+use crate::arena::SharedArena;
+use crate::driver::Clock;
+use crate::net::{
+    Acceptor, ClusterKey, ConnId, Connector, HandshakeError, Limits, Link, ListenerId, NetEvent,
+    Outgoing, Overflow, Peer, Reactor, Who, fresh_nonce, handshake_blocking,
+};
 
 /// The node agent's actor number (gone reports).
 pub const AGENT_ACTOR: u64 = 0;
@@ -61,12 +78,27 @@ pub const FIRST_CHILD_ACTOR: u64 = 100;
 pub const FIRST_HOST_ACTOR: u64 = 1 << 40;
 /// Transfer chunk size between hosts (the most a chunk frame may carry).
 pub const TRANSFER_CHUNK_BYTES: u32 = 256 * 1024;
-/// Chunks a transfer keeps in flight: 4 MiB. Over loopback a round trip crosses four threads
-/// (two drivers, a writer and a reader on each side), so the window must cover it; the `io`
-/// bench measured 64 KiB x 8 at 1.25 GiB/s and 256 KiB x 16 at 1.4-1.5 GiB/s.
+/// Chunks a transfer keeps in flight: 4 MiB. Over loopback a round trip crosses both hosts'
+/// drivers, so the window must cover it; the `io` bench measured 64 KiB x 8 at 1.25 GiB/s and
+/// 256 KiB x 16 at 1.4-1.5 GiB/s.
 pub const TRANSFER_WINDOW: u32 = 16;
-/// Events handled per batch.
-const BATCH_MAX: usize = 1024;
+/// Most frames waiting for another host's connection to finish its handshake; later ones are
+/// dropped (every protocol between hosts re-sends).
+const PEER_BACKLOG_MAX: usize = 4096;
+/// Most connections other hosts keep to this one.
+const PEERS_MAX: usize = 1024;
+/// Most children waiting to attach at once.
+const CHILDREN_PENDING_MAX: usize = 64;
+/// The longest backoff between two connection attempts to the directory.
+const RECONNECT_MAX: Duration = Duration::from_secs(2);
+/// A child connection's bounds once it attached: requests are small (paths of at most 4 KiB),
+/// and a child that does not read its events is closed rather than left without answers.
+const CHILD_LIMITS: Limits = Limits {
+    frame_bytes: 64 * 1024,
+    queue_bytes: 4 << 20,
+    overflow: Overflow::Close,
+    pace: false,
+};
 
 /// How a host node is set up.
 #[derive(Clone, Debug)]
@@ -77,6 +109,9 @@ pub struct HostOptions {
     pub listen: String,
     /// The Unix socket children connect to.
     pub socket: PathBuf,
+    /// With a group id, the socket and the capability file are also open to that group
+    /// (modes 0660 and 0640); otherwise only to this process's user (0600).
+    pub socket_group: Option<u32>,
     /// Arena size in bytes.
     pub arena_size: u64,
     /// Back the arena with this file instead of an anonymous memfd.
@@ -85,18 +120,56 @@ pub struct HostOptions {
     pub allow: Vec<DataPath>,
     /// The proxy's request deadline.
     pub deadline: Duration,
-    /// When set, presented in every hello and required of every other host.
+    /// When set, this host and the other nodes prove to each other that they know it.
     pub cluster_key: Option<ClusterKey>,
 }
 
-/// The first frame a child receives, with the arena's descriptor attached.
+/// A child's first frame: it proves it may attach.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildHello {
+    /// [`HANDSHAKE_MAGIC`].
+    pub magic: u32,
+    /// The child's [`PROTOCOL_VERSION`].
+    pub version: u16,
+    /// The capability from `<socket>.cap`.
+    pub capability: Capability,
+}
+
+impl ChildHello {
+    /// The hello of this version for `capability`.
+    pub fn new(capability: Capability) -> ChildHello {
+        ChildHello {
+            magic: HANDSHAKE_MAGIC,
+            version: PROTOCOL_VERSION,
+            capability,
+        }
+    }
+}
+
+/// The host's answer to a [`ChildHello`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChildGreeting {
+    /// Attached: the arena's descriptor comes with this frame; `Attached` follows.
+    Welcome(ChildWelcome),
+    /// Not attached (a wrong capability or version, a full host); the host closes.
+    Refused {
+        /// Why, for the user.
+        reason: String,
+        /// Whether trying again later may succeed (a full host), or not (a wrong capability).
+        busy: bool,
+    },
+}
+
+impl Outgoing for ChildGreeting {}
+
+/// What an attached child learns first.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChildWelcome {
     /// The child's own address.
     pub child: Address,
     /// Its session.
     pub session: Address,
-    /// The arena generation to present at attach.
+    /// The arena generation (every lease generation is above it).
     pub arena_generation: u64,
     /// The arena's size (map this many bytes).
     pub arena_size: u64,
@@ -104,8 +177,17 @@ pub struct ChildWelcome {
 
 /// The capability file next to a socket.
 pub fn capability_path(socket: &Path) -> PathBuf {
+    sibling(socket, ".cap")
+}
+
+/// The lock file next to a socket: held by the host that serves it.
+pub fn lock_path(socket: &Path) -> PathBuf {
+    sibling(socket, ".lock")
+}
+
+fn sibling(socket: &Path, suffix: &str) -> PathBuf {
     let mut name = socket.as_os_str().to_owned();
-    name.push(".cap");
+    name.push(suffix);
     PathBuf::from(name)
 }
 
@@ -114,6 +196,8 @@ pub fn capability_path(socket: &Path) -> PathBuf {
 pub enum HostError {
     /// Setting up failed (the arena, a socket, the capability file...).
     Setup(String),
+    /// Another live host serves this socket (its lock is held); nothing was changed.
+    InUse(String),
     /// The directory refused this host's hello (its cluster key): a configuration error.
     Refused(String),
 }
@@ -123,12 +207,22 @@ impl HostError {
     pub fn refused(&self) -> bool {
         matches!(self, HostError::Refused(_))
     }
+
+    /// The process exit status for this error (sysexits): 78 a refused key (configuration),
+    /// 75 a socket in use (try later), 70 anything else.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            HostError::Refused(_) => 78,
+            HostError::InUse(_) => 75,
+            HostError::Setup(_) => 70,
+        }
+    }
 }
 
 impl fmt::Display for HostError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            HostError::Setup(message) => f.write_str(message),
+            HostError::Setup(message) | HostError::InUse(message) => f.write_str(message),
             HostError::Refused(reason) => write!(f, "the directory refused this host: {reason}"),
         }
     }
@@ -136,28 +230,58 @@ impl fmt::Display for HostError {
 
 impl std::error::Error for HostError {}
 
-#[allow(clippy::large_enum_variant)] // Frames dominate; see `Link`.
-enum HostEvent {
-    PeerAccepted(TcpStream),
-    DirectoryConnected(TcpStream),
-    Net(Event<Link>),
-    ChildAccepted(UnixStream),
-    Child(Event<ChildRequest>),
+/// The connection to the directory node.
+enum DirLink {
+    /// None; the next attempt is at `retry_at`.
+    Down { retry_at: Instant, backoff: Duration },
+    /// Connecting, or in the handshake (the connector once the hello went out).
+    Handshake {
+        conn: ConnId,
+        connector: Option<Connector>,
+        backoff: Duration,
+    },
+    /// The proof went out; the `Welcome` is awaited.
+    Welcoming { conn: ConnId, backoff: Duration },
+    /// Welcomed: the directory is discoverable over it.
+    Up { conn: ConnId },
 }
 
-fn wrap_net(e: Event<Link>) -> HostEvent {
-    HostEvent::Net(e)
+impl DirLink {
+    fn conn(&self) -> Option<ConnId> {
+        match self {
+            DirLink::Down { .. } => None,
+            DirLink::Handshake { conn, .. }
+            | DirLink::Welcoming { conn, .. }
+            | DirLink::Up { conn } => Some(*conn),
+        }
+    }
 }
 
-fn wrap_child(e: Event<ChildRequest>) -> HostEvent {
-    HostEvent::Child(e)
+/// A connection to or from another host.
+enum PeerConn {
+    /// Made by another host: where it is in its handshake.
+    Incoming(Incoming),
+    /// Made by this host to `node`. Frames wait in `backlog` until the proof went out.
+    Outgoing {
+        node: NodeId,
+        connector: Option<Connector>,
+        proved: bool,
+        backlog: VecDeque<Link>,
+    },
 }
 
-struct ChildConn {
-    conn: Conn<ChildEvent>,
-    address: Address,
-    session: Address,
-    closed: bool,
+enum Incoming {
+    Hello,
+    Proof(Acceptor, NodeId),
+    Admitted(NodeId),
+}
+
+/// A child connection.
+enum ChildConn {
+    /// Its hello is awaited.
+    Pending,
+    /// Attached as `address` to `session`.
+    Attached { address: Address, session: Address },
 }
 
 struct HostNode {
@@ -169,17 +293,20 @@ struct HostNode {
     machine: Host,
     arena: SharedArena,
     capability: Capability,
-    events: Sender<HostEvent>,
+    net: Reactor,
+    peer_listener: ListenerId,
+    child_listener: ListenerId,
+    peer_admission: Admission,
+    child_admission: Admission,
     outbox: Outbox,
     local: VecDeque<(Address, Address, Message)>,
-    directory_conn: Option<ConnId>,
-    conns: BTreeMap<ConnId, Conn<Link>>,
-    peer_conns: BTreeMap<NodeId, ConnId>,
-    conn_peer: BTreeMap<ConnId, NodeId>,
+    directory: DirLink,
+    peer_conns: BTreeMap<ConnId, PeerConn>,
+    /// This host's own connection to each other host.
+    outgoing: BTreeMap<NodeId, ConnId>,
     peers: BTreeMap<NodeId, Peer>,
     children: BTreeMap<ConnId, ChildConn>,
     child_by_address: BTreeMap<Address, ConnId>,
-    next_conn: ConnId,
     next_child: u64,
     next_session_generation: u64,
     proxy_timer: Option<Instant>,
@@ -188,6 +315,18 @@ struct HostNode {
     boot_nonce: u64,
     /// The directory refused this host (its reason); the node stops.
     refused: Option<String>,
+    /// Held for the life of the process: this host serves the socket.
+    _lock: fs::File,
+}
+
+fn random_bytes<const N: usize>() -> Result<[u8; N], HostError> {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes).map_err(|e| HostError::Setup(format!("getrandom: {e}")))?;
+    Ok(bytes)
+}
+
+fn resolve(address: &str) -> Option<SocketAddr> {
+    address.to_socket_addrs().ok()?.next()
 }
 
 fn connect(address: &str, timeout: StdDuration) -> std::io::Result<TcpStream> {
@@ -201,24 +340,64 @@ fn connect(address: &str, timeout: StdDuration) -> std::io::Result<TcpStream> {
     Err(last)
 }
 
-/// Connects to the directory in the background, with backoff, until it succeeds.
-fn reconnect(directory: String, events: Sender<HostEvent>) {
-    thread::spawn(move || {
-        let mut backoff = StdDuration::from_millis(50);
-        loop {
-            if let Ok(stream) = connect(&directory, StdDuration::from_secs(1)) {
-                let _ = events.send(HostEvent::DirectoryConnected(stream));
-                return;
-            }
-            thread::sleep(backoff);
-            backoff = (backoff * 2).min(StdDuration::from_secs(2));
+/// What [`claim_socket`] makes: the held lock, the bound socket and the capability.
+type Claimed = (fs::File, std::os::unix::net::UnixListener, Capability);
+
+/// Takes `<socket>.lock`, then makes the socket and the capability file. Nothing is touched
+/// unless the lock is ours.
+fn claim_socket(options: &HostOptions) -> Result<Claimed, HostError> {
+    let socket = &options.socket;
+    let err =
+        |what: &Path, e: &dyn fmt::Display| HostError::Setup(format!("{}: {e}", what.display()));
+    let lock_file = lock_path(socket);
+    let lock = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock_file)
+        .map_err(|e| err(&lock_file, &e))?;
+    if lock.try_lock().is_err() {
+        return Err(HostError::InUse(format!(
+            "another host serves {} (it holds {}); nothing was changed",
+            socket.display(),
+            lock_file.display()
+        )));
+    }
+    // The lock is ours: a socket file left here belongs to a host that is gone.
+    if crate::sys::is_socket(socket) {
+        fs::remove_file(socket).map_err(|e| err(socket, &e))?;
+    }
+    let (socket_mode, cap_mode) = if options.socket_group.is_some() {
+        (0o660, 0o640)
+    } else {
+        (0o600, 0o600)
+    };
+    let listener = crate::sys::bind_unix(socket, socket_mode).map_err(|e| err(socket, &e))?;
+    let capability = Capability(random_bytes::<32>()?);
+    let cap_path = capability_path(socket);
+    let _ = fs::remove_file(&cap_path);
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(cap_mode)
+        .open(&cap_path)
+        .and_then(|mut f| f.write_all(&capability.0))
+        .map_err(|e| err(&cap_path, &e))?;
+    if let Some(gid) = options.socket_group {
+        for path in [socket.as_path(), cap_path.as_path()] {
+            crate::sys::chown_group(path, gid).map_err(|e| err(path, &e))?;
         }
-    });
+    }
+    Ok((lock, listener, capability))
 }
 
 /// Runs a host node. Returns only on a setup failure or when the directory refuses this host.
 pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     let err = |what: &str, e: &dyn fmt::Display| HostError::Setup(format!("{what}: {e}"));
+    // The socket first: a second host on it must change nothing, not even make an arena.
+    let (lock, children, capability) = claim_socket(&options)?;
     let arena = match &options.arena_file {
         Some(path) => SharedArena::create_file(path, options.arena_size),
         None => SharedArena::create("dataplane-arena", options.arena_size),
@@ -227,53 +406,33 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     let mut arena = arena;
     arena.prefault();
     let listener = TcpListener::bind(&options.listen).map_err(|e| err(&options.listen, &e))?;
-    let _ = fs::remove_file(&options.socket);
-    let children = UnixListener::bind(&options.socket)
+    let mut net = Reactor::new().map_err(|e| err("poll", &e))?;
+    let peer_listener = net
+        .listen_tcp(listener, Limits::pending())
+        .map_err(|e| err(&options.listen, &e))?;
+    let child_listener = net
+        .listen_unix(children, Limits::pending())
         .map_err(|e| err(&options.socket.display().to_string(), &e))?;
-    let mut capability = [0u8; 32];
-    for chunk in capability.chunks_mut(8) {
-        chunk.copy_from_slice(&random_u64().to_le_bytes());
-    }
-    let cap_path = capability_path(&options.socket);
-    let _ = fs::remove_file(&cap_path);
-    fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&cap_path)
-        .and_then(|mut f| f.write_all(&capability))
-        .map_err(|e| err(&cap_path.display().to_string(), &e))?;
-    let (events, inbox) = unbounded();
-    let peer_events = events.clone();
-    thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            if peer_events.send(HostEvent::PeerAccepted(stream)).is_err() {
-                return;
-            }
-        }
-    });
-    let child_events = events.clone();
-    thread::spawn(move || {
-        for stream in children.incoming().flatten() {
-            if child_events.send(HostEvent::ChildAccepted(stream)).is_err() {
-                return;
-            }
-        }
-    });
     // The first Welcome tells us who we are.
-    let boot_nonce = random_u64();
+    let boot_nonce = u64::from_le_bytes(random_bytes::<8>()?);
     let clock = Clock::new();
-    let (stream, welcome) = loop {
+    let who = Who::Host {
+        listen: options.listen.clone(),
+        boot_nonce,
+    };
+    let (stream, welcome, received) = loop {
         let Ok(stream) = connect(&options.directory, StdDuration::from_secs(1)) else {
-            thread::sleep(StdDuration::from_millis(100));
+            std::thread::sleep(StdDuration::from_millis(100));
             continue;
         };
-        match first_welcome(&stream, &options.listen, boot_nonce, options.cluster_key) {
-            Ok(Link::Refused { reason }) => {
-                return Err(HostError::Refused(reason));
+        let _ = stream.set_read_timeout(Some(StdDuration::from_secs(5)));
+        match handshake_blocking(&stream, who.clone(), options.cluster_key.as_ref()) {
+            Ok((welcome, reader)) => {
+                let (_, received) = reader.into_parts();
+                break (stream, welcome, received);
             }
-            Ok(w) => break (stream, w),
-            Err(_) => thread::sleep(StdDuration::from_millis(100)),
+            Err(HandshakeError::Refused(reason)) => return Err(HostError::Refused(reason)),
+            Err(_) => std::thread::sleep(StdDuration::from_millis(100)),
         }
     };
     let Link::Welcome {
@@ -284,8 +443,15 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         peers,
     } = welcome
     else {
-        return Err(HostError::Setup("the directory did not welcome us".into()));
+        return Err(HostError::Setup(format!(
+            "the directory answered the handshake with {}, not a Welcome",
+            welcome.name()
+        )));
     };
+    let _ = stream.set_read_timeout(None);
+    let directory_conn = net
+        .adopt_tcp(stream, Limits::peer(), received)
+        .map_err(|e| err("directory connection", &e))?;
     let proxy_address = Address::new(node, incarnation, PROXY_ACTOR);
     let mut outbox = Outbox::new();
     let proxy = Proxy::new(
@@ -294,7 +460,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
             retry_period: Duration::from_secs(1),
             deadline: options.deadline,
             first_request_id: 1,
-            pending_max: dataplane_core::limits::PROXY_PENDING_MAX,
+            pending_max: PROXY_PENDING_MAX,
         },
         clock.now(),
         &mut outbox,
@@ -314,18 +480,26 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         proxy,
         machine,
         arena,
-        capability: Capability(capability),
-        events,
+        capability,
+        net,
+        peer_listener,
+        child_listener,
+        peer_admission: Admission::new(ADMISSION_DEADLINE, PENDING_CONNECTIONS_MAX, PEERS_MAX),
+        child_admission: Admission::new(
+            ADMISSION_DEADLINE,
+            CHILDREN_PENDING_MAX,
+            HOST_SESSIONS_MAX,
+        ),
         outbox,
         local: VecDeque::new(),
-        directory_conn: None,
-        conns: BTreeMap::new(),
+        directory: DirLink::Up {
+            conn: directory_conn,
+        },
         peer_conns: BTreeMap::new(),
-        conn_peer: BTreeMap::new(),
+        outgoing: BTreeMap::new(),
         peers: BTreeMap::new(),
         children: BTreeMap::new(),
         child_by_address: BTreeMap::new(),
-        next_conn: 1,
         next_child: FIRST_CHILD_ACTOR,
         next_session_generation: 1,
         proxy_timer: None,
@@ -334,43 +508,32 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
             .then_some((GoneScope::NodeBefore { node, incarnation }, Instant::ZERO)),
         boot_nonce,
         refused: None,
+        _lock: lock,
     };
     host.execute_boot_effects();
     host.set_peers(peers);
-    host.directory_up(stream, directory, epoch);
-    host.run(&inbox)
+    host.discovered(Some(Discovered {
+        address: directory,
+        epoch,
+    }));
+    host.run()
 }
 
-/// Sends the hello and reads the welcome synchronously (before the machines exist).
-fn first_welcome(
-    stream: &TcpStream,
-    listen: &str,
-    boot_nonce: u64,
-    key: Option<ClusterKey>,
-) -> std::io::Result<Link> {
-    let mut w = stream;
-    crate::frame::write_frame(
-        &mut w,
-        &Link::HostHello {
-            listen: listen.to_owned(),
-            boot_nonce,
-            key,
-        },
-    )
-    .map_err(|e| std::io::Error::other(e.to_string()))?;
-    stream.set_read_timeout(Some(StdDuration::from_secs(5)))?;
-    // One frame only: read the prefix and the payload exactly, so nothing is over-read.
-    let mut prefix = [0u8; 4];
-    std::io::Read::read_exact(&mut w, &mut prefix)?;
-    let len = u32::from_le_bytes(prefix) as usize;
-    if len > dataplane_core::limits::FRAME_BYTES_MAX {
-        return Err(std::io::Error::other("oversized welcome"));
+/// What a refused child is told.
+fn attach_refusal(failure: &AttachmentFailure) -> String {
+    match failure {
+        AttachmentFailure::CapabilityRejected => {
+            "wrong capability (it is in the socket's .cap file)".to_owned()
+        }
+        AttachmentFailure::SessionClosed => {
+            format!("the host serves {HOST_SESSIONS_MAX} sessions already")
+        }
+        AttachmentFailure::ArenaGenerationMismatch { expected, found } => {
+            format!("arena generation {found}, the host's is {expected}")
+        }
+        AttachmentFailure::DuplicateAttachment => "already attached".to_owned(),
+        AttachmentFailure::RouteRejected(reason) => format!("refused: {reason}"),
     }
-    let mut payload = vec![0; len];
-    std::io::Read::read_exact(&mut w, &mut payload)?;
-    stream.set_read_timeout(None)?;
-    dataplane_core::wire::decode_value(&payload, dataplane_core::limits::FRAME_BYTES_MAX)
-        .map_err(|e| std::io::Error::other(e.to_string()))
 }
 
 impl HostNode {
@@ -381,32 +544,34 @@ impl HostNode {
         }
     }
 
-    /// Runs until the process's event sources are gone (never, in practice) or the directory
-    /// refuses this host.
-    fn run(&mut self, inbox: &Receiver<HostEvent>) -> Result<(), HostError> {
+    /// Runs until the directory refuses this host (or polling fails).
+    fn run(&mut self) -> Result<(), HostError> {
+        let mut events = Vec::new();
         loop {
             if let Some(reason) = self.refused.take() {
                 return Err(HostError::Refused(reason));
             }
+            let retry = match self.directory {
+                DirLink::Down { retry_at, .. } => Some(retry_at),
+                _ => None,
+            };
             let next = [
                 self.proxy_timer,
                 self.host_timer,
                 self.gone_report.map(|(_, at)| at),
+                retry,
+                self.peer_admission.next_deadline(),
+                self.child_admission.next_deadline(),
             ]
             .into_iter()
             .flatten()
             .min();
             let wait = next.map_or(StdDuration::from_secs(1), |at| self.clock.until(at));
-            match inbox.recv_timeout(wait) {
-                Ok(event) => self.handle(event),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return Ok(()),
-            }
-            for _ in 0..BATCH_MAX {
-                match inbox.try_recv() {
-                    Ok(event) => self.handle(event),
-                    Err(_) => break,
-                }
+            self.net
+                .poll(Some(wait), &mut events)
+                .map_err(|e| HostError::Setup(format!("poll: {e}")))?;
+            for event in events.drain(..) {
+                self.handle(event);
                 self.drain_local();
             }
             self.timers();
@@ -416,6 +581,19 @@ impl HostNode {
 
     fn timers(&mut self) {
         let now = self.clock.now();
+        for conn in self.peer_admission.expired(now) {
+            self.net.close(conn);
+            self.peer_conns.remove(&conn);
+        }
+        for conn in self.child_admission.expired(now) {
+            self.net.close(conn);
+            self.children.remove(&conn);
+        }
+        if let DirLink::Down { retry_at, backoff } = self.directory
+            && retry_at <= now
+        {
+            self.connect_directory(now, backoff);
+        }
         if self.proxy_timer.is_some_and(|at| at <= now) {
             self.proxy_timer = None;
             let _ = self
@@ -493,37 +671,65 @@ impl HostNode {
             self.local.push_back((from, to, message));
             return;
         }
-        let envelope = Envelope { from, to, message };
+        let frame = Link::Frame(Envelope { from, to, message });
         if to.node == NodeId(0) {
-            if let Some(conn) = self.directory_conn.and_then(|id| self.conns.get(&id)) {
-                conn.send(Link::Frame(envelope));
+            if let DirLink::Up { conn } = self.directory {
+                self.net.send(conn, frame);
             }
             return;
         }
-        let conn = match self.peer_conns.get(&to.node) {
-            Some(id) => self.conns.get(id).cloned(),
-            None => self.connect_peer(to.node),
+        let conn = match self.outgoing.get(&to.node) {
+            Some(conn) => *conn,
+            None => match self.connect_peer(to.node) {
+                Some(conn) => conn,
+                None => return,
+            },
         };
-        if let Some(conn) = conn {
-            conn.send(Link::Frame(envelope));
+        match self.peer_conns.get_mut(&conn) {
+            Some(PeerConn::Outgoing { proved: true, .. }) => {
+                self.net.send(conn, frame);
+            }
+            Some(PeerConn::Outgoing { backlog, .. }) => {
+                if backlog.len() < PEER_BACKLOG_MAX {
+                    backlog.push_back(frame);
+                }
+            }
+            _ => {}
         }
     }
 
-    fn connect_peer(&mut self, node: NodeId) -> Option<Conn<Link>> {
-        let peer = self.peers.get(&node)?.clone();
-        let stream = connect(&peer.listen, StdDuration::from_millis(500)).ok()?;
-        let id = self.next_conn;
-        self.next_conn += 1;
-        let conn = spawn_tcp(id, stream, self.events.clone(), wrap_net).ok()?;
-        conn.send(Link::PeerHello {
-            node: self.node,
-            incarnation: self.incarnation,
-            key: self.options.cluster_key,
-        });
-        self.conns.insert(id, conn.clone());
-        self.peer_conns.insert(node, id);
-        self.conn_peer.insert(id, node);
+    /// Starts this host's connection to `node` (frames wait for its handshake).
+    fn connect_peer(&mut self, node: NodeId) -> Option<ConnId> {
+        let address = resolve(&self.peers.get(&node)?.listen)?;
+        let conn = self.net.connect(address, Limits::peer()).ok()?;
+        self.peer_conns.insert(
+            conn,
+            PeerConn::Outgoing {
+                node,
+                connector: None,
+                proved: false,
+                backlog: VecDeque::new(),
+            },
+        );
+        self.outgoing.insert(node, conn);
         Some(conn)
+    }
+
+    fn connect_directory(&mut self, now: Instant, backoff: Duration) {
+        let next = backoff.saturating_mul(2).min(RECONNECT_MAX);
+        let conn = resolve(&self.options.directory)
+            .and_then(|address| self.net.connect(address, Limits::peer()).ok());
+        self.directory = match conn {
+            Some(conn) => DirLink::Handshake {
+                conn,
+                connector: None,
+                backoff: next,
+            },
+            None => DirLink::Down {
+                retry_at: now.saturating_add(backoff),
+                backoff: next,
+            },
+        };
     }
 
     fn drain_local(&mut self) {
@@ -553,9 +759,9 @@ impl HostNode {
             }
             return;
         }
-        if let Some(id) = self.child_by_address.get(&to) {
-            if let (Some(child), Message::ToChild(event)) = (self.children.get(id), message) {
-                child.conn.send(event);
+        if let Some(&conn) = self.child_by_address.get(&to) {
+            if let Message::ToChild(event) = message {
+                self.net.send(conn, event);
             }
             return;
         }
@@ -572,210 +778,388 @@ impl HostNode {
         }
     }
 
-    fn handle(&mut self, event: HostEvent) {
+    fn discovered(&mut self, found: Option<Discovered>) {
+        let now = self.clock.now();
+        self.proxy.handle_discovery(now, found, &mut self.outbox);
+        self.proxy_effects();
+    }
+
+    fn handle(&mut self, event: NetEvent) {
         match event {
-            HostEvent::PeerAccepted(stream) => {
-                let id = self.next_conn;
-                self.next_conn += 1;
-                if let Ok(conn) = spawn_tcp(id, stream, self.events.clone(), wrap_net) {
-                    self.conns.insert(id, conn);
+            NetEvent::Accepted { listener, conn } => self.accepted(listener, conn),
+            NetEvent::Connected(conn) => self.connected(conn),
+            NetEvent::Frame(conn, payload) => {
+                if self.directory.conn() == Some(conn) {
+                    self.directory_frame(conn, &payload);
+                } else if self.children.contains_key(&conn) {
+                    self.child_frame(conn, &payload);
+                } else if self.peer_conns.contains_key(&conn) {
+                    self.peer_frame(conn, &payload);
                 }
             }
-            HostEvent::DirectoryConnected(stream) => {
-                let id = self.next_conn;
-                self.next_conn += 1;
-                if let Ok(conn) = spawn_tcp(id, stream, self.events.clone(), wrap_net) {
-                    conn.send(Link::HostHello {
-                        listen: self.options.listen.clone(),
-                        boot_nonce: self.boot_nonce,
-                        key: self.options.cluster_key,
-                    });
-                    self.conns.insert(id, conn);
-                    self.directory_conn = Some(id);
-                } else {
-                    reconnect(self.options.directory.clone(), self.events.clone());
-                }
+            NetEvent::Closed(conn, _reason) => self.closed(conn),
+        }
+    }
+
+    fn accepted(&mut self, listener: ListenerId, conn: ConnId) {
+        let now = self.clock.now();
+        if listener == self.child_listener {
+            if let Accepted::PendingEvicting(oldest) = self.child_admission.accepted(now, conn) {
+                self.net.close(oldest);
+                self.children.remove(&oldest);
             }
-            HostEvent::Net(Event::Received(id, link)) => self.link(id, link),
-            HostEvent::Net(Event::Closed(id, _)) => {
-                self.conns.remove(&id);
-                if let Some(node) = self.conn_peer.remove(&id)
-                    && self.peer_conns.get(&node) == Some(&id)
-                {
-                    self.peer_conns.remove(&node);
-                }
-                if self.directory_conn == Some(id) {
-                    self.directory_conn = None;
-                    let now = self.clock.now();
-                    self.proxy.handle_discovery(now, None, &mut self.outbox);
-                    self.proxy_effects();
-                    reconnect(self.options.directory.clone(), self.events.clone());
-                }
+            self.children.insert(conn, ChildConn::Pending);
+        } else if listener == self.peer_listener {
+            if let Accepted::PendingEvicting(oldest) = self.peer_admission.accepted(now, conn) {
+                self.net.close(oldest);
+                self.peer_conns.remove(&oldest);
             }
-            HostEvent::ChildAccepted(stream) => self.child_accepted(stream),
-            HostEvent::Child(Event::Received(id, request)) => {
-                let Some(child) = self.children.get(&id) else {
-                    return;
-                };
-                if child.closed {
-                    return;
-                }
-                let (from, to) = (child.address, child.session);
-                self.deliver(from, to, Message::FromChild(request));
-                self.drain_local();
+            self.peer_conns
+                .insert(conn, PeerConn::Incoming(Incoming::Hello));
+        } else {
+            self.net.close(conn);
+        }
+    }
+
+    /// An outgoing connection is up: say hello.
+    fn connected(&mut self, conn: ConnId) {
+        let Ok(nonce) = fresh_nonce() else {
+            self.drop_conn(conn);
+            return;
+        };
+        let key = self.options.cluster_key;
+        if let DirLink::Handshake {
+            conn: c, connector, ..
+        } = &mut self.directory
+            && *c == conn
+        {
+            let who = Who::Host {
+                listen: self.options.listen.clone(),
+                boot_nonce: self.boot_nonce,
+            };
+            let (handshake, hello) = Connector::new(who, nonce, key.as_ref());
+            *connector = Some(handshake);
+            self.net.send(conn, hello);
+            return;
+        }
+        if let Some(PeerConn::Outgoing { connector, .. }) = self.peer_conns.get_mut(&conn) {
+            let who = Who::Peer {
+                node: self.node,
+                incarnation: self.incarnation,
+            };
+            let (handshake, hello) = Connector::new(who, nonce, key.as_ref());
+            *connector = Some(handshake);
+            self.net.send(conn, hello);
+        }
+    }
+
+    fn closed(&mut self, conn: ConnId) {
+        if self.directory.conn() == Some(conn) {
+            let backoff = match self.directory {
+                DirLink::Handshake { backoff, .. } | DirLink::Welcoming { backoff, .. } => backoff,
+                _ => Duration::from_millis(50),
+            };
+            let was_up = matches!(self.directory, DirLink::Up { .. });
+            self.directory = DirLink::Down {
+                retry_at: self.clock.now().saturating_add(backoff),
+                backoff,
+            };
+            if was_up {
+                self.discovered(None);
             }
-            HostEvent::Child(Event::Closed(id, _)) => {
-                if let Some(child) = self.children.remove(&id) {
-                    self.child_by_address.remove(&child.address);
-                    if !child.closed {
-                        // The child is gone: its session closes on its behalf (Q24).
-                        self.deliver(
-                            child.address,
-                            child.session,
-                            Message::FromChild(ChildRequest::Close),
-                        );
-                    }
-                }
+            return;
+        }
+        if let Some(child) = self.children.remove(&conn) {
+            self.child_admission.closed(conn);
+            if let ChildConn::Attached { address, session } = child {
+                self.child_by_address.remove(&address);
+                // The child is gone: its session closes on its behalf (Q24).
+                self.deliver(address, session, Message::FromChild(ChildRequest::Close));
+            }
+            return;
+        }
+        if let Some(peer) = self.peer_conns.remove(&conn) {
+            self.peer_admission.closed(conn);
+            if let PeerConn::Outgoing { node, .. } = peer
+                && self.outgoing.get(&node) == Some(&conn)
+            {
+                self.outgoing.remove(&node);
             }
         }
     }
 
-    fn link(&mut self, id: ConnId, link: Link) {
-        match link {
-            Link::Welcome {
-                directory,
-                epoch,
-                peers,
-                node,
-                incarnation,
-            } if Some(id) == self.directory_conn => {
-                if node != self.node || incarnation != self.incarnation {
-                    // The directory node lost its membership: we cannot be who it says.
-                    if let Some(conn) = self.conns.get(&id) {
-                        conn.close();
-                    }
-                    return;
+    /// Closes a connection this host gives up on (and forgets it).
+    fn drop_conn(&mut self, conn: ConnId) {
+        self.net.close(conn);
+        self.closed(conn);
+    }
+
+    fn directory_frame(&mut self, conn: ConnId, payload: &[u8]) {
+        let Ok(link) = decode_value::<Link>(payload, FRAME_BYTES_MAX) else {
+            self.drop_conn(conn);
+            return;
+        };
+        if let Link::Refused { reason } = &link {
+            // The directory does not take our key or version: a configuration error.
+            self.refused = Some(reason.clone());
+            return;
+        }
+        match std::mem::replace(&mut self.directory, DirLink::Up { conn }) {
+            DirLink::Handshake {
+                connector: Some(connector),
+                backoff,
+                ..
+            } => match connector.answer(&link) {
+                Ok(proof) => {
+                    self.net.send(conn, proof);
+                    self.directory = DirLink::Welcoming { conn, backoff };
                 }
-                self.set_peers(peers);
-                let now = self.clock.now();
-                self.proxy.handle_discovery(
-                    now,
-                    Some(Discovered {
+                Err(e) => {
+                    // The directory could not prove the key: not our cluster's directory.
+                    self.directory = DirLink::Handshake {
+                        conn,
+                        connector: None,
+                        backoff,
+                    };
+                    self.refused = Some(e.to_string());
+                }
+            },
+            DirLink::Welcoming { backoff, .. } => match link {
+                Link::Welcome {
+                    directory,
+                    epoch,
+                    peers,
+                    node,
+                    incarnation,
+                } if node == self.node && incarnation == self.incarnation => {
+                    self.set_peers(peers);
+                    self.discovered(Some(Discovered {
                         address: directory,
                         epoch,
-                    }),
-                    &mut self.outbox,
-                );
-                self.proxy_effects();
-            }
-            Link::Peers(peers) if Some(id) == self.directory_conn => self.set_peers(peers),
-            Link::PeerHello { node, key, .. }
-                if self.directory_conn != Some(id) && !self.conn_peer.contains_key(&id) =>
-            {
-                if ClusterKey::admits(self.options.cluster_key.as_ref(), key.as_ref()) {
-                    self.conn_peer.insert(id, node);
-                } else if let Some(conn) = self.conns.remove(&id) {
-                    // Dropping the handle lets the writer send the refusal, then close.
-                    conn.send(Link::Refused {
-                        reason: WRONG_KEY.to_owned(),
-                    });
+                    }));
                 }
-            }
-            Link::Refused { reason } if Some(id) == self.directory_conn => {
-                self.refused = Some(reason);
-            }
-            // Core frames only from the directory and from admitted peers.
-            Link::Frame(envelope)
-                if Some(id) == self.directory_conn || self.conn_peer.contains_key(&id) =>
-            {
-                if envelope.to.node == self.node {
+                _ => {
+                    // The directory node lost its membership (we cannot be who it says), or
+                    // answered out of protocol: try again later.
+                    self.directory = DirLink::Welcoming { conn, backoff };
+                    self.drop_conn(conn);
+                }
+            },
+            DirLink::Up { .. } => match link {
+                Link::Peers(peers) => self.set_peers(peers),
+                Link::Frame(envelope) if envelope.to.node == self.node => {
                     self.deliver(envelope.from, envelope.to, envelope.message);
                 }
+                _ => self.drop_conn(conn),
+            },
+            other => {
+                self.directory = other;
+                self.drop_conn(conn);
             }
-            _ => {
-                if let Some(conn) = self.conns.get(&id) {
-                    conn.close();
+        }
+    }
+
+    fn peer_frame(&mut self, conn: ConnId, payload: &[u8]) {
+        let Some(peer) = self.peer_conns.remove(&conn) else {
+            return;
+        };
+        match peer {
+            PeerConn::Incoming(Incoming::Hello) => {
+                let Ok(nonce) = fresh_nonce() else {
+                    self.drop_conn(conn);
+                    return;
+                };
+                match Acceptor::answer(payload, nonce, self.options.cluster_key.as_ref()) {
+                    Ok((acceptor, Who::Peer { node, .. }, challenge)) => {
+                        self.net.send(conn, challenge);
+                        self.peer_conns
+                            .insert(conn, PeerConn::Incoming(Incoming::Proof(acceptor, node)));
+                        self.net.resume(conn);
+                    }
+                    Ok(_) => self.refuse_peer(conn, &HelloRefusal::NotAHello),
+                    Err(refusal) => self.refuse_peer(conn, &refusal),
                 }
             }
-        }
-    }
-
-    fn directory_up(
-        &mut self,
-        stream: TcpStream,
-        directory: Address,
-        epoch: dataplane_core::ids::AuthorityEpoch,
-    ) {
-        let id = self.next_conn;
-        self.next_conn += 1;
-        match spawn_tcp(id, stream, self.events.clone(), wrap_net) {
-            Ok(conn) => {
-                self.conns.insert(id, conn);
-                self.directory_conn = Some(id);
-                let now = self.clock.now();
-                self.proxy.handle_discovery(
-                    now,
-                    Some(Discovered {
-                        address: directory,
-                        epoch,
-                    }),
-                    &mut self.outbox,
-                );
-                self.proxy_effects();
+            PeerConn::Incoming(Incoming::Proof(acceptor, node)) => {
+                let checked = decode_value::<Link>(payload, FRAME_BYTES_MAX)
+                    .map_err(|_| HelloRefusal::NotAHello)
+                    .and_then(|proof| acceptor.check(&proof))
+                    .and_then(|()| self.peer_admission.admit(conn));
+                match checked {
+                    Ok(()) => {
+                        self.peer_conns
+                            .insert(conn, PeerConn::Incoming(Incoming::Admitted(node)));
+                        self.net.set_limits(conn, Limits::peer());
+                    }
+                    Err(refusal) => self.refuse_peer(conn, &refusal),
+                }
             }
-            Err(_) => reconnect(self.options.directory.clone(), self.events.clone()),
+            PeerConn::Incoming(Incoming::Admitted(node)) => {
+                self.peer_conns
+                    .insert(conn, PeerConn::Incoming(Incoming::Admitted(node)));
+                self.peer_core_frame(conn, node, payload);
+            }
+            PeerConn::Outgoing {
+                node,
+                connector,
+                proved,
+                backlog,
+            } => {
+                if proved {
+                    self.peer_conns.insert(
+                        conn,
+                        PeerConn::Outgoing {
+                            node,
+                            connector,
+                            proved,
+                            backlog,
+                        },
+                    );
+                    self.peer_core_frame(conn, node, payload);
+                    return;
+                }
+                let answer = decode_value::<Link>(payload, FRAME_BYTES_MAX)
+                    .ok()
+                    .zip(connector.as_ref())
+                    .map(|(link, c)| c.answer(&link));
+                let Some(Ok(proof)) = answer else {
+                    // The other host refused us or could not prove the key: its frames are
+                    // dropped (the protocols re-send; the next frame tries a new connection).
+                    self.outgoing.remove(&node);
+                    self.net.close(conn);
+                    return;
+                };
+                self.net.send(conn, proof);
+                for frame in backlog {
+                    self.net.send(conn, frame);
+                }
+                self.peer_conns.insert(
+                    conn,
+                    PeerConn::Outgoing {
+                        node,
+                        connector: None,
+                        proved: true,
+                        backlog: VecDeque::new(),
+                    },
+                );
+            }
         }
     }
 
-    fn set_peers(&mut self, peers: Vec<Peer>) {
-        self.peers = peers.into_iter().map(|p| (p.node, p)).collect();
+    /// A core frame from another host that proved the key: taken only if it speaks for that
+    /// host and is for this one.
+    fn peer_core_frame(&mut self, conn: ConnId, node: NodeId, payload: &[u8]) {
+        match decode_value::<Link>(payload, FRAME_BYTES_MAX) {
+            Ok(Link::Frame(envelope))
+                if envelope.from.node == node && envelope.to.node == self.node =>
+            {
+                self.deliver(envelope.from, envelope.to, envelope.message);
+            }
+            _ => self.drop_conn(conn),
+        }
     }
 
-    fn child_accepted(&mut self, stream: UnixStream) {
+    fn refuse_peer(&mut self, conn: ConnId, refusal: &HelloRefusal) {
+        self.net.send(
+            conn,
+            Link::Refused {
+                reason: refusal.to_string(),
+            },
+        );
+        self.net.close_after_flush(conn);
+        self.peer_admission.closed(conn);
+        self.peer_conns.remove(&conn);
+    }
+
+    fn child_frame(&mut self, conn: ConnId, payload: &[u8]) {
+        match self.children.get(&conn) {
+            Some(ChildConn::Pending) => self.child_hello(conn, payload),
+            Some(&ChildConn::Attached { address, session }) => {
+                match decode_value::<ChildRequest>(payload, FRAME_BYTES_MAX) {
+                    Ok(request) => self.deliver(address, session, Message::FromChild(request)),
+                    Err(_) => self.drop_conn(conn),
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Refuses a child's hello: the reason goes out, then the connection closes.
+    fn refuse_child(&mut self, conn: ConnId, reason: String, busy: bool) {
+        self.net.send(conn, ChildGreeting::Refused { reason, busy });
+        self.net.close_after_flush(conn);
+        self.child_admission.closed(conn);
+        self.children.remove(&conn);
+    }
+
+    /// A child's hello: attach it (a session only for a valid capability), or refuse it.
+    fn child_hello(&mut self, conn: ConnId, payload: &[u8]) {
+        let hello = match decode_value::<ChildHello>(payload, FRAME_BYTES_MAX) {
+            Ok(hello) => hello,
+            Err(_) => return self.refuse_child(conn, HelloRefusal::NotAHello.to_string(), false),
+        };
+        if let Err(refusal) = check_version(hello.magic, hello.version) {
+            return self.refuse_child(conn, refusal.to_string(), false);
+        }
+        if let Err(refusal) = self.child_admission.admit(conn) {
+            return self.refuse_child(conn, refusal.to_string(), true);
+        }
         let job = JobContext::new(
             format!("c{}", self.next_session_generation),
             self.options.allow.clone(),
             self.options.allow.clone(),
         );
         let Ok(job) = job else {
-            return;
+            return self.refuse_child(conn, "the host's job context is invalid".to_owned(), false);
         };
         let config = SessionConfig {
             session_generation: self.next_session_generation,
             capability: self.capability,
             job,
         };
-        self.next_session_generation += 1;
-        let Some(session) = self.machine.open_session(config) else {
-            return; // Too many sessions: the connection closes.
-        };
         let child = Address::new(self.node, self.incarnation, self.next_child);
+        let generation = self.machine.config().arena_generation;
+        let attached = self.machine.attach_new(
+            config,
+            child,
+            generation,
+            hello.capability,
+            &mut self.outbox,
+        );
+        let session = match attached {
+            Ok(session) => session,
+            Err(failure) => {
+                let busy = failure == AttachmentFailure::SessionClosed;
+                return self.refuse_child(conn, attach_refusal(&failure), busy);
+            }
+        };
+        self.next_session_generation += 1;
         self.next_child += 1;
-        let welcome = ChildWelcome {
+        let welcome = ChildGreeting::Welcome(ChildWelcome {
             child,
             session,
-            arena_generation: self.machine.config().arena_generation,
+            arena_generation: generation,
             arena_size: self.arena.size(),
-        };
-        let mut bytes = Vec::new();
-        if encode_frame(&welcome, &mut bytes).is_err()
-            || send_with_fd(&stream, &bytes, self.arena.as_fd()).is_err()
-        {
-            return;
+        });
+        self.children.insert(
+            conn,
+            ChildConn::Attached {
+                address: child,
+                session,
+            },
+        );
+        self.child_by_address.insert(child, conn);
+        // The descriptor goes only to a child that proved its capability.
+        self.net.set_limits(conn, CHILD_LIMITS);
+        if !self.net.send_with_fd(conn, welcome, self.arena.as_fd()) {
+            // Its session closes on its behalf.
+            self.drop_conn(conn);
         }
-        let id = self.next_conn;
-        self.next_conn += 1;
-        if let Ok(conn) = spawn_unix(id, stream, self.events.clone(), wrap_child) {
-            self.child_by_address.insert(child, id);
-            self.children.insert(
-                id,
-                ChildConn {
-                    conn,
-                    address: child,
-                    session,
-                    closed: false,
-                },
-            );
-        }
+        // `Attached`, after the welcome.
+        self.host_effects();
+    }
+
+    fn set_peers(&mut self, peers: Vec<Peer>) {
+        self.peers = peers.into_iter().map(|p| (p.node, p)).collect();
     }
 }

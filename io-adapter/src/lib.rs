@@ -27,3 +27,4 @@ pub mod frame;
 pub mod hostnode;
 pub mod log;
 pub mod net;
+pub mod sys;

@@ -1,5 +1,6 @@
 //! A client that speaks the nodes' TCP protocol (`dataplane_io::net::Link`) directly: it says
-//! `ClientHello` to the directory node, gets a transient node id in the `Welcome`, and sends
+//! hello as a client to the directory node (the handshake of `dataplane_io::net`), gets a
+//! transient node id in the `Welcome`, and sends
 //! `Link::Frame(Envelope{ Message::Call(..) })`s; replies come back as `Message::Reply`.
 
 use std::io::{self, Write};
@@ -12,12 +13,12 @@ use dataplane_core::wire::{
     DirectoryCall, DirectoryReply, DirectoryRequest, Envelope, Message, ReplyBody,
 };
 use dataplane_io::frame::{FrameReader, write_frame};
-use dataplane_io::net::{ClusterKey, Link};
+use dataplane_io::net::{ClusterKey, HandshakeError, Link, Who, handshake_blocking};
 
 /// How long a raw read may block before it is an error.
 pub const RAW_READ_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// A `ClientHello` connection to a directory node.
+/// A client connection to a directory node.
 #[derive(Debug)]
 pub struct RawClient {
     stream: TcpStream,
@@ -34,13 +35,13 @@ pub struct RawClient {
 }
 
 impl RawClient {
-    /// Connects, says `ClientHello` and reads the `Welcome`.
+    /// Connects, does the client handshake and reads the `Welcome`.
     pub fn connect(address: &str) -> io::Result<RawClient> {
         RawClient::connect_with_key(address, None)
     }
 
-    /// [`connect`](Self::connect), presenting `key` in the hello. A refusal is an error that
-    /// names it (`expected a Welcome, got Refused { .. }`).
+    /// [`connect`](Self::connect), proving `key`. A refusal is an error that says
+    /// `refused: <the directory's reason>`.
     pub fn connect_with_key(address: &str, key: Option<ClusterKey>) -> io::Result<RawClient> {
         let addr = address
             .parse()
@@ -48,13 +49,11 @@ impl RawClient {
         let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(RAW_READ_TIMEOUT))?;
-        let mut reader = FrameReader::new(stream.try_clone()?);
-        let mut w = &stream;
-        write_frame(&mut w, &Link::ClientHello { key }).map_err(io::Error::other)?;
-        let welcome = reader
-            .read_frame::<Link>()
-            .map_err(io::Error::other)?
-            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "closed before Welcome"))?;
+        let (welcome, reader) =
+            handshake_blocking(&stream, Who::Client, key.as_ref()).map_err(|e| match e {
+                HandshakeError::Io(e) => e,
+                other => io::Error::other(other.to_string()),
+            })?;
         let Link::Welcome {
             node,
             incarnation,

@@ -17,7 +17,7 @@ USAGE:
                              [--cluster-key-file FILE] [--repair-log]
     dataplane-node host --directory ADDR --listen ADDR --socket PATH --arena-size N
                         [--arena-file PATH] [--allow PREFIX]... [--deadline-secs N]
-                        [--cluster-key-file FILE]
+                        [--cluster-key-file FILE] [--socket-group GROUP]
 
 directory:  the authoritative namespace directory; its durable log and membership live in DIR.
             A failed fsync stops it (exit 70); restart it to recover from the log. On start it
@@ -30,15 +30,22 @@ directory:  the authoritative namespace directory; its durable log and membershi
             log empty after its snapshot, instead of refusing; the cut bytes are kept in
             DIR/log/log-<N>.cut-<OFFSET>. Acknowledged records after the damage are lost.
 host:       a host node: the namespace proxy, the host machine, the shared arena (N bytes; K, M
-            and G suffixes allowed) and the Unix socket children attach to (the capability is
-            written to PATH.cap, mode 0600). --allow gives a prefix children may read and write
+            and G suffixes allowed) and the Unix socket children attach to. The socket is made
+            with mode 0600 and the capability children must present is written to PATH.cap
+            (0600), whatever the umask; a child gets the arena only once it presented it. The
+            host holds PATH.lock while it runs: a second host on the same socket exits with
+            status 75 and changes nothing. --allow gives a prefix children may read and write
             (repeatable; default /data and /runs). ADDR is host:port; the host's --listen
             address is its identity at the directory (keep it across restarts).
+--socket-group GROUP
+            (host) also let GROUP (a name or a number) attach: the socket becomes 0660 and the
+            capability file 0640, both of that group.
 --cluster-key-file FILE
             a secret shared by the cluster (at least 16 bytes; e.g. `head -c 32 /dev/urandom`),
-            given to every node: nodes then admit only hosts and clients that present it. It
-            keeps out whoever does not know it; traffic is not encrypted. A host whose key the
-            directory refuses exits with status 78.
+            given to every node: nodes then admit only hosts and clients that prove they know
+            it (a challenge-response over fresh nonces; the key never travels). It keeps out
+            whoever does not know it; traffic is not encrypted. A host whose key the directory
+            refuses exits with status 78.
 ";
 
 fn main() -> ExitCode {
@@ -183,6 +190,7 @@ fn run(args: &[String]) -> Result<(), (u8, String)> {
                     "allow",
                     "deadline-secs",
                     "cluster-key-file",
+                    "socket-group",
                 ],
             )?;
             let mut allow = Vec::new();
@@ -200,20 +208,24 @@ fn run(args: &[String]) -> Result<(), (u8, String)> {
                     DataPath::new("/runs").expect("valid"),
                 ];
             }
+            let socket_group = optional(&flags, "socket-group")
+                .map(|g| {
+                    dataplane_io::sys::group_id(&g)
+                        .map_err(|e| usage(format!("--socket-group {g}: {e}")))
+                })
+                .transpose()?;
             let options = HostOptions {
                 directory: one(&flags, "directory")?,
                 listen: one(&flags, "listen")?,
                 socket: PathBuf::from(one(&flags, "socket")?),
+                socket_group,
                 arena_size: size(&one(&flags, "arena-size")?)?,
                 arena_file: optional(&flags, "arena-file").map(PathBuf::from),
                 allow,
                 deadline: Duration::from_secs(number(&flags, "deadline-secs", 80)?.max(1)),
                 cluster_key: cluster_key(&flags)?,
             };
-            run_host(options).map_err(|e| {
-                let code = if e.refused() { 78 } else { 70 };
-                (code, e.to_string())
-            })
+            run_host(options).map_err(|e| (e.exit_code(), e.to_string()))
         }
         other => Err(usage(format!("unknown command {other:?}"))),
     }

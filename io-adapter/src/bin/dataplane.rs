@@ -58,6 +58,8 @@ fn exit_code(error: &ChildError) -> u8 {
     match error {
         ChildError::Connect(_) => 69,
         ChildError::Protocol(_) => 1,
+        ChildError::Refused { busy: true, .. } => 75,
+        ChildError::Refused { busy: false, .. } => 4,
         ChildError::Failed(e) => match e {
             DataPlaneError::PathNotFound(_) => 2,
             DataPlaneError::PathExists(_) => 3,

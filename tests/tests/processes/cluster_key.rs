@@ -1,6 +1,7 @@
-//! A cluster with a key (`--cluster-key-file` on every node): hosts that present it work as
-//! usual; a client, a host or a peer that presents no key or another key is refused with a
-//! `Refused` frame and a closed connection, and a host the directory refuses exits with 78.
+//! A cluster with a key (`--cluster-key-file` on every node): hosts that prove it work as
+//! usual; a client, a host or a peer that proves no key or another key is refused with a
+//! `Refused` frame and a closed connection, a recorded proof does not work twice, and a host
+//! the directory refuses exits with 78.
 
 use std::ffi::OsString;
 use std::net::TcpStream;
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use dataplane_core::ids::NodeId;
 use dataplane_io::frame::{FrameReader, write_frame};
-use dataplane_io::net::{ClusterKey, Link, WRONG_KEY};
+use dataplane_io::net::{ClusterKey, Connector, Link, Who};
 use dataplane_tests::raw::RawClient;
 use dataplane_tests::{DirectoryProc, HostProc, TestDir, pattern};
 
@@ -17,20 +18,49 @@ fn key_option(file: &Path) -> Vec<OsString> {
     vec!["--cluster-key-file".into(), file.into()]
 }
 
-/// Says `hello` on a new connection to `address` and returns what comes back before the node
-/// closes the connection.
-fn hello_answers(address: &str, hello: &Link) -> Vec<Link> {
+/// A connector that does not check the acceptor's proof: says `who`'s hello, answers the
+/// challenge with a proof made with `key` (or with `replayed`, a proof recorded elsewhere),
+/// and returns what comes back before the node closes the connection, with the proof it sent.
+fn proof_answers(
+    address: &str,
+    who: Who,
+    key: Option<&ClusterKey>,
+    replayed: Option<Link>,
+) -> (Vec<Link>, Link) {
     let stream = TcpStream::connect(address).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    write_frame(&mut &stream, hello).unwrap();
-    let mut reader = FrameReader::new(stream);
+    // The same nonce every time: a replay sends the very same hello.
+    let (connector, hello) = Connector::new(who, [7; 32], key);
+    write_frame(&mut &stream, &hello).unwrap();
+    let mut reader = FrameReader::new(stream.try_clone().unwrap());
+    let challenge = reader.read_frame::<Link>().unwrap().expect("a challenge");
+    assert!(matches!(challenge, Link::Challenge { .. }), "{challenge:?}");
+    let proof = match replayed {
+        Some(proof) => proof,
+        None => match connector.answer(&challenge) {
+            Ok(proof) => proof,
+            // Our key is wrong: prove it anyway, as a hostile client would.
+            Err(_) => {
+                let Link::Challenge { nonce, .. } = challenge else {
+                    unreachable!()
+                };
+                let bytes = dataplane_core::wire::encode_value(&hello, usize::MAX).unwrap();
+                Link::Proof {
+                    proof: key.and_then(|k| {
+                        dataplane_core::admission::connector_proof(Some(k.bytes()), &bytes, &nonce)
+                    }),
+                }
+            }
+        },
+    };
+    write_frame(&mut &stream, &proof).unwrap();
     let mut answers = Vec::new();
     while let Ok(Some(link)) = reader.read_frame::<Link>() {
         answers.push(link);
     }
-    answers
+    (answers, proof)
 }
 
 fn refused() -> Vec<Link> {
@@ -38,6 +68,8 @@ fn refused() -> Vec<Link> {
         reason: WRONG_KEY.to_owned(),
     }]
 }
+
+const WRONG_KEY: &str = "wrong cluster key (see --cluster-key-file)";
 
 #[test]
 fn only_nodes_with_the_cluster_key_are_admitted() {
@@ -71,32 +103,42 @@ fn only_nodes_with_the_cluster_key_are_admitted() {
     get.expect_code(0, "get on B");
     assert!(get.stdout == bytes, "B read other bytes");
 
-    // Clients: the key is admitted; none, or another, is refused.
+    // Clients: the key is admitted; with none, or another, the client sees the directory
+    // fail to prove the key (it never learns ours), and a client that answers anyway is
+    // refused.
     RawClient::connect_with_key(&directory.listen, Some(key)).expect("the right key");
     for wrong in [None, Some(other)] {
         let error = RawClient::connect_with_key(&directory.listen, wrong).unwrap_err();
         assert!(
-            error.to_string().contains("Refused"),
-            "a client with {wrong:?} was not refused: {error}"
+            error.to_string().contains(WRONG_KEY),
+            "a client with the wrong key did not notice: {error}"
         );
     }
-    for wrong in [None, Some(other)] {
-        let hello = Link::HostHello {
-            listen: "127.0.0.1:1".to_owned(),
-            boot_nonce: 1,
-            key: wrong,
-        };
-        assert_eq!(hello_answers(&directory.listen, &hello), refused());
+    let host = || Who::Host {
+        listen: "127.0.0.1:1".to_owned(),
+        boot_nonce: 1,
+    };
+    for wrong in [None, Some(&other)] {
+        let (answers, _) = proof_answers(&directory.listen, host(), wrong, None);
+        assert_eq!(answers, refused());
     }
+    // A recorded proof is worthless on another connection: the directory's nonce is new.
+    let (answers, recorded) = proof_answers(&directory.listen, Who::Client, Some(&key), None);
+    assert!(
+        matches!(answers.first(), Some(Link::Welcome { .. })),
+        "the right key is welcomed: {answers:?}"
+    );
+    let (answers, _) = proof_answers(&directory.listen, Who::Client, None, Some(recorded));
+    assert_eq!(answers, refused(), "a replayed proof");
 
     // A peer saying hello to a host without the key is refused too.
-    for wrong in [None, Some(other)] {
-        let hello = Link::PeerHello {
+    for wrong in [None, Some(&other)] {
+        let peer = Who::Peer {
             node: NodeId(999),
             incarnation: 1,
-            key: wrong,
         };
-        assert_eq!(hello_answers(&a.listen, &hello), refused());
+        let (answers, _) = proof_answers(&a.listen, peer, wrong, None);
+        assert_eq!(answers, refused());
     }
 
     // A host with another key: the directory refuses it and it exits with 78.

@@ -15,7 +15,7 @@ use dataplane_core::wire::{
     DirectoryCall, DirectoryReply, DirectoryRequest, Envelope, GoneScope, Message, ReplyBody,
 };
 use dataplane_io::frame::encode_frame;
-use dataplane_io::net::Link;
+use dataplane_io::net::{Connector, Link, Who};
 use dataplane_tests::raw::RawClient;
 use dataplane_tests::{DirectoryProc, HostProc, TestDir, pattern};
 
@@ -174,14 +174,14 @@ fn garbage_frames_close_the_connection_and_nothing_else() {
         epoch: AuthorityEpoch(1),
         peers: Vec::new(),
     });
-    let to_child = frame(&Link::ClientHello { key: None });
+    let to_child = frame(&Connector::new(Who::Client, [0; 32], None).1);
 
     for attack in ATTACKS {
         attack_tcp(&directory.listen, attack, &to_directory, "directory");
         attack_tcp(&a.listen, attack, &to_host, "host A's peer port");
         attack_child(&b.socket, attack, &to_child);
     }
-    // A core frame to a host's peer port before any `PeerHello`: hosts take core frames only
+    // A core frame to a host's peer port before any handshake: hosts take core frames only
     // from the directory and from admitted peers.
     let unhelloed = Envelope {
         from: Address::new(NodeId(77), 1, 1),
@@ -194,10 +194,10 @@ fn garbage_frames_close_the_connection_and_nothing_else() {
         &a.listen,
         Attack::OutOfProtocol,
         &frame(&Link::Frame(unhelloed)),
-        "host A's peer port, a core frame before PeerHello",
+        "host A's peer port, a core frame before a handshake",
     );
     // After a hello, garbage still closes the connection (the directory's reader is the same).
-    let mut hello = frame(&Link::ClientHello { key: None });
+    let mut hello = frame(&Connector::new(Who::Client, [0; 32], None).1);
     hello.extend_from_slice(&[3, 0, 0, 0, 0xff, 0xff, 0xff]);
     attack_tcp(
         &directory.listen,

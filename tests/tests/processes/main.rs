@@ -4,6 +4,7 @@
 mod cluster;
 mod cluster_key;
 mod garbage;
+mod hostile;
 mod kill_directory;
 mod kill_host;
 mod lease;

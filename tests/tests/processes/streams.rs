@@ -15,9 +15,9 @@ use dataplane_core::wire::{
     Descriptor, DirectoryCall, DirectoryRequest, EntryKind, Envelope, Message, ReplyBody,
     StreamRole,
 };
-use dataplane_io::frame::{FrameReader, write_frame};
+use dataplane_io::frame::write_frame;
 use dataplane_io::hostnode::PROXY_ACTOR;
-use dataplane_io::net::Link;
+use dataplane_io::net::{Link, Who, accept_blocking, handshake_blocking, prove_blocking};
 use dataplane_tests::raw::RawClient;
 use dataplane_tests::{DirectoryProc, HostProc, TestDir};
 
@@ -155,7 +155,10 @@ fn serve_peers(listener: TcpListener, frames: mpsc::Sender<Envelope>) {
         for stream in listener.incoming().flatten() {
             let frames = frames.clone();
             thread::spawn(move || {
-                let mut reader = FrameReader::new(stream);
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+                let Ok((_, mut reader)) = accept_blocking(&stream, None) else {
+                    return;
+                };
                 while let Ok(Some(link)) = reader.read_frame::<Link>() {
                     if let Link::Frame(envelope) = link
                         && frames.send(envelope).is_err()
@@ -168,7 +171,7 @@ fn serve_peers(listener: TcpListener, frames: mpsc::Sender<Envelope>) {
     });
 }
 
-/// The stream opens travel through two hosts' proxies: a test program says `HostHello` to the
+/// The stream opens travel through two hosts' proxies: a test program says hello as a host to the
 /// directory (so the hosts learn where to answer it), sends a `ProxyCall` for the Source to host
 /// A's proxy and one for the Sink to host B's proxy, and gets the same match back from both.
 #[test]
@@ -187,25 +190,24 @@ fn source_through_one_host_sink_through_another_get_the_same_match() {
     directory_link
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    write_frame(
-        &mut &directory_link,
-        &Link::HostHello {
+    let (welcome, _reader) = handshake_blocking(
+        &directory_link,
+        Who::Host {
             listen,
             boot_nonce: std::process::id().into(),
-            key: None,
         },
+        None,
     )
     .unwrap();
-    let mut reader = FrameReader::new(directory_link.try_clone().unwrap());
-    let Some(Link::Welcome {
+    let Link::Welcome {
         node,
         incarnation,
         epoch,
         peers,
         ..
-    }) = reader.read_frame::<Link>().unwrap()
+    } = welcome
     else {
-        panic!("no Welcome");
+        panic!("no Welcome: {welcome:?}");
     };
     let proxy_of = |host: &HostProc| {
         let peer = peers
@@ -226,15 +228,9 @@ fn source_through_one_host_sink_through_another_get_the_same_match() {
     ] {
         let (listen, proxy) = proxy_of(host);
         let link = TcpStream::connect(&listen).unwrap();
-        write_frame(
-            &mut &link,
-            &Link::PeerHello {
-                node,
-                incarnation,
-                key: None,
-            },
-        )
-        .unwrap();
+        link.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        prove_blocking(&link, Who::Peer { node, incarnation }, None).unwrap();
         let call = DirectoryCall {
             request_id: RequestId(request_id),
             reply_to: me(actor),

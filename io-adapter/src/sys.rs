@@ -1,0 +1,93 @@
+//! The few system calls the nodes make that the standard library does not wrap: a Unix socket
+//! bound with a given mode whatever the umask, and the group of a socket.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::path::Path;
+
+/// A Unix listener bound at `path`, its socket file created with `mode` whatever the
+/// process's umask. The umask is per process, so it is set for the `bind` only; call this
+/// before the node starts other threads.
+pub fn bind_unix(path: &Path, mode: u32) -> io::Result<std::os::unix::net::UnixListener> {
+    // SAFETY: umask only swaps the process's file-creation mask; it cannot fail.
+    let old = unsafe { libc::umask(!mode & 0o777) };
+    let bound = std::os::unix::net::UnixListener::bind(path);
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old) };
+    bound
+}
+
+/// Gives `path` to group `gid` (the owner stays).
+pub fn chown_group(path: &Path, gid: u32) -> io::Result<()> {
+    std::os::unix::fs::chown(path, None, Some(gid))
+}
+
+/// The id of group `name`: a number, or a name from the group database.
+pub fn group_id(name: &str) -> io::Result<u32> {
+    if let Ok(gid) = name.parse::<u32>() {
+        return Ok(gid);
+    }
+    let c_name = CString::new(name.as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a group name with a NUL"))?;
+    let mut buf = vec![0u8; 16 * 1024];
+    // SAFETY: `group` is a plain C struct for which all-zero is a valid value.
+    let mut group: libc::group = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call: the name is NUL-terminated, `group` and
+    // `found` are writable, `buf` is writable for `buf.len()` bytes; the strings the call
+    // stores point into `buf`, which we do not read.
+    let rc = unsafe {
+        libc::getgrnam_r(
+            c_name.as_ptr(),
+            &mut group,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    if found.is_null() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no group named {name:?}"),
+        ));
+    }
+    Ok(group.gr_gid)
+}
+
+/// Whether `path` names a Unix socket (and not a file someone might want kept).
+pub fn is_socket(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_socket_gets_its_mode_whatever_the_umask() {
+        let dir = std::env::temp_dir().join(format!("dataplane-sys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let _ = std::fs::remove_file(&path);
+        // SAFETY: a test-local umask change; restored below.
+        let old = unsafe { libc::umask(0) };
+        let listener = bind_unix(&path, 0o600).unwrap();
+        // SAFETY: restoring it.
+        unsafe { libc::umask(old) };
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert!(is_socket(&path));
+        assert!(!is_socket(&dir));
+        drop(listener);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(group_id("0").unwrap(), 0);
+        assert_eq!(group_id("root").unwrap(), 0);
+        assert!(group_id("no-such-group-here").is_err());
+    }
+}

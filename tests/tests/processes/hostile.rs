@@ -1,0 +1,216 @@
+//! Connections that never become peers or children (issue 11, items 2 and 4): silent child
+//! connections, length prefixes that announce a megabyte before any hello, and peers that
+//! trickle one byte a second. None of them may hold a session, memory or a thread for long, and
+//! the nodes keep serving everyone else meanwhile.
+//!
+//! Each test prints the node's resident memory, open descriptors and threads before, at the
+//! peak and after the attack (the issue asks for the figures).
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use dataplane_tests::raw::RawClient;
+use dataplane_tests::{DirectoryProc, HostProc, TestDir, wait_until};
+
+/// How long a node gives a connection to say hello (or a child to attach), plus slack for a
+/// loaded machine. The nodes use 5 s.
+const HELLO_DEADLINE_SLACK: Duration = Duration::from_secs(15);
+
+/// A node's resident memory (KiB), open descriptors and threads.
+#[derive(Clone, Copy, Debug)]
+struct Usage {
+    rss_kib: u64,
+    fds: usize,
+    threads: u64,
+}
+
+fn usage(pid: u32) -> Usage {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    Usage {
+        rss_kib: field("VmRSS:"),
+        fds,
+        threads: field("Threads:"),
+    }
+}
+
+/// Waits until the node closed `stream` (a read sees the end, or the connection is reset).
+fn closed_by_peer(stream: &mut impl Read) -> bool {
+    let mut buf = [0u8; 64];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut => {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+fn put_succeeds(host: &HostProc, dir: &TestDir, path: &str) -> Duration {
+    let input = dir.join("small.bin");
+    std::fs::write(&input, b"still served").unwrap();
+    let started = Instant::now();
+    host.cli(&["put", path, input.to_str().unwrap()])
+        .expect_code(0, "a put while silent children wait");
+    let took = started.elapsed();
+    let got = host.cli(&["get", path]);
+    got.expect_code(0, "a get while silent children wait");
+    assert_eq!(got.stdout, b"still served");
+    took
+}
+
+#[test]
+fn silent_child_connections_hold_no_session_and_are_closed() {
+    let dir = TestDir::new("silent-children");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let host = HostProc::start(&dir, "host", &directory.listen, "16M");
+    let before = usage(host.proc.pid());
+    // More silent connections than the host has sessions.
+    let mut silent: Vec<UnixStream> = (0..300)
+        .map(|_| UnixStream::connect(&host.socket).expect("connect to the child socket"))
+        .collect();
+    let peak = usage(host.proc.pid());
+    let took = put_succeeds(&host, &dir, "/data/silent/1");
+    eprintln!(
+        "300 silent children: host before {before:?}, with them {peak:?}; a put took {took:?}"
+    );
+    // Each is closed once the attach deadline passed.
+    let deadline = Instant::now() + HELLO_DEADLINE_SLACK;
+    for (i, stream) in silent.iter_mut().enumerate() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        stream
+            .set_read_timeout(Some(left.max(Duration::from_millis(10))))
+            .unwrap();
+        assert!(
+            closed_by_peer(stream),
+            "silent child connection {i} still open {HELLO_DEADLINE_SLACK:?} after it connected"
+        );
+    }
+    drop(silent);
+    wait_until(
+        "the host to let go of the silent connections' descriptors",
+        Duration::from_secs(10),
+        || usage(host.proc.pid()).fds <= before.fds + 4,
+    );
+    eprintln!("after: {:?}", usage(host.proc.pid()));
+    put_succeeds(&host, &dir, "/data/silent/2");
+}
+
+fn open_announcing(address: &str, count: usize) -> Vec<TcpStream> {
+    (0..count)
+        .filter_map(|_| {
+            let mut s = TcpStream::connect(address).ok()?;
+            // A length prefix that announces 1 MiB, and nothing else.
+            let _ = s.write_all(&(1u32 << 20).to_le_bytes());
+            let _ = s.write_all(&[0u8; 16]);
+            Some(s)
+        })
+        .collect()
+}
+
+#[test]
+fn megabyte_prefixes_before_a_hello_reserve_nothing() {
+    let dir = TestDir::new("prefixes");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let host = HostProc::start(&dir, "host", &directory.listen, "16M");
+    let mut client = RawClient::connect(&directory.listen).expect("a client");
+    client
+        .lookup("/data/nothing")
+        .expect("a lookup before the attack");
+    let before = usage(directory.proc.pid());
+    let mut attackers = open_announcing(&directory.listen, 2_000);
+    let peak = usage(directory.proc.pid());
+    // The legitimate client and a new one are still served.
+    let started = Instant::now();
+    client
+        .lookup("/data/nothing")
+        .expect("a lookup during the attack");
+    RawClient::connect(&directory.listen)
+        .and_then(|mut c| c.lookup("/data/nothing"))
+        .expect("a new client during the attack");
+    let took = started.elapsed();
+    put_succeeds(&host, &dir, "/data/prefix/1");
+    eprintln!(
+        "2,000 connections announcing 1 MiB: directory before {before:?}, during {peak:?}; two lookups took {took:?}"
+    );
+    assert!(
+        peak.rss_kib < before.rss_kib + 64 * 1024,
+        "the directory reserved memory for frames nobody was admitted to send: {before:?} -> {peak:?}"
+    );
+    assert!(
+        peak.threads < before.threads + 16,
+        "the directory started threads for connections nobody admitted: {before:?} -> {peak:?}"
+    );
+    // Every attacker is closed (at once, or by the hello deadline).
+    let deadline = Instant::now() + HELLO_DEADLINE_SLACK;
+    for (i, stream) in attackers.iter_mut().enumerate() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        stream
+            .set_read_timeout(Some(left.max(Duration::from_millis(10))))
+            .unwrap();
+        assert!(closed_by_peer(stream), "attacker {i} is still connected");
+    }
+    drop(attackers);
+    std::thread::sleep(Duration::from_millis(500));
+    let after = usage(directory.proc.pid());
+    eprintln!("after: {after:?}");
+    assert!(
+        after.rss_kib < before.rss_kib + 64 * 1024,
+        "memory was not given back: {before:?} -> {after:?}"
+    );
+}
+
+#[test]
+fn slow_hellos_are_closed_by_the_deadline() {
+    let dir = TestDir::new("slowloris");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let host = HostProc::start(&dir, "host", &directory.listen, "16M");
+    let targets = [
+        ("directory", directory.listen.as_str()),
+        ("host peer port", host.listen.as_str()),
+    ];
+    for (what, address) in &targets {
+        let mut slow: Vec<TcpStream> = (0..200)
+            .map(|_| TcpStream::connect(address).expect("connect"))
+            .collect();
+        // A length prefix of a small frame, then one byte of it a second.
+        for s in &mut slow {
+            s.write_all(&100u32.to_le_bytes()).expect("a prefix");
+        }
+        let started = Instant::now();
+        let mut open = slow.len();
+        while started.elapsed() < HELLO_DEADLINE_SLACK && open > 0 {
+            open = 0;
+            for s in &mut slow {
+                if s.write_all(&[0x40]).is_ok() {
+                    open += 1;
+                }
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        for (i, s) in slow.iter_mut().enumerate() {
+            s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+            assert!(
+                closed_by_peer(s),
+                "{what}: slow connection {i} still open after {:?}",
+                started.elapsed()
+            );
+        }
+    }
+    put_succeeds(&host, &dir, "/data/slow/1");
+}
