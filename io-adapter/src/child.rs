@@ -133,7 +133,8 @@ impl ChildSession {
         let mut fd = None;
         let mut n = 0;
         loop {
-            let (got, got_fd) = recv_with_fd(&stream, &mut buf[n..]).map_err(|e| connect("greeting", e))?;
+            let (got, got_fd) =
+                recv_with_fd(&stream, &mut buf[n..]).map_err(|e| connect("greeting", e))?;
             if got == 0 {
                 return Err(protocol("the host closed the connection"));
             }

@@ -12,7 +12,7 @@
 //! the handshake ([`crate::net`]: hello, challenge, proof) within the admission deadline; at
 //! most `PENDING_CONNECTIONS_MAX` wait at once, the oldest making room for a new one
 //! ([`Admission`]). Nothing from a connection reaches the machine before it is admitted, and an
-//! admitted one speaks only for its own node ([`speaks_for`]).
+//! admitted one speaks only for its own node (`speaks_for`).
 //!
 //! The node also keeps the *membership*: hosts are identified by the address they listen on;
 //! the first host hello from an address assigns it a node id, and a hello with a new boot
@@ -35,9 +35,9 @@ use dataplane_core::admission::{
     ADMISSION_DEADLINE, Accepted, Admission, HelloRefusal, PENDING_CONNECTIONS_MAX,
 };
 use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
-use dataplane_core::limits::FRAME_BYTES_MAX;
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::ids::{Address, NodeId};
+use dataplane_core::limits::FRAME_BYTES_MAX;
 use dataplane_core::log::LogRecord;
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{Envelope, GoneScope, Message};

@@ -109,12 +109,3 @@ pub fn write_state<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
     }
     Ok(())
 }
-
-/// A random 64-bit value from the kernel (nonces, capabilities).
-pub fn random_u64() -> u64 {
-    let mut bytes = [0u8; 8];
-    if let Ok(mut f) = File::open("/dev/urandom") {
-        let _ = io::Read::read_exact(&mut f, &mut bytes);
-    }
-    u64::from_le_bytes(bytes) ^ u64::from(std::process::id())
-}

@@ -56,9 +56,7 @@ use dataplane_core::limits::{FRAME_BYTES_MAX, HOST_SESSIONS_MAX, PROXY_PENDING_M
 use dataplane_core::path::{DataPath, JobContext};
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
 use dataplane_core::time::{Duration, Instant};
-use dataplane_core::wire::{
-    Capability, ChildRequest, Envelope, GoneScope, Message, decode_value,
-};
+use dataplane_core::wire::{Capability, ChildRequest, Envelope, GoneScope, Message, decode_value};
 use serde::{Deserialize, Serialize};
 
 use crate::arena::SharedArena;
@@ -233,7 +231,10 @@ impl std::error::Error for HostError {}
 /// The connection to the directory node.
 enum DirLink {
     /// None; the next attempt is at `retry_at`.
-    Down { retry_at: Instant, backoff: Duration },
+    Down {
+        retry_at: Instant,
+        backoff: Duration,
+    },
     /// Connecting, or in the handshake (the connector once the hello went out).
     Handshake {
         conn: ConnId,
@@ -689,10 +690,8 @@ impl HostNode {
             Some(PeerConn::Outgoing { proved: true, .. }) => {
                 self.net.send(conn, frame);
             }
-            Some(PeerConn::Outgoing { backlog, .. }) => {
-                if backlog.len() < PEER_BACKLOG_MAX {
-                    backlog.push_back(frame);
-                }
+            Some(PeerConn::Outgoing { backlog, .. }) if backlog.len() < PEER_BACKLOG_MAX => {
+                backlog.push_back(frame);
             }
             _ => {}
         }

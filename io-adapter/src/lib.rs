@@ -14,9 +14,13 @@
 //!   socket (`SCM_RIGHTS`), so payload bytes never travel through messages on one host.
 //! * [`alloc`] — `malloc` settings that keep per-chunk buffers from costing page faults
 //!   ([`alloc::tune_allocator`], called by `dataplane-node`; process-wide, so opt-in).
+//! * [`net`] — one poll loop per node ([`net::Reactor`], on `mio`) with per-connection frame
+//!   limits, and the nodes' link protocol with its challenge-response handshake.
+//! * [`dirnode`], [`hostnode`] — the two node drivers; [`child`] — the library a child links.
 //!
-//! `unsafe` is allowed only in [`arena`] (mapping shared memory, passing descriptors) and
-//! [`alloc`] (`mallopt`), each use with its safety argument.
+//! `unsafe` is allowed only in [`arena`] (mapping shared memory, passing descriptors),
+//! [`alloc`] (`mallopt`) and [`sys`] (`umask`, `getgrnam_r`), each use with its safety
+//! argument.
 
 pub mod alloc;
 pub mod arena;

@@ -224,7 +224,8 @@ pub enum Who {
 /// A hello's magic and version, read from the front of a frame that may not decode as this
 /// version's [`Link`] at all (a hello of another version).
 pub fn hello_version(payload: &[u8]) -> Option<(u32, u16)> {
-    let ((variant, magic, version), _) = postcard::take_from_bytes::<(u32, u32, u16)>(payload).ok()?;
+    let ((variant, magic, version), _) =
+        postcard::take_from_bytes::<(u32, u32, u16)>(payload).ok()?;
     (variant == 0).then_some((magic, version))
 }
 
@@ -287,7 +288,8 @@ impl Acceptor {
         nonce: Nonce,
         key: Option<&ClusterKey>,
     ) -> Result<(Acceptor, Who, Link), HelloRefusal> {
-        let hello = dataplane_core::wire::decode_value::<Link>(payload, admission::HELLO_FRAME_BYTES_MAX);
+        let hello =
+            dataplane_core::wire::decode_value::<Link>(payload, admission::HELLO_FRAME_BYTES_MAX);
         let Ok(Link::Hello {
             magic,
             version,
@@ -318,7 +320,9 @@ impl Acceptor {
     /// Checks the connector's proof.
     pub fn check(&self, proof: &Link) -> Result<(), HelloRefusal> {
         match proof {
-            Link::Proof { proof } if admission::proofs_match(self.expected.as_ref(), proof.as_ref()) => {
+            Link::Proof { proof }
+                if admission::proofs_match(self.expected.as_ref(), proof.as_ref()) =>
+            {
                 Ok(())
             }
             Link::Proof { .. } => Err(HelloRefusal::WrongKey),
@@ -437,8 +441,8 @@ pub fn accept_blocking(
         .read_frame::<Link>()
         .map_err(io)?
         .ok_or_else(|| HandshakeError::Protocol("closed before the hello".to_owned()))?;
-    let payload = postcard::to_allocvec(&hello)
-        .map_err(|e| HandshakeError::Protocol(e.to_string()))?;
+    let payload =
+        postcard::to_allocvec(&hello).map_err(|e| HandshakeError::Protocol(e.to_string()))?;
     let nonce = fresh_nonce().map_err(HandshakeError::Io)?;
     let (acceptor, who, challenge) = Acceptor::answer(&payload, nonce, key)
         .map_err(|e| HandshakeError::Refused(e.to_string()))?;
@@ -587,7 +591,11 @@ mod tests {
     fn another_version_is_refused_by_name_and_garbage_is_not_a_hello() {
         #[derive(Serialize)]
         enum Future {
-            Hello { magic: u32, version: u16, something: String },
+            Hello {
+                magic: u32,
+                version: u16,
+                something: String,
+            },
         }
         let future = postcard::to_allocvec(&Future::Hello {
             magic: HANDSHAKE_MAGIC,

@@ -210,6 +210,8 @@ pub struct Reactor {
     next: u64,
     /// Connections with bytes left to read after their budget ran out.
     behind: Vec<ConnId>,
+    /// Connections that broke while the driver sent to them: reported by the next poll.
+    broken: Vec<(ConnId, String)>,
 }
 
 impl std::fmt::Debug for Reactor {
@@ -235,6 +237,7 @@ impl Reactor {
             conns: BTreeMap::new(),
             next: 1,
             behind: Vec::new(),
+            broken: Vec::new(),
         })
     }
 
@@ -369,16 +372,18 @@ impl Reactor {
         }
         let mut pieces = vec![Piece::Bytes { bytes, at: 0 }];
         if let Some(tail) = tail {
-            pieces.push(Piece::Bytes {
-                bytes: tail,
-                at: 0,
-            });
+            pieces.push(Piece::Bytes { bytes: tail, at: 0 });
         }
         self.enqueue(conn, pieces)
     }
 
     /// Queues one frame holding `value` with `fd` attached (Unix connections only).
-    pub fn send_with_fd<W: Outgoing>(&mut self, conn: ConnId, value: W, fd: BorrowedFd<'_>) -> bool {
+    pub fn send_with_fd<W: Outgoing>(
+        &mut self,
+        conn: ConnId,
+        value: W,
+        fd: BorrowedFd<'_>,
+    ) -> bool {
         let mut bytes = Vec::new();
         if crate::frame::encode_frame(&value, &mut bytes).is_err() {
             return false;
@@ -386,7 +391,10 @@ impl Reactor {
         let Ok(fd) = fd.try_clone_to_owned() else {
             return false;
         };
-        if !matches!(self.conns.get(&conn).map(|c| &c.stream), Some(Stream::Unix(_))) {
+        if !matches!(
+            self.conns.get(&conn).map(|c| &c.stream),
+            Some(Stream::Unix(_))
+        ) {
             return false;
         }
         self.enqueue(conn, vec![Piece::WithFd { bytes, fd }])
@@ -403,14 +411,18 @@ impl Reactor {
         if c.queued + len > c.limits.queue_bytes {
             if c.limits.overflow == Overflow::Close {
                 self.drop_conn(conn);
+                self.broken
+                    .push((conn, "the peer does not read what is sent to it".to_owned()));
             }
             return false;
         }
         c.queued += len;
         c.queue.extend(pieces);
-        if !c.connecting && let Err(e) = flush(c) {
-            let _ = e;
+        if !c.connecting
+            && let Err(e) = flush(c)
+        {
             self.drop_conn(conn);
+            self.broken.push((conn, format!("write: {e}")));
             return false;
         }
         true
@@ -442,11 +454,14 @@ impl Reactor {
     /// Waits up to `timeout` (not at all if a connection still has bytes to read) and appends
     /// what happened to `out`.
     pub fn poll(&mut self, timeout: Option<Duration>, out: &mut Vec<NetEvent>) -> io::Result<()> {
-        let timeout = if self.behind.is_empty() {
+        let timeout = if self.behind.is_empty() && self.broken.is_empty() {
             timeout
         } else {
             Some(Duration::ZERO)
         };
+        for (conn, reason) in self.broken.drain(..) {
+            out.push(NetEvent::Closed(conn, reason));
+        }
         match self.poll.poll(&mut self.events, timeout) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -608,7 +623,10 @@ impl Reactor {
         for (id, c) in &self.conns {
             let queued: usize = c.queue.iter().map(Piece::remaining).sum();
             if queued != c.queued {
-                return Err(format!("conn {id}: {} queued, pieces hold {queued}", c.queued));
+                return Err(format!(
+                    "conn {id}: {} queued, pieces hold {queued}",
+                    c.queued
+                ));
             }
             if c.queued > c.limits.queue_bytes {
                 return Err(format!("conn {id}: queue over its bound"));
@@ -734,8 +752,7 @@ fn flush(c: &mut Conn) -> io::Result<()> {
             let Some(Piece::WithFd { bytes, fd }) = c.queue.pop_front() else {
                 unreachable!("the front was a WithFd piece");
             };
-            let sent = match crate::arena::sendmsg_with_fd(c.stream.raw_fd(), &bytes, fd.as_fd())
-            {
+            let sent = match crate::arena::sendmsg_with_fd(c.stream.raw_fd(), &bytes, fd.as_fd()) {
                 Ok(n) => n,
                 Err(e) if would_block(&e) => {
                     c.queue.push_front(Piece::WithFd { bytes, fd });
@@ -793,7 +810,10 @@ mod tests {
         let id = reactor.connect(address, limits).unwrap();
         let (theirs, _) = listener.accept().unwrap();
         let mut events = Vec::new();
-        while !events.iter().any(|e| matches!(e, NetEvent::Connected(c) if *c == id)) {
+        while !events
+            .iter()
+            .any(|e| matches!(e, NetEvent::Connected(c) if *c == id))
+        {
             reactor
                 .poll(Some(Duration::from_millis(100)), &mut events)
                 .unwrap();
@@ -861,7 +881,11 @@ mod tests {
         theirs
             .set_read_timeout(Some(Duration::from_secs(5)))
             .unwrap();
-        assert_eq!(theirs.read(&mut buf).unwrap_or(0), 0, "our side sees the end");
+        assert_eq!(
+            theirs.read(&mut buf).unwrap_or(0),
+            0,
+            "our side sees the end"
+        );
     }
 
     #[test]
@@ -880,7 +904,10 @@ mod tests {
                 },
             })
         };
-        let values: Vec<Link> = [10usize, 100_000, 262_144, 3].iter().map(|l| chunk(*l)).collect();
+        let values: Vec<Link> = [10usize, 100_000, 262_144, 3]
+            .iter()
+            .map(|l| chunk(*l))
+            .collect();
         for v in &values {
             assert!(reactor.send(id, v.clone()));
         }
@@ -929,5 +956,11 @@ mod tests {
         );
         assert!(!reactor.send(id, big));
         assert!(!reactor.is_open(id), "Close closes it");
+        let mut events = Vec::new();
+        reactor.poll(Some(Duration::ZERO), &mut events).unwrap();
+        assert!(
+            matches!(&events[..], [NetEvent::Closed(c, _)] if *c == id),
+            "and reports it: {events:?}"
+        );
     }
 }
