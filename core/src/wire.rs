@@ -33,6 +33,24 @@ pub enum StreamRole {
     Sink,
 }
 
+impl fmt::Display for EntryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EntryKind::Blob => "blob",
+            EntryKind::Stream => "stream",
+        })
+    }
+}
+
+impl fmt::Display for StreamRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StreamRole::Source => "source (writer)",
+            StreamRole::Sink => "sink (reader)",
+        })
+    }
+}
+
 impl StreamRole {
     /// The other role.
     pub fn peer(self) -> StreamRole {

@@ -102,7 +102,7 @@ fn failure_name(error: &DataPlaneError) -> &'static str {
         DataPlaneError::Blob(B::Length { .. }) => "host.fail.Blob.Length",
         DataPlaneError::Blob(_) => "host.fail.Blob.other",
         DataPlaneError::OperationCancelled => "host.fail.OperationCancelled",
-        DataPlaneError::WrongEntryType(_) => "host.fail.WrongEntryType",
+        DataPlaneError::WrongEntryType { .. } => "host.fail.WrongEntryType",
         DataPlaneError::PathReplaced(_) => "host.fail.PathReplaced",
         DataPlaneError::PathExists(_) => "host.fail.PathExists",
         DataPlaneError::Busy(_) => "host.fail.Busy",

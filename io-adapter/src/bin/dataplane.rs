@@ -56,7 +56,7 @@ fn fail(code: u8, message: &str) -> ExitCode {
 
 fn exit_code(error: &ChildError) -> u8 {
     match error {
-        ChildError::Connect(_) => 69,
+        ChildError::Connect(_) | ChildError::Disconnected => 69,
         ChildError::Protocol(_) => 1,
         ChildError::Failed(e) => match e {
             DataPlaneError::PathNotFound(_) => 2,
@@ -67,7 +67,7 @@ fn exit_code(error: &ChildError) -> u8 {
             DataPlaneError::InvalidPath(_) | DataPlaneError::InvalidArgument(_) => 5,
             DataPlaneError::PathReplaced(_)
             | DataPlaneError::Busy(_)
-            | DataPlaneError::WrongEntryType(_) => 6,
+            | DataPlaneError::WrongEntryType { .. } => 6,
             DataPlaneError::SessionFailed(_)
             | DataPlaneError::SourceFailure(_)
             | DataPlaneError::ArenaExhausted
