@@ -164,6 +164,11 @@ pub enum NamespaceError {
     Protocol(Reason),
     /// A named limit was reached.
     LimitReached(Limit),
+    /// The path binds a blob whose source belonged to an incarnation of its node that has
+    /// ended (the node restarted: ARCHITECTURE "Node incarnation floors"). The bytes lived in
+    /// that incarnation's arena and are gone for good; only a new write can bind the path
+    /// again. `Resolve` answers this; `Lookup` marks such a blob `lost`.
+    BlobLost(DataPath),
 }
 
 impl fmt::Display for NamespaceError {
@@ -195,11 +200,15 @@ impl fmt::Display for NamespaceError {
             NamespaceError::Timeout => f.write_str("the directory did not answer in time"),
             NamespaceError::Protocol(r) => write!(f, "protocol: {r}"),
             NamespaceError::LimitReached(l) => write!(f, "limit reached: {l}"),
+            NamespaceError::BlobLost(p) => write!(f, "{p}: {LOST}"),
         }
     }
 }
 
 impl std::error::Error for NamespaceError {}
+
+/// What a lost blob's message says after its path.
+const LOST: &str = "lost: its bytes lived on a host that restarted";
 
 /// Why an attach was refused.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -358,6 +367,12 @@ pub enum DataPlaneError {
     Unsupported,
     /// A named limit was reached.
     LimitReached(Limit),
+    /// The blob's bytes are gone for good: its source belonged to an incarnation of its node
+    /// that has ended (the node restarted, and the bytes lived in its arena). Unlike
+    /// [`SourceFailure`](Self::SourceFailure), retrying cannot help; writing the blob again
+    /// does. Told by the directory's Resolve, or by the restarted host refusing a chunk
+    /// request for its dead source.
+    BlobLost(DataPath),
 }
 
 impl fmt::Display for DataPlaneError {
@@ -391,6 +406,7 @@ impl fmt::Display for DataPlaneError {
             DataPlaneError::InvalidArgument(r) => write!(f, "invalid argument: {r}"),
             DataPlaneError::Unsupported => f.write_str("not supported"),
             DataPlaneError::LimitReached(l) => write!(f, "busy, try later: {l}"),
+            DataPlaneError::BlobLost(p) => write!(f, "{p}: {LOST}"),
         }
     }
 }
@@ -413,6 +429,7 @@ impl From<NamespaceError> for DataPlaneError {
                 expected,
                 found,
             },
+            NamespaceError::BlobLost(p) => DataPlaneError::BlobLost(p),
             NamespaceError::PathReplaced(p) => DataPlaneError::PathReplaced(p),
             NamespaceError::StreamActive(p) => DataPlaneError::Busy(p),
             NamespaceError::LimitReached(l) => DataPlaneError::LimitReached(l),
@@ -557,10 +574,11 @@ mod tests {
             DataPlaneError::StreamFault(r.clone()),
             DataPlaneError::StreamClosed,
             DataPlaneError::PathExists(p.clone()),
-            DataPlaneError::Busy(p),
+            DataPlaneError::Busy(p.clone()),
             DataPlaneError::InvalidArgument(r),
             DataPlaneError::Unsupported,
             DataPlaneError::LimitReached(Limit::PendingRequests),
+            DataPlaneError::BlobLost(p),
         ]
     }
 
@@ -587,6 +605,7 @@ mod tests {
             DataPlaneError::InvalidArgument(_) => 18,
             DataPlaneError::Unsupported => 19,
             DataPlaneError::LimitReached(_) => 20,
+            DataPlaneError::BlobLost(_) => 21,
         }
     }
 
@@ -594,7 +613,7 @@ mod tests {
     fn every_data_plane_error_reads_as_one_plain_line() {
         let all = every_data_plane_error();
         let seen: std::collections::BTreeSet<usize> = all.iter().map(variant).collect();
-        assert_eq!(seen.len(), 21, "every variant is listed once");
+        assert_eq!(seen.len(), 22, "every variant is listed once");
         for error in &all {
             assert_plain(&error.to_string());
         }
@@ -625,13 +644,14 @@ mod tests {
                 },
             },
             NamespaceError::OperationConflict(OperationId(9)),
-            NamespaceError::StreamActive(p),
+            NamespaceError::StreamActive(p.clone()),
             NamespaceError::Storage(r.clone()),
             NamespaceError::SourceRecovery(r.clone()),
             NamespaceError::DirectoryUnavailable(r.clone()),
             NamespaceError::Timeout,
             NamespaceError::Protocol(r),
             NamespaceError::LimitReached(Limit::Reservations),
+            NamespaceError::BlobLost(p),
         ];
         for error in &all {
             assert_plain(&error.to_string());
@@ -698,6 +718,10 @@ mod tests {
                 "/data/s: is a blob, not a stream",
             ),
             (
+                DataPlaneError::BlobLost(p.clone()),
+                "/data/s: lost: its bytes lived on a host that restarted",
+            ),
+            (
                 DataPlaneError::LimitReached(Limit::SessionOperations),
                 "busy, try later: too many operations in progress in this session",
             ),
@@ -727,6 +751,15 @@ mod tests {
         let reason = Reason::new("line one\nline two\u{1b}[2J");
         assert_eq!(reason.to_string(), "line one\\nline two\\u{1b}[2J");
         assert_eq!(reason.as_str(), "line one\nline two\u{1b}[2J");
+    }
+
+    #[test]
+    fn lost_blobs_keep_their_own_host_error() {
+        let p = DataPath::new("/a").unwrap();
+        assert_eq!(
+            DataPlaneError::from(NamespaceError::BlobLost(p.clone())),
+            DataPlaneError::BlobLost(p)
+        );
     }
 
     #[test]

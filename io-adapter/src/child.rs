@@ -101,8 +101,11 @@ pub struct Stat {
     pub kind: EntryKind,
     /// Its revision.
     pub revision: Revision,
-    /// A blob's length.
+    /// A blob's length (unknown for a lost blob).
     pub length: Option<u64>,
+    /// The blob is lost: its bytes lived on a host that restarted, and a read fails
+    /// [`DataPlaneError::BlobLost`].
+    pub lost: bool,
 }
 
 /// An attached child session.
@@ -356,11 +359,13 @@ impl ChildSession {
                 kind,
                 revision,
                 length,
+                lost,
                 ..
             } => Ok(Stat {
                 kind,
                 revision,
                 length,
+                lost,
             }),
             ChildEvent::Failed { error, .. } => Err(ChildError::Failed(error)),
             other => Err(unexpected(&other, "at stat")),

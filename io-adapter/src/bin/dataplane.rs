@@ -24,8 +24,8 @@ from PATH.cap. Paths may start with /runs/self (the session's own run).
 
 EXIT STATUS:
     0 ok   2 not found   3 already exists   4 not allowed   5 invalid path
-    6 replaced, busy or wrong kind   69 host unreachable   75 temporarily unavailable
-    64 usage   1 anything else
+    6 replaced, busy or wrong kind   64 usage   65 the blob is lost (its bytes lived on a host
+    that restarted)   69 host unreachable   75 temporarily unavailable   1 anything else
 ";
 
 fn main() -> ExitCode {
@@ -68,6 +68,7 @@ fn exit_code(error: &ChildError) -> u8 {
             DataPlaneError::PathReplaced(_)
             | DataPlaneError::Busy(_)
             | DataPlaneError::WrongEntryType { .. } => 6,
+            DataPlaneError::BlobLost(_) => 65,
             DataPlaneError::SessionFailed(_)
             | DataPlaneError::SourceFailure(_)
             | DataPlaneError::ArenaExhausted
@@ -149,6 +150,10 @@ fn run(socket: &std::path::Path, args: &[String]) -> Result<(), (u8, String)> {
             let mut session = connect(socket)?;
             let stat = session.stat(path).map_err(child)?;
             match (stat.kind, stat.length) {
+                (EntryKind::Blob, _) if stat.lost => println!(
+                    "{path}: blob, lost (its bytes lived on a host that restarted), {}",
+                    stat.revision
+                ),
                 (EntryKind::Blob, Some(length)) => {
                     println!("{path}: blob, {length} bytes, {}", stat.revision);
                 }
