@@ -10,3 +10,4 @@ mod lease;
 mod log_damage;
 mod overload;
 mod streams;
+mod truth;
