@@ -63,8 +63,17 @@ impl From<Reason> for String {
 }
 
 impl fmt::Display for Reason {
+    /// The text, with control characters escaped (`\n`, `\u{1b}`): a reason may come from a
+    /// peer, and a message that prints it must stay one line.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        for c in self.0.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                fmt::Write::write_char(f, c)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -155,6 +164,11 @@ pub enum NamespaceError {
     Protocol(Reason),
     /// A named limit was reached.
     LimitReached(Limit),
+    /// The path binds a blob whose source belonged to an incarnation of its node that has
+    /// ended (the node restarted: ARCHITECTURE "Node incarnation floors"). The bytes lived in
+    /// that incarnation's arena and are gone for good; only a new write can bind the path
+    /// again. `Resolve` answers this; `Lookup` marks such a blob `lost`.
+    BlobLost(DataPath),
 }
 
 impl fmt::Display for NamespaceError {
@@ -167,11 +181,11 @@ impl fmt::Display for NamespaceError {
                 expected,
                 found,
             } => {
-                write!(f, "{path}: is a {found:?}, expected a {expected:?}")
+                write!(f, "{path}: is a {found}, not a {expected}")
             }
             NamespaceError::PathReplaced(p) => write!(f, "{p}: replaced"),
             NamespaceError::DuplicateStreamRole { path, role } => {
-                write!(f, "{path}: the {role:?} role is already held")
+                write!(f, "{path}: the {role} role is already held")
             }
             NamespaceError::StaleIncarnation { path, incarnation } => {
                 write!(f, "{path}: stream incarnation {incarnation} is stale")
@@ -186,11 +200,15 @@ impl fmt::Display for NamespaceError {
             NamespaceError::Timeout => f.write_str("the directory did not answer in time"),
             NamespaceError::Protocol(r) => write!(f, "protocol: {r}"),
             NamespaceError::LimitReached(l) => write!(f, "limit reached: {l}"),
+            NamespaceError::BlobLost(p) => write!(f, "{p}: {LOST}"),
         }
     }
 }
 
 impl std::error::Error for NamespaceError {}
+
+/// What a lost blob's message says after its path.
+const LOST: &str = "lost: its bytes lived on a host that restarted";
 
 /// Why an attach was refused.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -211,6 +229,25 @@ pub enum AttachmentFailure {
     /// The route registrar refused the child.
     RouteRejected(Reason),
 }
+
+impl fmt::Display for AttachmentFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttachmentFailure::CapabilityRejected => f.write_str("the capability was rejected"),
+            AttachmentFailure::ArenaGenerationMismatch { expected, found } => write!(
+                f,
+                "the child named arena generation {found}, the session's is {expected}"
+            ),
+            AttachmentFailure::DuplicateAttachment => {
+                f.write_str("a child is already attached to this session")
+            }
+            AttachmentFailure::SessionClosed => f.write_str("the session is closed"),
+            AttachmentFailure::RouteRejected(r) => write!(f, "the host refused the route: {r}"),
+        }
+    }
+}
+
+impl std::error::Error for AttachmentFailure {}
 
 /// Blob-layer failures (header and lease checks, SPEC §8.2).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -248,6 +285,31 @@ pub enum BlobFailure {
     AlreadyFinished,
 }
 
+impl fmt::Display for BlobFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BlobFailure::Bounds => f.write_str("a range is out of bounds or a header is unaligned"),
+            BlobFailure::StaleGeneration { expected, found } => write!(
+                f,
+                "the header has generation {found}, the lease has {expected}"
+            ),
+            BlobFailure::Length { expected, found } => {
+                write!(f, "the length is {found} bytes, {expected} were expected")
+            }
+            BlobFailure::Digest => f.write_str("the content does not match its digest"),
+            BlobFailure::Access => f.write_str("access denied by the header"),
+            BlobFailure::State { found } => write!(f, "the header is in unexpected state {found}"),
+            BlobFailure::InvalidLease => {
+                f.write_str("not a valid lease (magic, version or reserved bytes)")
+            }
+            BlobFailure::ActiveWritableView => f.write_str("a writable view is still active"),
+            BlobFailure::AlreadyFinished => f.write_str("the blob operation already finished"),
+        }
+    }
+}
+
+impl std::error::Error for BlobFailure {}
+
 /// Errors a child session sees (SPEC §2.4, host level).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DataPlaneError {
@@ -279,7 +341,14 @@ pub enum DataPlaneError {
     /// The operation was cancelled.
     OperationCancelled,
     /// The path holds the other kind of entry.
-    WrongEntryType(DataPath),
+    WrongEntryType {
+        /// The path asked about.
+        path: DataPath,
+        /// The kind the operation needs.
+        expected: EntryKind,
+        /// The kind that is there.
+        found: EntryKind,
+    },
     /// The path was replaced.
     PathReplaced(DataPath),
     /// The stream peer went away.
@@ -298,7 +367,51 @@ pub enum DataPlaneError {
     Unsupported,
     /// A named limit was reached.
     LimitReached(Limit),
+    /// The blob's bytes are gone for good: its source belonged to an incarnation of its node
+    /// that has ended (the node restarted, and the bytes lived in its arena). Unlike
+    /// [`SourceFailure`](Self::SourceFailure), retrying cannot help; writing the blob again
+    /// does. Told by the directory's Resolve, or by the restarted host refusing a chunk
+    /// request for its dead source.
+    BlobLost(DataPath),
 }
+
+impl fmt::Display for DataPlaneError {
+    /// One line, path first where there is one; never Rust debug syntax.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DataPlaneError::InvalidPath(e) => write!(f, "invalid path: {e}"),
+            DataPlaneError::InvalidCapability => f.write_str("the capability was rejected"),
+            DataPlaneError::Attachment(e) => write!(f, "attach refused: {e}"),
+            DataPlaneError::SessionNotRunning => f.write_str("the session is not running"),
+            DataPlaneError::SessionFailed(r) => write!(f, "namespace unavailable: {r}"),
+            DataPlaneError::Unauthorized { path, operation } => {
+                write!(f, "{path}: not allowed to {operation} there")
+            }
+            DataPlaneError::PathNotFound(p) => write!(f, "{p}: not found"),
+            DataPlaneError::SourceFailure(r) => write!(f, "the blob's source failed: {r}"),
+            DataPlaneError::ArenaExhausted => f.write_str("the host's arena is full"),
+            DataPlaneError::Blob(e) => write!(f, "blob check failed: {e}"),
+            DataPlaneError::OperationCancelled => f.write_str("the operation was cancelled"),
+            DataPlaneError::WrongEntryType {
+                path,
+                expected,
+                found,
+            } => write!(f, "{path}: is a {found}, not a {expected}"),
+            DataPlaneError::PathReplaced(p) => write!(f, "{p}: was replaced"),
+            DataPlaneError::PeerLost => f.write_str("the stream's peer went away"),
+            DataPlaneError::StreamFault(r) => write!(f, "the stream failed: {r}"),
+            DataPlaneError::StreamClosed => f.write_str("the stream was closed"),
+            DataPlaneError::PathExists(p) => write!(f, "{p}: already exists"),
+            DataPlaneError::Busy(p) => write!(f, "{p}: busy (a stream is active)"),
+            DataPlaneError::InvalidArgument(r) => write!(f, "invalid argument: {r}"),
+            DataPlaneError::Unsupported => f.write_str("not supported"),
+            DataPlaneError::LimitReached(l) => write!(f, "busy, try later: {l}"),
+            DataPlaneError::BlobLost(p) => write!(f, "{p}: {LOST}"),
+        }
+    }
+}
+
+impl std::error::Error for DataPlaneError {}
 
 impl From<NamespaceError> for DataPlaneError {
     /// The H4 mapping of SPEC §2.4.
@@ -307,7 +420,16 @@ impl From<NamespaceError> for DataPlaneError {
             NamespaceError::PathNotFound(p) => DataPlaneError::PathNotFound(p),
             NamespaceError::SourceRecovery(r) => DataPlaneError::SourceFailure(r),
             NamespaceError::PathExists(p) => DataPlaneError::PathExists(p),
-            NamespaceError::WrongEntryType { path, .. } => DataPlaneError::WrongEntryType(path),
+            NamespaceError::WrongEntryType {
+                path,
+                expected,
+                found,
+            } => DataPlaneError::WrongEntryType {
+                path,
+                expected,
+                found,
+            },
+            NamespaceError::BlobLost(p) => DataPlaneError::BlobLost(p),
             NamespaceError::PathReplaced(p) => DataPlaneError::PathReplaced(p),
             NamespaceError::StreamActive(p) => DataPlaneError::Busy(p),
             NamespaceError::LimitReached(l) => DataPlaneError::LimitReached(l),
@@ -360,6 +482,284 @@ mod tests {
     fn oversized_reasons_do_not_decode() {
         let bytes = postcard::to_allocvec(&"x".repeat(REASON_BYTES_MAX + 1)).unwrap();
         assert!(postcard::from_bytes::<Reason>(&bytes).is_err());
+    }
+
+    /// Whether `text` looks like Rust debug output: a capitalised identifier followed by `(`
+    /// or ` {` (`Blob(Digest)`, `LimitReached(PendingRequests)`, `Length { expected: 1 }`),
+    /// or `Some(`/`None`.
+    pub(crate) fn looks_like_debug(text: &str) -> bool {
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let starts_word = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
+            if starts_word && bytes[i].is_ascii_uppercase() {
+                let mut j = i + 1;
+                while j < bytes.len() && (bytes[j].is_ascii_alphanumeric() || bytes[j] == b'_') {
+                    j += 1;
+                }
+                let rest = &text[j..];
+                if rest.starts_with('(') || rest.starts_with(" {") || &text[i..j] == "None" {
+                    return true;
+                }
+                i = j;
+            } else {
+                i += 1;
+            }
+        }
+        false
+    }
+
+    fn assert_plain(text: &str) {
+        assert!(!text.is_empty());
+        assert!(!text.chars().any(char::is_control), "{text:?}");
+        assert!(!looks_like_debug(text), "debug syntax in {text:?}");
+    }
+
+    #[test]
+    fn the_debug_detector_detects_debug() {
+        for debug in [
+            "Blob(Digest)",
+            "LimitReached(PendingRequests)",
+            "invalid path: NotAbsolute(",
+            "Length { expected: 1, found: 2 }",
+            "x: None",
+            "Some(3)",
+        ] {
+            assert!(looks_like_debug(debug), "{debug}");
+        }
+        for plain in [
+            "/data/x: not found",
+            "busy, try later: too many pending requests",
+            "the capability was rejected",
+            "path contains the control character U+000A",
+            "BLAKE3 (the digest)",
+        ] {
+            assert!(!looks_like_debug(plain), "{plain}");
+        }
+    }
+
+    /// One value of every `DataPlaneError` variant; `variant` has no wildcard arm, so a new
+    /// variant does not compile until it is listed here and has a message.
+    fn every_data_plane_error() -> Vec<DataPlaneError> {
+        let p = DataPath::new("/data/x").unwrap();
+        let r = Reason::new("because");
+        vec![
+            DataPlaneError::InvalidPath(PathError::ControlCharacter { code: 0x1b }),
+            DataPlaneError::InvalidCapability,
+            DataPlaneError::Attachment(AttachmentFailure::ArenaGenerationMismatch {
+                expected: 2,
+                found: 3,
+            }),
+            DataPlaneError::SessionNotRunning,
+            DataPlaneError::SessionFailed(r.clone()),
+            DataPlaneError::Unauthorized {
+                path: p.clone(),
+                operation: crate::path::Access::Write,
+            },
+            DataPlaneError::PathNotFound(p.clone()),
+            DataPlaneError::SourceFailure(r.clone()),
+            DataPlaneError::ArenaExhausted,
+            DataPlaneError::Blob(BlobFailure::Length {
+                expected: 4,
+                found: 5,
+            }),
+            DataPlaneError::OperationCancelled,
+            DataPlaneError::WrongEntryType {
+                path: p.clone(),
+                expected: EntryKind::Stream,
+                found: EntryKind::Blob,
+            },
+            DataPlaneError::PathReplaced(p.clone()),
+            DataPlaneError::PeerLost,
+            DataPlaneError::StreamFault(r.clone()),
+            DataPlaneError::StreamClosed,
+            DataPlaneError::PathExists(p.clone()),
+            DataPlaneError::Busy(p.clone()),
+            DataPlaneError::InvalidArgument(r),
+            DataPlaneError::Unsupported,
+            DataPlaneError::LimitReached(Limit::PendingRequests),
+            DataPlaneError::BlobLost(p),
+        ]
+    }
+
+    fn variant(e: &DataPlaneError) -> usize {
+        match e {
+            DataPlaneError::InvalidPath(_) => 0,
+            DataPlaneError::InvalidCapability => 1,
+            DataPlaneError::Attachment(_) => 2,
+            DataPlaneError::SessionNotRunning => 3,
+            DataPlaneError::SessionFailed(_) => 4,
+            DataPlaneError::Unauthorized { .. } => 5,
+            DataPlaneError::PathNotFound(_) => 6,
+            DataPlaneError::SourceFailure(_) => 7,
+            DataPlaneError::ArenaExhausted => 8,
+            DataPlaneError::Blob(_) => 9,
+            DataPlaneError::OperationCancelled => 10,
+            DataPlaneError::WrongEntryType { .. } => 11,
+            DataPlaneError::PathReplaced(_) => 12,
+            DataPlaneError::PeerLost => 13,
+            DataPlaneError::StreamFault(_) => 14,
+            DataPlaneError::StreamClosed => 15,
+            DataPlaneError::PathExists(_) => 16,
+            DataPlaneError::Busy(_) => 17,
+            DataPlaneError::InvalidArgument(_) => 18,
+            DataPlaneError::Unsupported => 19,
+            DataPlaneError::LimitReached(_) => 20,
+            DataPlaneError::BlobLost(_) => 21,
+        }
+    }
+
+    #[test]
+    fn every_data_plane_error_reads_as_one_plain_line() {
+        let all = every_data_plane_error();
+        let seen: std::collections::BTreeSet<usize> = all.iter().map(variant).collect();
+        assert_eq!(seen.len(), 22, "every variant is listed once");
+        for error in &all {
+            assert_plain(&error.to_string());
+        }
+    }
+
+    #[test]
+    fn every_namespace_error_reads_as_one_plain_line() {
+        let p = DataPath::new("/data/x").unwrap();
+        let r = Reason::new("because");
+        let all = [
+            NamespaceError::PathNotFound(p.clone()),
+            NamespaceError::PathExists(p.clone()),
+            NamespaceError::WrongEntryType {
+                path: p.clone(),
+                expected: EntryKind::Blob,
+                found: EntryKind::Stream,
+            },
+            NamespaceError::PathReplaced(p.clone()),
+            NamespaceError::DuplicateStreamRole {
+                path: p.clone(),
+                role: StreamRole::Sink,
+            },
+            NamespaceError::StaleIncarnation {
+                path: p.clone(),
+                incarnation: StreamIncarnation {
+                    epoch: crate::ids::AuthorityEpoch(2),
+                    revision: crate::ids::Revision(7),
+                },
+            },
+            NamespaceError::OperationConflict(OperationId(9)),
+            NamespaceError::StreamActive(p.clone()),
+            NamespaceError::Storage(r.clone()),
+            NamespaceError::SourceRecovery(r.clone()),
+            NamespaceError::DirectoryUnavailable(r.clone()),
+            NamespaceError::Timeout,
+            NamespaceError::Protocol(r),
+            NamespaceError::LimitReached(Limit::Reservations),
+            NamespaceError::BlobLost(p),
+        ];
+        for error in &all {
+            assert_plain(&error.to_string());
+            // The host's error for it reads plainly too.
+            assert_plain(&DataPlaneError::from(error.clone()).to_string());
+        }
+    }
+
+    #[test]
+    fn every_blob_and_attachment_failure_reads_as_one_plain_line() {
+        let blobs = [
+            BlobFailure::Bounds,
+            BlobFailure::StaleGeneration {
+                expected: 1,
+                found: 2,
+            },
+            BlobFailure::Length {
+                expected: 1,
+                found: 2,
+            },
+            BlobFailure::Digest,
+            BlobFailure::Access,
+            BlobFailure::State { found: 3 },
+            BlobFailure::InvalidLease,
+            BlobFailure::ActiveWritableView,
+            BlobFailure::AlreadyFinished,
+        ];
+        for failure in blobs {
+            assert_plain(&failure.to_string());
+        }
+        let attachments = [
+            AttachmentFailure::CapabilityRejected,
+            AttachmentFailure::ArenaGenerationMismatch {
+                expected: 1,
+                found: 2,
+            },
+            AttachmentFailure::DuplicateAttachment,
+            AttachmentFailure::SessionClosed,
+            AttachmentFailure::RouteRejected(Reason::new("no")),
+        ];
+        for failure in attachments {
+            assert_plain(&failure.to_string());
+        }
+    }
+
+    #[test]
+    fn messages_say_what_happened() {
+        let p = DataPath::new("/data/s").unwrap();
+        let cases = [
+            (
+                DataPlaneError::WrongEntryType {
+                    path: p.clone(),
+                    expected: EntryKind::Blob,
+                    found: EntryKind::Stream,
+                },
+                "/data/s: is a stream, not a blob",
+            ),
+            (
+                DataPlaneError::WrongEntryType {
+                    path: p.clone(),
+                    expected: EntryKind::Stream,
+                    found: EntryKind::Blob,
+                },
+                "/data/s: is a blob, not a stream",
+            ),
+            (
+                DataPlaneError::BlobLost(p.clone()),
+                "/data/s: lost: its bytes lived on a host that restarted",
+            ),
+            (
+                DataPlaneError::LimitReached(Limit::SessionOperations),
+                "busy, try later: too many operations in progress in this session",
+            ),
+            (
+                DataPlaneError::Blob(BlobFailure::Digest),
+                "blob check failed: the content does not match its digest",
+            ),
+            (
+                DataPlaneError::InvalidPath(PathError::NotAbsolute),
+                "invalid path: path must start with '/'",
+            ),
+            (
+                DataPlaneError::Unauthorized {
+                    path: p,
+                    operation: crate::path::Access::Read,
+                },
+                "/data/s: not allowed to read there",
+            ),
+        ];
+        for (error, text) in cases {
+            assert_eq!(error.to_string(), text);
+        }
+    }
+
+    #[test]
+    fn reasons_from_peers_print_on_one_line() {
+        let reason = Reason::new("line one\nline two\u{1b}[2J");
+        assert_eq!(reason.to_string(), "line one\\nline two\\u{1b}[2J");
+        assert_eq!(reason.as_str(), "line one\nline two\u{1b}[2J");
+    }
+
+    #[test]
+    fn lost_blobs_keep_their_own_host_error() {
+        let p = DataPath::new("/a").unwrap();
+        assert_eq!(
+            DataPlaneError::from(NamespaceError::BlobLost(p.clone())),
+            DataPlaneError::BlobLost(p)
+        );
     }
 
     #[test]

@@ -2,6 +2,13 @@
 //!
 //! A [`DataPath`] can only be built through validation, including when it is decoded from a
 //! frame, so every path a machine sees is well formed.
+//!
+//! Beyond SPEC §2.1 (which forbids only NUL), a path may not contain any control character
+//! (Unicode category Cc: U+0001–U+001F, U+007F–U+009F). A newline, tab or escape inside a
+//! path name is never what a user meant, it breaks every line-oriented listing and log that
+//! prints the path, and an escape sequence can rewrite an operator's terminal. The check lives
+//! here, so the directory (decoding), the host (resolving a child's logical path) and every
+//! client refuse such a path alike.
 
 use core::fmt;
 use serde::{Deserialize, Serialize};
@@ -17,6 +24,14 @@ pub enum PathError {
     RootNotData,
     /// The path contains a NUL byte.
     Nul,
+    /// The path contains a control character other than NUL (newline, tab, escape...).
+    ControlCharacter {
+        /// Its code point.
+        code: u32,
+    },
+    /// The path's bytes are not UTF-8. `DataPath` is built from strings, so core never finds
+    /// this itself: callers that take paths as bytes (command lines) report it.
+    NotUtf8,
     /// A `/`-separated segment is empty (`//` or a trailing `/`).
     EmptySegment,
     /// A segment is `.` or `..`.
@@ -31,7 +46,8 @@ pub enum PathError {
         /// The length found, in bytes.
         len: usize,
     },
-    /// The job context's run id is empty, contains `/` or NUL, is `.`/`..`, or is too long.
+    /// The job context's run id is empty, contains `/`, NUL or another control character, is
+    /// `.`/`..`, or is too long.
     InvalidRunId,
     /// The job context has more than [`JOB_PREFIXES_MAX`] read or write prefixes.
     TooManyPrefixes,
@@ -43,6 +59,10 @@ impl fmt::Display for PathError {
             PathError::NotAbsolute => f.write_str("path must start with '/'"),
             PathError::RootNotData => f.write_str("'/' names no data"),
             PathError::Nul => f.write_str("path contains a NUL byte"),
+            PathError::ControlCharacter { code } => {
+                write!(f, "path contains the control character U+{code:04X}")
+            }
+            PathError::NotUtf8 => f.write_str("path is not valid UTF-8"),
             PathError::EmptySegment => f.write_str("path has an empty segment"),
             PathError::DotSegment => f.write_str("path has a '.' or '..' segment"),
             PathError::TooLong { len } => {
@@ -174,6 +194,9 @@ fn validate(path: &str) -> Result<(), PathError> {
     if path.contains('\0') {
         return Err(PathError::Nul);
     }
+    if let Some(c) = path.chars().find(|c| c.is_control()) {
+        return Err(PathError::ControlCharacter { code: u32::from(c) });
+    }
     for segment in rest.split('/') {
         match segment {
             "" => return Err(PathError::EmptySegment),
@@ -224,6 +247,15 @@ pub enum Access {
     Write,
 }
 
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Access::Read => "read",
+            Access::Write => "write",
+        })
+    }
+}
+
 /// The run a child session works for and the prefixes it may read and write.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "JobContextParts", into = "JobContextParts")]
@@ -270,7 +302,7 @@ impl JobContext {
         let bad_run_id = run_id.is_empty()
             || run_id.len() > RUN_ID_BYTES_MAX
             || run_id.contains('/')
-            || run_id.contains('\0')
+            || run_id.chars().any(char::is_control)
             || run_id == "."
             || run_id == "..";
         if bad_run_id {
@@ -332,6 +364,116 @@ mod tests {
         assert_eq!(DataPath::new("/a/./b"), Err(PathError::DotSegment));
         assert_eq!(DataPath::new("/a/.."), Err(PathError::DotSegment));
         assert!(DataPath::new("/a/.hidden/..b").is_ok());
+    }
+
+    #[test]
+    fn paths_refuse_control_characters() {
+        for (path, code) in [
+            ("/a\nb", 0x0a),
+            ("/a\tb", 0x09),
+            ("/a/\u{1b}[31mred", 0x1b),
+            ("/\r", 0x0d),
+            ("/a\u{7f}", 0x7f),
+            ("/a\u{85}", 0x85),
+            ("/x/y\u{9f}", 0x9f),
+        ] {
+            assert_eq!(
+                DataPath::new(path),
+                Err(PathError::ControlCharacter { code }),
+                "{path:?}"
+            );
+        }
+        // NUL keeps its own error (SPEC §2.1), also next to other control characters.
+        assert_eq!(DataPath::new("/a\n\0"), Err(PathError::Nul));
+        // Printable non-ASCII characters, spaces and format characters (Cf) stay valid.
+        for ok in [
+            "/a b",
+            "/é/ü",
+            "/日本/語",
+            "/a\u{a0}b",
+            "/a\u{200b}b",
+            "/emoji/😀",
+        ] {
+            assert!(DataPath::new(ok).is_ok(), "{ok:?}");
+        }
+        // A job context cannot smuggle one in through /runs/self either.
+        let ctx = JobContext::new("7", vec![], vec![]).unwrap();
+        assert_eq!(
+            ctx.resolve("/runs/self/a\tb"),
+            Err(PathError::ControlCharacter { code: 9 })
+        );
+    }
+
+    #[test]
+    fn decoding_refuses_control_characters() {
+        let bytes = postcard::to_allocvec(&"/data/a\nb".to_string()).unwrap();
+        assert!(postcard::from_bytes::<DataPath>(&bytes).is_err());
+    }
+
+    #[test]
+    fn path_errors_read_as_one_plain_line() {
+        let errors = [
+            PathError::NotAbsolute,
+            PathError::RootNotData,
+            PathError::Nul,
+            PathError::ControlCharacter { code: 0x1b },
+            PathError::NotUtf8,
+            PathError::EmptySegment,
+            PathError::DotSegment,
+            PathError::TooLong { len: 5000 },
+            PathError::SegmentTooLong { len: 300 },
+            PathError::InvalidRunId,
+            PathError::TooManyPrefixes,
+        ];
+        for error in errors {
+            let text = error.to_string();
+            assert!(!text.is_empty());
+            assert!(!text.chars().any(char::is_control), "{text:?}");
+            assert_ne!(text, format!("{error:?}"), "Display is not Debug");
+        }
+        assert_eq!(
+            PathError::ControlCharacter { code: 0x0a }.to_string(),
+            "path contains the control character U+000A"
+        );
+    }
+
+    proptest::proptest! {
+        /// Every accepted path is free of control characters, and a control character
+        /// anywhere in an otherwise valid path is refused, naming it.
+        #[test]
+        fn no_accepted_path_holds_a_control_character(
+            segments in proptest::collection::vec("[a-z0-9 ._é-]{1,12}", 1..5),
+            at in 0usize..64,
+            control in proptest::prop_oneof![0x01u32..0x20, 0x7fu32..0xa0],
+        ) {
+            let valid = format!("/{}", segments.join("/"));
+            if let Ok(path) = DataPath::new(valid.clone()) {
+                proptest::prop_assert!(!path.as_str().chars().any(char::is_control));
+                let c = char::from_u32(control).unwrap();
+                let mut at = at % (valid.len() + 1);
+                while !valid.is_char_boundary(at) {
+                    at -= 1;
+                }
+                // After the leading '/' so that NotAbsolute cannot come first.
+                let at = at.max(1);
+                let mut bad = valid;
+                bad.insert(at, c);
+                proptest::prop_assert_eq!(
+                    DataPath::new(bad),
+                    Err(PathError::ControlCharacter { code: control })
+                );
+            }
+        }
+
+        /// Whatever the string, validation answers without panicking, and an accepted path
+        /// has no control character, no NUL and round-trips through its string form.
+        #[test]
+        fn validation_never_panics(s in "\\PC*|[/a\n\t\u{1b}\u{0}.]{0,12}") {
+            if let Ok(path) = DataPath::new(s.clone()) {
+                proptest::prop_assert!(!s.chars().any(char::is_control));
+                proptest::prop_assert_eq!(path.as_str(), s.as_str());
+            }
+        }
     }
 
     #[test]
@@ -423,6 +565,9 @@ mod tests {
             "..",
             "a/b",
             "a\0",
+            "a\nb",
+            "\t",
+            "run\u{1b}[2J",
             &"x".repeat(RUN_ID_BYTES_MAX + 1),
         ] {
             assert_eq!(

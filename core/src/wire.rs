@@ -33,6 +33,24 @@ pub enum StreamRole {
     Sink,
 }
 
+impl fmt::Display for EntryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EntryKind::Blob => "blob",
+            EntryKind::Stream => "stream",
+        })
+    }
+}
+
+impl fmt::Display for StreamRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StreamRole::Source => "source (writer)",
+            StreamRole::Sink => "sink (reader)",
+        })
+    }
+}
+
 impl StreamRole {
     /// The other role.
     pub fn peer(self) -> StreamRole {
@@ -52,6 +70,10 @@ pub struct NamespaceNode {
     pub revision: Revision,
     /// For streams: whether a pending or active rendezvous exists.
     pub active: bool,
+    /// For blobs: whether the blob is lost — its source belonged to an incarnation of its node
+    /// that has ended, so its bytes are gone for good (`Resolve` answers
+    /// [`NamespaceError::BlobLost`] for it). Always false for streams.
+    pub lost: bool,
 }
 
 /// A resolve result: a value snapshot that later mutations never change.
@@ -628,9 +650,37 @@ pub enum Message {
     /// A blob source (or its host, for a source it does not know) → a destination transfer:
     /// the source cannot serve.
     ChunkRefused {
-        /// Why.
-        reason: Reason,
+        /// Why: typed, so that a destination tells bytes that are gone for good from a source
+        /// that cannot serve now.
+        reason: ChunkRefusal,
     },
+}
+
+/// Why a blob source (or the host answering for it) refused a chunk request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ChunkRefusal {
+    /// The requested range is not inside the payload, or the source could not read it.
+    OutOfRange,
+    /// This incarnation of the node serves no such source: it was retired (its binding was
+    /// replaced, renamed over or unlinked, so the path may hold something else by now), or it
+    /// never served bytes.
+    Retired,
+    /// The source's header no longer validates: its writer changed the sealed blob.
+    HeaderInvalid,
+    /// The source belonged to an incarnation of this node that has ended: the node restarted,
+    /// and the bytes lived in that incarnation's arena. They are gone for good.
+    IncarnationEnded,
+}
+
+impl fmt::Display for ChunkRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ChunkRefusal::OutOfRange => "chunk out of range",
+            ChunkRefusal::Retired => "source retired",
+            ChunkRefusal::HeaderInvalid => "source header invalid",
+            ChunkRefusal::IncarnationEnded => "the source's node restarted",
+        })
+    }
 }
 
 /// Most payload bytes in one [`Message::Chunk`].
@@ -865,8 +915,11 @@ pub enum ChildEvent {
         kind: EntryKind,
         /// The entry's revision.
         revision: Revision,
-        /// A blob's payload length.
+        /// A blob's payload length (unknown for a lost blob).
         length: Option<u64>,
+        /// The blob is lost: its bytes lived on a host that restarted (reads fail
+        /// [`DataPlaneError::BlobLost`]).
+        lost: bool,
     },
     /// A `Move` or `Remove` took effect.
     Done {

@@ -337,6 +337,7 @@ fn node(kind: EntryKind, revision: u64, active: bool) -> ReplyBody {
         kind,
         revision: Revision(revision),
         active,
+        lost: false,
     }))
 }
 
@@ -2729,6 +2730,63 @@ fn address_gone_for_a_restarted_node_covers_its_earlier_incarnations() {
         d.call(register_req("/late", reborn, 151, None)),
         ReplyBody::Registered(Ok(MutationReceipt { revision: next }))
     );
+}
+
+#[test]
+fn a_blob_whose_node_restarted_is_lost_to_resolve_and_lookup() {
+    let mut d = Dir::new();
+    let dead = Address::new(NodeId(8), 1, 40);
+    let alive = Address::new(NodeId(9), 1, 40);
+    d.register("/x", dead, 1);
+    d.register("/y", alive, 2);
+    assert_eq!(d.resolve("/x"), ReplyBody::Resolved(Ok(binding(dead, 1))));
+    assert_eq!(d.lookup("/x"), node(EntryKind::Blob, 1, false));
+    gone(
+        &mut d,
+        GoneScope::NodeBefore {
+            node: NodeId(8),
+            incarnation: 2,
+        },
+    );
+    let lost = || ReplyBody::Resolved(Err(NamespaceError::BlobLost(path("/x"))));
+    let lost_node = || {
+        ReplyBody::LookedUp(Ok(NamespaceNode {
+            kind: EntryKind::Blob,
+            revision: Revision(1),
+            active: false,
+            lost: true,
+        }))
+    };
+    assert_eq!(d.resolve("/x"), lost());
+    assert_eq!(d.lookup("/x"), lost_node());
+    // Another node's blob is untouched; so is a single gone address of a live node (that is
+    // not a restart: the floor, which is durable, is what makes a blob lost).
+    assert_eq!(d.resolve("/y"), ReplyBody::Resolved(Ok(binding(alive, 2))));
+    gone(&mut d, GoneScope::Address(alive));
+    assert_eq!(d.resolve("/y"), ReplyBody::Resolved(Ok(binding(alive, 2))));
+    // The floor is durable: a restarted directory still knows.
+    d.restart();
+    assert_eq!(d.resolve("/x"), lost());
+    assert_eq!(d.lookup("/x"), lost_node());
+    // Renaming keeps the loss with the blob; writing the path again ends it.
+    let moved = d.call(DirectoryRequest::Rename {
+        source: path("/x"),
+        destination: path("/z"),
+        replace: false,
+        operation: op(3),
+    });
+    assert!(matches!(moved, ReplyBody::Renamed(Ok(_))), "{moved:?}");
+    assert_eq!(
+        d.resolve("/z"),
+        ReplyBody::Resolved(Err(NamespaceError::BlobLost(path("/z"))))
+    );
+    let reborn = Address::new(NodeId(8), 2, 41);
+    d.register("/z", reborn, 4);
+    assert!(matches!(d.resolve("/z"), ReplyBody::Resolved(Ok(b)) if b.source == reborn));
+    assert!(matches!(
+        d.lookup("/z"),
+        ReplyBody::LookedUp(Ok(NamespaceNode { lost: false, .. }))
+    ));
 }
 
 #[test]

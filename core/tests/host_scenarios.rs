@@ -20,7 +20,9 @@ use dataplane_core::arena::BLOB_HEADER_BYTES;
 use dataplane_core::blob::{self, BlobAccess, BlobState, DigestKind, Expected};
 use dataplane_core::directory::Directory;
 use dataplane_core::effect::{Effect, Outbox};
-use dataplane_core::error::{AttachmentFailure, BlobFailure, DataPlaneError, Limit};
+use dataplane_core::error::{
+    AttachmentFailure, BlobFailure, DataPlaneError, Limit, NamespaceError,
+};
 use dataplane_core::host::{Host, HostConfig, SessionConfig, SessionState};
 use dataplane_core::ids::{Address, NodeId, Revision};
 use dataplane_core::path::{DataPath, JobContext};
@@ -834,24 +836,153 @@ fn lost_and_duplicated_chunks_still_deliver_the_exact_bytes() {
 }
 
 #[test]
-fn a_source_that_restarted_fails_the_read_instead_of_hanging() {
+fn a_source_that_restarted_fails_the_read_blob_lost_instead_of_hanging() {
     let mut w = World::new(2);
     let (a, b) = (w.child(N1), w.child(N2));
     w.attach(a);
     w.attach(b);
     w.write(a, 1, "/data/x", &bytes(1000, 1));
-    // Hold the directory's view of the restart back, so the resolve still names the old source.
+    // Hold the directory's view of the restart back, so the resolve still names the old source:
+    // the restarted host refuses the chunk requests for its dead source, and says why.
     w.blackhole(|f| matches!(f.message, Message::AddressGone { .. }));
     w.restart_node(N1);
+    assert!(matches!(w.resolve("/data/x"), ReplyBody::Resolved(Ok(_))));
     let error = w.read(b, 1, "/data/x").unwrap_err();
-    assert!(
-        matches!(
-            error,
-            DataPlaneError::SourceFailure(_) | DataPlaneError::PathNotFound(_)
-        ),
-        "{error:?}"
+    assert_eq!(
+        error,
+        DataPlaneError::BlobLost(DataPath::new("/data/x").unwrap())
     );
     assert_eq!(w.live_leases(N2), 0);
+}
+
+#[test]
+fn once_the_directory_knows_the_node_restarted_its_blobs_are_lost_everywhere() {
+    let mut w = World::new(2);
+    let (a, b) = (w.child(N1), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    let revision = w.write(a, 1, "/data/x", &bytes(1000, 1));
+    let kept = w.write(b, 1, "/data/y", &bytes(10, 2));
+    w.restart_node(N1);
+    let x = DataPath::new("/data/x").unwrap();
+    // The directory answers for the dead node's blob itself; B's own blob is untouched.
+    assert_eq!(
+        w.resolve("/data/x"),
+        ReplyBody::Resolved(Err(NamespaceError::BlobLost(x.clone())))
+    );
+    assert!(matches!(w.resolve("/data/y"), ReplyBody::Resolved(Ok(_))));
+    // A read fails at once, without a lease or a transfer.
+    w.open_read(b, 2, "/data/x");
+    w.run(1);
+    let error = w.read_outcome(b).unwrap_err();
+    assert_eq!(error, DataPlaneError::BlobLost(x));
+    assert_eq!(w.live_leases(N2), 1, "only B's own published blob");
+    // A stat describes the lost blob instead of failing.
+    w.send(
+        b,
+        ChildRequest::Stat {
+            op: ChildOp(3),
+            path: "/data/x".into(),
+        },
+    );
+    w.run(1);
+    assert_eq!(
+        w.expect(b, |_| true),
+        ChildEvent::Stat {
+            op: ChildOp(3),
+            kind: dataplane_core::wire::EntryKind::Blob,
+            revision,
+            length: None,
+            lost: true,
+        }
+    );
+    w.send(
+        b,
+        ChildRequest::Stat {
+            op: ChildOp(4),
+            path: "/data/y".into(),
+        },
+    );
+    w.run(1);
+    assert_eq!(
+        w.expect(b, |_| true),
+        ChildEvent::Stat {
+            op: ChildOp(4),
+            kind: dataplane_core::wire::EntryKind::Blob,
+            revision: kept,
+            length: Some(10),
+            lost: false,
+        }
+    );
+    // Writing the path again binds it anew, and it reads everywhere.
+    let c = w.child(N1);
+    w.attach(c);
+    let fresh = bytes(300, 3);
+    w.write(c, 1, "/data/x", &fresh);
+    let (read, _) = w.read(b, 5, "/data/x").unwrap();
+    assert_eq!(read, fresh);
+    w.check();
+}
+
+#[test]
+fn a_retired_source_of_a_live_node_is_a_source_failure_not_a_loss() {
+    // A read whose source was retired under it (the path was written again): the bytes of the
+    // new blob exist, so the read fails with a transient SourceFailure (a retry finds them).
+    let mut w = World::new(2);
+    let (a, b) = (w.child(N1), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    w.write(a, 1, "/data/x", &bytes(1000, 1));
+    let source = w.host(N1).sources().next().map(|(_, s)| s.address).unwrap();
+    let mut out = Outbox::new();
+    let node = &mut w.cluster.nodes[N1];
+    let request = Message::ChunkRequest {
+        offset: 0,
+        len: 1,
+        reply_to: INSPECTOR,
+    };
+    let unknown = Address::new(source.node, source.incarnation, source.actor + 1_000);
+    node.host
+        .handle_message(
+            w.cluster.now,
+            b,
+            unknown,
+            request.clone(),
+            &mut node.mem,
+            &mut out,
+        )
+        .unwrap();
+    assert!(
+        matches!(
+            out.effects(),
+            [Effect::Send {
+                message: Message::ChunkRefused {
+                    reason: dataplane_core::wire::ChunkRefusal::Retired
+                },
+                ..
+            }]
+        ),
+        "{:?}",
+        out.effects()
+    );
+    let earlier = Address::new(source.node, source.incarnation - 1, source.actor);
+    let mut out = Outbox::new();
+    node.host
+        .handle_message(w.cluster.now, b, earlier, request, &mut node.mem, &mut out)
+        .unwrap();
+    assert!(
+        matches!(
+            out.effects(),
+            [Effect::Send {
+                message: Message::ChunkRefused {
+                    reason: dataplane_core::wire::ChunkRefusal::IncarnationEnded
+                },
+                ..
+            }]
+        ),
+        "{:?}",
+        out.effects()
+    );
 }
 
 #[test]
@@ -1172,7 +1303,7 @@ fn frames_from_a_stranger_or_for_the_wrong_actor_change_nothing() {
     let node = &mut w.cluster.nodes[N1];
     // A chunk for a session, a child frame for a binding, a frame for another node.
     let chunk = Message::ChunkRefused {
-        reason: dataplane_core::error::Reason::new("x"),
+        reason: dataplane_core::wire::ChunkRefusal::Retired,
     };
     assert!(
         node.host
@@ -1214,7 +1345,9 @@ fn frames_from_a_stranger_or_for_the_wrong_actor_change_nothing() {
         matches!(
             out.effects(),
             [Effect::Send {
-                message: Message::ChunkRefused { .. },
+                message: Message::ChunkRefused {
+                    reason: dataplane_core::wire::ChunkRefusal::OutOfRange
+                },
                 ..
             }]
         ),
@@ -1293,7 +1426,8 @@ fn stat_move_and_remove_on_the_childs_behalf() {
             op: ChildOp(2),
             kind: dataplane_core::wire::EntryKind::Blob,
             revision,
-            length: Some(42)
+            length: Some(42),
+            lost: false,
         }
     );
     w.send(

@@ -820,6 +820,7 @@ fn blob(n: u64) -> Result<NamespaceNode, NamespaceError> {
         kind: EntryKind::Blob,
         revision: Revision(n),
         active: false,
+        lost: false,
     })
 }
 
@@ -828,6 +829,7 @@ fn stream(n: u64, active: bool) -> Result<NamespaceNode, NamespaceError> {
         kind: EntryKind::Stream,
         revision: Revision(n),
         active,
+        lost: false,
     })
 }
 

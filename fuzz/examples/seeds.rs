@@ -125,6 +125,7 @@ fn frames() -> Vec<Envelope> {
             kind: wire::EntryKind::Stream,
             revision: Revision(4),
             active: true,
+            lost: false,
         })),
         ReplyBody::StreamOpened(Ok(matched)),
         ReplyBody::Unregistered(Err(NamespaceError::PathNotFound(path("/a")))),
@@ -225,7 +226,10 @@ fn frames() -> Vec<Envelope> {
             bytes: ChunkBytes::new(vec![0xab; 64]).unwrap(),
         },
         Message::ChunkRefused {
-            reason: Reason::new("unknown source"),
+            reason: wire::ChunkRefusal::Retired,
+        },
+        Message::ChunkRefused {
+            reason: wire::ChunkRefusal::IncarnationEnded,
         },
     ]);
     messages

@@ -65,7 +65,7 @@ use dataplane_core::ids::{
 use dataplane_core::path::{DataPath, JobContext};
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{
-    BlobBinding, Capability, ChildEvent, ChildOp, ChildRequest, ChunkBytes, Descriptor,
+    BlobBinding, Capability, ChildEvent, ChildOp, ChildRequest, ChunkBytes, ChunkRefusal, Descriptor,
     DirectoryReply, EntryKind, LeaseView, Message, MutationReceipt, NamespaceNode, ReplyBody,
     RequestKind, StreamMatch,
 };
@@ -279,6 +279,7 @@ pub enum NsErr {
     Timeout,
     Protocol,
     Limit(u8),
+    Lost,
 }
 
 /// A forged reply body.
@@ -406,6 +407,7 @@ pub enum Action {
     ChunkRefusedTo {
         node: bool,
         target: ActorPick,
+        lost: bool,
     },
     RetireTo {
         node: bool,
@@ -834,6 +836,7 @@ impl World {
             NsErr::Unavailable => NamespaceError::DirectoryUnavailable(Reason::new("none")),
             NsErr::Timeout => NamespaceError::Timeout,
             NsErr::Protocol => NamespaceError::Protocol(Reason::new("forged")),
+            NsErr::Lost => NamespaceError::BlobLost(p),
             NsErr::Limit(i) => NamespaceError::LimitReached(
                 [
                     Limit::FenceHeldOpens,
@@ -872,6 +875,7 @@ impl World {
                 },
                 revision,
                 active: stream,
+                lost: false,
             })),
             RequestKind::OpenStream => ReplyBody::StreamOpened(Ok(StreamMatch {
                 incarnation: StreamIncarnation {
@@ -1258,11 +1262,15 @@ impl World {
                 let to = self.cluster.nodes[n].host.address(actor);
                 self.host_input(n, NOBODY, to, message);
             }
-            Action::ChunkRefusedTo { node, target } => {
+            Action::ChunkRefusedTo { node, target, lost } => {
                 let n = Self::node(*node);
                 let to = self.actor(n, *target);
                 let message = Message::ChunkRefused {
-                    reason: Reason::new("forged"),
+                    reason: if *lost {
+                        ChunkRefusal::IncarnationEnded
+                    } else {
+                        ChunkRefusal::Retired
+                    },
                 };
                 self.host_input(n, NOBODY, to, message);
             }

@@ -39,7 +39,9 @@ use crate::hostnode::{ChildGreeting, ChildHello, ChildWelcome, capability_path};
 pub enum ChildError {
     /// The host socket or the capability file could not be used.
     Connect(String),
-    /// The host answered something the protocol does not allow, or went away.
+    /// The host closed the connection before it answered (it exited, or was killed).
+    Disconnected,
+    /// The host answered something the protocol does not allow.
     Protocol(String),
     /// The host refused the operation.
     Failed(DataPlaneError),
@@ -57,6 +59,9 @@ impl fmt::Display for ChildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ChildError::Connect(e) => write!(f, "cannot reach the host: {e}"),
+            ChildError::Disconnected => {
+                f.write_str("the host closed the connection before it answered")
+            }
             ChildError::Protocol(e) => write!(f, "host protocol: {e}"),
             ChildError::Failed(e) => write!(f, "{}", describe(e)),
             ChildError::Refused { reason, .. } => {
@@ -68,27 +73,36 @@ impl fmt::Display for ChildError {
 
 impl std::error::Error for ChildError {}
 
-/// A one-line description of a host error, path first where there is one.
+/// A one-line description of a host error, path first where there is one: the error's
+/// `Display` (core writes every message; none is Rust debug text).
 pub fn describe(error: &DataPlaneError) -> String {
-    match error {
-        DataPlaneError::PathNotFound(p) => format!("{p}: not found"),
-        DataPlaneError::PathExists(p) => format!("{p}: already exists"),
-        DataPlaneError::PathReplaced(p) => format!("{p}: was replaced"),
-        DataPlaneError::WrongEntryType(p) => format!("{p}: is a stream, not a blob"),
-        DataPlaneError::Busy(p) => format!("{p}: busy (a stream is active)"),
-        DataPlaneError::Unauthorized { path, operation } => {
-            format!("{path}: not allowed ({operation:?})")
-        }
-        DataPlaneError::InvalidPath(e) => format!("invalid path: {e:?}"),
-        DataPlaneError::SourceFailure(r) => format!("the blob's source failed: {r}"),
-        DataPlaneError::ArenaExhausted => "the host's arena is full".to_owned(),
-        DataPlaneError::SessionFailed(r) => format!("namespace unavailable: {r}"),
-        other => format!("{other:?}"),
-    }
+    error.to_string()
 }
 
 fn protocol(e: impl fmt::Display) -> ChildError {
     ChildError::Protocol(e.to_string())
+}
+
+/// The name of an event, for messages about an unexpected one.
+fn event_name(event: &ChildEvent) -> &'static str {
+    match event {
+        ChildEvent::Attached { .. } => "Attached",
+        ChildEvent::AttachFailed { .. } => "AttachFailed",
+        ChildEvent::ReadGranted { .. } => "ReadGranted",
+        ChildEvent::WriteGranted { .. } => "WriteGranted",
+        ChildEvent::Published { .. } => "Published",
+        ChildEvent::Aborted { .. } => "Aborted",
+        ChildEvent::Released { .. } => "Released",
+        ChildEvent::Failed { .. } => "Failed",
+        ChildEvent::Stat { .. } => "Stat",
+        ChildEvent::Done { .. } => "Done",
+        ChildEvent::Closed => "Closed",
+    }
+}
+
+/// A protocol error for an event that does not belong at `stage`.
+fn unexpected(event: &ChildEvent, stage: &str) -> ChildError {
+    protocol(format!("unexpected {} event {stage}", event_name(event)))
 }
 
 /// What `stat` says about a path.
@@ -98,8 +112,11 @@ pub struct Stat {
     pub kind: EntryKind,
     /// Its revision.
     pub revision: Revision,
-    /// A blob's length.
+    /// A blob's length (unknown for a lost blob).
     pub length: Option<u64>,
+    /// The blob is lost: its bytes lived on a host that restarted, and a read fails
+    /// [`DataPlaneError::BlobLost`].
+    pub lost: bool,
 }
 
 /// An attached child session.
@@ -136,7 +153,7 @@ impl ChildSession {
             let (got, got_fd) =
                 recv_with_fd(&stream, &mut buf[n..]).map_err(|e| connect("greeting", e))?;
             if got == 0 {
-                return Err(protocol("the host closed the connection"));
+                return Err(ChildError::Disconnected);
             }
             if got_fd.is_some() {
                 fd = got_fd;
@@ -185,7 +202,7 @@ impl ChildSession {
         match session.next_event()? {
             ChildEvent::Attached { .. } => Ok(session),
             ChildEvent::AttachFailed { error } => Err(ChildError::Failed(error)),
-            other => Err(protocol(format!("unexpected {other:?} at attach"))),
+            other => Err(unexpected(&other, "at attach")),
         }
     }
 
@@ -207,7 +224,7 @@ impl ChildSession {
     fn next_event(&mut self) -> Result<ChildEvent, ChildError> {
         match self.reader.read_frame::<ChildEvent>() {
             Ok(Some(event)) => Ok(event),
-            Ok(None) => Err(protocol("the host closed the connection")),
+            Ok(None) => Err(ChildError::Disconnected),
             Err(e) => Err(protocol(e)),
         }
     }
@@ -244,7 +261,7 @@ impl ChildSession {
         match self.wait(op)? {
             ChildEvent::Released { .. } => Ok(()),
             ChildEvent::Failed { error, .. } => Err(ChildError::Failed(error)),
-            other => Err(protocol(format!("unexpected {other:?} at release"))),
+            other => Err(unexpected(&other, "at release")),
         }
     }
 
@@ -297,16 +314,14 @@ impl ChildSession {
         let lease = match self.wait(op)? {
             ChildEvent::WriteGranted { lease, .. } => lease,
             ChildEvent::Failed { error, .. } => return Err(ChildError::Failed(error)),
-            other => return Err(protocol(format!("unexpected {other:?} at open"))),
+            other => return Err(unexpected(&other, "at open")),
         };
         let e = expected(&lease, BlobAccess::Writable);
         let mem = self.arena.as_mut_slice();
         let filled = match blob::payload_mut(mem, &e) {
             Ok(payload) => fill(payload),
             Err(error) => {
-                return Err(protocol(format!(
-                    "the granted lease is unusable: {error:?}"
-                )));
+                return Err(protocol(format!("the granted lease is unusable: {error}")));
             }
         };
         if let Err(error) = filled {
@@ -317,16 +332,16 @@ impl ChildSession {
                     ChildEvent::Aborted { .. } => {}
                     ChildEvent::Released { .. } => return Ok(Err(error)),
                     ChildEvent::Failed { error, .. } => return Err(ChildError::Failed(error)),
-                    other => return Err(protocol(format!("unexpected {other:?} at abandon"))),
+                    other => return Err(unexpected(&other, "at abandon")),
                 }
             }
         }
-        blob::child_seal(mem, &e).map_err(|error| protocol(format!("seal: {error:?}")))?;
+        blob::child_seal(mem, &e).map_err(|error| protocol(format!("seal: {error}")))?;
         self.send(&ChildRequest::Seal { op })?;
         let outcome = match self.wait(op)? {
             ChildEvent::Published { revision, .. } => Ok(revision),
             ChildEvent::Failed { error, .. } => Err(ChildError::Failed(error)),
-            other => Err(protocol(format!("unexpected {other:?} at seal"))),
+            other => Err(unexpected(&other, "at seal")),
         };
         self.release(op)?;
         outcome.map(Ok)
@@ -352,9 +367,8 @@ impl ChildSession {
                 lease, revision, ..
             } => {
                 let e = expected(&lease, BlobAccess::ReadOnly);
-                blob::validate(self.arena.as_slice(), &e, BlobState::Sealed, false).map_err(
-                    |error| protocol(format!("the granted lease is unusable: {error:?}")),
-                )?;
+                blob::validate(self.arena.as_slice(), &e, BlobState::Sealed, false)
+                    .map_err(|error| protocol(format!("the granted lease is unusable: {error}")))?;
                 Ok(BlobView {
                     session: self,
                     op,
@@ -363,7 +377,7 @@ impl ChildSession {
                 })
             }
             ChildEvent::Failed { error, .. } => Err(ChildError::Failed(error)),
-            other => Err(protocol(format!("unexpected {other:?} at open"))),
+            other => Err(unexpected(&other, "at open")),
         }
     }
 
@@ -379,14 +393,16 @@ impl ChildSession {
                 kind,
                 revision,
                 length,
+                lost,
                 ..
             } => Ok(Stat {
                 kind,
                 revision,
                 length,
+                lost,
             }),
             ChildEvent::Failed { error, .. } => Err(ChildError::Failed(error)),
-            other => Err(protocol(format!("unexpected {other:?} at stat"))),
+            other => Err(unexpected(&other, "at stat")),
         }
     }
 
@@ -421,7 +437,7 @@ impl ChildSession {
         match self.wait(op)? {
             ChildEvent::Done { revision, .. } => Ok(revision),
             ChildEvent::Failed { error, .. } => Err(ChildError::Failed(error)),
-            other => Err(protocol(format!("unexpected {other:?}"))),
+            other => Err(unexpected(&other, "for a move or remove")),
         }
     }
 

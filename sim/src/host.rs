@@ -9,9 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use dataplane_core::error::Reason;
 use dataplane_core::ids::{Address, NodeId};
-use dataplane_core::wire::{Capability, GoneScope, Message};
+use dataplane_core::wire::{Capability, ChunkRefusal, GoneScope, Message};
 
 use crate::client::{Action, Client, Io};
 use crate::worker::{HOST_FIRST_ACTOR, WORKER_BASE, WORKER_LIMIT, Worker};
@@ -249,6 +248,7 @@ impl HostNode {
         if !self.up {
             return;
         }
+        let incarnation = self.incarnation;
         let ack = |message: &Message| match message {
             Message::Retire { reply_to } => {
                 Some((*reply_to, Message::SourceRetired { source: to }))
@@ -263,11 +263,16 @@ impl HostNode {
                     incarnation: *incarnation,
                 },
             )),
-            // Client sources serve no bytes; a source of an earlier life is gone.
+            // Client sources serve no bytes; a source of an earlier life is gone, and so are
+            // its bytes (they lived in that life's arena).
             Message::ChunkRequest { reply_to, .. } => Some((
                 *reply_to,
                 Message::ChunkRefused {
-                    reason: Reason::new("no blob server at this address"),
+                    reason: if to.incarnation < incarnation {
+                        ChunkRefusal::IncarnationEnded
+                    } else {
+                        ChunkRefusal::Retired
+                    },
                 },
             )),
             _ => None,

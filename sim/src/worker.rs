@@ -97,12 +97,13 @@ fn failure_name(error: &DataPlaneError) -> &'static str {
         DataPlaneError::Unauthorized { .. } => "host.fail.Unauthorized",
         DataPlaneError::PathNotFound(_) => "host.fail.PathNotFound",
         DataPlaneError::SourceFailure(_) => "host.fail.SourceFailure",
+        DataPlaneError::BlobLost(_) => "host.fail.BlobLost",
         DataPlaneError::ArenaExhausted => "host.fail.ArenaExhausted",
         DataPlaneError::Blob(B::Digest) => "host.fail.Blob.Digest",
         DataPlaneError::Blob(B::Length { .. }) => "host.fail.Blob.Length",
         DataPlaneError::Blob(_) => "host.fail.Blob.other",
         DataPlaneError::OperationCancelled => "host.fail.OperationCancelled",
-        DataPlaneError::WrongEntryType(_) => "host.fail.WrongEntryType",
+        DataPlaneError::WrongEntryType { .. } => "host.fail.WrongEntryType",
         DataPlaneError::PathReplaced(_) => "host.fail.PathReplaced",
         DataPlaneError::PathExists(_) => "host.fail.PathExists",
         DataPlaneError::Busy(_) => "host.fail.Busy",
@@ -882,6 +883,7 @@ impl Worker {
                 kind,
                 revision,
                 length,
+                lost,
             } => {
                 let Some(o) = self.ops.remove(&op.0) else {
                     return;
@@ -889,7 +891,15 @@ impl Worker {
                 if !o.control {
                     io.violation(format!("{}: a Stat answer for op {}", self.address, op.0));
                 }
-                if let (Some(path), Some(length)) = (o.path, length) {
+                if lost {
+                    if kind != dataplane_core::wire::EntryKind::Blob || length.is_some() {
+                        io.violation(format!(
+                            "{}: stat of op {} says a {kind} with length {length:?} is lost",
+                            self.address, op.0
+                        ));
+                    }
+                    io.out.notes.push(Note::Seen("host.stat_lost"));
+                } else if let (Some(path), Some(length)) = (o.path, length) {
                     let _ = kind;
                     io.out.notes.push(Note::Stat {
                         path,

@@ -906,6 +906,16 @@ impl World {
     fn host_output(&mut self, host: usize, out: HostOutput) {
         let incarnation = self.hosts[host].incarnation;
         for (from, to, message) in out.sends {
+            if matches!(
+                message,
+                Message::ChunkRefused {
+                    reason: dataplane_core::wire::ChunkRefusal::IncarnationEnded
+                }
+            ) {
+                // A restarted node refused a transfer for its dead source: the reader learns
+                // the blob is lost before the directory has the node's gone report.
+                self.checker.coverage.hit("host.refused_ended_incarnation");
+            }
             self.send(from, to, message);
         }
         for (from, to, message) in out.local {

@@ -10,6 +10,8 @@
 //! after the replay check); no obligation toward an address already gone; displacement
 //! obligations keyed by (endpoint, incarnation); an id reused for another request conflicts
 //! even on a fenced path; `AddressGone` answers `PathReplaced` to the held opens it drops.
+//! A blob whose runtime source belongs to an ended node incarnation is lost: Resolve answers
+//! `BlobLost`, Lookup marks it `lost`.
 //!
 //! Not modelled: the retry pass's rotation beyond one batch. A retry pass (a tick, or the one
 //! after a restart) asserts that no more than [`RETRY_BATCH_MAX`] obligations are open; see
@@ -469,6 +471,10 @@ impl Model {
             Some(Entry::Blob {
                 length, revision, ..
             }) => match self.sources.get(path) {
+                // The source's node incarnation ended after the bind: the bytes are gone.
+                Some(MSource::Available { source, .. }) if self.is_gone(source) => {
+                    Err(NamespaceError::BlobLost(path.clone()))
+                }
                 Some(MSource::Available {
                     source,
                     node,
@@ -498,11 +504,16 @@ impl Model {
                 kind: EntryKind::Blob,
                 revision: *revision,
                 active: false,
+                lost: matches!(
+                    self.sources.get(path),
+                    Some(MSource::Available { source, .. }) if self.is_gone(source)
+                ),
             }),
             Some(Entry::Stream { revision }) => Ok(NamespaceNode {
                 kind: EntryKind::Stream,
                 revision: *revision,
                 active: self.streams.contains_key(path),
+                lost: false,
             }),
         }
     }

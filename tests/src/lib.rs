@@ -579,6 +579,23 @@ impl CliOutput {
         self
     }
 
+    /// Panics unless stderr is one line `dataplane: MESSAGE` in plain words: no control
+    /// character, and nothing that looks like Rust debug output (`Blob(Digest)`,
+    /// `LimitReached(PendingRequests)`, `Length { .. }`, `Some(`, `None`).
+    pub fn expect_plain_error(&self) -> &CliOutput {
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "one line of stderr: {:?}", self.stderr);
+        assert!(self.stderr.ends_with('\n'), "stderr ends with a newline");
+        let line = lines[0];
+        assert!(line.starts_with("dataplane: "), "{line:?}");
+        assert!(
+            !line.chars().any(char::is_control),
+            "control characters in {line:?}"
+        );
+        assert!(!looks_like_debug(line), "Rust debug syntax in {line:?}");
+        self
+    }
+
     /// Panics unless stderr is exactly one line equal to `line`.
     pub fn expect_stderr_line(&self, line: &str) -> &CliOutput {
         assert_eq!(
@@ -596,6 +613,17 @@ impl CliOutput {
 pub fn cli_with(
     socket: &Path,
     args: &[&str],
+    stdin: Option<&[u8]>,
+    timeout: Duration,
+) -> CliOutput {
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    cli_os(socket, &args, stdin, timeout)
+}
+
+/// [`cli_with`] with arguments that need not be UTF-8.
+pub fn cli_os(
+    socket: &Path,
+    args: &[&std::ffi::OsStr],
     stdin: Option<&[u8]>,
     timeout: Duration,
 ) -> CliOutput {
@@ -641,9 +669,13 @@ pub fn cli_with(
         if Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
+            let shown: Vec<String> = args
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
             panic!(
                 "`dataplane {}` did not finish within {timeout:?}",
-                args.join(" ")
+                shown.join(" ")
             );
         }
         thread::sleep(Duration::from_millis(2));
@@ -658,6 +690,30 @@ pub fn cli_with(
         stdout,
         stderr,
     }
+}
+
+/// Whether `text` looks like Rust debug output: a capitalised identifier followed by `(` or
+/// ` {`, or `None`.
+pub fn looks_like_debug(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let starts_word = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
+        if starts_word && bytes[i].is_ascii_uppercase() {
+            let mut j = i + 1;
+            while j < bytes.len() && (bytes[j].is_ascii_alphanumeric() || bytes[j] == b'_') {
+                j += 1;
+            }
+            let rest = &text[j..];
+            if rest.starts_with('(') || rest.starts_with(" {") || &text[i..j] == "None" {
+                return true;
+            }
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    false
 }
 
 /// `len` pseudo-random bytes from `seed` (xorshift; no dependency).

@@ -252,7 +252,8 @@ impl Directory {
         Ok(MutationReceipt { revision })
     }
 
-    /// Resolve (SPEC §4.4): read-only.
+    /// Resolve (SPEC §4.4): read-only. A binding whose source belongs to an ended node
+    /// incarnation answers `BlobLost`: its bytes are gone, and no transfer could fetch them.
     pub(super) fn resolve(&self, path: &DataPath) -> Result<BlobBinding, NamespaceError> {
         match self.durable.entry(path) {
             Some(Entry::Stream { .. }) => Err(NamespaceError::WrongEntryType {
@@ -262,6 +263,9 @@ impl Directory {
             }),
             None => Err(NamespaceError::PathNotFound(path.clone())),
             Some(Entry::Blob { .. }) => match self.sources.get(path) {
+                Some(SourceState::Available(binding)) if self.durable.is_gone(&binding.source) => {
+                    Err(NamespaceError::BlobLost(path.clone()))
+                }
                 Some(SourceState::Available(binding)) => Ok(*binding),
                 Some(SourceState::Unavailable(reason)) => {
                     Err(NamespaceError::SourceRecovery(reason.clone()))
@@ -273,7 +277,17 @@ impl Directory {
         }
     }
 
-    /// Lookup (SPEC §4.4): read-only; a reserved path answers `PathExists`.
+    /// Whether the blob at `path` is lost: its runtime source belongs to a node incarnation
+    /// that has ended (below the node's floor).
+    fn is_lost(&self, path: &DataPath) -> bool {
+        matches!(
+            self.sources.get(path),
+            Some(SourceState::Available(binding)) if self.durable.is_gone(&binding.source)
+        )
+    }
+
+    /// Lookup (SPEC §4.4): read-only; a reserved path answers `PathExists`; a blob whose source
+    /// belongs to an ended node incarnation is marked `lost`.
     pub(super) fn lookup(&self, path: &DataPath) -> Result<NamespaceNode, NamespaceError> {
         if self.durable.reservation(path).is_some() {
             return Err(NamespaceError::PathExists(path.clone()));
@@ -283,11 +297,13 @@ impl Directory {
                 kind: EntryKind::Blob,
                 revision: *revision,
                 active: false,
+                lost: self.is_lost(path),
             }),
             Some(Entry::Stream { revision }) => Ok(NamespaceNode {
                 kind: EntryKind::Stream,
                 revision: *revision,
                 active: self.streams.contains_key(path),
+                lost: false,
             }),
             None => Err(NamespaceError::PathNotFound(path.clone())),
         }

@@ -3,7 +3,9 @@
 //! Move and Remove write access to every path they touch). Each runs as a short-lived binding
 //! without a lease: its call goes through the proxy; a mutation whose outcome is unknown is
 //! re-driven with the same op id until the directory answers definitively; the child hears
-//! `Stat`, `Done` or `Failed`.
+//! `Stat`, `Done` or `Failed`. A Stat resolves first (a blob's length comes with its binding)
+//! and looks up what is there when the resolve says "a stream" or "a lost blob", so a lost
+//! blob is described (`lost: true`) rather than reported as an error.
 
 use super::{Host, Kind, PURPOSE_CONTROL, Phase, child_error, new_binding};
 use crate::effect::Outbox;
@@ -138,9 +140,13 @@ impl Host {
                 kind: EntryKind::Blob,
                 revision: binding.revision,
                 length: Some(binding.length),
+                lost: false,
             },
-            ReplyBody::Resolved(Err(NamespaceError::WrongEntryType { .. })) => {
-                // Not a blob: ask what it is.
+            ReplyBody::Resolved(Err(
+                NamespaceError::WrongEntryType { .. } | NamespaceError::BlobLost(_),
+            )) => {
+                // Not a blob, or a lost one: ask what is there (a stat describes a lost blob
+                // rather than failing).
                 self.call(now, actor, DirectoryRequest::Lookup { path }, out);
                 return;
             }
@@ -149,6 +155,7 @@ impl Host {
                 kind: node.kind,
                 revision: node.revision,
                 length: None,
+                lost: node.lost,
             },
             ReplyBody::Renamed(Ok(receipt)) | ReplyBody::Unregistered(Ok(receipt)) => {
                 ChildEvent::Done {

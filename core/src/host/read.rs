@@ -8,7 +8,11 @@
 //! grant or an error). Because each chunk is requested by offset, lost, duplicated and reordered
 //! frames are harmless: a chunk that is not in flight is ignored, and nothing is written twice.
 //! A source that no longer exists answers `ChunkRefused`, as does the host of a node that
-//! restarted, on behalf of its dead sources.
+//! restarted, on behalf of its dead sources: that refusal (`IncarnationEnded`) fails the read
+//! `BlobLost`, because the bytes are gone for good; every other refusal, a deadline or a silent
+//! source fails it `SourceFailure` (it may serve again, or the path may be bound anew). A
+//! resolve the directory answers `BlobLost` (the node's gone report arrived first) fails the
+//! same way before anything is allocated.
 
 use std::collections::BTreeMap;
 
@@ -18,7 +22,7 @@ use crate::effect::Outbox;
 use crate::error::{BlobFailure, DataPlaneError, NamespaceError, Reason};
 use crate::ids::{Address, Revision};
 use crate::time::Instant;
-use crate::wire::{BlobBinding, CHUNK_BYTES_MAX, ChildEvent, LeaseView, Message};
+use crate::wire::{BlobBinding, CHUNK_BYTES_MAX, ChildEvent, ChunkRefusal, LeaseView, Message};
 
 /// A transfer filling a read's lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -294,7 +298,7 @@ impl Host {
     pub(super) fn chunk_refused(
         &mut self,
         actor: u64,
-        reason: Reason,
+        reason: ChunkRefusal,
         mem: &mut [u8],
         out: &mut Outbox,
     ) {
@@ -304,7 +308,11 @@ impl Host {
         if !matches!(b.phase, Phase::Filling(_)) {
             return;
         }
-        self.fail(actor, DataPlaneError::SourceFailure(reason), mem, out);
+        let error = match reason {
+            ChunkRefusal::IncarnationEnded => DataPlaneError::BlobLost(b.path.clone()),
+            other => DataPlaneError::SourceFailure(Reason::new(other.to_string())),
+        };
+        self.fail(actor, error, mem, out);
     }
 
     /// The tick for binding `actor`: re-ask for late chunks, enforce the attempt bound and the

@@ -5,13 +5,17 @@
 //! answers for every actor it no longer knows, and for every actor of an earlier incarnation of
 //! its node (Q5). A retired source frees nothing by itself: the binding's namespace hold goes,
 //! and the lease is freed once the child released its view too (S34).
+//!
+//! Chunk refusals are typed ([`ChunkRefusal`]): a request for a source of an *earlier*
+//! incarnation of this node is refused `IncarnationEnded` — the node restarted, the arena that
+//! held the bytes is gone, and the reader fails `BlobLost` instead of a transient
+//! `SourceFailure`. Only this host can know it before the directory has the node's gone report.
 
 use super::Host;
 use crate::blob::{self, BlobState};
 use crate::effect::Outbox;
-use crate::error::Reason;
 use crate::ids::Address;
-use crate::wire::{CHUNK_BYTES_MAX, ChunkBytes, Message};
+use crate::wire::{CHUNK_BYTES_MAX, ChunkBytes, ChunkRefusal, Message};
 
 impl Host {
     /// A frame for `to`, which is not a session or a binding of this incarnation: a source, or
@@ -33,28 +37,23 @@ impl Host {
                 len,
                 reply_to,
             } => {
-                let refuse = |reason: &str, out: &mut Outbox| {
-                    out.send(
-                        reply_to,
-                        Message::ChunkRefused {
-                            reason: Reason::new(reason),
-                        },
-                    );
+                let refuse = |reason: ChunkRefusal, out: &mut Outbox| {
+                    out.send(reply_to, Message::ChunkRefused { reason });
                 };
                 let in_range = (len as usize) <= CHUNK_BYTES_MAX
                     && offset
                         .checked_add(u64::from(len))
                         .is_some_and(|end| end <= source.length);
                 if !in_range {
-                    return refuse("chunk out of range", out);
+                    return refuse(ChunkRefusal::OutOfRange, out);
                 }
                 let Some(slot) = self.bindings.get(&source.binding).and_then(|b| b.lease) else {
-                    return refuse("source retired", out);
+                    return refuse(ChunkRefusal::Retired, out);
                 };
                 // The child still maps its sealed lease: a header it scribbled on is refused
                 // rather than served (the reader's digest check guards the payload).
                 if blob::validate(mem, &slot.expected, BlobState::Sealed, false).is_err() {
-                    return refuse("source header invalid", out);
+                    return refuse(ChunkRefusal::HeaderInvalid, out);
                 }
                 let start = source.payload_offset + offset;
                 let Some(bytes) = usize::try_from(start)
@@ -62,7 +61,7 @@ impl Host {
                     .and_then(|start| mem.get(start..start + len as usize))
                     .and_then(|bytes| ChunkBytes::new(bytes.to_vec()).ok())
                 else {
-                    return refuse("chunk out of range", out);
+                    return refuse(ChunkRefusal::OutOfRange, out);
                 };
                 let chunk = Message::Chunk {
                     offset,
@@ -82,7 +81,9 @@ impl Host {
     }
 
     /// Answers a frame for an actor that no longer exists: acknowledgements the directory
-    /// re-sends until it sees them, refusals to transfers. Everything else is dropped.
+    /// re-sends until it sees them, refusals to transfers (`IncarnationEnded` for an actor of an
+    /// earlier incarnation of this node, whose bytes died with it; `Retired` for one of this
+    /// incarnation). Everything else is dropped.
     pub(super) fn answer_for_the_dead(&self, to: Address, message: &Message, out: &mut Outbox) {
         match message {
             Message::Retire { reply_to } => {
@@ -101,12 +102,12 @@ impl Host {
                 );
             }
             Message::ChunkRequest { reply_to, .. } => {
-                out.send(
-                    *reply_to,
-                    Message::ChunkRefused {
-                        reason: Reason::new("source retired"),
-                    },
-                );
+                let reason = if to.incarnation < self.config.incarnation {
+                    ChunkRefusal::IncarnationEnded
+                } else {
+                    ChunkRefusal::Retired
+                };
+                out.send(*reply_to, Message::ChunkRefused { reason });
             }
             _ => {}
         }

@@ -1,11 +1,18 @@
 //! `dataplane`: a client that acts as a child session of a host, through its Unix socket.
+//!
+//! Every failure is one line on stderr, `dataplane: ` and the message, and one exit status from
+//! the table in [`USAGE`] (sysexits-style; README.md has the same table). No argument makes it
+//! panic: arguments are taken as OS strings, data paths must be UTF-8 and valid (core's
+//! [`DataPath`] rules, checked here before anything is sent), file names may be any bytes.
 
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use dataplane_core::error::DataPlaneError;
+use dataplane_core::error::{BlobFailure, DataPlaneError};
+use dataplane_core::path::{DataPath, PathError};
 use dataplane_core::wire::EntryKind;
 use dataplane_io::child::{ChildError, ChildSession};
 
@@ -20,23 +27,39 @@ USAGE:
     dataplane [--socket PATH] rm PATH
 
 The socket is --socket, else $DATAPLANE_SOCKET, else /tmp/dataplane.sock; its capability is read
-from PATH.cap. Paths may start with /runs/self (the session's own run).
+from PATH.cap. Paths may start with /runs/self (the session's own run). A path is UTF-8, starts
+with '/', and has no empty, '.' or '..' segment and no control character (newline, tab, escape).
+`stat` of a lost blob succeeds and says 'lost'.
 
 EXIT STATUS:
-    0 ok   2 not found   3 already exists   4 not allowed   5 invalid path
-    6 replaced, busy or wrong kind   69 host unreachable   75 temporarily unavailable
-    64 usage   1 anything else
+     0  ok
+     1  a local file (FILE, stdin, stdout) could not be read or written
+     2  not found
+     3  already exists
+     4  not allowed (outside the session's prefixes, or the attach was refused)
+     5  invalid path or argument
+     6  replaced, busy (a stream is active), or the wrong kind of entry
+    64  usage
+    65  the blob is lost or damaged: its bytes lived on a host that restarted, or do not
+        match their digest; retrying cannot help, write it again
+    69  host unreachable, or it closed the connection
+    70  the host broke the protocol or failed in a way this client cannot cause (a bug)
+    75  temporary: the namespace or the blob's source is unavailable, the host's arena is
+        full, or the host is busy (a limit was reached); try again later
 ";
 
+/// A failure: its exit status and its one-line message.
+type Failure = (u8, String);
+
 fn main() -> ExitCode {
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
         print!("{USAGE}");
         return ExitCode::SUCCESS;
     }
     let mut socket = std::env::var_os("DATAPLANE_SOCKET")
         .map_or_else(|| PathBuf::from("/tmp/dataplane.sock"), PathBuf::from);
-    if args.first().map(String::as_str) == Some("--socket") {
+    if args.first().is_some_and(|a| a == "--socket") {
         if args.len() < 2 {
             return fail(64, "--socket needs a value (see --help)");
         }
@@ -54,33 +77,49 @@ fn fail(code: u8, message: &str) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// The exit status of a host error. No wildcard: a new error needs a decision here, and a row
+/// in [`USAGE`].
+fn status(error: &DataPlaneError) -> u8 {
+    match error {
+        DataPlaneError::PathNotFound(_) => 2,
+        DataPlaneError::PathExists(_) => 3,
+        DataPlaneError::Unauthorized { .. }
+        | DataPlaneError::Attachment(_)
+        | DataPlaneError::InvalidCapability => 4,
+        DataPlaneError::InvalidPath(_) | DataPlaneError::InvalidArgument(_) => 5,
+        DataPlaneError::PathReplaced(_)
+        | DataPlaneError::Busy(_)
+        | DataPlaneError::WrongEntryType { .. } => 6,
+        // The bytes are gone (or not the bytes that were written): a retry reads the same.
+        DataPlaneError::BlobLost(_) | DataPlaneError::Blob(BlobFailure::Digest) => 65,
+        DataPlaneError::SessionFailed(_)
+        | DataPlaneError::SourceFailure(_)
+        | DataPlaneError::ArenaExhausted
+        | DataPlaneError::LimitReached(_) => 75,
+        // Nothing this client asks for can cause these: it never cancels, never streams, and
+        // checks its leases itself.
+        DataPlaneError::SessionNotRunning
+        | DataPlaneError::Blob(_)
+        | DataPlaneError::OperationCancelled
+        | DataPlaneError::PeerLost
+        | DataPlaneError::StreamFault(_)
+        | DataPlaneError::StreamClosed
+        | DataPlaneError::Unsupported => 70,
+    }
+}
+
 fn exit_code(error: &ChildError) -> u8 {
     match error {
-        ChildError::Connect(_) => 69,
-        ChildError::Protocol(_) => 1,
+        ChildError::Connect(_) | ChildError::Disconnected => 69,
+        ChildError::Protocol(_) => 70,
         ChildError::Refused { busy: true, .. } => 75,
         ChildError::Refused { busy: false, .. } => 4,
-        ChildError::Failed(e) => match e {
-            DataPlaneError::PathNotFound(_) => 2,
-            DataPlaneError::PathExists(_) => 3,
-            DataPlaneError::Unauthorized { .. }
-            | DataPlaneError::Attachment(_)
-            | DataPlaneError::InvalidCapability => 4,
-            DataPlaneError::InvalidPath(_) | DataPlaneError::InvalidArgument(_) => 5,
-            DataPlaneError::PathReplaced(_)
-            | DataPlaneError::Busy(_)
-            | DataPlaneError::WrongEntryType(_) => 6,
-            DataPlaneError::SessionFailed(_)
-            | DataPlaneError::SourceFailure(_)
-            | DataPlaneError::ArenaExhausted
-            | DataPlaneError::LimitReached(_) => 75,
-            _ => 1,
-        },
+        ChildError::Failed(e) => status(e),
     }
 }
 
 /// Connects, waiting up to 3 s for a host that is still starting (its socket not there yet).
-fn connect(socket: &std::path::Path) -> Result<ChildSession, (u8, String)> {
+fn connect(socket: &Path) -> Result<ChildSession, Failure> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
     loop {
         match ChildSession::connect(socket) {
@@ -92,25 +131,54 @@ fn connect(socket: &std::path::Path) -> Result<ChildSession, (u8, String)> {
     }
 }
 
-fn child(e: ChildError) -> (u8, String) {
+fn child(e: ChildError) -> Failure {
     (exit_code(&e), e.to_string())
 }
 
-fn io_error(what: &str, e: io::Error) -> (u8, String) {
-    (1, format!("{what}: {e}"))
+fn io_error(what: &OsStr, e: io::Error) -> Failure {
+    (1, format!("{}: {e}", shown(what)))
 }
 
-fn run(socket: &std::path::Path, args: &[String]) -> Result<(), (u8, String)> {
-    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+/// An argument as it may be printed on one line: lossily decoded, control characters escaped.
+fn shown(arg: &OsStr) -> String {
+    let mut out = String::new();
+    for c in arg.to_string_lossy().chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A data path argument: UTF-8 and valid by core's rules (`/runs/self` is a valid path too; the
+/// host resolves it and checks the result again).
+fn data_path(arg: &OsStr) -> Result<&str, Failure> {
+    let invalid = |e: PathError| {
+        let error = DataPlaneError::InvalidPath(e);
+        (status(&error), format!("{}: {error}", shown(arg)))
+    };
+    let path = arg.to_str().ok_or_else(|| invalid(PathError::NotUtf8))?;
+    DataPath::new(path).map_err(invalid)?;
+    Ok(path)
+}
+
+fn run(socket: &Path, args: &[OsString]) -> Result<(), Failure> {
     let usage = |m: &str| (64, format!("{m} (see --help)"));
-    match words.as_slice() {
-        ["put", path, source] => {
+    let Some((command, rest)) = args.split_first() else {
+        return Err(usage("a command is required"));
+    };
+    let rest: Vec<&OsStr> = rest.iter().map(OsString::as_os_str).collect();
+    match (command.to_str(), rest.as_slice()) {
+        (Some("put"), [path, source]) => {
+            let path = data_path(path)?;
             let mut session = connect(socket)?;
             let revision = if *source == "-" {
                 let mut bytes = Vec::new();
                 io::stdin()
                     .read_to_end(&mut bytes)
-                    .map_err(|e| io_error("stdin", e))?;
+                    .map_err(|e| io_error("stdin".as_ref(), e))?;
                 session.put(path, &bytes).map_err(child)?
             } else {
                 let mut file = File::open(source).map_err(|e| io_error(source, e))?;
@@ -126,54 +194,65 @@ fn run(socket: &std::path::Path, args: &[String]) -> Result<(), (u8, String)> {
             eprintln!("{path}: published at {revision}");
             Ok(())
         }
-        ["get", path] | ["get", path, "-"] => {
-            let mut session = connect(socket)?;
-            {
-                let view = session.read(path).map_err(child)?;
-                let mut out = io::stdout().lock();
-                out.write_all(view.bytes())
-                    .and_then(|()| out.flush())
-                    .map_err(|e| io_error("stdout", e))?;
-            }
-            session.close().map_err(child)
-        }
-        ["get", path, target] => {
-            let mut session = connect(socket)?;
-            {
-                let view = session.read(path).map_err(child)?;
-                let mut file = File::create(target).map_err(|e| io_error(target, e))?;
-                file.write_all(view.bytes())
-                    .map_err(|e| io_error(target, e))?;
-            }
-            session.close().map_err(child)
-        }
-        ["stat", path] => {
+        (Some("get"), [path]) => get(socket, path, None),
+        (Some("get"), [path, target]) if *target == "-" => get(socket, path, None),
+        (Some("get"), [path, target]) => get(socket, path, Some(target)),
+        (Some("stat"), [path]) => {
+            let path = data_path(path)?;
             let mut session = connect(socket)?;
             let stat = session.stat(path).map_err(child)?;
+            let revision = stat.revision;
             match (stat.kind, stat.length) {
+                (EntryKind::Blob, _) if stat.lost => println!(
+                    "{path}: blob, lost (its bytes lived on a host that restarted), {revision}"
+                ),
                 (EntryKind::Blob, Some(length)) => {
-                    println!("{path}: blob, {length} bytes, {}", stat.revision);
+                    println!("{path}: blob, {length} bytes, {revision}");
                 }
-                (EntryKind::Stream, _) => println!("{path}: stream, {}", stat.revision),
-                (kind, _) => println!("{path}: {kind:?}, {}", stat.revision),
+                (kind, _) => println!("{path}: {kind}, {revision}"),
             }
             session.close().map_err(child)
         }
-        ["mv", from, to] | ["mv", from, to, "--replace"] => {
-            let replace = words.len() == 4;
-            let mut session = connect(socket)?;
-            session.rename(from, to, replace).map_err(child)?;
-            session.close().map_err(child)
-        }
-        ["rm", path] => {
+        (Some("mv"), [from, to]) => mv(socket, from, to, false),
+        (Some("mv"), [from, to, flag]) if *flag == "--replace" => mv(socket, from, to, true),
+        (Some("rm"), [path]) => {
+            let path = data_path(path)?;
             let mut session = connect(socket)?;
             session.remove(path, None).map_err(child)?;
             session.close().map_err(child)
         }
-        [] => Err(usage("a command is required")),
-        [command, ..] if ["put", "get", "stat", "mv", "rm"].contains(command) => {
-            Err(usage(&format!("wrong arguments for {command}")))
+        (Some(known @ ("put" | "get" | "stat" | "mv" | "rm")), _) => {
+            Err(usage(&format!("wrong arguments for {known}")))
         }
-        [command, ..] => Err(usage(&format!("unknown command {command:?}"))),
+        _ => Err(usage(&format!("unknown command \"{}\"", shown(command)))),
     }
+}
+
+fn get(socket: &Path, path: &OsStr, target: Option<&OsStr>) -> Result<(), Failure> {
+    let path = data_path(path)?;
+    let mut session = connect(socket)?;
+    {
+        let view = session.read(path).map_err(child)?;
+        match target {
+            None => {
+                let mut out = io::stdout().lock();
+                out.write_all(view.bytes())
+                    .and_then(|()| out.flush())
+                    .map_err(|e| io_error("stdout".as_ref(), e))?;
+            }
+            Some(target) => {
+                let mut file = File::create(target).map_err(|e| io_error(target, e))?;
+                file.write_all(view.bytes())
+                    .map_err(|e| io_error(target, e))?;
+            }
+        }
+    }
+    session.close().map_err(child)
+}
+
+fn mv(socket: &Path, from: &OsStr, to: &OsStr, replace: bool) -> Result<(), Failure> {
+    let (from, to) = (data_path(from)?, data_path(to)?);
+    let mut session = connect(socket)?;
+    session.rename(from, to, replace).map_err(child)?;
+    session.close().map_err(child)
 }

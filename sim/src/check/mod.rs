@@ -101,6 +101,9 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "host.fail.PathNotFound",
     "host.fail.Unauthorized",
     "host.fail.SourceFailure",
+    "host.fail.BlobLost",
+    "host.stat_lost",
+    "host.refused_ended_incarnation",
     "host.fail.OperationCancelled",
     "host.fail.PathExists",
     "host.fail.PathReplaced",
@@ -132,6 +135,7 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "reply.StaleIncarnation",
     "reply.OperationConflict",
     "reply.StreamActive",
+    "reply.BlobLost",
     "stream.match",
     "stream.fence_begun",
     "stream.fence_resolved",
@@ -217,6 +221,7 @@ fn error_name(body: &ReplyBody) -> &'static str {
         Some(E::Timeout) => "reply.Timeout",
         Some(E::Protocol(_)) => "reply.Protocol",
         Some(E::LimitReached(_)) => "reply.LimitReached",
+        Some(E::BlobLost(_)) => "reply.BlobLost",
     }
 }
 

@@ -630,9 +630,17 @@ impl Model {
                 expected: EntryKind::Blob,
                 found: EntryKind::Stream,
             }),
-            Some(MEntry::Blob { .. }) => self.sources.get(path).copied().ok_or_else(|| {
-                NamespaceError::SourceRecovery(dataplane_core::wire::reason("unavailable"))
-            }),
+            Some(MEntry::Blob { .. }) => match self.sources.get(path) {
+                // Its source's node restarted after it was bound: the bytes died with that
+                // incarnation, and the directory says so instead of handing out the binding.
+                Some(binding) if self.gone(&binding.source) => {
+                    Err(NamespaceError::BlobLost(path.clone()))
+                }
+                Some(binding) => Ok(*binding),
+                None => Err(NamespaceError::SourceRecovery(
+                    dataplane_core::wire::reason("unavailable"),
+                )),
+            },
         }
     }
 
@@ -646,11 +654,16 @@ impl Model {
                 kind: EntryKind::Blob,
                 revision: Revision(*revision),
                 active: false,
+                lost: self
+                    .sources
+                    .get(path)
+                    .is_some_and(|binding| self.gone(&binding.source)),
             }),
             Some(MEntry::Stream { revision }) => Ok(NamespaceNode {
                 kind: EntryKind::Stream,
                 revision: Revision(*revision),
                 active: self.streams.contains_key(path),
+                lost: false,
             }),
         }
     }

@@ -94,10 +94,10 @@ fn put_on_one_host_get_on_another_then_mv_and_rm() {
     // The CLI's other refusals.
     a.cli(&["get", "/etc/passwd"])
         .expect_code(4, "get outside the allowed prefixes")
-        .expect_stderr_line("dataplane: /etc/passwd: not allowed (Read)");
+        .expect_stderr_line("dataplane: /etc/passwd: not allowed to read there");
     a.cli(&["get", "relative"])
         .expect_code(5, "get of a relative path")
-        .expect_stderr_line("dataplane: invalid path: NotAbsolute");
+        .expect_stderr_line("dataplane: relative: invalid path: path must start with '/'");
     a.cli(&["frobnicate"])
         .expect_code(64, "unknown command")
         .expect_stderr_line("dataplane: unknown command \"frobnicate\" (see --help)");

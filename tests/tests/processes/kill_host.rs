@@ -1,8 +1,9 @@
 //! A host is killed with SIGKILL: reads of its blobs from the other host fail with a typed
 //! error (exit 75, "the blob's source failed: ..."), the other host keeps working, a
 //! replacement put of a dead host's path works, and after the killed host restarts with the
-//! same `--listen` its gone report is applied (the directory logs `NodeRestarted`) and every
-//! retirement obligation toward its dead sources completes.
+//! same `--listen` its gone report is applied (the directory logs `NodeRestarted`), every
+//! retirement obligation toward its dead sources completes, and its old blobs are told lost
+//! (exit 65): their bytes died with the host's previous incarnation.
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,8 @@ use dataplane_tests::{DirectoryProc, HostProc, TestDir, pattern, wait_until};
 
 /// Exit status of the CLI for "temporarily unavailable" (EX_TEMPFAIL).
 const TEMPFAIL: i32 = 75;
+/// Exit status of the CLI for "the blob is lost or damaged".
+const LOST: i32 = 65;
 
 #[test]
 fn kill9_a_host_then_restart_it() {
@@ -106,14 +109,17 @@ fn kill9_a_host_then_restart_it() {
     );
     assert!(retired_dead[0].incarnation < incarnation);
 
-    // A's old blob is unreadable for good now (its source was retired), and fails fast.
+    // A's old blob is unreadable for good now (its bytes died with A's previous incarnation):
+    // the directory, which has A's gone report, says so, and the read fails fast.
     let started = Instant::now();
     b.cli(&["get", "/data/h/k1"])
-        .expect_code(TEMPFAIL, "get of a blob of the host's previous incarnation")
-        .expect_stderr_line("dataplane: the blob's source failed: source retired");
+        .expect_code(LOST, "get of a blob of the host's previous incarnation")
+        .expect_stderr_line(
+            "dataplane: /data/h/k1: lost: its bytes lived on a host that restarted",
+        );
     assert!(
         started.elapsed() < Duration::from_secs(5),
-        "a retired source fails fast ({:?})",
+        "a lost blob fails fast ({:?})",
         started.elapsed()
     );
 

@@ -11,3 +11,4 @@ mod lease;
 mod log_damage;
 mod overload;
 mod streams;
+mod truth;
