@@ -318,7 +318,7 @@ fn a_second_host_on_the_same_socket_changes_nothing() {
         vec![
             "host".into(),
             "--directory".into(),
-            directory.listen.clone().into(),
+            directory.listen.as_str().into(),
             "--listen".into(),
             dataplane_tests::free_address().into(),
             "--socket".into(),
