@@ -1,6 +1,6 @@
 //! Real-IO throughput: durable mutations against a real directory node process, a local
-//! put-then-get through a real host node's arena, and a remote get between two real host node
-//! processes over loopback TCP — each against a baseline measured in the same run (the machine
+//! put-then-get through a real host node's arena, a remote get between two real host node
+//! processes over loopback TCP, and a sustained put-and-read load on two hosts — each against a baseline measured in the same run (the machine
 //! is shared and noisy, so numbers from another run are not comparable).
 //!
 //! Run with `cargo bench -p dataplane-io --bench io` (add `-- --quick`, or set
@@ -57,6 +57,14 @@
 //!   one into user memory, the kernel's segmentation: the best a TCP copy of the bytes between
 //!   two processes can do here (the hosts themselves cannot be made to run it).
 //!
+//! * **`sustained_put_get`** (16 and 64 child sessions, half on each of two host nodes, 30 s;
+//!   2 s in quick mode): every session loops "put 1 KiB at a fresh path, read it back"
+//!   (`ChildSession`, no digest). Prints puts/s, gets/s, p50/p99 of each call, errors, the
+//!   throughput of every second, and the seconds from the end of the load until a fresh put
+//!   succeeds on each host. *Baseline*: the run's own first quarter; the ratio is the last
+//!   quarter's throughput over the first's (flat is 1.0: the hosts used to refuse everything
+//!   after 4,096 puts each, issue 11).
+//!
 //! Benches live outside the pure core, so they may read the wall clock.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
@@ -102,6 +110,8 @@ struct Budget {
     mutation_reps: usize,
     blob_bytes: usize,
     blob_reps: usize,
+    /// How long each `sustained_put_get` run loads the hosts.
+    sustained: Duration,
 }
 
 impl Budget {
@@ -109,6 +119,7 @@ impl Budget {
         Budget {
             mutation_time: Duration::from_secs(2),
             mutation_reps: 3,
+            sustained: Duration::from_secs(30),
             blob_bytes: 64 << 20,
             blob_reps: 5,
         }
@@ -120,6 +131,7 @@ impl Budget {
             mutation_reps: 1,
             blob_bytes: 4 << 20,
             blob_reps: 2,
+            sustained: Duration::from_secs(2),
         }
     }
 }
@@ -258,6 +270,8 @@ fn wait_session(proc: &mut Proc, socket: &Path) -> ChildSession {
 struct Cluster {
     procs: Vec<Proc>,
     directory: String,
+    /// Every host's child socket, in start order.
+    sockets: Vec<PathBuf>,
     scratch: Scratch,
 }
 
@@ -278,6 +292,7 @@ impl Cluster {
         Cluster {
             procs: vec![proc],
             directory,
+            sockets: Vec::new(),
             scratch,
         }
     }
@@ -299,6 +314,7 @@ impl Cluster {
         let mut proc = Proc::start(&format!("host node {name}"), command);
         let session = wait_session(&mut proc, &socket);
         self.procs.push(proc);
+        self.sockets.push(socket);
         session
     }
 
@@ -331,6 +347,129 @@ fn size_name(bytes: usize) -> String {
 fn verdict(id: &str, ratio: f64, target: f64) {
     let v = if ratio >= target { "meets" } else { "MISSES" };
     println!("# {id}: ratio {ratio:.2}: {v} the >= {target}x target");
+}
+
+// ---------------------------------------------------------------------------------------------
+// sustained_put_get
+
+/// Bytes of every blob the sustained load writes.
+const SUSTAINED_BLOB_BYTES: usize = 1024;
+
+/// `sessions` child sessions, half on each of two hosts, each looping "put 1 KiB at a fresh
+/// path, then read it back" for the budget's sustained time. Prints puts/s and gets/s, the
+/// p50/p99 of each call, the errors, the throughput of every second, the ratio of the last
+/// quarter's throughput to the first quarter's (flat = 1.0; the host used to wedge after 4,096
+/// puts), and how long after the load a fresh put on each host took to succeed.
+fn sustained_put_get(budget: Budget, sessions: usize) {
+    let mut cluster = Cluster::start("sustained");
+    // Room for every blob the run publishes (1,216 bytes each in the arena).
+    let arena = if budget.sustained >= Duration::from_secs(10) {
+        512 << 20
+    } else {
+        64 << 20
+    };
+    for name in ["a", "b"] {
+        drop(cluster.host(name, arena));
+    }
+    let secs = budget.sustained.as_secs().max(1) as usize;
+    let per_second: Arc<Vec<AtomicU64>> =
+        Arc::new((0..secs + 1).map(|_| AtomicU64::new(0)).collect());
+    let started = Instant::now();
+    let barrier = Arc::new(Barrier::new(sessions));
+    let workers: Vec<_> = (0..sessions)
+        .map(|i| {
+            let socket = cluster.sockets[i % 2].clone();
+            let per_second = per_second.clone();
+            let barrier = barrier.clone();
+            let duration = budget.sustained;
+            thread::spawn(move || {
+                let mut session = ChildSession::connect(&socket).expect("a session");
+                session.set_digest(DigestKind::None);
+                let bytes = payload(SUSTAINED_BLOB_BYTES);
+                let (mut puts, mut gets, mut errors) = (Vec::new(), Vec::new(), 0u64);
+                barrier.wait();
+                let begin = Instant::now();
+                let mut n = 0u64;
+                while begin.elapsed() < duration {
+                    n += 1;
+                    let path = format!("/data/sustained/{i}/{n}");
+                    let t = Instant::now();
+                    if session.put(&path, &bytes).is_err() {
+                        errors += 1;
+                        continue;
+                    }
+                    puts.push(t.elapsed());
+                    let t = Instant::now();
+                    match session.read(&path) {
+                        Ok(view) if view.bytes() == bytes.as_slice() => gets.push(t.elapsed()),
+                        _ => errors += 1,
+                    }
+                    let second = begin.elapsed().as_secs() as usize;
+                    if let Some(slot) = per_second.get(second) {
+                        slot.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                let _ = session.close();
+                (puts, gets, errors)
+            })
+        })
+        .collect();
+    let (mut puts, mut gets, mut errors) = (Vec::new(), Vec::new(), 0);
+    for w in workers {
+        let (p, g, e) = w.join().expect("a load thread");
+        puts.extend(p);
+        gets.extend(g);
+        errors += e;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    // After the load: how long until a fresh put succeeds on each host.
+    let mut recovery = Vec::new();
+    for socket in &cluster.sockets {
+        let t = Instant::now();
+        loop {
+            let ok = ChildSession::connect(socket)
+                .and_then(|mut s| s.put("/data/sustained/after", b"after"))
+                .is_ok();
+            if ok || t.elapsed() > Duration::from_secs(60) {
+                break;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        recovery.push(t.elapsed().as_secs_f64());
+    }
+    cluster.check_alive();
+    let pct = |v: &mut Vec<Duration>, p: usize| -> f64 {
+        v.sort_unstable();
+        v.get((v.len() * p / 100).min(v.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1e6)
+    };
+    let counts: Vec<u64> = per_second[..secs]
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .collect();
+    let quarter = (secs / 4).max(1);
+    let first: u64 = counts[..quarter].iter().sum();
+    let last: u64 = counts[secs - quarter..].iter().sum();
+    let flat = if first == 0 {
+        0.0
+    } else {
+        last as f64 / first as f64
+    };
+    println!("# sustained_put_get sessions={sessions}: put+get pairs per second: {counts:?}");
+    println!(
+        "BENCH name=sustained_put_get sessions={sessions} secs={secs} puts_per_s={} gets_per_s={} put_p50_us={:.0} put_p99_us={:.0} get_p50_us={:.0} get_p99_us={:.0} errors={errors} recovery_s={} ours=last_quarter baseline=first_quarter ratio={flat:.2}",
+        rate(puts.len() as f64 / elapsed),
+        rate(gets.len() as f64 / elapsed),
+        pct(&mut puts, 50),
+        pct(&mut puts, 99),
+        pct(&mut gets, 50),
+        pct(&mut gets, 99),
+        recovery
+            .iter()
+            .map(|r| format!("{r:.3}"))
+            .collect::<Vec<_>>()
+            .join("/"),
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -940,6 +1079,11 @@ fn main() {
         let r = local_put_get(budget, DigestKind::None);
         verdict("local_put_get digest=none", r, TARGET_LOCAL_RATIO);
         let _ = local_put_get(budget, DigestKind::Blake3);
+    }
+    if wanted("sustained_put_get") {
+        for sessions in [16, 64] {
+            sustained_put_get(budget, sessions);
+        }
     }
     if wanted("remote_get") {
         // As for the local path, the target is for moving the bytes (no digest); with BLAKE3
