@@ -115,6 +115,61 @@ impl fmt::Display for ArenaError {
 
 impl std::error::Error for ArenaError {}
 
+/// The arena's memory, as the host machine reads and writes it. The machine passes it to every
+/// input and tells it two things about write leases, so that the memory can keep its promise
+/// that **a child changes only the bytes of its own write, and only until it seals it**:
+///
+/// * [`freeze`](Self::freeze) when the child seals a write, before anything looks at its
+///   bytes: from then on nobody but the host changes them (the host never does);
+/// * [`reclaim`](Self::reclaim) when a lease is free again.
+///
+/// A plain `Vec<u8>` (the simulator's and the tests' arenas) keeps nothing: its freeze and
+/// reclaim do nothing. The real adapter hands each child a writable buffer of its own for each
+/// write and the arena only read-only; its freeze copies the child's buffer into the lease.
+pub trait ArenaMemory {
+    /// The whole arena, to read.
+    fn bytes(&self) -> &[u8];
+    /// The whole arena, to write (the host writes headers, chunks and copies into its leases).
+    fn bytes_mut(&mut self) -> &mut [u8];
+    /// The child's write in `lease` is sealed: make its bytes final and unchangeable by the
+    /// child. Called once per sealed write, before the host validates it. An error fails the
+    /// write.
+    fn freeze(&mut self, lease: &Lease) -> Result<(), MemoryFault>;
+    /// `lease` was freed (whatever it held).
+    fn reclaim(&mut self, lease: &Lease);
+}
+
+/// Why the arena's memory could not do what the host asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemoryFault {
+    /// The memory could not make the write final (the reason is for logs).
+    Freeze(String),
+}
+
+impl fmt::Display for MemoryFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemoryFault::Freeze(reason) => write!(f, "the write could not be made final: {reason}"),
+        }
+    }
+}
+
+impl ArenaMemory for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+
+    fn freeze(&mut self, _lease: &Lease) -> Result<(), MemoryFault> {
+        Ok(())
+    }
+
+    fn reclaim(&mut self, _lease: &Lease) {}
+}
+
 /// The ring-lease allocator. See the module documentation.
 #[derive(Clone, Debug)]
 pub struct Arena {

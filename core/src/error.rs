@@ -283,6 +283,9 @@ pub enum BlobFailure {
     ActiveWritableView,
     /// The blob operation already finished.
     AlreadyFinished,
+    /// A sealed write's bytes could not be made final (the arena's memory failed): nothing
+    /// was published.
+    NotFinal(Reason),
 }
 
 impl fmt::Display for BlobFailure {
@@ -304,6 +307,9 @@ impl fmt::Display for BlobFailure {
             }
             BlobFailure::ActiveWritableView => f.write_str("a writable view is still active"),
             BlobFailure::AlreadyFinished => f.write_str("the blob operation already finished"),
+            BlobFailure::NotFinal(reason) => {
+                write!(f, "the sealed write could not be made final: {reason}")
+            }
         }
     }
 }

@@ -7,6 +7,19 @@
 //! [`recv_with_fd`] and maps it with [`SharedArena::from_fd`]. Linux only (`memfd_create`,
 //! `MSG_CMSG_CLOEXEC`, file seals).
 //!
+//! # Who may write what
+//!
+//! Children get the arena **read-only** ([`SharedArena::read_only_fd`]: the same memory through
+//! a descriptor opened for reading, so a child can neither map it writable nor `mprotect` its
+//! mapping writable). A child writes a blob into a *staging buffer* of its own: a fresh
+//! `memfd` the host makes for that write ([`SharedArena::stage_write`]), holding the lease's
+//! header, sealed against resizing, handed to that child alone with its `WriteGranted`. When
+//! the child seals the write, the host copies the buffer into the lease
+//! ([`ArenaMemory::freeze`]) and drops it; from then on the bytes are in memory no child can
+//! write, so what the host validated is what it publishes and serves, and nobody can change a
+//! published blob or another child's lease. The price is one copy of every write (the `io`
+//! bench's `local_put_get` measures it).
+//!
 //! # Trust and aliasing
 //!
 //! The memory is shared with another process that may write anything at any time. The host
@@ -39,7 +52,11 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::ptr;
 
-use memmap2::{MmapMut, MmapOptions};
+use std::collections::BTreeMap;
+use std::os::unix::fs::FileExt;
+
+use dataplane_core::arena::{ArenaMemory, BLOB_HEADER_BYTES, Lease, MemoryFault, RingId};
+use memmap2::{Mmap, MmapMut, MmapOptions};
 
 /// Most descriptors [`recv_with_fd`] accepts in one message without truncating the control
 /// message (all but the first are closed at once). A peer sending more gets the call failed.
@@ -75,6 +92,8 @@ pub struct SharedArena {
     map: MmapMut,
     file: File,
     size: u64,
+    /// The staging buffers of writes in progress, by the offset of their lease.
+    staging: BTreeMap<u64, File>,
 }
 
 impl fmt::Debug for SharedArena {
@@ -96,25 +115,10 @@ impl SharedArena {
         let len = map_len(size)?;
         let name = CString::new(name)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "arena name has a NUL"))?;
-        // SAFETY: `name` is a valid NUL-terminated string that outlives the call; the flags
-        // are valid `memfd_create` flags. The call has no other memory effects.
-        let raw = unsafe {
-            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-        };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a fresh descriptor returned by `memfd_create` that nothing else
-        // owns; `OwnedFd` takes sole ownership and closes it on drop.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let file = File::from(fd);
+        let _ = name;
+        let file = memfd("dataplane-arena")?;
         file.set_len(size)?;
-        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-        // SAFETY: `fcntl(F_ADD_SEALS, int)` on a descriptor we own; it takes an integer
-        // argument and touches no memory of ours.
-        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        seal_size(&file)?;
         Self::map(file, size, len)
     }
 
@@ -139,23 +143,7 @@ impl SharedArena {
     /// bytes, and with `InvalidInput` if it is not a regular file or `size` is 0.
     pub fn from_fd(fd: OwnedFd, size: u64) -> io::Result<SharedArena> {
         let len = map_len(size)?;
-        let file = File::from(fd);
-        let meta = file.metadata()?;
-        if !meta.file_type().is_file() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "arena descriptor is not a regular file",
-            ));
-        }
-        if meta.len() < size {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                ArenaTooSmall {
-                    wanted: size,
-                    actual: meta.len(),
-                },
-            ));
-        }
+        let file = checked_file(fd, size)?;
         Self::map(file, size, len)
     }
 
@@ -167,7 +155,48 @@ impl SharedArena {
         // notes). Concurrent modification by the peer process is the point of the arena; the
         // module notes state the aliasing assumption the whole crate makes about it.
         let map = unsafe { MmapOptions::new().len(len).map_mut(&file)? };
-        Ok(SharedArena { map, file, size })
+        Ok(SharedArena {
+            map,
+            file,
+            size,
+            staging: BTreeMap::new(),
+        })
+    }
+
+    /// A descriptor of the same memory opened for reading only: what children get. A mapping
+    /// of it cannot be made writable.
+    pub fn read_only_fd(&self) -> io::Result<OwnedFd> {
+        let path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+        let file = OpenOptions::new().read(true).open(path)?;
+        Ok(OwnedFd::from(file))
+    }
+
+    /// Makes the staging buffer of the write lease at `offset` whose payload is `length`
+    /// bytes: a fresh `memfd` the size of the lease, holding the lease's header as the host
+    /// installed it, sealed against resizing. Its descriptor goes to the writing child alone;
+    /// [`ArenaMemory::freeze`] copies it into the lease.
+    pub fn stage_write(&mut self, offset: u64, length: u64) -> io::Result<BorrowedFd<'_>> {
+        let lease = Lease {
+            ring: RingId(0),
+            offset,
+            length,
+        };
+        let start = usize::try_from(offset).map_err(|_| io::Error::other("offset"))?;
+        let header = self
+            .map
+            .get(start..start + BLOB_HEADER_BYTES as usize)
+            .ok_or_else(|| io::Error::other("a lease outside the arena"))?;
+        let file = memfd("dataplane-write")?;
+        file.set_len(lease.footprint())?;
+        file.write_all_at(header, 0)?;
+        seal_size(&file)?;
+        self.staging.insert(offset, file);
+        Ok(self.staging[&offset].as_fd())
+    }
+
+    /// Writes in progress that have a staging buffer.
+    pub fn staged_count(&self) -> usize {
+        self.staging.len()
     }
 
     /// The arena size in bytes.
@@ -206,6 +235,153 @@ impl SharedArena {
     pub fn as_fd(&self) -> BorrowedFd<'_> {
         self.file.as_fd()
     }
+}
+
+impl ArenaMemory for SharedArena {
+    fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.map
+    }
+
+    fn freeze(&mut self, lease: &Lease) -> Result<(), MemoryFault> {
+        let Some(buffer) = self.staging.remove(&lease.offset) else {
+            return Err(MemoryFault::Freeze("the write has no staging buffer".into()));
+        };
+        let fail = |e: io::Error| MemoryFault::Freeze(e.to_string());
+        let start = usize::try_from(lease.offset).map_err(|_| MemoryFault::Freeze("offset".into()))?;
+        let end = usize::try_from(lease.footprint())
+            .ok()
+            .and_then(|len| start.checked_add(len))
+            .filter(|end| *end <= self.map.len())
+            .ok_or_else(|| MemoryFault::Freeze("a lease outside the arena".into()))?;
+        buffer.read_exact_at(&mut self.map[start..end], 0).map_err(fail)
+    }
+
+    fn reclaim(&mut self, lease: &Lease) {
+        self.staging.remove(&lease.offset);
+    }
+}
+
+/// A fresh `memfd` (`MFD_CLOEXEC | MFD_ALLOW_SEALING`), labelled `name` in `/proc/PID/fd`.
+fn memfd(name: &str) -> io::Result<File> {
+    let name = CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a memfd name has a NUL"))?;
+    // SAFETY: `name` is a valid NUL-terminated string that outlives the call; the flags are
+    // valid `memfd_create` flags. The call has no other memory effects.
+    let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh descriptor returned by `memfd_create` that nothing else owns;
+    // `OwnedFd` takes sole ownership and closes it on drop.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    Ok(File::from(fd))
+}
+
+/// Seals a `memfd` against resizing (and further seals), so that whoever else holds it cannot
+/// truncate it under our mapping (our next access would fault with `SIGBUS`).
+fn seal_size(file: &File) -> io::Result<()> {
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: `fcntl(F_ADD_SEALS, int)` on a descriptor we own; it takes an integer argument
+    // and touches no memory of ours.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The child's view of the arena: a read-only mapping.
+pub struct ReadOnlyArena {
+    map: Mmap,
+    size: u64,
+}
+
+impl fmt::Debug for ReadOnlyArena {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReadOnlyArena")
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReadOnlyArena {
+    /// Maps `size` bytes of the descriptor the host sent, for reading. Fails like
+    /// [`SharedArena::from_fd`] on a descriptor that is not a big enough regular file.
+    pub fn from_fd(fd: OwnedFd, size: u64) -> io::Result<ReadOnlyArena> {
+        let len = map_len(size)?;
+        let file = checked_file(fd, size)?;
+        // SAFETY: as for `SharedArena::map`: the file is at least `len` bytes and sealed
+        // against shrinking (the host made it); the host writes it concurrently, which the
+        // module notes cover.
+        let map = unsafe { MmapOptions::new().len(len).map(&file)? };
+        Ok(ReadOnlyArena { map, size })
+    }
+
+    /// The arena. The host may change it at any time: validate what you read.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// Its size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// A child's staging buffer for one write: the lease's header at offset 0, then its payload.
+pub struct WriteBuffer {
+    map: MmapMut,
+}
+
+impl fmt::Debug for WriteBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriteBuffer")
+            .field("len", &self.map.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WriteBuffer {
+    /// Maps the staging buffer the host sent with a `WriteGranted` for a lease of `footprint`
+    /// bytes (header and payload), writable.
+    pub fn from_fd(fd: OwnedFd, footprint: u64) -> io::Result<WriteBuffer> {
+        let len = map_len(footprint)?;
+        let file = checked_file(fd, footprint)?;
+        // SAFETY: the buffer is a memfd sealed against resizing that only we and the host
+        // hold; the host reads it once, after we sealed the write.
+        let map = unsafe { MmapOptions::new().len(len).populate().map_mut(&file)? };
+        Ok(WriteBuffer { map })
+    }
+
+    /// The buffer, header first.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.map
+    }
+}
+
+/// `fd` as a file, if it is a regular file of at least `size` bytes.
+fn checked_file(fd: OwnedFd, size: u64) -> io::Result<File> {
+    let file = File::from(fd);
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "arena descriptor is not a regular file",
+        ));
+    }
+    if meta.len() < size {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            ArenaTooSmall {
+                wanted: size,
+                actual: meta.len(),
+            },
+        ));
+    }
+    Ok(file)
 }
 
 /// An arena size as a mapping length: not 0, and addressable.

@@ -40,6 +40,7 @@ use std::fmt;
 use std::fs;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration as StdDuration;
@@ -56,7 +57,9 @@ use dataplane_core::limits::{FRAME_BYTES_MAX, HOST_SESSIONS_MAX, PROXY_PENDING_M
 use dataplane_core::path::{DataPath, JobContext};
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
 use dataplane_core::time::{Duration, Instant};
-use dataplane_core::wire::{Capability, ChildRequest, Envelope, GoneScope, Message, decode_value};
+use dataplane_core::wire::{
+    Capability, ChildEvent, ChildRequest, Envelope, GoneScope, Message, decode_value,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::arena::SharedArena;
@@ -293,6 +296,8 @@ struct HostNode {
     proxy: Proxy,
     machine: Host,
     arena: SharedArena,
+    /// The arena, opened read-only: what children map.
+    arena_for_children: std::os::fd::OwnedFd,
     capability: Capability,
     net: Reactor,
     peer_listener: ListenerId,
@@ -406,6 +411,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     .map_err(|e| err("arena", &e))?;
     let mut arena = arena;
     arena.prefault();
+    let arena_for_children = arena.read_only_fd().map_err(|e| err("arena", &e))?;
     let listener = TcpListener::bind(&options.listen).map_err(|e| err(&options.listen, &e))?;
     let mut net = Reactor::new().map_err(|e| err("poll", &e))?;
     let peer_listener = net
@@ -481,6 +487,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         proxy,
         machine,
         arena,
+        arena_for_children,
         capability,
         net,
         peer_listener,
@@ -604,10 +611,9 @@ impl HostNode {
         }
         if self.host_timer.is_some_and(|at| at <= now) {
             self.host_timer = None;
-            let mem = self.arena.as_mut_slice();
             let _ = self
                 .machine
-                .handle_timer(now, Timer::HostTick, mem, &mut self.outbox);
+                .handle_timer(now, Timer::HostTick, &mut self.arena, &mut self.outbox);
             self.host_effects();
         }
         if let Some((scope, at)) = self.gone_report
@@ -759,18 +765,33 @@ impl HostNode {
             return;
         }
         if let Some(&conn) = self.child_by_address.get(&to) {
-            if let Message::ToChild(event) = message {
-                self.net.send(conn, event);
+            match message {
+                Message::ToChild(event @ ChildEvent::WriteGranted { lease, .. }) => {
+                    // The child writes into a staging buffer of its own (the arena is
+                    // read-only to it); the host copies it into the lease at the seal.
+                    let sent = match self.arena.stage_write(lease.offset, lease.length) {
+                        Ok(fd) => self.net.send_with_fd(conn, event, fd),
+                        Err(_) => false,
+                    };
+                    if !sent {
+                        // No buffer, no grant: the child is gone (its session closes, and the
+                        // write with it).
+                        self.drop_conn(conn);
+                    }
+                }
+                Message::ToChild(event) => {
+                    self.net.send(conn, event);
+                }
+                _ => {}
             }
             return;
         }
         if to.actor < FIRST_HOST_ACTOR && to.incarnation == self.incarnation {
             return; // A child that is gone.
         }
-        let mem = self.arena.as_mut_slice();
         if self
             .machine
-            .handle_message(now, from, to, message, mem, &mut self.outbox)
+            .handle_message(now, from, to, message, &mut self.arena, &mut self.outbox)
             .is_ok()
         {
             self.host_effects();
@@ -1148,9 +1169,9 @@ impl HostNode {
             },
         );
         self.child_by_address.insert(child, conn);
-        // The descriptor goes only to a child that proved its capability.
+        // The descriptor goes only to a child that proved its capability, and reads only.
         self.net.set_limits(conn, CHILD_LIMITS);
-        if !self.net.send_with_fd(conn, welcome, self.arena.as_fd()) {
+        if !self.net.send_with_fd(conn, welcome, self.arena_for_children.as_fd()) {
             // Its session closes on its behalf.
             self.drop_conn(conn);
         }

@@ -8,6 +8,7 @@
 //! blob is described (`lost: true`) rather than reported as an error.
 
 use super::{Host, Kind, PURPOSE_CONTROL, Phase, child_error, new_binding};
+use crate::arena::ArenaMemory;
 use crate::effect::Outbox;
 use crate::error::{DataPlaneError, NamespaceError};
 use crate::ids::{Address, Revision};
@@ -124,7 +125,7 @@ impl Host {
         now: Instant,
         actor: u64,
         body: ReplyBody,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
         let Some(b) = self.bindings.get(&actor) else {

@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 pub use read::Transfer;
 
-use crate::arena::{Allocation, Arena, Lease, TicketId};
+use crate::arena::{Allocation, Arena, Lease, TicketId, ArenaMemory};
 use crate::blob::{self, BlobState, DigestKind, Expected};
 use crate::effect::{Effect, Outbox, Timer};
 use crate::error::{DataPlaneError, InputError, NamespaceError, Reason};
@@ -473,7 +473,7 @@ impl Host {
         from: Address,
         to: Address,
         message: Message,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) -> Result<(), InputError> {
         self.now = now;
@@ -539,7 +539,7 @@ impl Host {
         &mut self,
         now: Instant,
         timer: Timer,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) -> Result<(), InputError> {
         if timer != Timer::HostTick {
@@ -573,7 +573,7 @@ impl Host {
     }
 
     /// An open waiting too long for the arena fails; its request leaves the queue.
-    fn allocation_tick(&mut self, now: Instant, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+    fn allocation_tick(&mut self, now: Instant, actor: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
         let deadline = self.config.allocation_deadline;
         let Some(b) = self.bindings.get_mut(&actor) else {
             return;
@@ -691,7 +691,7 @@ impl Host {
         now: Instant,
         actor: u64,
         length: u64,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
         match self.arena.allocate(length) {
@@ -714,7 +714,7 @@ impl Host {
         now: Instant,
         actor: u64,
         lease: Lease,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
         let waiting = |b: &Binding| {
@@ -749,7 +749,7 @@ impl Host {
             access,
             digest_kind: digest,
         };
-        if let Err(error) = blob::install(mem, &expected) {
+        if let Err(error) = blob::install(mem.bytes_mut(), &expected) {
             self.free_lease(lease, None, mem, out);
             self.fail(actor, DataPlaneError::Blob(error), mem, out);
             return;
@@ -772,12 +772,13 @@ impl Host {
         &mut self,
         lease: Lease,
         installed: Option<&Expected>,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
+        mem.reclaim(&lease);
         if let Some(expected) = installed {
             let _ = blob::set_state(
-                mem,
+                mem.bytes_mut(),
                 expected,
                 &[
                     BlobState::Vacant,
@@ -794,7 +795,7 @@ impl Host {
         self.pending_grants(grants, mem, out);
     }
 
-    fn pending_grants(&mut self, grants: Vec<(TicketId, Lease)>, mem: &mut [u8], out: &mut Outbox) {
+    fn pending_grants(&mut self, grants: Vec<(TicketId, Lease)>, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
         for (ticket, lease) in grants {
             let actor = self.tickets.remove(&ticket);
             match actor {
@@ -805,7 +806,7 @@ impl Host {
     }
 
     /// The binding failed: the child hears why; what it holds drains.
-    fn fail(&mut self, actor: u64, error: DataPlaneError, mem: &mut [u8], out: &mut Outbox) {
+    fn fail(&mut self, actor: u64, error: DataPlaneError, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
         let Some(b) = self.bindings.get_mut(&actor) else {
             return;
         };
@@ -816,7 +817,7 @@ impl Host {
     }
 
     /// Frees and forgets binding `actor` once it is draining and nobody holds its lease.
-    fn try_finish(&mut self, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+    fn try_finish(&mut self, actor: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
         let Some(b) = self.bindings.get(&actor) else {
             return;
         };

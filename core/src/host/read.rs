@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 
 use super::{Host, Kind, Phase, child_error};
 use crate::blob::{self, BlobState};
+use crate::arena::ArenaMemory;
 use crate::effect::Outbox;
 use crate::error::{BlobFailure, DataPlaneError, NamespaceError, Reason};
 use crate::ids::{Address, Revision};
@@ -54,7 +55,7 @@ impl Host {
         now: Instant,
         actor: u64,
         result: Result<BlobBinding, NamespaceError>,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
         let Some(b) = self.bindings.get_mut(&actor) else {
@@ -93,7 +94,7 @@ impl Host {
         now: Instant,
         actor: u64,
         length: u64,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
         match self.arena.allocate(length) {
@@ -120,7 +121,7 @@ impl Host {
         &mut self,
         now: Instant,
         actor: u64,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
         let Some(b) = self.bindings.get_mut(&actor) else {
@@ -138,7 +139,7 @@ impl Host {
     /// A read of a blob this host serves itself: one copy inside the arena instead of a
     /// chunked transfer. Returns false (and the transfer pulls as usual) unless the source is
     /// one of ours, still sealed and of the resolved length.
-    fn local_copy(&mut self, actor: u64, mem: &mut [u8], out: &mut Outbox) -> bool {
+    fn local_copy(&mut self, actor: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) -> bool {
         let Some(b) = self.bindings.get(&actor) else {
             return false;
         };
@@ -157,7 +158,7 @@ impl Host {
         let Some(source_slot) = self.bindings.get(&source.binding).and_then(|b| b.lease) else {
             return false;
         };
-        if blob::validate(mem, &source_slot.expected, BlobState::Sealed, false).is_err() {
+        if blob::validate(mem.bytes(), &source_slot.expected, BlobState::Sealed, false).is_err() {
             // Let the transfer ask the source, which refuses: one way to fail.
             return false;
         }
@@ -169,13 +170,13 @@ impl Host {
         ) else {
             return false;
         };
-        if from.checked_add(len).is_none_or(|end| end > mem.len())
-            || to.checked_add(len).is_none_or(|end| end > mem.len())
+        if from.checked_add(len).is_none_or(|end| end > mem.bytes().len())
+            || to.checked_add(len).is_none_or(|end| end > mem.bytes().len())
         {
             return false;
         }
         let digest = source.digest;
-        mem.copy_within(from..from + len, to);
+        mem.bytes_mut().copy_within(from..from + len, to);
         if let Some(Phase::Filling(t)) = self.bindings.get_mut(&actor).map(|b| &mut b.phase) {
             t.digest = Some(digest);
             t.written = t.length;
@@ -186,7 +187,7 @@ impl Host {
     }
 
     /// Keeps the window full; completes the transfer when every byte arrived.
-    fn pull(&mut self, now: Instant, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+    fn pull(&mut self, now: Instant, actor: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
         let chunk_bytes = u64::from(self.config.chunk_bytes.clamp(1, CHUNK_BYTES_MAX as u32));
         let window = self.config.window.max(1) as usize;
         let Some(b) = self.bindings.get_mut(&actor) else {
@@ -229,7 +230,7 @@ impl Host {
         total: u64,
         digest: Option<[u8; 32]>,
         bytes: &[u8],
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
         let chunk_bytes = u64::from(self.config.chunk_bytes.clamp(1, CHUNK_BYTES_MAX as u32));
@@ -270,7 +271,7 @@ impl Host {
             }
             Some(_) => {}
         }
-        if let Err(error) = blob::write_chunk(mem, &slot.expected, offset, bytes) {
+        if let Err(error) = blob::write_chunk(mem.bytes_mut(), &slot.expected, offset, bytes) {
             return self.fail(actor, DataPlaneError::Blob(error), mem, out);
         }
         t.in_flight.remove(&offset);
@@ -283,7 +284,7 @@ impl Host {
             if to > from {
                 let hasher = self.hashers.entry(actor).or_default();
                 let range = usize::try_from(from).ok().zip(usize::try_from(to).ok());
-                if let (Ok(payload), Some((a, z))) = (blob::payload(mem, &slot.expected), range)
+                if let (Ok(payload), Some((a, z))) = (blob::payload(mem.bytes(), &slot.expected), range)
                     && let Some(part) = payload.get(a..z)
                 {
                     hasher.update(part);
@@ -299,7 +300,7 @@ impl Host {
         &mut self,
         actor: u64,
         reason: ChunkRefusal,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
         let Some(b) = self.bindings.get(&actor) else {
@@ -321,7 +322,7 @@ impl Host {
         &mut self,
         now: Instant,
         actor: u64,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
         let (timeout, attempts_max, deadline) = (
@@ -374,7 +375,7 @@ impl Host {
     }
 
     /// Every byte arrived: seal read-only (length and digest checked) and grant.
-    fn complete_transfer(&mut self, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+    fn complete_transfer(&mut self, actor: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
         let Some(b) = self.bindings.get_mut(&actor) else {
             return;
         };
@@ -389,7 +390,7 @@ impl Host {
             (Some(expected), Some(hasher)) if hashed_all => {
                 if *hasher.finalize().as_bytes() != expected {
                     let _ = blob::set_state(
-                        mem,
+                        mem.bytes_mut(),
                         &slot.expected,
                         &[BlobState::Filling],
                         BlobState::Aborted,
@@ -400,7 +401,7 @@ impl Host {
             }
             (digest, _) => digest,
         };
-        if let Err(error) = blob::host_seal(mem, &slot.expected, written, check) {
+        if let Err(error) = blob::host_seal(mem.bytes_mut(), &slot.expected, written, check) {
             return self.fail(actor, DataPlaneError::Blob(error), mem, out);
         }
         let Some(b) = self.bindings.get_mut(&actor) else {

@@ -10,6 +10,7 @@
 
 use super::{Host, Kind, Phase, SessionState, new_binding};
 use crate::blob::BlobState;
+use crate::arena::ArenaMemory;
 use crate::effect::Outbox;
 use crate::error::{AttachmentFailure, DataPlaneError, Limit};
 use crate::ids::Address;
@@ -24,7 +25,7 @@ impl Host {
         session: u64,
         from: Address,
         request: ChildRequest,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
         if let ChildRequest::Attach {
@@ -234,7 +235,7 @@ impl Host {
         op: ChildOp,
         logical: &str,
         kind: Kind,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
         let Some(s) = self.sessions.get(&session) else {
@@ -306,7 +307,7 @@ impl Host {
         session: u64,
         op: ChildOp,
         child: Address,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
         let Some(actor) = self.binding_of(session, op) else {
@@ -329,7 +330,7 @@ impl Host {
             Phase::Writing => {
                 if let Some(slot) = b.lease {
                     let _ = crate::blob::set_state(
-                        mem,
+                        mem.bytes_mut(),
                         &slot.expected,
                         &[BlobState::Writable, BlobState::Sealed],
                         BlobState::Aborted,
@@ -346,7 +347,7 @@ impl Host {
 
     /// Close (SPEC §7.2, H4): the child is gone; every tracked binding ends. Writes that are
     /// publishing keep going until their outcome is known; published writes stay.
-    fn close(&mut self, session: u64, mem: &mut [u8], out: &mut Outbox) {
+    fn close(&mut self, session: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
         let Some(s) = self.sessions.get_mut(&session) else {
             return;
         };
@@ -365,7 +366,7 @@ impl Host {
 
     /// The session of binding `actor` is gone: the child no longer maps anything, and what it
     /// was waiting for is dropped.
-    fn session_gone(&mut self, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+    fn session_gone(&mut self, actor: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
         let Some(b) = self.bindings.get_mut(&actor) else {
             return;
         };
@@ -375,7 +376,7 @@ impl Host {
             Phase::Writing => {
                 if let Some(slot) = b.lease {
                     let _ = crate::blob::set_state(
-                        mem,
+                        mem.bytes_mut(),
                         &slot.expected,
                         &[BlobState::Writable, BlobState::Sealed],
                         BlobState::Aborted,

@@ -13,6 +13,7 @@
 
 use super::Host;
 use crate::blob::{self, BlobState};
+use crate::arena::ArenaMemory;
 use crate::effect::Outbox;
 use crate::ids::Address;
 use crate::wire::{CHUNK_BYTES_MAX, ChunkBytes, ChunkRefusal, Message};
@@ -24,7 +25,7 @@ impl Host {
         &mut self,
         to: Address,
         message: Message,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
         let Some(source) = self.sources.get(&to.actor).copied() else {
@@ -52,13 +53,13 @@ impl Host {
                 };
                 // The child still maps its sealed lease: a header it scribbled on is refused
                 // rather than served (the reader's digest check guards the payload).
-                if blob::validate(mem, &slot.expected, BlobState::Sealed, false).is_err() {
+                if blob::validate(mem.bytes(), &slot.expected, BlobState::Sealed, false).is_err() {
                     return refuse(ChunkRefusal::HeaderInvalid, out);
                 }
                 let start = source.payload_offset + offset;
                 let Some(bytes) = usize::try_from(start)
                     .ok()
-                    .and_then(|start| mem.get(start..start + len as usize))
+                    .and_then(|start| mem.bytes().get(start..start + len as usize))
                     .and_then(|bytes| ChunkBytes::new(bytes.to_vec()).ok())
                 else {
                     return refuse(ChunkRefusal::OutOfRange, out);

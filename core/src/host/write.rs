@@ -17,6 +17,7 @@ use super::{
     is_unknown_outcome,
 };
 use crate::blob::{self, BlobState, DigestKind};
+use crate::arena::ArenaMemory;
 use crate::effect::Outbox;
 use crate::error::{DataPlaneError, NamespaceError};
 use crate::time::Instant;
@@ -44,7 +45,7 @@ impl Host {
     }
 
     /// The child sealed: validate the header it wrote, then publish.
-    pub(super) fn seal(&mut self, now: Instant, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+    pub(super) fn seal(&mut self, now: Instant, actor: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
         let Some(b) = self.bindings.get(&actor) else {
             return;
         };
@@ -54,13 +55,23 @@ impl Host {
             self.send_child(child, ChildEvent::Failed { op, error }, out);
             return;
         };
+        // The child's bytes become final before anything looks at them: what is validated
+        // below is what will be published.
+        if let Err(fault) = mem.freeze(&slot.lease) {
+            let error = DataPlaneError::Blob(crate::error::BlobFailure::NotFinal(super::reason(
+                &fault.to_string(),
+            )));
+            self.fail(actor, error, mem, out);
+            return;
+        }
         let check_content = slot.expected.digest_kind != DigestKind::None;
-        let header = match blob::validate(mem, &slot.expected, BlobState::Sealed, check_content) {
+        let checked = blob::validate(mem.bytes(), &slot.expected, BlobState::Sealed, check_content);
+        let header = match checked {
             Ok(header) => header,
             Err(error) => {
                 // S33: a seal whose header disagrees with the lease is never published.
                 let _ = blob::set_state(
-                    mem,
+                    mem.bytes_mut(),
                     &slot.expected,
                     &[BlobState::Writable, BlobState::Sealed],
                     BlobState::Aborted,
@@ -104,7 +115,7 @@ impl Host {
     }
 
     /// The child aborts its write, in whatever phase it is (Q22 included).
-    pub(super) fn abort(&mut self, now: Instant, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+    pub(super) fn abort(&mut self, now: Instant, actor: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
         let Some(b) = self.bindings.get_mut(&actor) else {
             return;
         };
@@ -124,7 +135,7 @@ impl Host {
             Phase::Writing => {
                 if let Some(slot) = b.lease {
                     let _ = blob::set_state(
-                        mem,
+                        mem.bytes_mut(),
                         &slot.expected,
                         &[BlobState::Writable, BlobState::Sealed],
                         BlobState::Aborted,
@@ -151,7 +162,7 @@ impl Host {
     /// Cancel an open that has not been granted (reads and writes): it fails with
     /// `OperationCancelled`. A cancel that comes too late is not answered: the op's own outcome
     /// (its grant, or its failure) is already on its way, and is the only answer the op gets.
-    pub(super) fn cancel(&mut self, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+    pub(super) fn cancel(&mut self, actor: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
         let Some(b) = self.bindings.get_mut(&actor) else {
             return;
         };
@@ -189,7 +200,7 @@ impl Host {
         now: Instant,
         actor: u64,
         reply: DirectoryReply,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
         let Some(b) = self.bindings.get_mut(&actor) else {
@@ -232,7 +243,7 @@ impl Host {
         now: Instant,
         actor: u64,
         result: Result<(), NamespaceError>,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
         let operation = self.op_id(actor, super::PURPOSE_RESERVE);
@@ -260,7 +271,7 @@ impl Host {
         now: Instant,
         actor: u64,
         result: Result<crate::ids::Revision, NamespaceError>,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
         let Some(b) = self.bindings.get_mut(&actor) else {
@@ -317,7 +328,7 @@ impl Host {
         &mut self,
         actor: u64,
         result: Result<(), NamespaceError>,
-        mem: &mut [u8],
+        mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
         let Some(b) = self.bindings.get_mut(&actor) else {
@@ -353,7 +364,7 @@ impl Host {
     }
 
     /// The directory retired the source of binding `actor`: the namespace no longer binds it.
-    pub(super) fn source_retired(&mut self, actor: u64, mem: &mut [u8], out: &mut Outbox) {
+    pub(super) fn source_retired(&mut self, actor: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
         let Some(b) = self.bindings.get_mut(&actor) else {
             return;
         };
