@@ -30,8 +30,14 @@ use dataplane_core::wire::{
     Capability, ChildEvent, ChildOp, ChildRequest, EntryKind, LeaseView, decode_value,
 };
 
-use crate::arena::{SharedArena, recv_with_fd};
-use crate::frame::{FrameReader, LENGTH_PREFIX_BYTES, write_frame};
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+
+use dataplane_core::arena::{Lease, RingId};
+use serde::de::DeserializeOwned;
+
+use crate::arena::{ReadOnlyArena, WriteBuffer, recv_with_fd};
+use crate::frame::{LENGTH_PREFIX_BYTES, write_frame};
 use crate::hostnode::{ChildGreeting, ChildHello, ChildWelcome, capability_path};
 
 /// Why a child operation failed.
@@ -119,12 +125,106 @@ pub struct Stat {
     pub lost: bool,
 }
 
+/// The frames the host sends a child, with the descriptors that travel with some of them.
+///
+/// A descriptor sent with a frame (`SCM_RIGHTS` on its first byte) arrives with the `recvmsg`
+/// that reads that byte, and the kernel starts that read there; so every descriptor belongs to
+/// the frame that begins where the read that brought it began.
+#[derive(Debug)]
+struct Inbox {
+    stream: UnixStream,
+    /// Received bytes not yet framed: `buf[start..end]`.
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// The stream position of `buf[start]`.
+    position: u64,
+    /// Descriptors by the stream position of the frame they came with.
+    fds: VecDeque<(u64, OwnedFd)>,
+}
+
+impl Inbox {
+    fn new(stream: UnixStream) -> Inbox {
+        Inbox {
+            stream,
+            buf: vec![0; 8 * 1024],
+            start: 0,
+            end: 0,
+            position: 0,
+            fds: VecDeque::new(),
+        }
+    }
+
+    /// Receives more bytes (and a descriptor with them, if one came). `false` at the end of
+    /// the stream.
+    fn fill(&mut self, want: usize) -> Result<bool, ChildError> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.buf.len() < want {
+            self.buf.resize(want, 0);
+        }
+        if self.end == self.buf.len() {
+            let len = self.buf.len();
+            self.buf.resize(len * 2, 0);
+        }
+        let at = self.position + self.end as u64;
+        let (n, fd) =
+            recv_with_fd(&self.stream, &mut self.buf[self.end..]).map_err(|e| protocol(e))?;
+        if let Some(fd) = fd {
+            self.fds.push_back((at, fd));
+        }
+        self.end += n;
+        Ok(n > 0)
+    }
+
+    /// The next frame and the descriptor that came with it; `None` at the end of the stream.
+    fn next<T: DeserializeOwned>(&mut self) -> Result<Option<(T, Option<OwnedFd>)>, ChildError> {
+        while self.end - self.start < LENGTH_PREFIX_BYTES {
+            if !self.fill(LENGTH_PREFIX_BYTES)? {
+                return if self.end == self.start {
+                    Ok(None)
+                } else {
+                    Err(ChildError::Disconnected)
+                };
+            }
+        }
+        let p = &self.buf[self.start..self.start + LENGTH_PREFIX_BYTES];
+        let len = u32::from_le_bytes([p[0], p[1], p[2], p[3]]) as usize;
+        if len > FRAME_BYTES_MAX {
+            return Err(protocol("an oversized frame from the host"));
+        }
+        let total = LENGTH_PREFIX_BYTES + len;
+        while self.end - self.start < total {
+            if !self.fill(total)? {
+                return Err(ChildError::Disconnected);
+            }
+        }
+        let body = &self.buf[self.start + LENGTH_PREFIX_BYTES..self.start + total];
+        let value = decode_value::<T>(body, FRAME_BYTES_MAX).map_err(protocol)?;
+        let here = self.position;
+        // Descriptors of earlier frames that nobody claimed are closed here.
+        while self.fds.front().is_some_and(|(at, _)| *at < here) {
+            self.fds.pop_front();
+        }
+        let fd = match self.fds.front() {
+            Some((at, _)) if *at == here => self.fds.pop_front().map(|(_, fd)| fd),
+            _ => None,
+        };
+        self.start += total;
+        self.position += total as u64;
+        Ok(Some((value, fd)))
+    }
+}
+
 /// An attached child session.
 #[derive(Debug)]
 pub struct ChildSession {
     stream: UnixStream,
-    reader: FrameReader<UnixStream>,
-    arena: SharedArena,
+    inbox: Inbox,
+    arena: ReadOnlyArena,
     welcome: ChildWelcome,
     next_op: u64,
     digest: DigestKind,
@@ -132,7 +232,7 @@ pub struct ChildSession {
 
 impl ChildSession {
     /// Connects to the host's socket, attaches with the capability in `<socket>.cap`, and
-    /// maps the arena the host hands over once the capability checked out.
+    /// maps the arena (read-only) that the host hands over once the capability checked out.
     pub fn connect(socket: &Path) -> Result<ChildSession, ChildError> {
         let connect = |what: &str, e: io::Error| ChildError::Connect(format!("{what}: {e}"));
         let cap_path = capability_path(socket);
@@ -144,42 +244,11 @@ impl ChildSession {
             UnixStream::connect(socket).map_err(|e| connect(&socket.display().to_string(), e))?;
         let mut writer = &stream;
         write_frame(&mut writer, &ChildHello::new(Capability(capability))).map_err(protocol)?;
-        // The greeting comes first, with the arena's descriptor if we are attached; `Attached`
-        // may follow in the same read.
-        let mut buf = vec![0u8; 4096];
-        let mut fd = None;
-        let mut n = 0;
-        loop {
-            let (got, got_fd) =
-                recv_with_fd(&stream, &mut buf[n..]).map_err(|e| connect("greeting", e))?;
-            if got == 0 {
-                return Err(ChildError::Disconnected);
-            }
-            if got_fd.is_some() {
-                fd = got_fd;
-            }
-            n += got;
-            if n >= LENGTH_PREFIX_BYTES {
-                let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-                if len > FRAME_BYTES_MAX {
-                    return Err(protocol("oversized greeting"));
-                }
-                let total = LENGTH_PREFIX_BYTES + len;
-                if buf.len() < total {
-                    buf.resize(total, 0);
-                }
-                if n >= total {
-                    break;
-                }
-            }
-            if n == buf.len() {
-                buf.resize(buf.len() * 2, 0);
-            }
-        }
-        let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-        let total = LENGTH_PREFIX_BYTES + len;
-        let greeting: ChildGreeting =
-            decode_value(&buf[LENGTH_PREFIX_BYTES..total], FRAME_BYTES_MAX).map_err(protocol)?;
+        let mut inbox = Inbox::new(stream.try_clone().map_err(protocol)?);
+        // The greeting comes first, with the arena's descriptor if we are attached.
+        let (greeting, fd) = inbox
+            .next::<ChildGreeting>()?
+            .ok_or(ChildError::Disconnected)?;
         let welcome = match greeting {
             ChildGreeting::Welcome(welcome) => welcome,
             ChildGreeting::Refused { reason, busy } => {
@@ -188,18 +257,16 @@ impl ChildSession {
         };
         let fd = fd.ok_or_else(|| protocol("the welcome carried no arena"))?;
         let arena =
-            SharedArena::from_fd(fd, welcome.arena_size).map_err(|e| connect("arena", e))?;
-        let rest = buf[total..n].to_vec();
-        let reader = FrameReader::with_buffered(stream.try_clone().map_err(protocol)?, rest);
+            ReadOnlyArena::from_fd(fd, welcome.arena_size).map_err(|e| connect("arena", e))?;
         let mut session = ChildSession {
             stream,
-            reader,
+            inbox,
             arena,
             welcome,
             next_op: 1,
             digest: DigestKind::Blake3,
         };
-        match session.next_event()? {
+        match session.next_event()?.0 {
             ChildEvent::Attached { .. } => Ok(session),
             ChildEvent::AttachFailed { error } => Err(ChildError::Failed(error)),
             other => Err(unexpected(&other, "at attach")),
@@ -221,12 +288,10 @@ impl ChildSession {
         write_frame(&mut self.stream, request).map_err(protocol)
     }
 
-    fn next_event(&mut self) -> Result<ChildEvent, ChildError> {
-        match self.reader.read_frame::<ChildEvent>() {
-            Ok(Some(event)) => Ok(event),
-            Ok(None) => Err(ChildError::Disconnected),
-            Err(e) => Err(protocol(e)),
-        }
+    fn next_event(&mut self) -> Result<(ChildEvent, Option<OwnedFd>), ChildError> {
+        self.inbox
+            .next::<ChildEvent>()?
+            .ok_or(ChildError::Disconnected)
     }
 
     fn op(&mut self) -> ChildOp {
@@ -237,8 +302,13 @@ impl ChildSession {
 
     /// The next event about `op` (events about other ops cannot occur: one op at a time).
     fn wait(&mut self, op: ChildOp) -> Result<ChildEvent, ChildError> {
+        self.wait_with_fd(op).map(|(event, _)| event)
+    }
+
+    /// [`wait`](Self::wait), with the descriptor that came with the event.
+    fn wait_with_fd(&mut self, op: ChildOp) -> Result<(ChildEvent, Option<OwnedFd>), ChildError> {
         loop {
-            let event = self.next_event()?;
+            let (event, fd) = self.next_event()?;
             let about = match &event {
                 ChildEvent::ReadGranted { op, .. }
                 | ChildEvent::WriteGranted { op, .. }
@@ -251,7 +321,7 @@ impl ChildSession {
                 _ => None,
             };
             if about == Some(op) {
-                return Ok(event);
+                return Ok((event, fd));
             }
         }
     }
@@ -311,13 +381,25 @@ impl ChildSession {
             digest: self.digest,
             exclusive,
         })?;
-        let lease = match self.wait(op)? {
-            ChildEvent::WriteGranted { lease, .. } => lease,
-            ChildEvent::Failed { error, .. } => return Err(ChildError::Failed(error)),
-            other => return Err(unexpected(&other, "at open")),
+        let (lease, fd) = match self.wait_with_fd(op)? {
+            (ChildEvent::WriteGranted { lease, .. }, fd) => (lease, fd),
+            (ChildEvent::Failed { error, .. }, _) => return Err(ChildError::Failed(error)),
+            (other, _) => return Err(unexpected(&other, "at open")),
         };
-        let e = expected(&lease, BlobAccess::Writable);
-        let mem = self.arena.as_mut_slice();
+        // The write goes into a staging buffer of our own, the lease's header at its start.
+        let fd = fd.ok_or_else(|| protocol("the write grant carried no buffer"))?;
+        let staged = Lease {
+            ring: RingId(0),
+            offset: 0,
+            length: lease.length,
+        };
+        let mut buffer = WriteBuffer::from_fd(fd, staged.footprint())
+            .map_err(|e| protocol(format!("the write buffer: {e}")))?;
+        let e = Expected {
+            offset: 0,
+            ..expected(&lease, BlobAccess::Writable)
+        };
+        let mem = buffer.as_mut_slice();
         let filled = match blob::payload_mut(mem, &e) {
             Ok(payload) => fill(payload),
             Err(error) => {
@@ -337,6 +419,8 @@ impl ChildSession {
             }
         }
         blob::child_seal(mem, &e).map_err(|error| protocol(format!("seal: {error}")))?;
+        // The host copies the buffer into the lease at the seal; we are done with it.
+        drop(buffer);
         self.send(&ChildRequest::Seal { op })?;
         let outcome = match self.wait(op)? {
             ChildEvent::Published { revision, .. } => Ok(revision),
@@ -445,7 +529,7 @@ impl ChildSession {
     pub fn close(mut self) -> Result<(), ChildError> {
         self.send(&ChildRequest::Close)?;
         loop {
-            if let ChildEvent::Closed = self.next_event()? {
+            if let (ChildEvent::Closed, _) = self.next_event()? {
                 return Ok(());
             }
         }
