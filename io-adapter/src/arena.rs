@@ -248,16 +248,21 @@ impl ArenaMemory for SharedArena {
 
     fn freeze(&mut self, lease: &Lease) -> Result<(), MemoryFault> {
         let Some(buffer) = self.staging.remove(&lease.offset) else {
-            return Err(MemoryFault::Freeze("the write has no staging buffer".into()));
+            return Err(MemoryFault::Freeze(
+                "the write has no staging buffer".into(),
+            ));
         };
         let fail = |e: io::Error| MemoryFault::Freeze(e.to_string());
-        let start = usize::try_from(lease.offset).map_err(|_| MemoryFault::Freeze("offset".into()))?;
+        let start =
+            usize::try_from(lease.offset).map_err(|_| MemoryFault::Freeze("offset".into()))?;
         let end = usize::try_from(lease.footprint())
             .ok()
             .and_then(|len| start.checked_add(len))
             .filter(|end| *end <= self.map.len())
             .ok_or_else(|| MemoryFault::Freeze("a lease outside the arena".into()))?;
-        buffer.read_exact_at(&mut self.map[start..end], 0).map_err(fail)
+        buffer
+            .read_exact_at(&mut self.map[start..end], 0)
+            .map_err(fail)
     }
 
     fn reclaim(&mut self, lease: &Lease) {
@@ -271,7 +276,8 @@ fn memfd(name: &str) -> io::Result<File> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a memfd name has a NUL"))?;
     // SAFETY: `name` is a valid NUL-terminated string that outlives the call; the flags are
     // valid `memfd_create` flags. The call has no other memory effects.
-    let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    let raw =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     if raw < 0 {
         return Err(io::Error::last_os_error());
     }

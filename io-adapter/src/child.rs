@@ -125,13 +125,15 @@ pub struct Stat {
     pub lost: bool,
 }
 
-/// The frames the host sends a child, with the descriptors that travel with some of them.
+/// Reads the frames the host sends a child, with the descriptors that travel with some of
+/// them (the arena with the welcome, a staging buffer with a write grant). [`ChildSession`]
+/// uses it; so can a program that speaks the child protocol itself (a test, a hostile child).
 ///
 /// A descriptor sent with a frame (`SCM_RIGHTS` on its first byte) arrives with the `recvmsg`
 /// that reads that byte, and the kernel starts that read there; so every descriptor belongs to
 /// the frame that begins where the read that brought it began.
 #[derive(Debug)]
-struct Inbox {
+pub struct Inbox {
     stream: UnixStream,
     /// Received bytes not yet framed: `buf[start..end]`.
     buf: Vec<u8>,
@@ -144,7 +146,8 @@ struct Inbox {
 }
 
 impl Inbox {
-    fn new(stream: UnixStream) -> Inbox {
+    /// Reads from `stream` (a clone of the child's connection).
+    pub fn new(stream: UnixStream) -> Inbox {
         Inbox {
             stream,
             buf: vec![0; 8 * 1024],
@@ -181,7 +184,9 @@ impl Inbox {
     }
 
     /// The next frame and the descriptor that came with it; `None` at the end of the stream.
-    fn next<T: DeserializeOwned>(&mut self) -> Result<Option<(T, Option<OwnedFd>)>, ChildError> {
+    pub fn next<T: DeserializeOwned>(
+        &mut self,
+    ) -> Result<Option<(T, Option<OwnedFd>)>, ChildError> {
         while self.end - self.start < LENGTH_PREFIX_BYTES {
             if !self.fill(LENGTH_PREFIX_BYTES)? {
                 return if self.end == self.start {

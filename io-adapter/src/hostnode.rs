@@ -611,9 +611,9 @@ impl HostNode {
         }
         if self.host_timer.is_some_and(|at| at <= now) {
             self.host_timer = None;
-            let _ = self
-                .machine
-                .handle_timer(now, Timer::HostTick, &mut self.arena, &mut self.outbox);
+            let _ =
+                self.machine
+                    .handle_timer(now, Timer::HostTick, &mut self.arena, &mut self.outbox);
             self.host_effects();
         }
         if let Some((scope, at)) = self.gone_report
@@ -1171,7 +1171,10 @@ impl HostNode {
         self.child_by_address.insert(child, conn);
         // The descriptor goes only to a child that proved its capability, and reads only.
         self.net.set_limits(conn, CHILD_LIMITS);
-        if !self.net.send_with_fd(conn, welcome, self.arena_for_children.as_fd()) {
+        if !self
+            .net
+            .send_with_fd(conn, welcome, self.arena_for_children.as_fd())
+        {
             // Its session closes on its behalf.
             self.drop_conn(conn);
         }

@@ -62,7 +62,7 @@ pub struct HostNode {
     /// The host machine, while the node runs.
     pub machine: Option<dataplane_core::host::Host>,
     /// The arena its workers map (lost with the node).
-    pub mem: Vec<u8>,
+    pub mem: crate::memory::SimArena,
     /// Arming of the host machine's tick.
     pub host_timer_generation: u64,
     /// The workers, by slot (a closed worker is replaced by a new one in its slot).
@@ -111,7 +111,7 @@ impl HostNode {
             discovery_version: 0,
             proxy_timer_generation: 0,
             machine: None,
-            mem: Vec::new(),
+            mem: crate::memory::SimArena::default(),
             host_timer_generation: 0,
             workers: Vec::new(),
             next_worker_actor: WORKER_BASE,
@@ -146,7 +146,7 @@ impl HostNode {
         self.agent_armed = false;
         self.proxy = None;
         self.machine = None;
-        self.mem = Vec::new();
+        self.mem = crate::memory::SimArena::default();
         self.workers.clear();
     }
 

@@ -10,6 +10,7 @@
 pub mod check;
 pub mod client;
 pub mod host;
+pub mod memory;
 pub mod options;
 pub mod rng;
 pub mod swarm;

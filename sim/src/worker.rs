@@ -293,7 +293,7 @@ pub struct WorkerIo<'a> {
     /// The contended paths (shared with the clients).
     pub paths: &'a [DataPath],
     /// The arena the worker maps.
-    pub mem: &'a mut [u8],
+    pub mem: &'a mut crate::memory::SimArena,
     /// The arena generation to present at attach.
     pub arena_generation: u64,
     /// The overload regime, if the run has it.
@@ -954,6 +954,19 @@ impl Worker {
                         tag,
                         length,
                     });
+                }
+                if io.options.corrupt > 0.0 && io.rng.chance(0.5) {
+                    // A hostile child tries to change its blob now that it is published: the
+                    // host froze it at the seal, so no write of ours may reach it.
+                    io.out
+                        .notes
+                        .push(Note::Seen("host.write_after_publish_tried"));
+                    if io.mem.child_may_write(view.offset) {
+                        io.violation(format!(
+                            "{} op {}: the child can still change its blob after it was published (the host did not freeze it)",
+                            self.address, op.0
+                        ));
+                    }
                 }
                 o.stage = if matches!(o.stage, Stage::SealAborting(_)) {
                     // The abort was sent already: Aborted (or a refusal) follows.

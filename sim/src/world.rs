@@ -1465,7 +1465,7 @@ impl World {
         }
         let machine = Host::new(config, self.now, &mut self.outbox);
         h.machine = Some(machine);
-        h.mem = vec![0; o.arena_size as usize];
+        h.mem = crate::memory::SimArena::new(o.arena_size as usize);
         h.workers.clear();
         let effects = self.outbox.take();
         self.execute_machine_effects(host, effects);

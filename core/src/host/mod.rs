@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 pub use read::Transfer;
 
-use crate::arena::{Allocation, Arena, Lease, TicketId, ArenaMemory};
+use crate::arena::{Allocation, Arena, ArenaMemory, Lease, TicketId};
 use crate::blob::{self, BlobState, DigestKind, Expected};
 use crate::effect::{Effect, Outbox, Timer};
 use crate::error::{DataPlaneError, InputError, NamespaceError, Reason};
@@ -573,7 +573,13 @@ impl Host {
     }
 
     /// An open waiting too long for the arena fails; its request leaves the queue.
-    fn allocation_tick(&mut self, now: Instant, actor: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
+    fn allocation_tick(
+        &mut self,
+        now: Instant,
+        actor: u64,
+        mem: &mut dyn ArenaMemory,
+        out: &mut Outbox,
+    ) {
         let deadline = self.config.allocation_deadline;
         let Some(b) = self.bindings.get_mut(&actor) else {
             return;
@@ -795,7 +801,12 @@ impl Host {
         self.pending_grants(grants, mem, out);
     }
 
-    fn pending_grants(&mut self, grants: Vec<(TicketId, Lease)>, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
+    fn pending_grants(
+        &mut self,
+        grants: Vec<(TicketId, Lease)>,
+        mem: &mut dyn ArenaMemory,
+        out: &mut Outbox,
+    ) {
         for (ticket, lease) in grants {
             let actor = self.tickets.remove(&ticket);
             match actor {
@@ -806,7 +817,13 @@ impl Host {
     }
 
     /// The binding failed: the child hears why; what it holds drains.
-    fn fail(&mut self, actor: u64, error: DataPlaneError, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
+    fn fail(
+        &mut self,
+        actor: u64,
+        error: DataPlaneError,
+        mem: &mut dyn ArenaMemory,
+        out: &mut Outbox,
+    ) {
         let Some(b) = self.bindings.get_mut(&actor) else {
             return;
         };

@@ -17,8 +17,8 @@
 use std::collections::BTreeMap;
 
 use super::{Host, Kind, Phase, child_error};
-use crate::blob::{self, BlobState};
 use crate::arena::ArenaMemory;
+use crate::blob::{self, BlobState};
 use crate::effect::Outbox;
 use crate::error::{BlobFailure, DataPlaneError, NamespaceError, Reason};
 use crate::ids::{Address, Revision};
@@ -170,8 +170,12 @@ impl Host {
         ) else {
             return false;
         };
-        if from.checked_add(len).is_none_or(|end| end > mem.bytes().len())
-            || to.checked_add(len).is_none_or(|end| end > mem.bytes().len())
+        if from
+            .checked_add(len)
+            .is_none_or(|end| end > mem.bytes().len())
+            || to
+                .checked_add(len)
+                .is_none_or(|end| end > mem.bytes().len())
         {
             return false;
         }
@@ -284,7 +288,8 @@ impl Host {
             if to > from {
                 let hasher = self.hashers.entry(actor).or_default();
                 let range = usize::try_from(from).ok().zip(usize::try_from(to).ok());
-                if let (Ok(payload), Some((a, z))) = (blob::payload(mem.bytes(), &slot.expected), range)
+                if let (Ok(payload), Some((a, z))) =
+                    (blob::payload(mem.bytes(), &slot.expected), range)
                     && let Some(part) = payload.get(a..z)
                 {
                     hasher.update(part);

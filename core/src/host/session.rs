@@ -9,8 +9,8 @@
 //! outlives the session (H-D1).
 
 use super::{Host, Kind, Phase, SessionState, new_binding};
-use crate::blob::BlobState;
 use crate::arena::ArenaMemory;
+use crate::blob::BlobState;
 use crate::effect::Outbox;
 use crate::error::{AttachmentFailure, DataPlaneError, Limit};
 use crate::ids::Address;

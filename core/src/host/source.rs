@@ -12,8 +12,8 @@
 //! `SourceFailure`. Only this host can know it before the directory has the node's gone report.
 
 use super::Host;
-use crate::blob::{self, BlobState};
 use crate::arena::ArenaMemory;
+use crate::blob::{self, BlobState};
 use crate::effect::Outbox;
 use crate::ids::Address;
 use crate::wire::{CHUNK_BYTES_MAX, ChunkBytes, ChunkRefusal, Message};

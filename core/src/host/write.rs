@@ -16,8 +16,8 @@ use super::{
     Host, Kind, NamespaceHold, PURPOSE_PUBLISH, PURPOSE_UNPUBLISH, Phase, Source, child_error,
     is_unknown_outcome,
 };
-use crate::blob::{self, BlobState, DigestKind};
 use crate::arena::ArenaMemory;
+use crate::blob::{self, BlobState, DigestKind};
 use crate::effect::Outbox;
 use crate::error::{DataPlaneError, NamespaceError};
 use crate::time::Instant;
@@ -45,7 +45,13 @@ impl Host {
     }
 
     /// The child sealed: validate the header it wrote, then publish.
-    pub(super) fn seal(&mut self, now: Instant, actor: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
+    pub(super) fn seal(
+        &mut self,
+        now: Instant,
+        actor: u64,
+        mem: &mut dyn ArenaMemory,
+        out: &mut Outbox,
+    ) {
         let Some(b) = self.bindings.get(&actor) else {
             return;
         };
@@ -65,7 +71,12 @@ impl Host {
             return;
         }
         let check_content = slot.expected.digest_kind != DigestKind::None;
-        let checked = blob::validate(mem.bytes(), &slot.expected, BlobState::Sealed, check_content);
+        let checked = blob::validate(
+            mem.bytes(),
+            &slot.expected,
+            BlobState::Sealed,
+            check_content,
+        );
         let header = match checked {
             Ok(header) => header,
             Err(error) => {
@@ -115,7 +126,13 @@ impl Host {
     }
 
     /// The child aborts its write, in whatever phase it is (Q22 included).
-    pub(super) fn abort(&mut self, now: Instant, actor: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
+    pub(super) fn abort(
+        &mut self,
+        now: Instant,
+        actor: u64,
+        mem: &mut dyn ArenaMemory,
+        out: &mut Outbox,
+    ) {
         let Some(b) = self.bindings.get_mut(&actor) else {
             return;
         };
@@ -364,7 +381,12 @@ impl Host {
     }
 
     /// The directory retired the source of binding `actor`: the namespace no longer binds it.
-    pub(super) fn source_retired(&mut self, actor: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
+    pub(super) fn source_retired(
+        &mut self,
+        actor: u64,
+        mem: &mut dyn ArenaMemory,
+        out: &mut Outbox,
+    ) {
         let Some(b) = self.bindings.get_mut(&actor) else {
             return;
         };

@@ -167,6 +167,7 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "fault.link_queue_full",
     "host.fail.LimitReached",
     "probe.served",
+    "host.write_after_publish_tried",
 ];
 
 /// What `at_end` looks at.

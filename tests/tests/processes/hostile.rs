@@ -347,3 +347,110 @@ fn a_second_host_on_the_same_socket_changes_nothing() {
     );
     put_succeeds(&first, &dir, "/data/twice/2");
 }
+
+#[test]
+fn no_child_can_change_a_published_blob_or_write_the_arena() {
+    use dataplane_core::blob::{self, BlobAccess, DigestKind, Expected};
+    use dataplane_core::wire::{Capability, ChildEvent, ChildOp, ChildRequest};
+    use dataplane_io::arena::WriteBuffer;
+    use dataplane_io::child::Inbox;
+    use dataplane_io::frame::write_frame;
+    use dataplane_io::hostnode::{ChildGreeting, ChildHello, capability_path};
+
+    let dir = TestDir::new("immutable");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let host = HostProc::start(&dir, "host", &directory.listen, "8M");
+    let other = HostProc::start(&dir, "other", &directory.listen, "8M");
+
+    // A hostile child, speaking the protocol itself.
+    let cap: [u8; 32] = std::fs::read(capability_path(&host.socket))
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let stream = UnixStream::connect(&host.socket).unwrap();
+    write_frame(&mut &stream, &ChildHello::new(Capability(cap))).unwrap();
+    let mut inbox = Inbox::new(stream.try_clone().unwrap());
+    let (greeting, arena_fd) = inbox.next::<ChildGreeting>().unwrap().unwrap();
+    let ChildGreeting::Welcome(welcome) = greeting else {
+        panic!("{greeting:?}")
+    };
+    let arena_fd = arena_fd.expect("the arena comes with the welcome");
+    // The arena is readable, never writable.
+    let arena_file = std::fs::File::from(arena_fd);
+    // A writable shared mapping of a read-only descriptor is refused by the kernel.
+    let writable = dataplane_io::arena::SharedArena::from_fd(
+        arena_file.try_clone().unwrap().into(),
+        welcome.arena_size,
+    );
+    assert!(
+        writable.is_err(),
+        "a child mapped the arena writable: {writable:?}"
+    );
+    let reader = dataplane_io::arena::ReadOnlyArena::from_fd(arena_file.into(), welcome.arena_size)
+        .expect("a read-only mapping");
+    assert!(matches!(
+        inbox.next::<ChildEvent>().unwrap().unwrap().0,
+        ChildEvent::Attached { .. }
+    ));
+
+    // It writes a blob, keeps its staging buffer mapped, seals, and is published...
+    let original = b"the published bytes".to_vec();
+    write_frame(
+        &mut &stream,
+        &ChildRequest::OpenWrite {
+            op: ChildOp(1),
+            path: "/data/imm/blob".into(),
+            length: original.len() as u64,
+            digest: DigestKind::None,
+            exclusive: false,
+        },
+    )
+    .unwrap();
+    let (granted, fd) = inbox.next::<ChildEvent>().unwrap().unwrap();
+    let ChildEvent::WriteGranted { lease, .. } = granted else {
+        panic!("{granted:?}")
+    };
+    let footprint = dataplane_core::arena::Lease {
+        ring: dataplane_core::arena::RingId(0),
+        offset: 0,
+        length: lease.length,
+    }
+    .footprint();
+    let mut buffer = WriteBuffer::from_fd(fd.expect("a staging buffer"), footprint).unwrap();
+    let staged = Expected {
+        offset: 0,
+        length: lease.length,
+        generation: lease.generation,
+        access: BlobAccess::Writable,
+        digest_kind: lease.digest,
+    };
+    blob::payload_mut(buffer.as_mut_slice(), &staged)
+        .unwrap()
+        .copy_from_slice(&original);
+    blob::child_seal(buffer.as_mut_slice(), &staged).unwrap();
+    write_frame(&mut &stream, &ChildRequest::Seal { op: ChildOp(1) }).unwrap();
+    let (published, _) = inbox.next::<ChildEvent>().unwrap().unwrap();
+    assert!(
+        matches!(published, ChildEvent::Published { .. }),
+        "{published:?}"
+    );
+    // ... then changes its buffer: the published blob must not change.
+    blob::payload_mut(buffer.as_mut_slice(), &staged)
+        .unwrap()
+        .copy_from_slice(b"CHANGED AFTERWARDS!");
+    let in_arena = Expected {
+        offset: lease.offset,
+        access: BlobAccess::ReadOnly,
+        ..staged
+    };
+    assert_eq!(
+        blob::payload(reader.as_slice(), &in_arena).unwrap(),
+        original.as_slice(),
+        "the lease changed under a child's later write"
+    );
+    for (what, h) in [("the same host", &host), ("another host", &other)] {
+        let got = h.cli(&["get", "/data/imm/blob"]);
+        got.expect_code(0, what);
+        assert_eq!(got.stdout, original, "read on {what}");
+    }
+}
