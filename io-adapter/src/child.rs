@@ -174,8 +174,7 @@ impl Inbox {
             self.buf.resize(len * 2, 0);
         }
         let at = self.position + self.end as u64;
-        let (n, fd) =
-            recv_with_fd(&self.stream, &mut self.buf[self.end..]).map_err(|e| protocol(e))?;
+        let (n, fd) = recv_with_fd(&self.stream, &mut self.buf[self.end..]).map_err(protocol)?;
         if let Some(fd) = fd {
             self.fds.push_back((at, fd));
         }
@@ -184,7 +183,7 @@ impl Inbox {
     }
 
     /// The next frame and the descriptor that came with it; `None` at the end of the stream.
-    pub fn next<T: DeserializeOwned>(
+    pub fn next_frame<T: DeserializeOwned>(
         &mut self,
     ) -> Result<Option<(T, Option<OwnedFd>)>, ChildError> {
         while self.end - self.start < LENGTH_PREFIX_BYTES {
@@ -252,7 +251,7 @@ impl ChildSession {
         let mut inbox = Inbox::new(stream.try_clone().map_err(protocol)?);
         // The greeting comes first, with the arena's descriptor if we are attached.
         let (greeting, fd) = inbox
-            .next::<ChildGreeting>()?
+            .next_frame::<ChildGreeting>()?
             .ok_or(ChildError::Disconnected)?;
         let welcome = match greeting {
             ChildGreeting::Welcome(welcome) => welcome,
@@ -295,7 +294,7 @@ impl ChildSession {
 
     fn next_event(&mut self) -> Result<(ChildEvent, Option<OwnedFd>), ChildError> {
         self.inbox
-            .next::<ChildEvent>()?
+            .next_frame::<ChildEvent>()?
             .ok_or(ChildError::Disconnected)
     }
 

@@ -370,7 +370,7 @@ fn no_child_can_change_a_published_blob_or_write_the_arena() {
     let stream = UnixStream::connect(&host.socket).unwrap();
     write_frame(&mut &stream, &ChildHello::new(Capability(cap))).unwrap();
     let mut inbox = Inbox::new(stream.try_clone().unwrap());
-    let (greeting, arena_fd) = inbox.next::<ChildGreeting>().unwrap().unwrap();
+    let (greeting, arena_fd) = inbox.next_frame::<ChildGreeting>().unwrap().unwrap();
     let ChildGreeting::Welcome(welcome) = greeting else {
         panic!("{greeting:?}")
     };
@@ -389,7 +389,7 @@ fn no_child_can_change_a_published_blob_or_write_the_arena() {
     let reader = dataplane_io::arena::ReadOnlyArena::from_fd(arena_file.into(), welcome.arena_size)
         .expect("a read-only mapping");
     assert!(matches!(
-        inbox.next::<ChildEvent>().unwrap().unwrap().0,
+        inbox.next_frame::<ChildEvent>().unwrap().unwrap().0,
         ChildEvent::Attached { .. }
     ));
 
@@ -406,7 +406,7 @@ fn no_child_can_change_a_published_blob_or_write_the_arena() {
         },
     )
     .unwrap();
-    let (granted, fd) = inbox.next::<ChildEvent>().unwrap().unwrap();
+    let (granted, fd) = inbox.next_frame::<ChildEvent>().unwrap().unwrap();
     let ChildEvent::WriteGranted { lease, .. } = granted else {
         panic!("{granted:?}")
     };
@@ -429,7 +429,7 @@ fn no_child_can_change_a_published_blob_or_write_the_arena() {
         .copy_from_slice(&original);
     blob::child_seal(buffer.as_mut_slice(), &staged).unwrap();
     write_frame(&mut &stream, &ChildRequest::Seal { op: ChildOp(1) }).unwrap();
-    let (published, _) = inbox.next::<ChildEvent>().unwrap().unwrap();
+    let (published, _) = inbox.next_frame::<ChildEvent>().unwrap().unwrap();
     assert!(
         matches!(published, ChildEvent::Published { .. }),
         "{published:?}"
