@@ -11,14 +11,17 @@
 //!
 //! Children get the arena **read-only** ([`SharedArena::read_only_fd`]: the same memory through
 //! a descriptor opened for reading, so a child can neither map it writable nor `mprotect` its
-//! mapping writable). A child writes a blob into a *staging buffer* of its own: a fresh
-//! `memfd` the host makes for that write ([`SharedArena::stage_write`]), holding the lease's
-//! header, sealed against resizing, handed to that child alone with its `WriteGranted`. When
-//! the child seals the write, the host copies the buffer into the lease
-//! ([`ArenaMemory::freeze`]) and drops it; from then on the bytes are in memory no child can
-//! write, so what the host validated is what it publishes and serves, and nobody can change a
-//! published blob or another child's lease. The price is one copy of every write (the `io`
-//! bench's `local_put_get` measures it).
+//! mapping writable). A child writes a blob into a *staging buffer* of its own: a `memfd` the
+//! host keeps for that child ([`SharedArena::stage_write`]), holding the lease's header,
+//! sealed against resizing, handed to that child alone with its `WriteGranted`. When the child
+//! seals the write, the host copies the buffer into the lease ([`ArenaMemory::freeze`]); from
+//! then on the bytes are in memory no child can write, so what the host validated is what it
+//! publishes and serves, and nobody can change a published blob or another child's lease.
+//!
+//! A buffer is reused for the same child's later writes (never another child's: the child may
+//! keep it mapped), so its pages are touched once: fresh shared memory costs about three
+//! copies' worth of page faults (20 ms per 64 MiB here). The price of the design is one copy of
+//! every write (the `io` bench's `local_put_get` measures it).
 //!
 //! # Trust and aliasing
 //!
@@ -93,8 +96,24 @@ pub struct SharedArena {
     file: File,
     size: u64,
     /// The staging buffers of writes in progress, by the offset of their lease.
-    staging: BTreeMap<u64, File>,
+    staging: BTreeMap<u64, Staged>,
+    /// Buffers of finished writes, kept for their owner's next writes.
+    spare: BTreeMap<u64, Vec<Staged>>,
 }
+
+/// A staging buffer: whose it is (an owner the caller names, e.g. a connection), its file and
+/// its size.
+#[derive(Debug)]
+struct Staged {
+    owner: u64,
+    file: File,
+    size: u64,
+}
+
+/// Spare buffers kept per owner.
+const SPARE_BUFFERS_MAX: usize = 2;
+/// The smallest staging buffer made (small writes share a size class).
+const STAGING_BYTES_MIN: u64 = 64 * 1024;
 
 impl fmt::Debug for SharedArena {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -160,6 +179,7 @@ impl SharedArena {
             file,
             size,
             staging: BTreeMap::new(),
+            spare: BTreeMap::new(),
         })
     }
 
@@ -171,27 +191,61 @@ impl SharedArena {
         Ok(OwnedFd::from(file))
     }
 
-    /// Makes the staging buffer of the write lease at `offset` whose payload is `length`
-    /// bytes: a fresh `memfd` the size of the lease, holding the lease's header as the host
-    /// installed it, sealed against resizing. Its descriptor goes to the writing child alone;
-    /// [`ArenaMemory::freeze`] copies it into the lease.
-    pub fn stage_write(&mut self, offset: u64, length: u64) -> io::Result<BorrowedFd<'_>> {
-        let lease = Lease {
+    /// The staging buffer of `owner`'s write lease at `offset` whose payload is `length`
+    /// bytes: one of the owner's spare buffers if one is big enough, else a fresh `memfd`
+    /// (a power of two of at least 64 KiB, sealed against resizing). It starts with the
+    /// lease's header as the host installed it; the payload holds zeros, or the owner's own
+    /// earlier bytes. Its descriptor goes to that owner alone; [`ArenaMemory::freeze`] copies
+    /// it into the lease.
+    pub fn stage_write(
+        &mut self,
+        owner: u64,
+        offset: u64,
+        length: u64,
+    ) -> io::Result<BorrowedFd<'_>> {
+        let footprint = Lease {
             ring: RingId(0),
             offset,
             length,
-        };
+        }
+        .footprint();
         let start = usize::try_from(offset).map_err(|_| io::Error::other("offset"))?;
         let header = self
             .map
             .get(start..start + BLOB_HEADER_BYTES as usize)
             .ok_or_else(|| io::Error::other("a lease outside the arena"))?;
-        let file = memfd("dataplane-write")?;
-        file.set_len(lease.footprint())?;
-        file.write_all_at(header, 0)?;
-        seal_size(&file)?;
-        self.staging.insert(offset, file);
-        Ok(self.staging[&offset].as_fd())
+        let spares = self.spare.entry(owner).or_default();
+        let reuse = spares
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.size >= footprint)
+            .min_by_key(|(_, b)| b.size)
+            .map(|(i, _)| i);
+        let staged = match reuse {
+            Some(i) => spares.swap_remove(i),
+            None => {
+                let size = footprint.next_power_of_two().max(STAGING_BYTES_MIN);
+                let file = memfd("dataplane-write")?;
+                file.set_len(size)?;
+                seal_size(&file)?;
+                Staged { owner, file, size }
+            }
+        };
+        staged.file.write_all_at(header, 0)?;
+        self.staging.insert(offset, staged);
+        Ok(self.staging[&offset].file.as_fd())
+    }
+
+    /// `owner` is gone: its spare buffers are dropped.
+    pub fn forget_owner(&mut self, owner: u64) {
+        self.spare.remove(&owner);
+    }
+
+    fn give_back(&mut self, staged: Staged) {
+        let spares = self.spare.entry(staged.owner).or_default();
+        if spares.len() < SPARE_BUFFERS_MAX {
+            spares.push(staged);
+        }
     }
 
     /// Writes in progress that have a staging buffer.
@@ -247,7 +301,7 @@ impl ArenaMemory for SharedArena {
     }
 
     fn freeze(&mut self, lease: &Lease) -> Result<(), MemoryFault> {
-        let Some(buffer) = self.staging.remove(&lease.offset) else {
+        let Some(staged) = self.staging.remove(&lease.offset) else {
             return Err(MemoryFault::Freeze(
                 "the write has no staging buffer".into(),
             ));
@@ -260,13 +314,15 @@ impl ArenaMemory for SharedArena {
             .and_then(|len| start.checked_add(len))
             .filter(|end| *end <= self.map.len())
             .ok_or_else(|| MemoryFault::Freeze("a lease outside the arena".into()))?;
-        buffer
-            .read_exact_at(&mut self.map[start..end], 0)
-            .map_err(fail)
+        let copied = staged.file.read_exact_at(&mut self.map[start..end], 0);
+        self.give_back(staged);
+        copied.map_err(fail)
     }
 
     fn reclaim(&mut self, lease: &Lease) {
-        self.staging.remove(&lease.offset);
+        if let Some(staged) = self.staging.remove(&lease.offset) {
+            self.give_back(staged);
+        }
     }
 }
 
@@ -351,15 +407,27 @@ impl fmt::Debug for WriteBuffer {
 }
 
 impl WriteBuffer {
-    /// Maps the staging buffer the host sent with a `WriteGranted` for a lease of `footprint`
-    /// bytes (header and payload), writable.
+    /// Maps the whole staging buffer the host sent with a `WriteGranted` for a lease of
+    /// `footprint` bytes (header and payload), writable. The buffer may be larger than the
+    /// lease (the host reuses it for this child's later writes).
     pub fn from_fd(fd: OwnedFd, footprint: u64) -> io::Result<WriteBuffer> {
-        let len = map_len(footprint)?;
         let file = checked_file(fd, footprint)?;
+        let size = file.metadata()?.len();
+        let len = map_len(size)?;
         // SAFETY: the buffer is a memfd sealed against resizing that only we and the host
-        // hold; the host reads it once, after we sealed the write.
-        let map = unsafe { MmapOptions::new().len(len).populate().map_mut(&file)? };
+        // hold; the host reads it only after we sealed a write.
+        let map = unsafe { MmapOptions::new().len(len).map_mut(&file)? };
         Ok(WriteBuffer { map })
+    }
+
+    /// The buffer's length in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the buffer is empty (never, for a buffer the host sent).
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
     }
 
     /// The buffer, header first.

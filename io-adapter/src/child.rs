@@ -1,6 +1,7 @@
 //! The child side: a program that links the adapter attaches to its host through the host's
-//! Unix socket, maps the shared arena, writes blobs in place and publishes them, and reads blobs
-//! as zero-copy views of the arena.
+//! Unix socket, maps the shared arena (read-only), writes each blob into a staging buffer the
+//! host gives it (the host copies it into the arena when the write is sealed, so nobody can
+//! change it afterwards), and reads blobs as zero-copy views of the arena.
 //!
 //! ```no_run
 //! use dataplane_io::child::ChildSession;
@@ -229,10 +230,16 @@ pub struct ChildSession {
     stream: UnixStream,
     inbox: Inbox,
     arena: ReadOnlyArena,
+    /// Staging buffers the host sent, by inode: it reuses them for our later writes, so we
+    /// keep them mapped.
+    buffers: VecDeque<(u64, WriteBuffer)>,
     welcome: ChildWelcome,
     next_op: u64,
     digest: DigestKind,
 }
+
+/// Staging buffers a session keeps mapped.
+const BUFFERS_KEPT: usize = 3;
 
 impl ChildSession {
     /// Connects to the host's socket, attaches with the capability in `<socket>.cap`, and
@@ -266,6 +273,7 @@ impl ChildSession {
             stream,
             inbox,
             arena,
+            buffers: VecDeque::new(),
             welcome,
             next_op: 1,
             digest: DigestKind::Blake3,
@@ -339,8 +347,9 @@ impl ChildSession {
         }
     }
 
-    /// Writes a blob of `length` bytes in place — `fill` gets the payload in the shared arena —
-    /// then seals it (BLAKE3) and publishes it at `path` (replacing what was there).
+    /// Writes a blob of `length` bytes — `fill` gets the payload, zeroed, in this session's
+    /// staging buffer — then seals it (BLAKE3) and publishes it at `path` (replacing what was
+    /// there).
     pub fn write(
         &mut self,
         path: &str,
@@ -377,6 +386,17 @@ impl ChildSession {
         exclusive: bool,
         fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
     ) -> Result<Result<Revision, E>, ChildError> {
+        self.write_inner(path, length, exclusive, true, fill)
+    }
+
+    fn write_inner<E>(
+        &mut self,
+        path: &str,
+        length: u64,
+        exclusive: bool,
+        zero: bool,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<Result<Revision, E>, ChildError> {
         let op = self.op();
         self.send(&ChildRequest::OpenWrite {
             op,
@@ -392,20 +412,27 @@ impl ChildSession {
         };
         // The write goes into a staging buffer of our own, the lease's header at its start.
         let fd = fd.ok_or_else(|| protocol("the write grant carried no buffer"))?;
-        let staged = Lease {
+        let footprint = Lease {
             ring: RingId(0),
             offset: 0,
             length: lease.length,
-        };
-        let mut buffer = WriteBuffer::from_fd(fd, staged.footprint())
-            .map_err(|e| protocol(format!("the write buffer: {e}")))?;
+        }
+        .footprint();
+        let (inode, mut buffer) = self.buffer(fd, footprint)?;
         let e = Expected {
             offset: 0,
             ..expected(&lease, BlobAccess::Writable)
         };
         let mem = buffer.as_mut_slice();
         let filled = match blob::payload_mut(mem, &e) {
-            Ok(payload) => fill(payload),
+            Ok(payload) => {
+                // A reused buffer holds our earlier bytes: the payload starts zeroed, as a
+                // fresh lease does, unless the caller writes every byte anyway.
+                if zero {
+                    payload.fill(0);
+                }
+                fill(payload)
+            }
             Err(error) => {
                 return Err(protocol(format!("the granted lease is unusable: {error}")));
             }
@@ -422,9 +449,11 @@ impl ChildSession {
                 }
             }
         }
-        blob::child_seal(mem, &e).map_err(|error| protocol(format!("seal: {error}")))?;
-        // The host copies the buffer into the lease at the seal; we are done with it.
-        drop(buffer);
+        let sealed = blob::child_seal(mem, &e).map_err(|error| protocol(format!("seal: {error}")));
+        // The host copies the buffer into the lease at the seal, and reuses it for our next
+        // write.
+        self.keep_buffer(inode, buffer);
+        sealed?;
         self.send(&ChildRequest::Seal { op })?;
         let outcome = match self.wait(op)? {
             ChildEvent::Published { revision, .. } => Ok(revision),
@@ -437,9 +466,41 @@ impl ChildSession {
 
     /// Publishes `bytes` at `path`.
     pub fn put(&mut self, path: &str, bytes: &[u8]) -> Result<Revision, ChildError> {
-        self.write(path, bytes.len() as u64, |payload| {
+        let outcome = self.write_inner(path, bytes.len() as u64, false, false, |payload| {
             payload.copy_from_slice(bytes);
-        })
+            Ok::<(), std::convert::Infallible>(())
+        })?;
+        match outcome {
+            Ok(revision) => Ok(revision),
+            Err(never) => match never {},
+        }
+    }
+
+    /// The mapped staging buffer behind `fd` (a buffer we already map if the host reused
+    /// one), and its inode.
+    fn buffer(&mut self, fd: OwnedFd, footprint: u64) -> Result<(u64, WriteBuffer), ChildError> {
+        use std::os::unix::fs::MetadataExt;
+        let file = fs::File::from(fd);
+        let inode = file.metadata().map_err(protocol)?.ino();
+        if let Some(i) = self
+            .buffers
+            .iter()
+            .position(|(ino, b)| *ino == inode && b.len() as u64 >= footprint)
+            && let Some((_, buffer)) = self.buffers.remove(i)
+        {
+            return Ok((inode, buffer));
+        }
+        let buffer = WriteBuffer::from_fd(file.into(), footprint)
+            .map_err(|e| protocol(format!("the write buffer: {e}")))?;
+        Ok((inode, buffer))
+    }
+
+    fn keep_buffer(&mut self, inode: u64, buffer: WriteBuffer) {
+        self.buffers.retain(|(ino, _)| *ino != inode);
+        self.buffers.push_back((inode, buffer));
+        while self.buffers.len() > BUFFERS_KEPT {
+            self.buffers.pop_front();
+        }
     }
 
     /// Reads the blob at `path` into a fresh lease; the view maps it without copying.

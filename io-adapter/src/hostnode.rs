@@ -769,7 +769,7 @@ impl HostNode {
                 Message::ToChild(event @ ChildEvent::WriteGranted { lease, .. }) => {
                     // The child writes into a staging buffer of its own (the arena is
                     // read-only to it); the host copies it into the lease at the seal.
-                    let sent = match self.arena.stage_write(lease.offset, lease.length) {
+                    let sent = match self.arena.stage_write(conn, lease.offset, lease.length) {
                         Ok(fd) => self.net.send_with_fd(conn, event, fd),
                         Err(_) => false,
                     };
@@ -891,6 +891,7 @@ impl HostNode {
         }
         if let Some(child) = self.children.remove(&conn) {
             self.child_admission.closed(conn);
+            self.arena.forget_owner(conn);
             if let ChildConn::Attached { address, session } = child {
                 self.child_by_address.remove(&address);
                 // The child is gone: its session closes on its behalf (Q24).
