@@ -379,6 +379,15 @@ pub enum DataPlaneError {
     /// does. Told by the directory's Resolve, or by the restarted host refusing a chunk
     /// request for its dead source.
     BlobLost(DataPath),
+    /// The blob (or the write) is larger than this host's whole arena: it can never be granted
+    /// here, however long one waits. Unlike [`ArenaExhausted`](Self::ArenaExhausted), retrying
+    /// cannot help; a host with a larger arena can.
+    BlobTooLarge {
+        /// The payload's length.
+        length: u64,
+        /// The arena's size.
+        arena: u64,
+    },
 }
 
 impl fmt::Display for DataPlaneError {
@@ -413,6 +422,10 @@ impl fmt::Display for DataPlaneError {
             DataPlaneError::Unsupported => f.write_str("not supported"),
             DataPlaneError::LimitReached(l) => write!(f, "busy, try later: {l}"),
             DataPlaneError::BlobLost(p) => write!(f, "{p}: {LOST}"),
+            DataPlaneError::BlobTooLarge { length, arena } => write!(
+                f,
+                "a blob of {length} bytes can never fit this host's arena of {arena} bytes"
+            ),
         }
     }
 }
@@ -585,6 +598,10 @@ mod tests {
             DataPlaneError::Unsupported,
             DataPlaneError::LimitReached(Limit::PendingRequests),
             DataPlaneError::BlobLost(p),
+            DataPlaneError::BlobTooLarge {
+                length: 9,
+                arena: 8,
+            },
         ]
     }
 
@@ -612,6 +629,7 @@ mod tests {
             DataPlaneError::Unsupported => 19,
             DataPlaneError::LimitReached(_) => 20,
             DataPlaneError::BlobLost(_) => 21,
+            DataPlaneError::BlobTooLarge { .. } => 22,
         }
     }
 
@@ -619,7 +637,7 @@ mod tests {
     fn every_data_plane_error_reads_as_one_plain_line() {
         let all = every_data_plane_error();
         let seen: std::collections::BTreeSet<usize> = all.iter().map(variant).collect();
-        assert_eq!(seen.len(), 22, "every variant is listed once");
+        assert_eq!(seen.len(), 23, "every variant is listed once");
         for error in &all {
             assert_plain(&error.to_string());
         }

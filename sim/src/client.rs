@@ -199,6 +199,9 @@ impl Io<'_> {
     }
 }
 
+/// The longest blob a client registers (its sources serve no bytes; workers read them anyway).
+pub const CLIENT_BLOB_MAX: u64 = 1 << 20;
+
 /// Mean pause before a client asks a full proxy again.
 const BUSY_PAUSE: Duration = Duration::from_millis(200);
 
@@ -615,7 +618,7 @@ impl Client {
             path,
             source,
             source_node: source.node,
-            length: io.rng.range(0, 1 << 20),
+            length: io.rng.range(0, CLIENT_BLOB_MAX),
             recovery: SourceRecovery::Actor {
                 actor: source,
                 node: source.node,

@@ -98,6 +98,7 @@ fn failure_name(error: &DataPlaneError) -> &'static str {
         DataPlaneError::PathNotFound(_) => "host.fail.PathNotFound",
         DataPlaneError::SourceFailure(_) => "host.fail.SourceFailure",
         DataPlaneError::BlobLost(_) => "host.fail.BlobLost",
+        DataPlaneError::BlobTooLarge { .. } => "host.fail.BlobTooLarge",
         DataPlaneError::ArenaExhausted => "host.fail.ArenaExhausted",
         DataPlaneError::Blob(B::Digest) => "host.fail.Blob.Digest",
         DataPlaneError::Blob(B::Length { .. }) => "host.fail.Blob.Length",
@@ -110,6 +111,88 @@ fn failure_name(error: &DataPlaneError) -> &'static str {
         DataPlaneError::SessionFailed(_) => "host.fail.SessionFailed",
         DataPlaneError::LimitReached(_) => "host.fail.LimitReached",
         _ => "host.fail.other",
+    }
+}
+
+/// What a run's options can explain: the typed failures a worker may see without any host
+/// bug (issue 15: every failure a worker sees must be explained by the run). Failures outside
+/// these are violations.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Explanations {
+    /// The arena is small enough for a write or a read to wait out its allocation deadline.
+    pub arena_exhaustion: bool,
+    /// The bounds are small enough to be reached (the overload regime).
+    pub limits: bool,
+    /// Hosts restart, so a blob can be lost with its host.
+    pub lost_blobs: bool,
+}
+
+impl Explanations {
+    /// What `options` can explain.
+    pub fn of(options: &crate::options::Options) -> Explanations {
+        let h = &options.host;
+        // Reads copy whatever was registered: clients register blobs of up to 1 MiB.
+        let client_blobs = crate::client::OpKind::ALL
+            .iter()
+            .zip(&options.workload.weights)
+            .any(|(kind, weight)| {
+                *weight > 0
+                    && matches!(
+                        kind,
+                        crate::client::OpKind::Register | crate::client::OpKind::ReserveRegister
+                    )
+            });
+        let largest = if client_blobs {
+            h.blob_max.max(crate::client::CLIENT_BLOB_MAX)
+        } else {
+            h.blob_max
+        };
+        Explanations {
+            arena_exhaustion: options.overload.is_some()
+                || h.arena_size < 64 * (largest + dataplane_core::arena::BLOB_HEADER_BYTES),
+            limits: options.overload.is_some(),
+            lost_blobs: options.host_crashes.is_some(),
+        }
+    }
+}
+
+/// Why `error`, for `op`, is not explained by the run (`None`: it is).
+fn unexplained(op: &Op, error: &DataPlaneError, explains: &Explanations) -> Option<&'static str> {
+    use dataplane_core::error::BlobFailure as B;
+    let read = op.write.is_none() && !op.control;
+    let corrupt = matches!(op.write, Some((_, _, true)));
+    match error {
+        // An honest read never sees a damaged blob: corrupted seals are never published, and
+        // a published blob never changes.
+        DataPlaneError::Blob(_) if read => Some("a read failed a blob check"),
+        // A seal fails its checks only if the child corrupted it.
+        DataPlaneError::Blob(B::Digest | B::Length { .. } | B::StaleGeneration { .. })
+            if !corrupt =>
+        {
+            Some("an honest seal failed a blob check")
+        }
+        DataPlaneError::Blob(B::NotFinal(_)) => Some("the memory could not freeze a write"),
+        DataPlaneError::OperationCancelled
+            if !matches!(op.stage, Stage::Opening { cancelled: true }) =>
+        {
+            Some("an op the child never cancelled was cancelled")
+        }
+        DataPlaneError::LimitReached(_) if !explains.limits => {
+            Some("a bound was reached that this run's load cannot reach")
+        }
+        DataPlaneError::ArenaExhausted if !explains.arena_exhaustion => {
+            Some("the arena was exhausted although it holds every blob this run writes")
+        }
+        DataPlaneError::BlobLost(_) if !explains.lost_blobs => {
+            Some("a blob was lost although no host restarted")
+        }
+        DataPlaneError::SessionNotRunning => Some("the running session said it was not running"),
+        DataPlaneError::BlobTooLarge { length, arena }
+            if length.saturating_add(dataplane_core::arena::BLOB_HEADER_BYTES) <= *arena =>
+        {
+            Some("a blob that fits the arena was called too large")
+        }
+        _ => None,
     }
 }
 
@@ -298,6 +381,8 @@ pub struct WorkerIo<'a> {
     pub arena_generation: u64,
     /// The overload regime, if the run has it.
     pub overload: Option<&'a OverloadOptions>,
+    /// The failures the run can explain.
+    pub explains: Explanations,
     /// What the worker wants done.
     pub out: WorkerOut,
 }
@@ -1006,6 +1091,14 @@ impl Worker {
                     return;
                 };
                 io.out.notes.push(Note::Seen(failure_name(&error)));
+                if let Some(o) = self.ops.get(&op.0)
+                    && let Some(why) = unexplained(o, &error, &io.explains)
+                {
+                    io.violation(format!(
+                        "unexplained failure: {} op {} ({}) failed {error:?}: {why}",
+                        self.address, op.0, o.logical
+                    ));
+                }
                 if let Some(o) = self.ops.get(&op.0) {
                     let refused_corrupt = matches!(o.write, Some((_, _, true)))
                         && matches!(o.stage, Stage::Sealing(_));

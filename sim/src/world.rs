@@ -1515,6 +1515,7 @@ impl World {
             mem: &mut h.mem,
             arena_generation,
             overload: self.options.overload.as_ref(),
+            explains: crate::worker::Explanations::of(&self.options),
             out: WorkerOut::default(),
         };
         let worker = make(address, global, session, &mut io);
@@ -1554,6 +1555,7 @@ impl World {
             mem: &mut h.mem,
             arena_generation,
             overload: self.options.overload.as_ref(),
+            explains: crate::worker::Explanations::of(&self.options),
             out: WorkerOut::default(),
         };
         f(worker, &mut io);

@@ -339,6 +339,18 @@ pub(crate) fn child_error(error: NamespaceError) -> DataPlaneError {
     DataPlaneError::from(error)
 }
 
+/// What a child hears when the arena refuses a lease: a blob larger than the whole arena can
+/// never be granted here; anything else is a full arena (a full lease table or queue).
+pub(crate) fn refused_allocation(error: crate::arena::ArenaError) -> DataPlaneError {
+    match error {
+        crate::arena::ArenaError::CannotFit { length, size } => DataPlaneError::BlobTooLarge {
+            length,
+            arena: size,
+        },
+        _ => DataPlaneError::ArenaExhausted,
+    }
+}
+
 /// Whether the proxy answered "no answer" (the outcome at the directory is unknown).
 pub(crate) fn is_unknown_outcome(error: Option<&NamespaceError>) -> bool {
     use crate::error::Limit;
@@ -710,7 +722,7 @@ impl Host {
                     b.queued_since = self.now;
                 }
             }
-            Err(_) => self.fail(actor, DataPlaneError::ArenaExhausted, mem, out),
+            Err(error) => self.fail(actor, refused_allocation(error), mem, out),
         }
     }
 

@@ -112,7 +112,7 @@ impl Host {
                     b.queued_since = now;
                 }
             }
-            Err(_) => self.fail(actor, DataPlaneError::ArenaExhausted, mem, out),
+            Err(error) => self.fail(actor, super::refused_allocation(error), mem, out),
         }
     }
 

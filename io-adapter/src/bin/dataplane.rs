@@ -37,7 +37,7 @@ EXIT STATUS:
      2  not found
      3  already exists
      4  not allowed (outside the session's prefixes, or the attach was refused)
-     5  invalid path or argument
+     5  invalid path or argument, or a blob larger than the host's whole arena
      6  replaced, busy (a stream is active), or the wrong kind of entry
     64  usage
     65  the blob is lost or damaged: its bytes lived on a host that restarted, or do not
@@ -86,7 +86,9 @@ fn status(error: &DataPlaneError) -> u8 {
         DataPlaneError::Unauthorized { .. }
         | DataPlaneError::Attachment(_)
         | DataPlaneError::InvalidCapability => 4,
-        DataPlaneError::InvalidPath(_) | DataPlaneError::InvalidArgument(_) => 5,
+        DataPlaneError::InvalidPath(_)
+        | DataPlaneError::InvalidArgument(_)
+        | DataPlaneError::BlobTooLarge { .. } => 5,
         DataPlaneError::PathReplaced(_)
         | DataPlaneError::Busy(_)
         | DataPlaneError::WrongEntryType { .. } => 6,
