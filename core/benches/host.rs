@@ -458,7 +458,7 @@ impl World {
     /// The reader checks its sealed read lease holds `length` bytes of `byte`.
     fn check_read(&self, child: Address, view: &LeaseView, length: u64, byte: u8) {
         let n = self.children[&child].node;
-        let e = Self::expected(view, BlobAccess::ReadOnly);
+        let e = Self::expected(view, view.access);
         let mem = &self.nodes[n].mem;
         blob::validate(mem, &e, BlobState::Sealed, false).expect("a sealed read lease");
         let payload = blob::payload(mem, &e).expect("a payload");

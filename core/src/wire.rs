@@ -768,6 +768,10 @@ pub struct LeaseView {
     pub generation: u64,
     /// The digest the header carries (or must carry at seal).
     pub digest: crate::blob::DigestKind,
+    /// The access the header says: `Writable` for a write grant, and for a read of a blob
+    /// this host publishes itself (the reader views the writer's sealed lease); `ReadOnly`
+    /// for a read the host filled.
+    pub access: crate::blob::BlobAccess,
 }
 
 /// A child process → its host session (SPEC §7, with H4's reservations and expected revisions).

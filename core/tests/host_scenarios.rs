@@ -215,7 +215,7 @@ impl World {
     /// The payload of a read lease as the child sees it (checked against the header first).
     fn read_payload(&self, child: Address, view: &LeaseView) -> Vec<u8> {
         let n = self.children[&child].node;
-        let e = Self::expected_of(view, BlobAccess::ReadOnly);
+        let e = Self::expected_of(view, view.access);
         let mem = &self.cluster.nodes[n].mem;
         blob::validate(mem, &e, BlobState::Sealed, false).expect("a sealed read lease");
         blob::payload(mem, &e).unwrap().to_vec()

@@ -10,7 +10,7 @@
 use std::fs;
 use std::path::Path;
 
-use dataplane_core::blob::DigestKind;
+use dataplane_core::blob::{BlobAccess, DigestKind};
 use dataplane_core::error::{DataPlaneError, NamespaceError, Reason};
 use dataplane_core::ids::{
     Address, AuthorityEpoch, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
@@ -207,6 +207,7 @@ fn frames() -> Vec<Envelope> {
                 length: 100,
                 generation: 9,
                 digest: DigestKind::None,
+                access: BlobAccess::ReadOnly,
             },
             revision: Revision(4),
         }),

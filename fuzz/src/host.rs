@@ -56,7 +56,7 @@ use std::collections::BTreeSet;
 
 use arbitrary::Arbitrary;
 use dataplane_core::arena::BLOB_HEADER_BYTES;
-use dataplane_core::blob::{self, BlobAccess, DigestKind, Expected};
+use dataplane_core::blob::{self, DigestKind, Expected};
 use dataplane_core::error::{Limit, NamespaceError, Reason};
 use dataplane_core::host::{HostConfig, Phase, SessionConfig, SessionState};
 use dataplane_core::ids::{
@@ -65,9 +65,9 @@ use dataplane_core::ids::{
 use dataplane_core::path::{DataPath, JobContext};
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{
-    BlobBinding, Capability, ChildEvent, ChildOp, ChildRequest, ChunkBytes, ChunkRefusal, Descriptor,
-    DirectoryReply, EntryKind, LeaseView, Message, MutationReceipt, NamespaceNode, ReplyBody,
-    RequestKind, StreamMatch,
+    BlobBinding, Capability, ChildEvent, ChildOp, ChildRequest, ChunkBytes, ChunkRefusal,
+    Descriptor, DirectoryReply, EntryKind, LeaseView, Message, MutationReceipt, NamespaceNode,
+    ReplyBody, RequestKind, StreamMatch,
 };
 use dataplane_testkit::dir::DIRECTORY;
 use dataplane_testkit::hosts::{Cluster, Due, Frame, Setup};
@@ -1018,11 +1018,7 @@ impl World {
             offset: g.view.offset,
             length: g.view.length,
             generation: g.view.generation,
-            access: if g.writable {
-                BlobAccess::Writable
-            } else {
-                BlobAccess::ReadOnly
-            },
+            access: g.view.access,
             digest_kind: g.view.digest,
         }
     }

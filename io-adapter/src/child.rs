@@ -515,7 +515,7 @@ impl ChildSession {
             ChildEvent::ReadGranted {
                 lease, revision, ..
             } => {
-                let e = expected(&lease, BlobAccess::ReadOnly);
+                let e = expected(&lease, lease.access);
                 blob::validate(self.arena.as_slice(), &e, BlobState::Sealed, false)
                     .map_err(|error| protocol(format!("the granted lease is unusable: {error}")))?;
                 Ok(BlobView {

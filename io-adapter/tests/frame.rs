@@ -3,7 +3,7 @@
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 
-use dataplane_core::blob::DigestKind;
+use dataplane_core::blob::{BlobAccess, DigestKind};
 use dataplane_core::ids::{Address, NodeId, OperationId, RequestId, Revision};
 use dataplane_core::limits::FRAME_BYTES_MAX;
 use dataplane_core::path::DataPath;
@@ -71,6 +71,7 @@ fn child_messages() -> Vec<Message> {
                 length: 1 << 20,
                 generation: 9,
                 digest: DigestKind::Blake3,
+                access: BlobAccess::Writable,
             },
         }),
         Message::ToChild(ChildEvent::Closed),

@@ -624,7 +624,7 @@ impl Worker {
                 self.probe_next(ProbeStep::Read, io);
             }
             (ProbeStep::Read, ChildEvent::ReadGranted { op, lease, .. }) if current(&op) => {
-                let e = expected_of(&lease, BlobAccess::ReadOnly);
+                let e = expected_of(&lease, lease.access);
                 let ok = blob::validate(io.mem, &e, BlobState::Sealed, false).is_ok()
                     && blob::payload(io.mem, &e)
                         .is_ok_and(|bytes| bytes == content(p.tag, lease.length).as_slice());
@@ -747,7 +747,7 @@ impl Worker {
                 }
                 Stage::Reading(view) if self.quiescing || age >= hold => {
                     let sum = o.checksum;
-                    check_view(self.address, op, &view, BlobAccess::ReadOnly, Some(sum), io);
+                    check_view(self.address, op, &view, view.access, Some(sum), io);
                     let Some(o) = self.ops.get_mut(&op) else {
                         continue;
                     };
@@ -1258,8 +1258,12 @@ impl Worker {
         if let Some(path) = &o.path {
             self.seen.insert(path.clone(), revision);
         }
-        let e = expected_of(&view, BlobAccess::ReadOnly);
-        // S31: a read grant is a Sealed read-only header whose generation and length match.
+        if view.access == BlobAccess::Writable {
+            io.out.notes.push(Note::Seen("host.read_shared"));
+        }
+        let e = expected_of(&view, view.access);
+        // S31: a read grant is a Sealed header whose generation and length match (read-only
+        // if the host filled it; the writer's, if it shares a blob it publishes itself).
         match blob::validate(io.mem, &e, BlobState::Sealed, false) {
             Ok(_) => match blob::payload(io.mem, &e) {
                 Ok(payload) => {

@@ -259,6 +259,19 @@ pub struct LeaseSlot {
     pub expected: Expected,
 }
 
+impl LeaseSlot {
+    /// The lease as a child is told of it.
+    pub fn view(&self) -> crate::wire::LeaseView {
+        crate::wire::LeaseView {
+            offset: self.lease.offset,
+            length: self.lease.length,
+            generation: self.expected.generation,
+            digest: self.expected.digest_kind,
+            access: self.expected.access,
+        }
+    }
+}
+
 /// One read or write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Binding {
@@ -296,6 +309,11 @@ pub struct Binding {
     pub abort_requested: bool,
     /// Tell the child `Aborted` once the source is retired (an unpublished write).
     pub aborted_when_retired: bool,
+    /// A read of a blob this host publishes itself: the write binding whose sealed lease the
+    /// child views (no lease of its own, no copy).
+    pub shared: Option<u64>,
+    /// A write: how many reads view its lease; it is not freed while any does.
+    pub readers: u32,
     next_call: u64,
 }
 
@@ -850,12 +868,23 @@ impl Host {
         let Some(b) = self.bindings.get(&actor) else {
             return;
         };
-        if b.phase != Phase::Draining || b.child_holds || b.namespace != NamespaceHold::None {
+        if b.phase != Phase::Draining
+            || b.child_holds
+            || b.namespace != NamespaceHold::None
+            || b.readers > 0
+        {
             return;
         }
         let Some(b) = self.bindings.remove(&actor) else {
             return;
         };
+        if let Some(write) = b.shared {
+            // The lease this read viewed may be free now.
+            if let Some(w) = self.bindings.get_mut(&write) {
+                w.readers = w.readers.saturating_sub(1);
+            }
+            self.try_finish(write, mem, out);
+        }
         self.hashers.remove(&actor);
         if let Some(slot) = b.lease {
             self.free_lease(slot.lease, Some(&slot.expected), mem, out);
@@ -967,6 +996,12 @@ impl Host {
     pub fn check_invariants(&self) -> Result<(), String> {
         self.arena.check_invariants()?;
         let mut leased = BTreeMap::new();
+        let mut readers: BTreeMap<u64, u32> = BTreeMap::new();
+        for b in self.bindings.values() {
+            if let Some(write) = b.shared {
+                *readers.entry(write).or_default() += 1;
+            }
+        }
         for (actor, b) in &self.bindings {
             if let Some(slot) = b.lease {
                 if self.arena.lease(slot.lease.ring) != Some(&slot.lease) {
@@ -979,8 +1014,23 @@ impl Host {
                     return Err(format!("two bindings hold {:?}", slot.lease.ring));
                 }
             }
-            if b.child_holds && b.lease.is_none() {
+            if b.child_holds && b.lease.is_none() && b.shared.is_none() {
                 return Err(format!("binding {actor}: the child holds no lease"));
+            }
+            if let Some(write) = b.shared {
+                let viewed = self.bindings.get(&write).is_some_and(|w| w.lease.is_some());
+                if b.lease.is_some() || !viewed {
+                    return Err(format!(
+                        "read {actor} shares {write}'s lease, which it cannot (own lease, or none to share)"
+                    ));
+                }
+            }
+            let sharing = readers.get(actor).copied().unwrap_or(0);
+            if sharing != b.readers {
+                return Err(format!(
+                    "binding {actor} counts {} readers, {sharing} read bindings view it",
+                    b.readers
+                ));
             }
             if let NamespaceHold::MayBind { source } | NamespaceHold::Bound { source, .. } =
                 b.namespace
@@ -1101,6 +1151,8 @@ pub(crate) fn new_binding(
         reservation: None,
         abort_requested: false,
         aborted_when_retired: false,
+        shared: None,
+        readers: 0,
         next_call: 0,
     }
 }

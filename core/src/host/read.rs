@@ -23,7 +23,7 @@ use crate::effect::Outbox;
 use crate::error::{BlobFailure, DataPlaneError, NamespaceError, Reason};
 use crate::ids::{Address, Revision};
 use crate::time::Instant;
-use crate::wire::{BlobBinding, CHUNK_BYTES_MAX, ChildEvent, ChunkRefusal, LeaseView, Message};
+use crate::wire::{BlobBinding, CHUNK_BYTES_MAX, ChildEvent, ChunkRefusal, Message};
 
 /// A transfer filling a read's lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,6 +72,12 @@ impl Host {
             let path = b.path.clone();
             return self.fail(actor, DataPlaneError::PathReplaced(path), mem, out);
         }
+        if self.share_local(actor, &binding, mem, out) {
+            return;
+        }
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
         b.phase = Phase::Filling(Transfer {
             source: binding.source,
             length: binding.length,
@@ -136,8 +142,59 @@ impl Host {
         self.pull(now, actor, mem, out);
     }
 
-    /// A read of a blob this host serves itself: one copy inside the arena instead of a
-    /// chunked transfer. Returns false (and the transfer pulls as usual) unless the source is
+    /// A read of a blob this host publishes itself: the child views the writer's sealed lease,
+    /// with no lease of its own and no copy (issue 18). The lease was frozen at the seal, so
+    /// its bytes are the ones validated then and cannot change; the write is not freed while
+    /// a reader views it (`Binding::readers`). Returns false unless the source is one of ours,
+    /// still sealed and of the resolved length.
+    fn share_local(
+        &mut self,
+        actor: u64,
+        binding: &BlobBinding,
+        mem: &mut dyn ArenaMemory,
+        out: &mut Outbox,
+    ) -> bool {
+        let source = binding.source;
+        let here = source.node == self.config.node && source.incarnation == self.config.incarnation;
+        let Some(write) = self
+            .sources
+            .get(&source.actor)
+            .filter(|s| here && s.length == binding.length)
+            .map(|s| s.binding)
+        else {
+            return false;
+        };
+        let Some(slot) = self.bindings.get(&write).and_then(|w| w.lease) else {
+            return false;
+        };
+        if blob::validate(mem.bytes(), &slot.expected, BlobState::Sealed, false).is_err() {
+            return false;
+        }
+        if let Some(w) = self.bindings.get_mut(&write) {
+            w.readers += 1;
+        }
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return false;
+        };
+        b.phase = Phase::Reading;
+        b.child_holds = true;
+        b.shared = Some(write);
+        let (child, op) = (b.child, b.op);
+        self.send_child(
+            child,
+            ChildEvent::ReadGranted {
+                op,
+                lease: slot.view(),
+                revision: binding.revision,
+            },
+            out,
+        );
+        true
+    }
+
+    /// A read of a blob this host serves itself that could not be shared (see
+    /// [`share_local`](Self::share_local)): one copy inside the arena instead of a chunked
+    /// transfer. Returns false (and the transfer pulls as usual) unless the source is
     /// one of ours, still sealed and of the resolved length.
     fn local_copy(&mut self, actor: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) -> bool {
         let Some(b) = self.bindings.get(&actor) else {
@@ -414,12 +471,7 @@ impl Host {
         };
         b.phase = Phase::Reading;
         b.child_holds = true;
-        let lease = LeaseView {
-            offset: slot.lease.offset,
-            length: slot.lease.length,
-            generation: slot.expected.generation,
-            digest: slot.expected.digest_kind,
-        };
+        let lease = slot.view();
         let (child, op) = (b.child, b.op);
         self.send_child(
             child,

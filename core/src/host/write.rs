@@ -21,9 +21,7 @@ use crate::blob::{self, BlobState, DigestKind};
 use crate::effect::Outbox;
 use crate::error::{DataPlaneError, NamespaceError};
 use crate::time::Instant;
-use crate::wire::{
-    ChildEvent, DirectoryReply, DirectoryRequest, LeaseView, ReplyBody, SourceRecovery,
-};
+use crate::wire::{ChildEvent, DirectoryReply, DirectoryRequest, ReplyBody, SourceRecovery};
 
 impl Host {
     /// A write's lease is installed (Writable, zeroed): hand it to the child.
@@ -34,12 +32,7 @@ impl Host {
         let Some(slot) = b.lease else { return };
         b.phase = Phase::Writing;
         b.child_holds = true;
-        let lease = LeaseView {
-            offset: slot.lease.offset,
-            length: slot.lease.length,
-            generation: slot.expected.generation,
-            digest: slot.expected.digest_kind,
-        };
+        let lease = slot.view();
         let (child, op) = (b.child, b.op);
         self.send_child(child, ChildEvent::WriteGranted { op, lease }, out);
     }

@@ -168,6 +168,7 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "host.fail.LimitReached",
     "probe.served",
     "host.write_after_publish_tried",
+    "host.read_shared",
 ];
 
 /// What `at_end` looks at.

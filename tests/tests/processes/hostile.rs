@@ -440,7 +440,6 @@ fn no_child_can_change_a_published_blob_or_write_the_arena() {
         .copy_from_slice(b"CHANGED AFTERWARDS!");
     let in_arena = Expected {
         offset: lease.offset,
-        access: BlobAccess::ReadOnly,
         ..staged
     };
     assert_eq!(
