@@ -187,6 +187,27 @@ pub struct Arena {
     next_ring: u64,
     /// The next ticket id to hand out.
     next_ticket: u64,
+    /// Allocations refused so far (too large, too many leases, a full queue).
+    refused: u64,
+}
+
+/// A consistent sample of an arena (issue 17): what an operator graphs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArenaStats {
+    /// The arena's size in bytes.
+    pub size: u64,
+    /// Bytes in live leases (headers and alignment included).
+    pub used_bytes: u64,
+    /// Free bytes in total (not necessarily contiguous).
+    pub free_bytes: u64,
+    /// The largest free range: the largest footprint that could be granted now.
+    pub largest_free: u64,
+    /// Live leases.
+    pub leases: u64,
+    /// Requests waiting in the queue.
+    pub queued: u64,
+    /// Allocations refused since the arena was made.
+    pub refused: u64,
 }
 
 /// `align_up(BLOB_HEADER_BYTES + length, BLOB_ALIGNMENT)`, or `None` on overflow.
@@ -212,6 +233,20 @@ impl Arena {
             queue: VecDeque::new(),
             next_ring: 1,
             next_ticket: 1,
+            refused: 0,
+        }
+    }
+
+    /// A consistent sample of the arena's state.
+    pub fn stats(&self) -> ArenaStats {
+        ArenaStats {
+            size: self.size,
+            used_bytes: self.size - self.free_bytes,
+            free_bytes: self.free_bytes,
+            largest_free: self.free.iter().map(|(s, e)| e - s).max().unwrap_or(0),
+            leases: self.leases.len() as u64,
+            queued: self.queue.len() as u64,
+            refused: self.refused,
         }
     }
 
@@ -231,6 +266,14 @@ impl Arena {
     /// * [`ArenaError::QueueFull`]: the request would have to wait and [`ARENA_QUEUE_MAX`]
     ///   requests already do.
     pub fn allocate(&mut self, length: u64) -> Result<Allocation, ArenaError> {
+        let outcome = self.allocate_inner(length);
+        if outcome.is_err() {
+            self.refused += 1;
+        }
+        outcome
+    }
+
+    fn allocate_inner(&mut self, length: u64) -> Result<Allocation, ArenaError> {
         let needed = footprint(length).ok_or(ArenaError::Overflow)?;
         if needed > self.size {
             return Err(ArenaError::CannotFit {
@@ -992,5 +1035,35 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod stats_tests {
+    use super::*;
+
+    #[test]
+    fn stats_are_consistent_with_the_leases() {
+        let mut arena = Arena::new(64 * 1024);
+        let fresh = arena.stats();
+        assert_eq!(
+            (fresh.used_bytes, fresh.free_bytes, fresh.largest_free),
+            (0, 65_536, 65_536)
+        );
+        let Ok(Allocation::Leased(a)) = arena.allocate(1_000) else {
+            panic!("a fits")
+        };
+        let Ok(Allocation::Leased(b)) = arena.allocate(1_000) else {
+            panic!("b fits")
+        };
+        arena.release(a.ring).unwrap();
+        let s = arena.stats();
+        assert_eq!(s.leases, 1);
+        assert_eq!(s.used_bytes, b.footprint());
+        assert_eq!(s.free_bytes + s.used_bytes, s.size);
+        // The hole a left is smaller than the range after b.
+        assert_eq!(s.largest_free, s.size - b.offset - b.footprint());
+        assert!(arena.allocate(1 << 20).is_err());
+        assert_eq!(arena.stats().refused, 1);
     }
 }

@@ -966,6 +966,12 @@ impl Host {
         self.sessions.iter()
     }
 
+    /// A consistent sample of the arena (bytes used and free, the largest free range, live
+    /// leases, queued requests, allocations refused so far).
+    pub fn arena_stats(&self) -> crate::arena::ArenaStats {
+        self.arena.stats()
+    }
+
     /// Operations in progress over all sessions (what `operations_max` bounds).
     pub fn operations_in_progress(&self) -> usize {
         self.sessions.values().map(|s| s.ops.len()).sum()
