@@ -934,6 +934,11 @@ pub enum ChildEvent {
     },
     /// The session closed.
     Closed,
+    /// The host's supervisor revoked the session: every operation ends as if the child had
+    /// died (its views are gone, its waiting opens fail, its unsealed writes abort), published
+    /// blobs stay, and `Closed` follows once everything finished. Requests after this one are
+    /// refused `SessionNotRunning`.
+    Revoked,
 }
 
 /// A message with its addresses: the unit of transport.

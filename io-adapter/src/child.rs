@@ -60,6 +60,8 @@ pub enum ChildError {
         /// A full host, rather than a wrong capability.
         busy: bool,
     },
+    /// The host's supervisor revoked this session: nothing more can be done on it.
+    Revoked,
 }
 
 impl fmt::Display for ChildError {
@@ -71,6 +73,7 @@ impl fmt::Display for ChildError {
             }
             ChildError::Protocol(e) => write!(f, "host protocol: {e}"),
             ChildError::Failed(e) => write!(f, "{}", describe(e)),
+            ChildError::Revoked => f.write_str("the host revoked this session"),
             ChildError::Refused { reason, .. } => {
                 write!(f, "the host refused to attach: {reason}")
             }
@@ -104,6 +107,7 @@ fn event_name(event: &ChildEvent) -> &'static str {
         ChildEvent::Stat { .. } => "Stat",
         ChildEvent::Done { .. } => "Done",
         ChildEvent::Closed => "Closed",
+        ChildEvent::Revoked => "Revoked",
     }
 }
 
@@ -334,6 +338,9 @@ impl ChildSession {
             };
             if about == Some(op) {
                 return Ok((event, fd));
+            }
+            if matches!(event, ChildEvent::Revoked | ChildEvent::Closed) {
+                return Err(ChildError::Revoked);
             }
         }
     }

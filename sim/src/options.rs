@@ -173,6 +173,8 @@ pub struct Options {
     pub host: HostOptions,
     /// The overload regime, in some seeds.
     pub overload: Option<OverloadOptions>,
+    /// The supervisor revokes a running worker's session (issue 17).
+    pub revocations: Option<Recurring>,
 }
 
 const PATH_POOL: [&str; 8] = [
@@ -361,6 +363,7 @@ impl Options {
             fresh_paths: rng.range(16, 97),
             link_frames_max: rng.range(4, 65) as usize,
         });
+        let revocations = recurring(&mut rng, 0.3, (2_000, 30_000), (0, 0));
         if let Some(o) = &overload {
             // Every host needs a worker to pile up blobs, and an arena that holds them all
             // with room to spare: a probe's write must never find it full.
@@ -400,6 +403,7 @@ impl Options {
             workload,
             host,
             overload,
+            revocations,
         }
     }
 
@@ -435,7 +439,7 @@ impl Options {
         );
         let _ = writeln!(
             s,
-            "# faults: partitions={} directory_crashes={} host_crashes={} route_flaps={} actor_deaths={} proxy_restarts={} authority_outages={}",
+            "# faults: partitions={} directory_crashes={} host_crashes={} route_flaps={} actor_deaths={} proxy_restarts={} authority_outages={} revocations={}",
             on(&self.partitions),
             on(&self.directory_crashes),
             on(&self.host_crashes),
@@ -443,6 +447,7 @@ impl Options {
             on(&self.actor_deaths),
             on(&self.proxy_restarts),
             on(&self.authority_outages),
+            on(&self.revocations),
         );
         let p = &self.proxy;
         let _ = writeln!(

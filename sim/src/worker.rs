@@ -956,6 +956,19 @@ impl Worker {
                     io.out.notes.push(Note::Seen("host.attach_refused"));
                 }
             }
+            ChildEvent::Revoked => {
+                // The supervisor ended our session: everything we held is gone; `Closed`
+                // follows.
+                io.out.notes.push(Note::Seen("host.session_revoked"));
+                if self.state != WorkerState::Ready {
+                    io.violation(format!(
+                        "{} was revoked while {:?}",
+                        self.address, self.state
+                    ));
+                }
+                self.state = WorkerState::Closing;
+                self.ops.clear();
+            }
             ChildEvent::Closed => {
                 if self.state != WorkerState::Closing {
                     io.violation(format!("{} closed without asking", self.address));

@@ -49,6 +49,8 @@ enum MachineInput {
     Message(Address, Address, Message),
     Tick,
     ProxyRestarted,
+    /// The supervisor revokes this session.
+    Revoke(Address),
 }
 
 /// Phases of a run.
@@ -143,6 +145,7 @@ enum EventKind {
     FlapStart,
     FlapEnd(Address),
     ActorDeath,
+    Revocation,
     Heal,
     End,
 }
@@ -446,6 +449,7 @@ impl World {
             (self.options.host_crashes, EventKind::HostCrash),
             (self.options.route_flaps, EventKind::FlapStart),
             (self.options.actor_deaths, EventKind::ActorDeath),
+            (self.options.revocations, EventKind::Revocation),
             (self.options.proxy_restarts, EventKind::ProxyCrash),
             (self.options.authority_outages, EventKind::OutageStart),
         ];
@@ -627,6 +631,12 @@ impl World {
                 self.kill_random_actor();
                 if let Some(f) = self.options.actor_deaths {
                     self.schedule_next(f, EventKind::ActorDeath);
+                }
+            }
+            EventKind::Revocation => {
+                self.revoke_random_session();
+                if let Some(f) = self.options.revocations {
+                    self.schedule_next(f, EventKind::Revocation);
                 }
             }
             EventKind::Local {
@@ -1640,6 +1650,10 @@ impl World {
                 machine.proxy_restarted(now, proxy, &mut self.outbox);
                 Ok(())
             }
+            MachineInput::Revoke(session) => {
+                machine.revoke_session(now, session, &mut h.mem, &mut self.outbox);
+                Ok(())
+            }
         };
         if let Err(error) = result {
             self.checker.fail(
@@ -1767,6 +1781,28 @@ impl World {
                 self.schedule_in(Duration::ZERO, EventKind::AgentTick { host, incarnation });
             }
         }
+    }
+
+    /// The supervisor of a random running host revokes a random attached worker's session.
+    fn revoke_random_session(&mut self) {
+        let candidates: Vec<(usize, Address)> = self
+            .hosts
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.up && h.machine.is_some())
+            .flat_map(|(i, h)| {
+                h.workers
+                    .iter()
+                    .filter(|w| w.state == WorkerState::Ready && w.probe_done().is_none())
+                    .map(move |w| (i, w.session))
+            })
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let (host, session) = *self.fault_rng.pick(&candidates);
+        self.checker.coverage.hit("fault.session_revoked");
+        self.machine_input(host, MachineInput::Revoke(session));
     }
 
     fn heal(&mut self) {

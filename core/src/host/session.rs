@@ -347,6 +347,35 @@ impl Host {
 
     /// Close (SPEC §7.2, H4): the child is gone; every tracked binding ends. Writes that are
     /// publishing keep going until their outcome is known; published writes stay.
+    /// The supervisor revokes session `session` (issue 17): the child is told `Revoked`, then
+    /// the session closes as if the child had died (Q24: its views are gone; published writes
+    /// stay). Nothing happens to a session that is closing already or unknown. Returns whether
+    /// the session was revoked.
+    pub fn revoke_session(
+        &mut self,
+        now: Instant,
+        session: Address,
+        mem: &mut dyn ArenaMemory,
+        out: &mut Outbox,
+    ) -> bool {
+        self.now = now;
+        let Some(s) = self
+            .sessions
+            .get(&session.actor)
+            .filter(|s| s.address == session)
+        else {
+            return false;
+        };
+        if matches!(s.state, SessionState::Closing | SessionState::Closed) {
+            return false;
+        }
+        if let Some(child) = s.child {
+            self.send_child(child, ChildEvent::Revoked, out);
+        }
+        self.close(session.actor, mem, out);
+        true
+    }
+
     fn close(&mut self, session: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
         let Some(s) = self.sessions.get_mut(&session) else {
             return;

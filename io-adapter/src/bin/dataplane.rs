@@ -42,7 +42,7 @@ EXIT STATUS:
     64  usage
     65  the blob is lost or damaged: its bytes lived on a host that restarted, or do not
         match their digest; retrying cannot help, write it again
-    69  host unreachable, or it closed the connection
+    69  host unreachable, or it closed the connection or revoked the session
     70  the host broke the protocol or failed in a way this client cannot cause (a bug)
     75  temporary: the namespace or the blob's source is unavailable, the host's arena is
         full, or the host is busy (a limit was reached); try again later
@@ -112,7 +112,7 @@ fn status(error: &DataPlaneError) -> u8 {
 
 fn exit_code(error: &ChildError) -> u8 {
     match error {
-        ChildError::Connect(_) | ChildError::Disconnected => 69,
+        ChildError::Connect(_) | ChildError::Disconnected | ChildError::Revoked => 69,
         ChildError::Protocol(_) => 70,
         ChildError::Refused { busy: true, .. } => 75,
         ChildError::Refused { busy: false, .. } => 4,

@@ -169,6 +169,8 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "probe.served",
     "host.write_after_publish_tried",
     "host.read_shared",
+    "fault.session_revoked",
+    "host.session_revoked",
 ];
 
 /// What `at_end` looks at.
