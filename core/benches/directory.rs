@@ -244,6 +244,7 @@ fn setup(n: usize, now: Instant) -> (Directory, Workload) {
     let config = DirectoryConfig {
         address: DIRECTORY,
         retry_period: Duration::from_secs(1),
+        limits: Default::default(),
     };
     let mut dir =
         Directory::recover(config, &[], &mut ActorSources, now, &mut out).expect("recovery");

@@ -216,6 +216,7 @@ impl World {
         let config = DirectoryConfig {
             address: DIRECTORY,
             retry_period: Duration::from_secs(1),
+            limits: Default::default(),
         };
         let dir =
             Directory::recover(config, &[], &mut ActorSources, now, &mut out).expect("recovery");

@@ -1413,6 +1413,7 @@ impl World {
         let config = DirectoryConfig {
             address: d.address(),
             retry_period: self.options.directory_retry,
+            limits: Default::default(),
         };
         let recovered = Directory::recover(
             config,
@@ -1627,6 +1628,21 @@ impl World {
             _ => None,
         };
         let on_tick = matches!(input, MachineInput::Tick);
+        if let MachineInput::Message(_, to, Message::Reply(reply)) = &input
+            && let Some(dataplane_core::error::NamespaceError::OperationExpired(op)) =
+                reply.body.err()
+        {
+            // A host re-sends a call until its answer is definitive and replays nothing it
+            // finished: its operations are pruned only once it declared them done.
+            self.checker.fail(
+                now,
+                format!(
+                    "retention: host binding {to} heard OperationExpired for {op}: its record \
+                     was pruned while the host could still retry it"
+                ),
+            );
+            return;
+        }
         let result = match input {
             MachineInput::Message(from, to, message) => {
                 machine.handle_message(now, from, to, message, &mut h.mem, &mut self.outbox)
