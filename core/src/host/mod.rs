@@ -32,6 +32,7 @@
 //! from a counter.
 
 mod control;
+mod horizon;
 mod read;
 mod session;
 mod source;
@@ -39,6 +40,7 @@ mod write;
 
 use std::collections::{BTreeMap, VecDeque};
 
+pub use horizon::HORIZON_PERIOD;
 pub use read::Transfer;
 
 use crate::arena::{Allocation, Arena, Lease, TicketId};
@@ -330,6 +332,8 @@ pub struct Host {
     /// Retractions handed to the proxy when their binding finished; re-sent if it restarts.
     handed_over: VecDeque<DirectoryRequest>,
     next_handover_call: u64,
+    /// Declaring operations done to the directory (see `horizon.rs`).
+    horizon: horizon::Reporter,
     /// The time of the input being handled.
     now: Instant,
 }
@@ -339,7 +343,8 @@ pub(crate) fn child_error(error: NamespaceError) -> DataPlaneError {
     DataPlaneError::from(error)
 }
 
-/// Whether the proxy answered "no answer" (the outcome at the directory is unknown).
+/// Whether the proxy answered "no answer" (the outcome at the directory is unknown), or the
+/// directory refused without a trace (its operation table was full).
 pub(crate) fn is_unknown_outcome(error: Option<&NamespaceError>) -> bool {
     use crate::error::Limit;
     matches!(
@@ -349,7 +354,7 @@ pub(crate) fn is_unknown_outcome(error: Option<&NamespaceError>) -> bool {
                 | NamespaceError::DirectoryUnavailable(_)
                 | NamespaceError::LimitReached(Limit::PendingRequests | Limit::RequestIds)
         )
-    )
+    ) || error.is_some_and(NamespaceError::left_no_trace)
 }
 
 impl Host {
@@ -369,6 +374,7 @@ impl Host {
             hashers: BTreeMap::new(),
             handed_over: VecDeque::new(),
             next_handover_call: 1,
+            horizon: horizon::Reporter::default(),
             now,
         };
         host.arm_tick(now, out);
@@ -486,6 +492,12 @@ impl Host {
             return Ok(());
         }
         let actor = to.actor;
+        if self.is_horizon_actor(actor) {
+            if let Message::Reply(reply) = &message {
+                self.horizon_reply(reply);
+            }
+            return Ok(());
+        }
         if self.sessions.contains_key(&actor) {
             return match message {
                 Message::FromChild(request) => {
@@ -568,6 +580,7 @@ impl Host {
                 self.resend_call(now, actor, out);
             }
         }
+        self.report_horizon(now, out);
         self.arm_tick(now, out);
         Ok(())
     }
@@ -598,6 +611,7 @@ impl Host {
     pub fn proxy_restarted(&mut self, now: Instant, proxy: Address, out: &mut Outbox) {
         self.now = now;
         self.config.proxy = proxy;
+        self.horizon_proxy_restarted();
         let actors: Vec<u64> = self
             .bindings
             .iter()
