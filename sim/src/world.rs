@@ -905,6 +905,14 @@ impl World {
 
     fn host_output(&mut self, host: usize, out: HostOutput) {
         let incarnation = self.hosts[host].incarnation;
+        // Retention, seen by the callers: a client that heard OperationExpired for an
+        // operation it still asks about says so.
+        for client in &mut self.hosts[host].clients {
+            for violation in client.violations.drain(..) {
+                self.checker
+                    .fail(self.now, format!("retention: {violation}"));
+            }
+        }
         for (from, to, message) in out.sends {
             if matches!(
                 message,
