@@ -273,7 +273,8 @@ impl Client {
     /// is not waited for (a later declaration covers a lost one).
     fn declare_done(&mut self, io: &mut Io<'_>) {
         let below = self.horizon();
-        if below < self.declared + DONE_EVERY {
+        let every = if self.quiescing { 1 } else { DONE_EVERY };
+        if below < self.declared + every {
             return;
         }
         self.declared = below;
@@ -463,6 +464,8 @@ impl Client {
             }
             _ => {}
         }
+        // Everything it finished is done: the directory may forget it all.
+        self.declare_done(io);
     }
 
     /// The client's endpoint was displaced: its stream is over.

@@ -207,6 +207,12 @@ pub struct Stats {
     pub directory_steps: u64,
     /// Host machine steps.
     pub host_steps: u64,
+    /// Mutations (calls carrying an operation id) the directory handled, per host node.
+    pub operations_per_node: Vec<u64>,
+    /// The most operation records the directory held after any step.
+    pub records_max: u64,
+    /// The most bytes the simulated log held (compaction rewrites it as a snapshot).
+    pub log_bytes_max: u64,
 }
 
 /// The directory node: the machine, its disk and the effects held behind the barrier.
@@ -369,6 +375,9 @@ impl World {
     /// Runs to the end and returns how it went.
     pub fn run(mut self) -> (Outcome, World) {
         self.start();
+        if self.options.long_life.is_some() {
+            self.checker.coverage.hit("regime.long_life");
+        }
         while let Some(event) = self.queue.pop() {
             self.now = event.at;
             self.stats.events += 1;
@@ -1167,6 +1176,16 @@ impl World {
         let effects = self.outbox.take();
         self.directory.step += 1;
         self.stats.directory_steps += 1;
+        if let DirInput::Message(Message::Call(call)) = &input
+            && call.request.operation().is_some()
+            && let Some(node) = self.hosts.iter().position(|h| h.node == call.reply_to.node)
+        {
+            let per_node = &mut self.stats.operations_per_node;
+            per_node.resize(per_node.len().max(self.hosts.len()), 0);
+            per_node[node] += 1;
+        }
+        let records = machine.durable().operation_count() as u64;
+        self.stats.records_max = self.stats.records_max.max(records);
         self.checker
             .directory_step(now, self.directory.step, &input, &effects, machine);
         if effects.iter().any(|e| matches!(e, Effect::Persist(_))) {
@@ -1185,6 +1204,10 @@ impl World {
                             .fail(self.now, format!("log record does not encode: {error}"));
                     }
                     self.directory.barrier = self.directory.disk.len();
+                    self.stats.log_bytes_max = self
+                        .stats
+                        .log_bytes_max
+                        .max(self.directory.disk.len() as u64);
                 }
                 other => {
                     let d = &self.directory;

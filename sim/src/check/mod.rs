@@ -141,6 +141,7 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "retention.horizon_raised",
     "retention.floor_pruned",
     "retention.refused_expired",
+    "regime.long_life",
     "stream.match",
     "stream.fence_begun",
     "stream.fence_resolved",
@@ -202,6 +203,10 @@ pub struct Checker {
     steps_checked: u64,
     hosts: host::HostChecker,
 }
+
+/// Most operation records one issuer may keep at the end of a run (a client declares every
+/// few operations and at the heal; a host on its tick).
+const RECORDS_PER_ISSUER_AT_END: usize = 16;
 
 /// Up to this many entries plus obligations the directory's invariants are walked every step.
 const INVARIANT_WALK_SMALL: usize = 48;
@@ -1054,6 +1059,17 @@ impl Checker {
         }
         if let Some((path, r)) = durable.reservations().next() {
             problems.push(format!("L4: {path} still reserved by {}", r.operation));
+        }
+        // Bounded by live state: once the callers declared what they finished and the
+        // restarted nodes' reports were applied, no issuer keeps more than a handful of
+        // records, however long the run was.
+        for (issuer, row) in durable.issuers() {
+            if row.records > RECORDS_PER_ISSUER_AT_END {
+                problems.push(format!(
+                    "retention: issuer {issuer} still has {} operation records",
+                    row.records
+                ));
+            }
         }
         let bound_sources: BTreeSet<Address> = durable
             .entries()
