@@ -69,9 +69,13 @@ impl Host {
             // The proxy answers everything within its deadline unless it restarted.
             self.horizon.in_flight = None;
         }
+        if self.horizon.in_flight.is_some() || now < self.horizon.next_at {
+            return;
+        }
+        // O(bindings), like the tick's own filter, but at most once per period.
+        self.horizon.next_at = now.saturating_add(HORIZON_PERIOD);
         let below = self.operation_horizon();
-        let r = &self.horizon;
-        if below <= r.acknowledged || r.in_flight.is_some() || now < r.next_at {
+        if below <= self.horizon.acknowledged {
             return;
         }
         let actor = match self.horizon.actor {
@@ -87,7 +91,6 @@ impl Host {
         r.next_call += 1;
         let id = RequestId(r.next_call);
         r.in_flight = Some((id, below, now));
-        r.next_at = now.saturating_add(HORIZON_PERIOD);
         let call = DirectoryCall {
             request_id: id,
             reply_to: self.address(actor),
