@@ -216,6 +216,13 @@ impl World {
         let config = DirectoryConfig {
             address: DIRECTORY,
             retry_period: Duration::from_secs(1),
+            // The workload never declares its operations done (this bench measures the
+            // proxy and the host, not retention): the operation tables are left unbounded.
+            limits: dataplane_core::directory::DirectoryLimits {
+                operations: usize::MAX,
+                issuer_operations: usize::MAX,
+                ..Default::default()
+            },
         };
         let dir =
             Directory::recover(config, &[], &mut ActorSources, now, &mut out).expect("recovery");

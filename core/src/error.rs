@@ -100,6 +100,36 @@ pub enum Limit {
     /// A host's bound on operations in progress in one session
     /// ([`crate::limits::HOST_SESSION_OPERATIONS_MAX`] by default).
     SessionOperations,
+    /// The directory's operation table is full ([`crate::limits::OPERATIONS_MAX`]). Not
+    /// sticky: nothing was applied or remembered, and the same id may be sent again.
+    Operations,
+    /// One issuer holds too many operation records
+    /// ([`crate::limits::ISSUER_OPERATIONS_MAX`]). Not sticky, like `Operations`.
+    IssuerOperations,
+    /// The directory's issuer table is full ([`crate::limits::ISSUERS_MAX`]). Not sticky,
+    /// like `Operations`.
+    Issuers,
+    /// [`crate::limits::ENTRIES_MAX`] namespace entries.
+    Entries,
+    /// [`crate::limits::OBLIGATIONS_MAX`] retirement and displacement obligations.
+    Obligations,
+    /// [`crate::limits::RENDEZVOUS_MAX`] runtime rendezvous.
+    Rendezvous,
+    /// [`crate::limits::FENCES_MAX`] replacement fences.
+    Fences,
+}
+
+impl Limit {
+    /// Whether a refusal for this limit left no trace at the directory: the request was
+    /// neither applied nor remembered, so a copy sent later may still take effect. Callers
+    /// treat it like an unknown outcome (send the same request again later); every other
+    /// directory refusal is definitive.
+    pub fn left_no_trace(self) -> bool {
+        matches!(
+            self,
+            Limit::Operations | Limit::IssuerOperations | Limit::Issuers
+        )
+    }
 }
 
 impl fmt::Display for Limit {
@@ -111,6 +141,13 @@ impl fmt::Display for Limit {
             Limit::RequestIds => "request ids exhausted",
             Limit::HostOperations => "too many operations in progress on this host",
             Limit::SessionOperations => "too many operations in progress in this session",
+            Limit::Operations => "too many operations remembered by the directory",
+            Limit::IssuerOperations => "too many operations of one issuer remembered",
+            Limit::Issuers => "too many issuers remembered by the directory",
+            Limit::Entries => "too many namespace entries",
+            Limit::Obligations => "too many retirements and displacements outstanding",
+            Limit::Rendezvous => "too many stream rendezvous",
+            Limit::Fences => "too many replacement fences",
         })
     }
 }
@@ -169,6 +206,18 @@ pub enum NamespaceError {
     /// that incarnation's arena and are gone for good; only a new write can bind the path
     /// again. `Resolve` answers this; `Lookup` marks such a blob `lost`.
     BlobLost(DataPath),
+    /// The operation's record was pruned: its issuer declared every operation below it done,
+    /// or its node incarnation ended (ARCHITECTURE "Retention of operation records"). Its
+    /// outcome is no longer known, and it never takes effect now.
+    OperationExpired(OperationId),
+}
+
+impl NamespaceError {
+    /// Whether the directory neither applied nor remembered the request (see
+    /// [`Limit::left_no_trace`]): the same request may be sent again.
+    pub fn left_no_trace(&self) -> bool {
+        matches!(self, NamespaceError::LimitReached(l) if l.left_no_trace())
+    }
 }
 
 impl fmt::Display for NamespaceError {
@@ -201,6 +250,10 @@ impl fmt::Display for NamespaceError {
             NamespaceError::Protocol(r) => write!(f, "protocol: {r}"),
             NamespaceError::LimitReached(l) => write!(f, "limit reached: {l}"),
             NamespaceError::BlobLost(p) => write!(f, "{p}: {LOST}"),
+            NamespaceError::OperationExpired(op) => write!(
+                f,
+                "operation {op} is older than what its issuer declared done; its outcome is forgotten"
+            ),
         }
     }
 }
@@ -457,6 +510,7 @@ impl From<NamespaceError> for DataPlaneError {
             | NamespaceError::Storage(_)
             | NamespaceError::Protocol(_)
             | NamespaceError::OperationConflict(_)
+            | NamespaceError::OperationExpired(_)
             | NamespaceError::DuplicateStreamRole { .. }
             | NamespaceError::StaleIncarnation { .. }) => {
                 DataPlaneError::SessionFailed(Reason::new(other.to_string()))
@@ -675,7 +729,15 @@ mod tests {
             NamespaceError::Timeout,
             NamespaceError::Protocol(r),
             NamespaceError::LimitReached(Limit::Reservations),
+            NamespaceError::LimitReached(Limit::Operations),
+            NamespaceError::LimitReached(Limit::IssuerOperations),
+            NamespaceError::LimitReached(Limit::Issuers),
+            NamespaceError::LimitReached(Limit::Entries),
+            NamespaceError::LimitReached(Limit::Obligations),
+            NamespaceError::LimitReached(Limit::Rendezvous),
+            NamespaceError::LimitReached(Limit::Fences),
             NamespaceError::BlobLost(p),
+            NamespaceError::OperationExpired(OperationId(9)),
         ];
         for error in &all {
             assert_plain(&error.to_string());

@@ -53,10 +53,105 @@ impl fmt::Display for Address {
 }
 
 /// A client-chosen idempotency key for every mutation and stream open or cancel.
+///
+/// The id names who issued it (ARCHITECTURE "Retention of operation records"): the high 72
+/// bits are its [`Issuer`] — the node (32 bits), the node's incarnation (32 bits) and a lane
+/// (8 bits) that tells apart independent callers of one node incarnation — and the low 56
+/// bits are a sequence number the issuer chooses. The directory keeps an operation's record
+/// until the issuer declares every sequence below some horizon done, or the issuer's node
+/// incarnation ends; a request whose record was pruned is refused `OperationExpired`.
+/// Ordered as a number, the ids of one issuer are contiguous and in sequence order.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
 pub struct OperationId(pub u128);
+
+impl OperationId {
+    /// Bits of the sequence number (the low bits of the id).
+    pub const SEQUENCE_BITS: u32 = 56;
+    /// One past the largest sequence number.
+    pub const SEQUENCE_END: u64 = 1 << Self::SEQUENCE_BITS;
+
+    /// The id of `issuer`'s operation `sequence` (only its low 56 bits are kept).
+    pub const fn new(issuer: Issuer, sequence: u64) -> Self {
+        OperationId(issuer.prefix() | (sequence & (Self::SEQUENCE_END - 1)) as u128)
+    }
+
+    /// Who issued it.
+    pub const fn issuer(self) -> Issuer {
+        Issuer {
+            node: NodeId((self.0 >> 96) as u64 & 0xffff_ffff),
+            incarnation: (self.0 >> 64) as u64 & 0xffff_ffff,
+            lane: (self.0 >> Self::SEQUENCE_BITS) as u8,
+        }
+    }
+
+    /// Its sequence number within its issuer.
+    pub const fn sequence(self) -> u64 {
+        self.0 as u64 & (Self::SEQUENCE_END - 1)
+    }
+}
+
+/// Who issued an operation id: a caller on one node incarnation (see [`OperationId`]).
+///
+/// The node and the incarnation are kept to their low 32 bits, as the id carries them.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Issuer {
+    /// The issuing node (below 2^32).
+    pub node: NodeId,
+    /// The node's incarnation when the ids were issued (below 2^32).
+    pub incarnation: u64,
+    /// Which caller of that node incarnation (a host machine uses lane 0).
+    pub lane: u8,
+}
+
+impl Issuer {
+    /// The issuer of lane `lane` on `node` in `incarnation` (both kept to 32 bits).
+    pub const fn new(node: NodeId, incarnation: u64, lane: u8) -> Self {
+        Issuer {
+            node: NodeId(node.0 & 0xffff_ffff),
+            incarnation: incarnation & 0xffff_ffff,
+            lane,
+        }
+    }
+
+    /// The issuer of lane `lane` on the node incarnation of `address`.
+    pub const fn of(address: Address, lane: u8) -> Self {
+        Issuer::new(address.node, address.incarnation, lane)
+    }
+
+    /// The high 72 bits of every id this issuer mints.
+    const fn prefix(self) -> u128 {
+        ((self.node.0 & 0xffff_ffff) as u128) << 96
+            | ((self.incarnation & 0xffff_ffff) as u128) << 64
+            | (self.lane as u128) << OperationId::SEQUENCE_BITS
+    }
+
+    /// Its operation `sequence`.
+    pub const fn op(self, sequence: u64) -> OperationId {
+        OperationId::new(self, sequence)
+    }
+
+    /// Its first and last possible ids (for range queries).
+    pub const fn ids(self) -> core::ops::RangeInclusive<OperationId> {
+        OperationId(self.prefix())
+            ..=OperationId(self.prefix() | (OperationId::SEQUENCE_END - 1) as u128)
+    }
+
+    /// Whether `address` lives on this issuer's node incarnation (as far as 32 bits tell).
+    pub const fn is_on(self, address: Address) -> bool {
+        address.node.0 & 0xffff_ffff == self.node.0
+            && address.incarnation & 0xffff_ffff == self.incarnation
+    }
+}
+
+impl fmt::Display for Issuer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}~{}", self.node, self.incarnation, self.lane)
+    }
+}
 
 impl fmt::Display for OperationId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -149,6 +244,22 @@ mod tests {
             "000000000000000000000000000000ab"
         );
         assert_eq!(OperationId(u128::MAX).to_string().len(), 32);
+    }
+
+    #[test]
+    fn operation_ids_carry_their_issuer_and_sequence() {
+        let issuer = Issuer::new(NodeId(7), 3, 2);
+        let op = issuer.op(41);
+        assert_eq!(op.issuer(), issuer);
+        assert_eq!(op.sequence(), 41);
+        assert!(issuer.ids().contains(&op));
+        assert!(issuer.op(40) < op && op < issuer.op(42));
+        assert!(!Issuer::new(NodeId(7), 3, 3).ids().contains(&op));
+        // A host's derived ids (node, incarnation, actor << 8 | purpose) are lane 0.
+        let host = OperationId((7u128 << 96) | (3u128 << 64) | ((1u128 << 40) << 8) | 1);
+        assert_eq!(host.issuer(), Issuer::new(NodeId(7), 3, 0));
+        assert!(Issuer::new(NodeId(7), 3, 0).is_on(Address::new(NodeId(7), 3, 500)));
+        assert!(!Issuer::new(NodeId(7), 3, 0).is_on(Address::new(NodeId(7), 4, 500)));
     }
 
     #[test]

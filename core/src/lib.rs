@@ -56,7 +56,7 @@ pub use directory::{Directory, DirectoryConfig};
 pub use effect::{Effect, Outbox, Timer};
 pub use error::{DataPlaneError, NamespaceError, Reason};
 pub use ids::{
-    Address, AuthorityEpoch, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
+    Address, AuthorityEpoch, Issuer, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
 };
 pub use path::{DataPath, JobContext, PathError};
 pub use proxy::{Proxy, ProxyConfig};

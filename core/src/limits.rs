@@ -25,6 +25,31 @@ pub const RETRY_BATCH_MAX: usize = 32;
 pub const FENCE_HELD_OPENS_MAX: usize = 64;
 /// Most live blob reservations in one directory; further reserves get `LimitReached`.
 pub const RESERVATIONS_MAX: usize = 1 << 16;
+/// Most operation records the directory holds before a new operation id is refused
+/// `LimitReached(Operations)` (retractions: twice this). Records are pruned once their issuer
+/// declares them done or its node incarnation ends, so this bounds what is in flight, not
+/// what ever happened.
+pub const OPERATIONS_MAX: usize = 1 << 20;
+/// Most operation records of one issuer (`LimitReached(IssuerOperations)`; retractions:
+/// twice this): one caller that never declares its operations done cannot fill the table.
+pub const ISSUER_OPERATIONS_MAX: usize = 1 << 16;
+/// Most issuers the directory keeps a row for (a horizon or records;
+/// `LimitReached(Issuers)`; retractions: twice this). A row goes when its node incarnation
+/// ends.
+pub const ISSUERS_MAX: usize = 1 << 12;
+/// Most namespace entries (blobs and stream nodes); a mutation that would add one more is
+/// refused `LimitReached(Entries)`.
+pub const ENTRIES_MAX: usize = 1 << 22;
+/// Most retirement and displacement obligations a mutation or an open may add to; beyond
+/// it they are refused `LimitReached(Obligations)`. Retractions and gone reports are never
+/// refused, so the table holds at most this plus two per rendezvous plus three.
+pub const OBLIGATIONS_MAX: usize = 1 << 16;
+/// Most runtime rendezvous (pending or active); a first opener beyond it is refused
+/// `LimitReached(Rendezvous)`.
+pub const RENDEZVOUS_MAX: usize = 1 << 16;
+/// Most replacement fences; a replace-open that would begin one more is refused
+/// `LimitReached(Fences)`.
+pub const FENCES_MAX: usize = 1 << 12;
 /// Most requests one proxy keeps pending before it refuses a caller's request with
 /// `LimitReached` (a caller's retraction is refused only at twice this).
 pub const PROXY_PENDING_MAX: usize = 4096;

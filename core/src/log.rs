@@ -17,7 +17,9 @@ use core::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Limit, NamespaceError};
-use crate::ids::{Address, AuthorityEpoch, NodeId, OperationId, Revision, StreamIncarnation};
+use crate::ids::{
+    Address, AuthorityEpoch, Issuer, NodeId, OperationId, Revision, StreamIncarnation,
+};
 use crate::limits::LOG_RECORD_BYTES_MAX;
 use crate::path::DataPath;
 use crate::wire::{EncodeError, SourceRecovery};
@@ -304,6 +306,13 @@ pub enum SnapshotRecord {
         /// Addresses of earlier incarnations are gone.
         incarnation: u64,
     },
+    /// One issuer's horizon: its operations below `below` are done (their records are gone).
+    Horizon {
+        /// The issuer.
+        issuer: Issuer,
+        /// Sequence numbers below this are done.
+        below: u64,
+    },
 }
 
 /// One durable change of the directory's state.
@@ -381,7 +390,8 @@ pub enum LogRecord {
     },
     /// A host reported that `node` restarted into `incarnation`: every address of an earlier
     /// incarnation is gone for good, and new opens, registers and reservations naming one are
-    /// refused.
+    /// refused. Every operation an earlier incarnation issued is expired: its record is pruned
+    /// (but for a reservation still held, which goes with it) and its issuer row with it.
     NodeRestarted {
         /// The node.
         node: NodeId,
@@ -390,6 +400,16 @@ pub enum LogRecord {
     },
     /// A compaction record.
     Snapshot(SnapshotRecord),
+    /// `issuer` declared every operation below sequence `below` done (and no record of them
+    /// is pinned by a live rendezvous): their records are pruned, except those of
+    /// reservations still held, which go when the reservation does. From now on they are
+    /// refused `OperationExpired`.
+    OperationsDone {
+        /// The issuer.
+        issuer: Issuer,
+        /// The new horizon (above the old one).
+        below: u64,
+    },
 }
 
 /// Appends `record` framed (length, CRC-32C, postcard body) to `buf`; returns the frame size.

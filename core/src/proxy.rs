@@ -24,7 +24,7 @@
 //!
 //! `CancelStream`, `CloseStream` and `ReleaseBlobReservation` undo something at the directory.
 //! They never expire and are re-dispatched on every tick until the directory acknowledges them
-//! (with any answer). When a caller cancels, its retractions stay pending and the proxy becomes
+//! (with any answer but a refusal that left no trace: a full operation table). When a caller cancels, its retractions stay pending and the proxy becomes
 //! their owner; its waiting opens and reserves are replaced by retractions of their own (a
 //! `CancelStream` or a release of the same operation id), and so are opens and reserves that
 //! expire. Replies to proxy-owned retractions are consumed here (Q14).
@@ -394,6 +394,13 @@ impl Proxy {
             return;
         };
         let kind = pending.request.kind();
+        if pending.is_retraction() && reply.body.err().is_some_and(NamespaceError::left_no_trace) {
+            // The directory had no room to apply it (its operation table is full) and
+            // remembers nothing of it: not an acknowledgement. Keep re-driving it, whoever
+            // owns it; a retraction never gives up.
+            self.insert(reply.request_id, pending);
+            return;
+        }
         let body = if reply.body.kind() == kind {
             reply.body
         } else if pending.owner == Owner::Proxy {

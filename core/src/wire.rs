@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{DataPlaneError, NamespaceError, Reason};
 use crate::ids::{
-    Address, AuthorityEpoch, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
+    Address, AuthorityEpoch, Issuer, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
 };
 use crate::limits::{DESCRIPTOR_BYTES_MAX, FILE_REF_BYTES_MAX, FRAME_BYTES_MAX};
 use crate::path::DataPath;
@@ -377,6 +377,18 @@ pub enum DirectoryRequest {
         /// The rendezvous.
         incarnation: StreamIncarnation,
     },
+    /// The issuer declares every one of its operations with a sequence number below `below`
+    /// done: it has their answers and never sends them again. The directory prunes their
+    /// records and refuses them `OperationExpired` from then on (ARCHITECTURE "Retention of
+    /// operation records"). Only the issuer's own node incarnation may say so (`reply_to`
+    /// must be on it). Answered with the horizon in effect, which may stay below `below`
+    /// while one of those operations is a live rendezvous.
+    OperationsDone {
+        /// Whose operations.
+        issuer: Issuer,
+        /// Every sequence number below this is done.
+        below: u64,
+    },
 }
 
 /// The kind of a [`DirectoryRequest`], for reply shapes and counters.
@@ -393,11 +405,12 @@ pub enum RequestKind {
     OpenStream,
     CancelStream,
     CloseStream,
+    OperationsDone,
 }
 
 impl RequestKind {
     /// Every kind, in declaration order.
-    pub const ALL: [RequestKind; 10] = [
+    pub const ALL: [RequestKind; 11] = [
         RequestKind::Register,
         RequestKind::Resolve,
         RequestKind::Lookup,
@@ -408,6 +421,7 @@ impl RequestKind {
         RequestKind::OpenStream,
         RequestKind::CancelStream,
         RequestKind::CloseStream,
+        RequestKind::OperationsDone,
     ];
 
     /// Whether requests of this kind are retractions (never expire at a proxy).
@@ -435,6 +449,7 @@ impl DirectoryRequest {
             DirectoryRequest::OpenStream { .. } => RequestKind::OpenStream,
             DirectoryRequest::CancelStream { .. } => RequestKind::CancelStream,
             DirectoryRequest::CloseStream { .. } => RequestKind::CloseStream,
+            DirectoryRequest::OperationsDone { .. } => RequestKind::OperationsDone,
         }
     }
 
@@ -450,7 +465,8 @@ impl DirectoryRequest {
             | DirectoryRequest::CancelStream { operation, .. } => Some(*operation),
             DirectoryRequest::Resolve { .. }
             | DirectoryRequest::Lookup { .. }
-            | DirectoryRequest::CloseStream { .. } => None,
+            | DirectoryRequest::CloseStream { .. }
+            | DirectoryRequest::OperationsDone { .. } => None,
         }
     }
 }
@@ -469,6 +485,8 @@ pub enum ReplyBody {
     StreamOpened(Result<StreamMatch, NamespaceError>),
     StreamCancelled(Result<(), NamespaceError>),
     StreamClosed(Result<(), NamespaceError>),
+    /// The issuer's horizon now in effect.
+    OperationsDone(Result<u64, NamespaceError>),
 }
 
 impl ReplyBody {
@@ -485,6 +503,7 @@ impl ReplyBody {
             ReplyBody::StreamOpened(_) => RequestKind::OpenStream,
             ReplyBody::StreamCancelled(_) => RequestKind::CancelStream,
             ReplyBody::StreamClosed(_) => RequestKind::CloseStream,
+            ReplyBody::OperationsDone(_) => RequestKind::OperationsDone,
         }
     }
 
@@ -501,6 +520,7 @@ impl ReplyBody {
             RequestKind::OpenStream => ReplyBody::StreamOpened(Err(error)),
             RequestKind::CancelStream => ReplyBody::StreamCancelled(Err(error)),
             RequestKind::CloseStream => ReplyBody::StreamClosed(Err(error)),
+            RequestKind::OperationsDone => ReplyBody::OperationsDone(Err(error)),
         }
     }
 
@@ -517,6 +537,7 @@ impl ReplyBody {
             | ReplyBody::BlobReservationReleased(r)
             | ReplyBody::StreamCancelled(r)
             | ReplyBody::StreamClosed(r) => r.as_ref().err(),
+            ReplyBody::OperationsDone(r) => r.as_ref().err(),
         }
     }
 }

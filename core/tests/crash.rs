@@ -96,7 +96,8 @@ fn step_s() -> impl Strategy<Value = Step> {
         3 => (0u8..16).prop_map(Step::SourceRetired),
         4 => (0u8..16).prop_map(Step::StreamDisplaced),
         1 => (0u8..4).prop_map(|e| Step::Gone(Gone::Endpoint(e))),
-        1 => (2u8..7).prop_map(|n| Step::Gone(Gone::Node(n, 2))),
+        1 => (1u8..7).prop_map(|n| Step::Gone(Gone::Node(n, 2))),
+        2 => (0u8..60, 0u8..2).prop_map(|(below, who)| Step::Done { below, who }),
         2 => Just(Step::Tick),
         2 => Just(Step::Restart),
     ]

@@ -1040,12 +1040,14 @@ fn reserve_blob_reusing_an_op_is_an_operation_conflict() {
 #[test]
 fn reserve_blob_beyond_the_limit_is_sticky_limit_reached() {
     let mut d = Dir::new();
-    // Fill the table without the harness's per-step invariant check (O(state) each).
+    // Fill the table without the harness's per-step invariant check (O(state) each). The
+    // ids come from two issuers (lanes 1 and 2), each below its own bound of records.
+    let filler = |i: usize| ((1 + (i % 2) as u128) << 56) | (1_000_000 + i as u128);
     for i in 0..RESERVATIONS_MAX {
         let call = DirectoryCall {
             request_id: RequestId(1_000_000 + i as u64),
             reply_to: CLIENT,
-            request: reserve_req(&format!("/r/{i}"), 1_000_000 + i as u128, CLIENT),
+            request: reserve_req(&format!("/r/{i}"), filler(i), CLIENT),
         };
         let mut out = Outbox::new();
         d.dir
@@ -1089,7 +1091,7 @@ fn reserve_blob_beyond_the_limit_is_sticky_limit_reached() {
     // Sticky: even once one is released the same id keeps answering LimitReached, and a fresh
     // id succeeds.
     assert_eq!(
-        d.call(release_req("/r/0", 1_000_000)),
+        d.call(release_req("/r/0", filler(0))),
         ReplyBody::BlobReservationReleased(Ok(()))
     );
     assert_eq!(

@@ -86,6 +86,12 @@ fn render_body(body: &ReplyBody) -> String {
         ReplyBody::StreamOpened(r) => format!("StreamOpened {}", render_result(r, render_match)),
         ReplyBody::StreamCancelled(r) => format!("StreamCancelled {}", render_result(r, unit)),
         ReplyBody::StreamClosed(r) => format!("StreamClosed {}", render_result(r, unit)),
+        ReplyBody::OperationsDone(r) => {
+            format!(
+                "OperationsDone {}",
+                render_result(r, |h| format!("below {h}"))
+            )
+        }
     }
 }
 

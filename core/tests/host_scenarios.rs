@@ -723,6 +723,74 @@ fn a_replaced_write_frees_its_lease_only_after_the_child_lets_go() {
 }
 
 #[test]
+fn the_host_declares_its_finished_operations_done_and_the_directory_forgets_them() {
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    for op in 1..=5 {
+        w.write(a, op, &format!("/data/x{op}"), &bytes(64, op as u8));
+    }
+    // An exclusive write reserves first: the reservation's record is pinned while it is held,
+    // and goes once the Register consumed it.
+    let view = w.open_write(a, 6, "/data/y", 64, true);
+    w.fill_and_seal(a, &view, &bytes(64, 6));
+    w.send(a, ChildRequest::Seal { op: ChildOp(6) });
+    w.expect(a, |e| matches!(e, ChildEvent::Published { .. }));
+    w.run(3);
+    let issuer = w.host(N1).issuer();
+    let horizon = w.host(N1).operation_horizon();
+    let durable = w.dir().durable();
+    assert_eq!(
+        durable.horizon(issuer),
+        horizon,
+        "the host declared everything it finished"
+    );
+    assert_eq!(
+        durable.issuer(issuer).map_or(0, |row| row.records),
+        0,
+        "the directory remembers none of the host's finished operations"
+    );
+    // A publication in flight holds the horizon at its operation until it is answered.
+    w.blackhole(|f| {
+        matches!(&f.message, Message::Call(c)
+            if matches!(&c.request, DirectoryRequest::Register { path, .. } if path.as_str() == "/data/z"))
+    });
+    let view = w.open_write(a, 7, "/data/z", 64, false);
+    w.fill_and_seal(a, &view, &bytes(64, 7));
+    w.send(a, ChildRequest::Seal { op: ChildOp(7) });
+    w.run(3);
+    assert!(w.host(N1).operation_horizon() > horizon);
+    let held = w.host(N1).operation_horizon();
+    assert!(
+        w.take(a)
+            .iter()
+            .all(|e| !matches!(e, ChildEvent::Published { .. }))
+    );
+    for op in 8..=9 {
+        w.write(a, op, &format!("/data/w{op}"), &bytes(64, op as u8));
+    }
+    w.run(3);
+    assert_eq!(
+        w.host(N1).operation_horizon(),
+        held,
+        "stuck behind the Register"
+    );
+    assert_eq!(w.dir().durable().horizon(issuer), held);
+    w.heal();
+    w.run(100);
+    w.expect(a, |e| matches!(e, ChildEvent::Published { .. }));
+    w.run(3);
+    assert!(w.dir().durable().horizon(issuer) > held);
+    assert_eq!(
+        w.dir()
+            .durable()
+            .issuer(issuer)
+            .map_or(0, |row| row.records),
+        0
+    );
+}
+
+#[test]
 fn abort_after_publication_unbinds_the_path() {
     let mut w = World::new(1);
     let a = w.child(N1);

@@ -15,8 +15,9 @@
 mod common;
 
 use common::proptest_config;
+use dataplane_core::directory::DirectoryLimits;
 use dataplane_core::wire::StreamRole;
-use dataplane_testkit::check::{BeyondBatch, run};
+use dataplane_testkit::check::{BeyondBatch, run, run_with_limits};
 use dataplane_testkit::workload::{
     Expect, Gone, IncPick, OPEN_OPS, P, REGISTER_OPS, RENAME_OPS, RESERVE_OPS, Step, UNREGISTER_OPS,
 };
@@ -44,14 +45,16 @@ fn expect_s() -> impl Strategy<Value = Expect> {
 
 /// Step weights, in the order of [`step_s`]'s arms: Register, Resolve, Lookup, Reserve,
 /// Release, Unregister, Rename, Open, Cancel, Close, Replay, SourceRetired, StreamDisplaced,
-/// Gone, Tick, Restart, Route. Each case draws one profile (swarm testing), so that some
+/// Gone, Tick, Restart, Route, Done. Each case draws one profile (swarm testing), so that some
 /// sequences concentrate on streams and fences, others on blobs and reservations, others on
-/// obligations.
-const PROFILES: [[u32; 17]; 4] = [
-    [6, 2, 3, 3, 2, 3, 3, 12, 3, 3, 9, 2, 3, 2, 2, 1, 1],
-    [2, 1, 4, 1, 1, 2, 1, 24, 4, 4, 10, 1, 9, 1, 3, 1, 1],
-    [12, 3, 4, 8, 5, 6, 6, 2, 1, 1, 10, 5, 1, 2, 2, 1, 1],
-    [6, 1, 2, 2, 1, 2, 2, 12, 3, 2, 6, 6, 8, 5, 4, 3, 4],
+/// obligations, the last on retention (issuers declaring their operations done, replays of
+/// pruned operations, restarts of issuing nodes).
+const PROFILES: [[u32; 18]; 5] = [
+    [6, 2, 3, 3, 2, 3, 3, 12, 3, 3, 9, 2, 3, 2, 2, 1, 1, 1],
+    [2, 1, 4, 1, 1, 2, 1, 24, 4, 4, 10, 1, 9, 1, 3, 1, 1, 1],
+    [12, 3, 4, 8, 5, 6, 6, 2, 1, 1, 10, 5, 1, 2, 2, 1, 1, 1],
+    [6, 1, 2, 2, 1, 2, 2, 12, 3, 2, 6, 6, 8, 5, 4, 3, 4, 1],
+    [6, 1, 1, 4, 3, 4, 3, 10, 4, 2, 12, 2, 3, 3, 2, 2, 1, 8],
 ];
 
 fn register_s() -> impl Strategy<Value = Step> {
@@ -101,12 +104,12 @@ fn gone_s() -> impl Strategy<Value = Step> {
         3 => (0u8..4).prop_map(Gone::Endpoint),
         1 => op_s(REGISTER_OPS).prop_map(Gone::Source),
         1 => (0u8..2).prop_map(Gone::Owner),
-        2 => (2u8..8, 2u64..4).prop_map(|(n, i)| Gone::Node(n, i)),
+        2 => (1u8..8, 2u64..4).prop_map(|(n, i)| Gone::Node(n, i)),
     ]
     .prop_map(Step::Gone)
 }
 
-fn step_s(w: [u32; 17]) -> impl Strategy<Value = Step> {
+fn step_s(w: [u32; 18]) -> impl Strategy<Value = Step> {
     let inc = prop_oneof![
         (0u8..4).prop_map(IncPick::Seen),
         (1u8..12).prop_map(IncPick::Current)
@@ -134,12 +137,51 @@ fn step_s(w: [u32; 17]) -> impl Strategy<Value = Step> {
         w[15] => Just(Step::Restart),
         w[16] => (0u8..8, any::<bool>())
             .prop_map(|(target, routable)| Step::Route { target, routable }),
+        w[17] => (0u8..26, 0u8..3).prop_map(|(below, who)| Step::Done { below, who }),
     ]
 }
 
 fn steps_s() -> impl Strategy<Value = Vec<Step>> {
     let steps = |p: usize| proptest::collection::vec(step_s(PROFILES[p]), 1..60);
-    prop_oneof![steps(0), steps(1), steps(2), steps(3)]
+    prop_oneof![steps(0), steps(1), steps(2), steps(3), steps(4)]
+}
+
+/// Limits small enough for the workload to reach each of them.
+fn small_limits() -> impl Strategy<Value = DirectoryLimits> {
+    (
+        1usize..10,
+        1usize..6,
+        1usize..4,
+        1usize..4,
+        0usize..4,
+        0usize..3,
+        0usize..2,
+        0usize..3,
+    )
+        .prop_map(
+            |(
+                operations,
+                issuer_operations,
+                issuers,
+                entries,
+                obligations,
+                rendezvous,
+                fences,
+                held,
+            )| {
+                DirectoryLimits {
+                    operations,
+                    issuer_operations,
+                    issuers,
+                    entries,
+                    obligations,
+                    rendezvous,
+                    fences,
+                    reservations: rendezvous + 1,
+                    fence_held_opens: held,
+                }
+            },
+        )
 }
 
 proptest! {
@@ -150,5 +192,16 @@ proptest! {
     #[test]
     fn directory_matches_the_reference_model(steps in steps_s()) {
         run(&steps, BeyondBatch::Assert).map_err(TestCaseError::fail)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(proptest_config(2000))]
+
+    /// Every table full: each `LimitReached` the directory answers, sticky or without a trace,
+    /// is the model's.
+    #[test]
+    fn full_tables_refuse_as_the_model_says(steps in steps_s(), limits in small_limits()) {
+        run_with_limits(&steps, BeyondBatch::Assert, limits).map_err(TestCaseError::fail)?;
     }
 }

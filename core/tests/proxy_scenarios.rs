@@ -208,6 +208,7 @@ impl Harness {
         let config = DirectoryConfig {
             address: self.dir_address,
             retry_period: self.retry,
+            limits: Default::default(),
         };
         let mut out = Outbox::new();
         let dir = Directory::recover(config, &self.log, &mut ActorSources, self.now, &mut out)

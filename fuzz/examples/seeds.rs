@@ -101,6 +101,10 @@ fn frames() -> Vec<Envelope> {
             path: path("/s"),
             incarnation: inc,
         },
+        DirectoryRequest::OperationsDone {
+            issuer: dataplane_core::ids::Issuer::new(NodeId(1), 1, 0),
+            below: 42,
+        },
     ];
     let matched = StreamMatch {
         incarnation: inc,
@@ -136,6 +140,8 @@ fn frames() -> Vec<Envelope> {
             path: path("/s"),
             incarnation: inc,
         })),
+        ReplyBody::OperationsDone(Ok(42)),
+        ReplyBody::Registered(Err(NamespaceError::OperationExpired(OperationId(7)))),
     ];
     let mut messages: Vec<Message> = Vec::new();
     for (i, request) in requests.into_iter().enumerate() {

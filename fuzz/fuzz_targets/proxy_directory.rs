@@ -288,6 +288,7 @@ impl World {
             DirectoryConfig {
                 address: dir_address,
                 retry_period: RETRY,
+                limits: Default::default(),
             },
             &[],
             &mut ActorSources,
@@ -405,6 +406,7 @@ impl World {
         let config = DirectoryConfig {
             address: self.dir_address,
             retry_period: RETRY,
+            limits: Default::default(),
         };
         self.dir = Directory::recover(config, &self.log, &mut ActorSources, self.now, &mut out)
             .expect("the directory recovers from its own log");

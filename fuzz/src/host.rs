@@ -843,7 +843,10 @@ impl World {
                     Limit::Reservations,
                     Limit::PendingRequests,
                     Limit::RequestIds,
-                ][usize::from(i % 4)],
+                    // A full operation table: no trace, the host must ask again.
+                    Limit::Operations,
+                    Limit::Entries,
+                ][usize::from(i % 6)],
             ),
         }
     }
@@ -867,6 +870,7 @@ impl World {
             RequestKind::ReleaseBlobReservation => ReplyBody::BlobReservationReleased(Ok(())),
             RequestKind::CancelStream => ReplyBody::StreamCancelled(Ok(())),
             RequestKind::CloseStream => ReplyBody::StreamClosed(Ok(())),
+            RequestKind::OperationsDone => ReplyBody::OperationsDone(Ok(u64::from(revision.0))),
             RequestKind::Lookup => ReplyBody::LookedUp(Ok(NamespaceNode {
                 kind: if stream {
                     EntryKind::Stream

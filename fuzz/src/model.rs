@@ -9,6 +9,7 @@
 //! `RETRY_BATCH_MAX` obligations are open is skipped (`BeyondBatch::Skip`). Fuzzed sequences
 //! are long enough to get there; the test's are not.
 
+use dataplane_core::directory::DirectoryLimits;
 use dataplane_testkit::check::{self, BeyondBatch};
 use dataplane_testkit::dir::Dir;
 use dataplane_testkit::workload::{
@@ -112,15 +113,32 @@ pub fn normalised(step: &Step) -> Step {
             Gone::Endpoint(e) => Gone::Endpoint(e % 4),
             Gone::Source(op) => Gone::Source(fold(op, REGISTER_OPS)),
             Gone::Owner(k) => Gone::Owner(k % 2),
-            Gone::Node(n, i) => Gone::Node(fold(n, 2..=7), 2 + i % 2),
+            Gone::Node(n, i) => Gone::Node(fold(n, 1..=7), 2 + i % 2),
         }),
         Step::Route { target, routable } => Step::Route {
             target: target % 8,
             routable,
         },
+        Step::Done { below, who } => Step::Done {
+            below: below % 26,
+            who: who % 3,
+        },
         other @ (Step::Resolve(_) | Step::Lookup(_) | Step::Tick | Step::Restart) => other,
     }
 }
+
+/// Tables small enough for a fuzzed sequence to fill each of them.
+const SMALL: DirectoryLimits = DirectoryLimits {
+    operations: 8,
+    issuer_operations: 5,
+    issuers: 2,
+    entries: 2,
+    obligations: 2,
+    rendezvous: 1,
+    fences: 1,
+    reservations: 1,
+    fence_held_opens: 1,
+};
 
 /// The first [`STEPS_MAX`] of `steps`, each [`normalised`].
 fn prepared(steps: &[Step]) -> Vec<Step> {
@@ -129,8 +147,16 @@ fn prepared(steps: &[Step]) -> Vec<Step> {
 
 /// Runs `steps` (cut and folded) against a fresh directory and the reference model; panics on
 /// the first disagreement.
+///
+/// One input in three (by length) runs with [`SMALL`] tables, so that every `LimitReached`
+/// is reached too.
 pub fn run(steps: &[Step]) {
-    if let Err(e) = check::run(&prepared(steps), BeyondBatch::Skip) {
+    let limits = if steps.len() % 3 == 2 {
+        SMALL
+    } else {
+        DirectoryLimits::default()
+    };
+    if let Err(e) = check::run_with_limits(&prepared(steps), BeyondBatch::Skip, limits) {
         panic!("{e}");
     }
 }

@@ -11,7 +11,7 @@ use dataplane_testkit::workload::{Expect, Gone, IncPick, P, Step};
 use crate::model::drive;
 
 /// A busy workload: blobs, a reservation, a rendezvous and its replacement fence, retries,
-/// gone reports, ticks and a restart.
+/// declarations of operations done, gone reports, ticks and a restart.
 pub fn busy_steps() -> Vec<Step> {
     let open = |path, role, endpoint, replace, op| Step::Open {
         path,
@@ -77,11 +77,20 @@ pub fn busy_steps() -> Vec<Step> {
             path: P::AC,
             inc: IncPick::Seen(0),
         },
+        // Retention: both issuers declare their operations done, a pruned one is replayed,
+        // and node 1's restart expires what its first incarnation issued.
+        Step::Done { below: 12, who: 0 },
+        Step::Done { below: 14, who: 1 },
+        Step::Replay {
+            back: 3,
+            other_client: false,
+        },
         Step::Gone(Gone::Node(2, 2)),
         Step::SourceRetired(0),
         Step::Restart,
         Step::Lookup(P::AC),
         Step::Resolve(P::B),
+        Step::Gone(Gone::Node(1, 2)),
     ]
 }
 

@@ -225,6 +225,7 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
     let config = DirectoryConfig {
         address,
         retry_period: options.retry_period,
+        limits: Default::default(),
     };
     let mut outbox = Outbox::new();
     let machine = Directory::recover(

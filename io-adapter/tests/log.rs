@@ -65,6 +65,7 @@ impl Node {
         let config = DirectoryConfig {
             address: DIRECTORY,
             retry_period: Duration::from_secs(1),
+            limits: Default::default(),
         };
         let dir = Directory::recover(
             config,

@@ -9,12 +9,21 @@
 //! sometimes walks away right after sending a close (the proxy keeps and re-owns it). When the run heals, clients *quiesce*:
 //! they start nothing new, close what they hold and cancel what they wait for, so every
 //! liveness property can be checked against a quiet system.
+//!
+//! **Retention.** Each client is an issuer of its own (lane = its actor number on the node
+//! incarnation, sequence = a counter) and declares its operations done (`OperationsDone`)
+//! every few operations: everything below the operation it is still asking about, or below
+//! its next one. Operations it only replays from its history (Replay, Conflict) are done, and
+//! so are those it handed to the proxy to retract: a replay of a pruned one is refused
+//! `OperationExpired`, which the model predicts. A client that hears `OperationExpired` for
+//! an operation it still asks about records a violation: its record was pruned while it could
+//! still retry.
 
 use std::collections::VecDeque;
 
 use dataplane_core::error::NamespaceError;
 use dataplane_core::ids::{
-    Address, AuthorityEpoch, OperationId, RequestId, Revision, StreamIncarnation,
+    Address, AuthorityEpoch, Issuer, OperationId, RequestId, Revision, StreamIncarnation,
 };
 use dataplane_core::path::DataPath;
 use dataplane_core::time::{Duration, Instant};
@@ -71,6 +80,8 @@ impl OpKind {
 const HISTORY_MAX: usize = 16;
 /// How many retractions a client remembers handing to its proxy (re-issued if it restarts).
 const ABANDONED_MAX: usize = 16;
+/// A client declares its operations done once its horizon moved this far.
+const DONE_EVERY: u64 = 4;
 
 /// What the client is doing with its current request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -166,6 +177,10 @@ pub struct Client {
     queued: VecDeque<DirectoryRequest>,
     /// Wake-ups are valid only for the current generation.
     pub wake_generation: u64,
+    /// The horizon it last declared.
+    declared: u64,
+    /// Violations it saw (drained by the world into the checker).
+    pub violations: Vec<String>,
 }
 
 /// What a client needs from the world for one step.
@@ -229,7 +244,54 @@ impl Client {
             abandoned: VecDeque::new(),
             queued: VecDeque::new(),
             wake_generation: 0,
+            declared: 0,
+            violations: Vec::new(),
         }
+    }
+
+    /// The client's issuer: lane = its actor number on its node incarnation.
+    pub fn issuer(&self) -> Issuer {
+        Issuer::of(self.address, self.address.actor as u8)
+    }
+
+    /// The lowest sequence number it may still ask about: that of its request in flight if
+    /// it is one of its own not yet answered (not a replay from its history), else the next.
+    pub fn horizon(&self) -> u64 {
+        match &self.state {
+            State::Calling {
+                plan, request: r, ..
+            } if !matches!(plan, Plan::Retract) => r
+                .operation()
+                .filter(|op| op.issuer() == self.issuer() && !self.replays(*op))
+                .map_or(self.next_op, OperationId::sequence),
+            _ => self.next_op,
+        }
+    }
+
+    fn replays(&self, op: OperationId) -> bool {
+        self.history.iter().any(|h| h.operation() == Some(op))
+    }
+
+    /// Declares the client's operations done when its horizon moved far enough. The answer
+    /// is not waited for (a later declaration covers a lost one).
+    fn declare_done(&mut self, io: &mut Io<'_>) {
+        let below = self.horizon();
+        let every = if self.quiescing { 1 } else { DONE_EVERY };
+        if below < self.declared + every {
+            return;
+        }
+        self.declared = below;
+        let request_id = RequestId(self.next_request);
+        self.next_request += 1;
+        let call = DirectoryCall {
+            request_id,
+            reply_to: self.address,
+            request: DirectoryRequest::OperationsDone {
+                issuer: self.issuer(),
+                below,
+            },
+        };
+        io.actions.push(Action::Call(call));
     }
 
     /// Whether the client has nothing in flight, holds nothing and owes no retraction.
@@ -238,11 +300,9 @@ impl Client {
     }
 
     fn fresh_op(&mut self) -> OperationId {
-        let op = (u128::from(self.global) << 96)
-            | (u128::from(self.address.incarnation) << 64)
-            | u128::from(self.next_op);
+        let op = self.issuer().op(self.next_op);
         self.next_op += 1;
-        OperationId(op)
+        op
     }
 
     fn send(&mut self, io: &mut Io<'_>, plan: Plan, request: DirectoryRequest) {
@@ -407,6 +467,8 @@ impl Client {
             }
             _ => {}
         }
+        // Everything it finished is done: the directory may forget it all.
+        self.declare_done(io);
     }
 
     /// The client's endpoint was displaced: its stream is over.
@@ -432,6 +494,16 @@ impl Client {
         }
         let plan = plan.clone();
         let request = request.clone();
+        if let Some(NamespaceError::OperationExpired(op)) = reply.body.err()
+            && !matches!(plan, Plan::Retract)
+            && !self.replays(*op)
+        {
+            self.violations.push(format!(
+                "client {} heard OperationExpired for {op}, which it still asks about: its \
+                 record was pruned while it could retry",
+                self.address
+            ));
+        }
         // An earlier attempt went to a proxy that restarted or whose answer never came: it may
         // have reached the directory.
         let placed_before = attempts.len() > 1;
@@ -663,6 +735,7 @@ impl Client {
     }
 
     fn start(&mut self, io: &mut Io<'_>) {
+        self.declare_done(io);
         if let Some((path, role, revision)) = self.reconnect.take() {
             // Reconnect: open the same side again on the node revision just used, as a peer
             // that lost its stream would (both sides usually do, and rendezvous again).

@@ -131,6 +131,18 @@ pub struct OverloadOptions {
     pub link_frames_max: usize,
 }
 
+/// The long-life regime (issue 13): hours of simulated time and many thousands of operations
+/// per proxy, with pruning active, so that a defect that lets the directory's state grow with
+/// what happened (rather than with what is live), or that prunes a record its caller may still
+/// retry, shows within one seed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LongLifeOptions {
+    /// How long faults run (1–2 hours).
+    pub fault_phase: Duration,
+    /// Mean pause between two operations of a client (100–400 ms).
+    pub think_mean: Duration,
+}
+
 /// The options of one run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
@@ -175,6 +187,8 @@ pub struct Options {
     pub overload: Option<OverloadOptions>,
     /// The supervisor revokes a running worker's session (issue 17).
     pub revocations: Option<Recurring>,
+    /// The long-life regime, in some seeds.
+    pub long_life: Option<LongLifeOptions>,
 }
 
 const PATH_POOL: [&str; 8] = [
@@ -354,7 +368,10 @@ impl Options {
             paths
         };
         let mut host = HostOptions::draw(&mut rng, hosts);
-        // Drawn last, so the draws above stay what they were for every seed.
+        let directory_retry = ms(&mut rng, 100, 2_000);
+        let mut fault_phase = Duration::from_secs(rng.range(20, 90));
+        // The regimes and the later fault kinds are drawn after everything else, so adding
+        // one changes no earlier draw of any seed.
         let overload = rng.chance(0.2).then(|| OverloadOptions {
             proxy_pending_max: rng.range(2, 17) as usize,
             host_operations_max: rng.range(2, 13) as usize,
@@ -376,12 +393,26 @@ impl Options {
             host.think_mean = host.think_mean.max(Duration::from_millis(100));
             host.arena_size = host.arena_size.max((o.fresh_paths + 64) * 4 * 1_280);
         }
+        // Drawn after everything else, like the overload regime, and never with it (one
+        // regime's cost at a time).
+        let long_life = (overload.is_none() && rng.chance(1.0 / 16.0)).then(|| LongLifeOptions {
+            fault_phase: Duration::from_secs(rng.range(3_600, 2 * 3_600)),
+            think_mean: ms(&mut rng, 100, 400),
+        });
+        if let Some(l) = &long_life {
+            fault_phase = l.fault_phase;
+            workload.think_mean = l.think_mean;
+            // Workers keep writing and reading, but small blobs at a calmer pace: the
+            // directory's tables are what this regime is about.
+            host.think_mean = host.think_mean.max(Duration::from_millis(500));
+            host.blob_max = host.blob_max.min(2_048);
+        }
         Options {
             seed,
             clients_per_host,
             paths,
-            directory_retry: ms(&mut rng, 100, 2_000),
-            fault_phase: Duration::from_secs(rng.range(20, 90)),
+            directory_retry,
+            fault_phase,
             // Long enough for a request admitted at the heal to expire and its retraction to
             // be acknowledged.
             liveness_bound: Duration::from_secs(120).max(
@@ -404,6 +435,7 @@ impl Options {
             host,
             overload,
             revocations,
+            long_life,
         }
     }
 
@@ -496,6 +528,13 @@ impl Options {
             h.corrupt,
             h.abrupt_close,
         );
+        if let Some(l) = &self.long_life {
+            let _ = writeln!(
+                s,
+                "# long-life: faults_for={} think={}",
+                l.fault_phase, l.think_mean
+            );
+        }
         if let Some(o) = &self.overload {
             let _ = writeln!(
                 s,

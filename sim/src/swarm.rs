@@ -54,6 +54,9 @@ pub struct SwarmReport {
     pub busy: WallDuration,
     /// Aggregated coverage.
     pub coverage: Coverage,
+    /// One line per long-life seed: its length, its mutations per proxy and the most
+    /// operation records and log bytes the directory held.
+    pub long_life: Vec<String>,
 }
 
 impl SwarmReport {
@@ -163,6 +166,17 @@ pub fn run_swarm(config: &SwarmConfig) -> SwarmReport {
         report.sim_time = report.sim_time.saturating_add(run.outcome.sim_time);
         report.busy += run.wall;
         report.coverage.merge(&run.coverage);
+        if run.options.contains("# long-life:") {
+            let s = &run.stats;
+            report.long_life.push(format!(
+                "# long-life seed={} sim_time={:.0}s mutations_per_node={:?} records_max={} log_bytes_max={}",
+                run.seed,
+                run.outcome.sim_time.as_secs_f64(),
+                s.operations_per_node,
+                s.records_max,
+                s.log_bytes_max
+            ));
+        }
         match failure {
             Some(message) => report.failures.push(SeedFailure {
                 seed: run.seed,

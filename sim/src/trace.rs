@@ -149,6 +149,7 @@ fn describe_request(request: &dataplane_core::wire::DirectoryRequest) -> String 
             format!("CancelStream {path} op={operation}")
         }
         R::CloseStream { path, incarnation } => format!("CloseStream {path} {incarnation}"),
+        R::OperationsDone { issuer, below } => format!("OperationsDone {issuer} below={below}"),
     }
 }
 

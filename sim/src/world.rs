@@ -210,6 +210,12 @@ pub struct Stats {
     pub directory_steps: u64,
     /// Host machine steps.
     pub host_steps: u64,
+    /// Mutations (calls carrying an operation id) the directory handled, per host node.
+    pub operations_per_node: Vec<u64>,
+    /// The most operation records the directory held after any step.
+    pub records_max: u64,
+    /// The most bytes the simulated log held (compaction rewrites it as a snapshot).
+    pub log_bytes_max: u64,
 }
 
 /// The directory node: the machine, its disk and the effects held behind the barrier.
@@ -372,6 +378,9 @@ impl World {
     /// Runs to the end and returns how it went.
     pub fn run(mut self) -> (Outcome, World) {
         self.start();
+        if self.options.long_life.is_some() {
+            self.checker.coverage.hit("regime.long_life");
+        }
         while let Some(event) = self.queue.pop() {
             self.now = event.at;
             self.stats.events += 1;
@@ -915,6 +924,14 @@ impl World {
 
     fn host_output(&mut self, host: usize, out: HostOutput) {
         let incarnation = self.hosts[host].incarnation;
+        // Retention, seen by the callers: a client that heard OperationExpired for an
+        // operation it still asks about says so.
+        for client in &mut self.hosts[host].clients {
+            for violation in client.violations.drain(..) {
+                self.checker
+                    .fail(self.now, format!("retention: {violation}"));
+            }
+        }
         for (from, to, message) in out.sends {
             if matches!(
                 message,
@@ -1169,6 +1186,16 @@ impl World {
         let effects = self.outbox.take();
         self.directory.step += 1;
         self.stats.directory_steps += 1;
+        if let DirInput::Message(Message::Call(call)) = &input
+            && call.request.operation().is_some()
+            && let Some(node) = self.hosts.iter().position(|h| h.node == call.reply_to.node)
+        {
+            let per_node = &mut self.stats.operations_per_node;
+            per_node.resize(per_node.len().max(self.hosts.len()), 0);
+            per_node[node] += 1;
+        }
+        let records = machine.durable().operation_count() as u64;
+        self.stats.records_max = self.stats.records_max.max(records);
         self.checker
             .directory_step(now, self.directory.step, &input, &effects, machine);
         if effects.iter().any(|e| matches!(e, Effect::Persist(_))) {
@@ -1187,6 +1214,10 @@ impl World {
                             .fail(self.now, format!("log record does not encode: {error}"));
                     }
                     self.directory.barrier = self.directory.disk.len();
+                    self.stats.log_bytes_max = self
+                        .stats
+                        .log_bytes_max
+                        .max(self.directory.disk.len() as u64);
                 }
                 other => {
                     let d = &self.directory;
@@ -1423,6 +1454,7 @@ impl World {
         let config = DirectoryConfig {
             address: d.address(),
             retry_period: self.options.directory_retry,
+            limits: Default::default(),
         };
         let recovered = Directory::recover(
             config,
@@ -1639,6 +1671,21 @@ impl World {
             _ => None,
         };
         let on_tick = matches!(input, MachineInput::Tick);
+        if let MachineInput::Message(_, to, Message::Reply(reply)) = &input
+            && let Some(dataplane_core::error::NamespaceError::OperationExpired(op)) =
+                reply.body.err()
+        {
+            // A host re-sends a call until its answer is definitive and replays nothing it
+            // finished: its operations are pruned only once it declared them done.
+            self.checker.fail(
+                now,
+                format!(
+                    "retention: host binding {to} heard OperationExpired for {op}: its record \
+                     was pruned while the host could still retry it"
+                ),
+            );
+            return;
+        }
         let result = match input {
             MachineInput::Message(from, to, message) => {
                 machine.handle_message(now, from, to, message, &mut h.mem, &mut self.outbox)

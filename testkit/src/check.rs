@@ -20,11 +20,12 @@
 
 use std::collections::BTreeMap;
 
+use dataplane_core::directory::DirectoryLimits;
 use dataplane_core::directory::{DurableState, ObligationKey, Rendezvous};
 use dataplane_core::effect::Effect;
 use dataplane_core::error::NamespaceError;
 use dataplane_core::ids::{
-    Address, AuthorityEpoch, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
+    Address, AuthorityEpoch, Issuer, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
 };
 use dataplane_core::limits::RETRY_BATCH_MAX;
 use dataplane_core::log::{Entry, OperationRecord, Outcome, Reservation};
@@ -174,6 +175,11 @@ fn check_state(d: &Dir, m: &Model, seen: &Seen) -> Result<(), String> {
     );
     let floors: BTreeMap<NodeId, u64> = durable.node_floors().map(|(n, f)| (*n, *f)).collect();
     ensure_eq!(&floors, &m.floors, "node floors");
+    let issuers: BTreeMap<Issuer, (u64, usize)> = durable
+        .issuers()
+        .map(|(i, row)| (*i, (row.horizon, row.records)))
+        .collect();
+    ensure_eq!(&issuers, &m.issuer_rows(), "issuer rows (horizon, records)");
     let streams: Vec<(DataPath, bool)> = d
         .dir
         .rendezvous_all()
@@ -246,6 +252,11 @@ fn reply_is_durable(
     let Some(request) = requests.get(&reply.request_id) else {
         return false;
     };
+    if let (DirectoryRequest::OperationsDone { issuer, .. }, ReplyBody::OperationsDone(Ok(h))) =
+        (request, &reply.body)
+    {
+        return state.is_issuer_gone(*issuer) || state.horizon(*issuer) >= *h;
+    }
     let Some(op) = request.operation() else {
         return true;
     };
@@ -256,8 +267,9 @@ fn reply_is_durable(
         | ReplyBody::Renamed(Ok(r)) => outcome == Some(&Outcome::Committed(r.revision)),
         ReplyBody::StreamOpened(Ok(m)) => outcome == Some(&Outcome::Committed(m.revision)),
         ReplyBody::BlobReserved(Ok(())) => outcome == Some(&Outcome::Reserved),
+        // A release that ends the reservation of an expired operation also prunes its record.
         ReplyBody::StreamCancelled(Ok(())) | ReplyBody::BlobReservationReleased(Ok(())) => {
-            outcome.is_some()
+            outcome.is_some() || state.is_expired(op)
         }
         ReplyBody::Registered(Err(e))
         | ReplyBody::Unregistered(Err(e))
@@ -282,8 +294,17 @@ fn within_batch(m: &Model) -> bool {
 /// Runs `steps` against a fresh directory ([`Dir`]) and a fresh model, checking each step
 /// (the module documentation lists the checks); returns the first disagreement.
 pub fn run(steps: &[Step], beyond_batch: BeyondBatch) -> Result<(), String> {
-    let mut d = Dir::new();
-    let mut m = Model::new();
+    run_with_limits(steps, beyond_batch, DirectoryLimits::default())
+}
+
+/// [`run`] with tables bounded by `limits` (small ones reach every `LimitReached`).
+pub fn run_with_limits(
+    steps: &[Step],
+    beyond_batch: BeyondBatch,
+    limits: DirectoryLimits,
+) -> Result<(), String> {
+    let mut d = Dir::with_limits(limits);
+    let mut m = Model::with_limits(limits);
     let mut seen = Seen {
         next_request: 1,
         ..Seen::default()
@@ -354,6 +375,7 @@ pub fn run(steps: &[Step], beyond_batch: BeyondBatch) -> Result<(), String> {
                     Step::Replay {
                         other_client: true, ..
                     } => CLIENT2,
+                    Step::Done { who, .. } => crate::workload::done_caller(*who),
                     _ => CLIENT,
                 };
                 let caller = Caller {

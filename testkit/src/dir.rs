@@ -5,7 +5,7 @@
 //! restart the harness checks the directory's own invariants (a panic if they fail, as for a
 //! refused input: both are programmer errors of the directory or of the test).
 
-use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
+use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig, DirectoryLimits};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::ids::{
     Address, AuthorityEpoch, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
@@ -23,11 +23,12 @@ pub const DIRECTORY: Address = Address::new(NodeId(0), 1, 0);
 /// The caller of [`Dir::call_raw`].
 pub const CLIENT: Address = Address::new(NodeId(1), 1, 0);
 
-/// The configuration every harness directory runs with.
+/// The configuration every harness directory runs with (default limits).
 pub fn config() -> DirectoryConfig {
     DirectoryConfig {
         address: DIRECTORY,
         retry_period: Duration::from_secs(1),
+        limits: Default::default(),
     }
 }
 
@@ -65,24 +66,36 @@ pub struct Dir {
     /// The time of the next input; only [`Dir::tick`] advances it.
     pub now: Instant,
     next_request: u64,
+    config: DirectoryConfig,
 }
 
 impl Dir {
     /// A directory recovered from an empty log (its first `EpochAdvanced` is in `log`).
     pub fn new() -> Self {
+        Self::with_limits(DirectoryLimits::default())
+    }
+
+    /// [`Dir::new`] with tables bounded by `limits`.
+    pub fn with_limits(limits: DirectoryLimits) -> Self {
+        let config = DirectoryConfig { limits, ..config() };
         let mut log = Vec::new();
-        let (dir, _) = Self::boot(&mut log, Instant::ZERO);
+        let (dir, _) = Self::boot(&config, &mut log, Instant::ZERO);
         Dir {
             dir,
             log,
             now: Instant::ZERO,
             next_request: 1,
+            config,
         }
     }
 
-    fn boot(log: &mut Vec<LogRecord>, now: Instant) -> (Directory, Vec<Effect>) {
+    fn boot(
+        config: &DirectoryConfig,
+        log: &mut Vec<LogRecord>,
+        now: Instant,
+    ) -> (Directory, Vec<Effect>) {
         let mut out = Outbox::new();
-        let dir = Directory::recover(config(), log, &mut ActorSources, now, &mut out)
+        let dir = Directory::recover(config.clone(), log, &mut ActorSources, now, &mut out)
             .expect("recovery of the test log");
         let effects = out.take();
         Self::keep_records(log, &effects);
@@ -99,7 +112,7 @@ impl Dir {
 
     /// Simulates a crash and restart from the durable log; returns the recovery effects.
     pub fn restart(&mut self) -> Vec<Effect> {
-        let (dir, effects) = Self::boot(&mut self.log, self.now);
+        let (dir, effects) = Self::boot(&self.config, &mut self.log, self.now);
         self.dir = dir;
         self.dir.check_invariants().expect("directory invariants");
         effects

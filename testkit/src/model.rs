@@ -13,17 +13,30 @@
 //! A blob whose runtime source belongs to an ended node incarnation is lost: Resolve answers
 //! `BlobLost`, Lookup marks it `lost`.
 //!
+//! Retention (ARCHITECTURE "Retention of operation records"), restated here: an operation id
+//! names its issuer (node, incarnation, lane) and a sequence number. It is *expired* once its
+//! issuer's node incarnation is below the node's floor, or its sequence number is below the
+//! horizon the issuer declared with `OperationsDone`; the horizon never passes an operation of
+//! the issuer that is a live rendezvous, and only a caller on the issuer's node incarnation
+//! may declare it. No record of an expired operation is kept unless it holds a reservation;
+//! an expired operation without a record is refused `OperationExpired` before anything else.
+//! A new operation id needs room in the operation and issuer tables (twice the room for a
+//! cancel or a release), else `LimitReached` without a trace. Every other table has a limit
+//! whose refusal is sticky (entries, obligations, rendezvous, fences, reservations, held
+//! opens). After a restart, nothing changes in this respect.
+//!
 //! Not modelled: the retry pass's rotation beyond one batch. A retry pass (a tick, or the one
 //! after a restart) asserts that no more than [`RETRY_BATCH_MAX`] obligations are open; see
 //! [`crate::check::BeyondBatch`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use dataplane_core::directory::DirectoryLimits;
 use dataplane_core::error::{Limit, NamespaceError, Reason};
 use dataplane_core::ids::{
-    Address, AuthorityEpoch, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
+    Address, AuthorityEpoch, Issuer, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
 };
-use dataplane_core::limits::{FENCE_HELD_OPENS_MAX, RETRY_BATCH_MAX};
+use dataplane_core::limits::RETRY_BATCH_MAX;
 use dataplane_core::log::{
     Entry, OperationRecord, Outcome, Rejection, RejectionKind, RequestKey, Reservation,
 };
@@ -141,6 +154,10 @@ pub(crate) struct Model {
     /// Displacement obligations (endpoint, incarnation, fenced path), one per endpoint.
     pub(crate) displacements: Vec<(Address, StreamIncarnation, Option<DataPath>)>,
     pub(crate) floors: BTreeMap<NodeId, u64>,
+    /// The horizon each issuer declared (durable).
+    pub(crate) horizons: BTreeMap<Issuer, u64>,
+    /// The tables' bounds.
+    pub(crate) limits: DirectoryLimits,
     /// Runtime sources of blob bindings (volatile; rebuilt from recovery records).
     sources: BTreeMap<DataPath, MSource>,
     /// Watched targets last reported unroutable (volatile; forgotten when unwatched).
@@ -169,8 +186,8 @@ fn receipt(r: Revision) -> MutationReceipt {
 }
 
 impl Model {
-    /// A fresh store after its first recovery (epoch 1).
-    pub(crate) fn new() -> Self {
+    /// A fresh store whose tables have the bounds `limits`.
+    pub(crate) fn with_limits(limits: DirectoryLimits) -> Self {
         Model {
             epoch: AuthorityEpoch(1),
             next_revision: 1,
@@ -180,6 +197,8 @@ impl Model {
             retirements: Vec::new(),
             displacements: Vec::new(),
             floors: BTreeMap::new(),
+            horizons: BTreeMap::new(),
+            limits,
             sources: BTreeMap::new(),
             unroutable: BTreeSet::new(),
             streams: BTreeMap::new(),
@@ -195,6 +214,115 @@ impl Model {
 
     fn is_gone(&self, a: &Address) -> bool {
         self.floors.get(&a.node).is_some_and(|f| a.incarnation < *f)
+    }
+
+    fn issuer_gone(&self, i: Issuer) -> bool {
+        self.floors.get(&i.node).is_some_and(|f| i.incarnation < *f)
+    }
+
+    /// Retention: the issuer's incarnation ended, or it declared the operation done.
+    fn expired(&self, op: OperationId) -> bool {
+        let i = op.issuer();
+        self.issuer_gone(i) || op.sequence() < self.horizons.get(&i).copied().unwrap_or(0)
+    }
+
+    fn pinned(&self, op: OperationId) -> bool {
+        self.reservations.values().any(|r| r.operation == op)
+    }
+
+    /// Retention: no record of an expired operation stays, unless a reservation pins it.
+    fn prune(&mut self) {
+        let doomed: Vec<OperationId> = self
+            .operations
+            .keys()
+            .copied()
+            .filter(|op| self.expired(*op) && !self.pinned(*op))
+            .collect();
+        for op in doomed {
+            self.operations.remove(&op);
+        }
+    }
+
+    /// The directory's issuer rows: (horizon, records) for every issuer that has records, or a
+    /// horizon while its node incarnation lives.
+    pub(crate) fn issuer_rows(&self) -> BTreeMap<Issuer, (u64, usize)> {
+        let mut rows: BTreeMap<Issuer, (u64, usize)> = BTreeMap::new();
+        for op in self.operations.keys() {
+            rows.entry(op.issuer()).or_default().1 += 1;
+        }
+        for (i, h) in &self.horizons {
+            if rows.contains_key(i) || !self.issuer_gone(*i) {
+                rows.entry(*i).or_default().0 = *h;
+            }
+        }
+        rows
+    }
+
+    fn obligation_count(&self) -> usize {
+        self.retirements.len() + self.displacements.len()
+    }
+
+    /// Whether an unknown operation id may be recorded (see the module documentation).
+    fn admit(&self, op: OperationId, retraction: bool) -> Result<(), NamespaceError> {
+        if self.expired(op) {
+            return Err(NamespaceError::OperationExpired(op));
+        }
+        let k = if retraction { 2 } else { 1 };
+        let full = |l| Err(NamespaceError::LimitReached(l));
+        if self.operations.len() >= self.limits.operations * k {
+            return full(Limit::Operations);
+        }
+        let rows = self.issuer_rows();
+        match rows.get(&op.issuer()) {
+            Some((_, n)) if *n >= self.limits.issuer_operations * k => {
+                full(Limit::IssuerOperations)
+            }
+            None if rows.len() >= self.limits.issuers * k => full(Limit::Issuers),
+            _ => Ok(()),
+        }
+    }
+
+    /// `OperationsDone`: see the module documentation.
+    fn operations_done(
+        &mut self,
+        reply_to: Address,
+        issuer: Issuer,
+        below: u64,
+    ) -> Result<u64, NamespaceError> {
+        let on_node = reply_to.node.0 & 0xffff_ffff == issuer.node.0
+            && reply_to.incarnation & 0xffff_ffff == issuer.incarnation;
+        if !on_node {
+            return Err(NamespaceError::Protocol(Reason::new(
+                "an issuer speaks only for its own node incarnation",
+            )));
+        }
+        let all = 1u64 << 56;
+        if self.issuer_gone(issuer) {
+            return Ok(all);
+        }
+        let mut h = below.min(all);
+        for rv in self.streams.values() {
+            let ops = match rv {
+                MRv::Pending(p) => vec![p.op],
+                MRv::Active(a) => vec![a.source_op, a.sink_op],
+            };
+            for op in ops {
+                if op.issuer() == issuer {
+                    h = h.min(op.sequence());
+                }
+            }
+        }
+        let current = self.horizons.get(&issuer).copied().unwrap_or(0);
+        if h <= current {
+            return Ok(current);
+        }
+        let rows = self.issuer_rows();
+        if !rows.contains_key(&issuer) && rows.len() >= self.limits.issuers {
+            return Err(NamespaceError::LimitReached(Limit::Issuers));
+        }
+        self.horizons.insert(issuer, h);
+        self.prune();
+        Ok(h)
     }
 
     /// SPEC §4.3 replay check: `Some(answer)` if the id is known.
@@ -393,7 +521,12 @@ impl Model {
                 let r = self.close(path, incarnation);
                 out.reply(caller, ReplyBody::StreamClosed(r));
             }
+            DirectoryRequest::OperationsDone { issuer, below } => {
+                let r = self.operations_done(caller.reply_to, issuer, below);
+                out.reply(caller, ReplyBody::OperationsDone(r));
+            }
         }
+        self.prune();
     }
 
     /// SPEC §4.4 Register with Q1 (no displacement on replay), Q4 (durable reservations) and
@@ -417,6 +550,7 @@ impl Model {
         if let Some(answer) = self.replay(op, &key) {
             return answer;
         }
+        self.admit(op, false)?;
         if self.is_gone(&source) {
             return Err(NamespaceError::PathReplaced(path));
         }
@@ -428,6 +562,18 @@ impl Model {
                 return Err(self.reject(op, key, RejectionKind::PathReplaced, &path));
             }
             _ => {}
+        }
+        if !self.entries.contains_key(&path) && self.entries.len() >= self.limits.entries {
+            let full = RejectionKind::LimitReached(Limit::Entries);
+            return Err(self.reject(op, key, full, &path));
+        }
+        let retires = self
+            .blob_source(&path)
+            .is_some_and(|a| a != source && !self.is_gone(&a));
+        let displaces = matches!(self.streams.get(&path), Some(MRv::Active(_)));
+        if (retires || displaces) && self.obligation_count() >= self.limits.obligations {
+            let full = RejectionKind::LimitReached(Limit::Obligations);
+            return Err(self.reject(op, key, full, &path));
         }
         let r = self.alloc();
         let retired = self.blob_source(&path).filter(|a| *a != source);
@@ -536,11 +682,16 @@ impl Model {
                 Outcome::Committed(_) => Err(NamespaceError::OperationConflict(op)),
             };
         }
+        self.admit(op, false)?;
         if self.is_gone(&owner) {
             return Err(NamespaceError::PathReplaced(path));
         }
         if self.entries.contains_key(&path) || self.reservations.contains_key(&path) {
             return Err(self.reject(op, key, RejectionKind::PathExists, &path));
+        }
+        if self.reservations.len() >= self.limits.reservations {
+            let full = RejectionKind::LimitReached(Limit::Reservations);
+            return Err(self.reject(op, key, full, &path));
         }
         self.reservations.insert(
             path,
@@ -563,6 +714,7 @@ impl Model {
         let key = RequestKey::Reserve { path: path.clone() };
         match self.operations.get(&op) {
             None => {
+                self.admit(op, true)?;
                 self.reject(op, key, RejectionKind::PathReplaced, &path);
                 Ok(())
             }
@@ -596,6 +748,7 @@ impl Model {
         if let Some(answer) = self.replay(op, &key) {
             return answer;
         }
+        self.admit(op, false)?;
         if self.streams.contains_key(&path) {
             // Every refusal is sticky (ARCHITECTURE.md), this one included.
             let live = RejectionKind::WrongEntryType {
@@ -612,6 +765,11 @@ impl Model {
         };
         if expected.is_some_and(|e| e != entry.revision()) {
             return Err(self.reject(op, key, RejectionKind::PathReplaced, &path));
+        }
+        let retires = self.blob_source(&path).is_some_and(|a| !self.is_gone(&a));
+        if retires && self.obligation_count() >= self.limits.obligations {
+            let full = RejectionKind::LimitReached(Limit::Obligations);
+            return Err(self.reject(op, key, full, &path));
         }
         let r = self.alloc();
         let retired = self.blob_source(&path);
@@ -640,6 +798,7 @@ impl Model {
         if let Some(answer) = self.replay(op, &key) {
             return answer;
         }
+        self.admit(op, false)?;
         if !self.entries.contains_key(&src) {
             return Err(self.reject(op, key, RejectionKind::PathNotFound, &src));
         }
@@ -655,6 +814,11 @@ impl Model {
         }
         if src != dst && self.entries.contains_key(&dst) && !replace {
             return Err(self.reject(op, key, RejectionKind::PathExists, &dst));
+        }
+        let retires = src != dst && self.blob_source(&dst).is_some_and(|a| !self.is_gone(&a));
+        if retires && self.obligation_count() >= self.limits.obligations {
+            let full = RejectionKind::LimitReached(Limit::Obligations);
+            return Err(self.reject(op, key, full, &dst));
         }
         let r = self.alloc();
         let retired = if src != dst {
@@ -702,16 +866,15 @@ impl Model {
         let path = args.path.clone();
         let opened = |r: Result<StreamMatch, NamespaceError>| ReplyBody::StreamOpened(r);
         let key = RequestKey::BindStream { path: path.clone() };
-        // 0. An id used for another request conflicts at once, even on a fenced path.
-        if self
-            .operations
-            .get(&args.op)
-            .is_some_and(|record| record.key != key)
-        {
-            out.reply(
-                caller,
-                opened(Err(NamespaceError::OperationConflict(args.op))),
-            );
+        // 0. An id used for another request conflicts at once, even on a fenced path; an
+        //    unknown one must be admissible (not expired, room in the tables).
+        let early = match self.operations.get(&args.op) {
+            Some(record) if record.key != key => Err(NamespaceError::OperationConflict(args.op)),
+            Some(_) => Ok(()),
+            None => self.admit(args.op, false),
+        };
+        if let Err(e) = early {
+            out.reply(caller, opened(Err(e)));
             return;
         }
         // 1. Fence hold.
@@ -732,7 +895,7 @@ impl Model {
                 h.op == args.op && h.role == args.role && h.endpoint == args.endpoint
             }) {
                 *slot = (caller, args);
-            } else if fence.held.len() >= FENCE_HELD_OPENS_MAX {
+            } else if fence.held.len() >= self.limits.fence_held_opens {
                 let full = RejectionKind::LimitReached(Limit::FenceHeldOpens);
                 let error = if self.operations.contains_key(&args.op) {
                     NamespaceError::LimitReached(Limit::FenceHeldOpens)
@@ -839,9 +1002,21 @@ impl Model {
                 }
             }
         }
-        // 5. Replace an active rendezvous: fence it.
+        // 5. Replace an active rendezvous: fence it (room for a fence and obligations first).
         if args.replace {
             if let Some(MRv::Active(_)) = self.streams.get(&path) {
+                let full = if self.fences.len() >= self.limits.fences {
+                    Some(Limit::Fences)
+                } else if self.obligation_count() >= self.limits.obligations {
+                    Some(Limit::Obligations)
+                } else {
+                    None
+                };
+                if let Some(l) = full {
+                    let e = self.reject(args.op, key, RejectionKind::LimitReached(l), &path);
+                    out.reply(caller, opened(Err(e)));
+                    return;
+                }
                 let Some(MRv::Active(a)) = self.streams.remove(&path) else {
                     unreachable!()
                 };
@@ -946,9 +1121,25 @@ impl Model {
             out.reply(caller, opened(Err(e)));
             return;
         }
-        // 9. Bind.
+        // 9. Bind (room for a rendezvous, an entry, an obligation first).
         if self.reservations.contains_key(&path) {
             let e = self.reject(args.op, key, RejectionKind::PathExists, &path);
+            out.reply(caller, opened(Err(e)));
+            return;
+        }
+        let full = if self.streams.len() >= self.limits.rendezvous {
+            Some(Limit::Rendezvous)
+        } else if !self.entries.contains_key(&path) && self.entries.len() >= self.limits.entries {
+            Some(Limit::Entries)
+        } else if self.blob_source(&path).is_some_and(|a| !self.is_gone(&a))
+            && self.obligation_count() >= self.limits.obligations
+        {
+            Some(Limit::Obligations)
+        } else {
+            None
+        };
+        if let Some(l) = full {
+            let e = self.reject(args.op, key, RejectionKind::LimitReached(l), &path);
             out.reply(caller, opened(Err(e)));
             return;
         }
@@ -985,6 +1176,7 @@ impl Model {
         let key = RequestKey::BindStream { path: path.clone() };
         match self.operations.get(&op) {
             None => {
+                self.admit(op, true)?;
                 self.reject(op, key, RejectionKind::PathReplaced, &path);
             }
             Some(record) if record.key != key => {
@@ -1072,18 +1264,23 @@ impl Model {
     }
 
     pub(crate) fn gone(&mut self, scope: GoneScope, reply_to: Address, out: &mut Out) {
+        let node_report = matches!(scope, GoneScope::NodeBefore { .. });
         if let GoneScope::NodeBefore { node, incarnation } = scope {
             let floor = self.floors.entry(node).or_insert(0);
             *floor = (*floor).max(incarnation);
         }
+        self.prune();
         self.retirements.retain(|a| !scope.covers(a));
         self.displacements.retain(|(e, _, _)| !scope.covers(e));
         self.forget_unwatched();
         self.reservations.retain(|_, r| !scope.covers(&r.owner));
+        self.prune();
+        // A restarted node also ends what its earlier incarnations opened.
+        let ended = |m: &Model, op: OperationId| node_report && m.issuer_gone(op.issuer());
         let paths: Vec<DataPath> = self.streams.keys().cloned().collect();
         for path in paths {
             match self.streams.get(&path) {
-                Some(MRv::Pending(p)) if scope.covers(&p.endpoint) => {
+                Some(MRv::Pending(p)) if scope.covers(&p.endpoint) || ended(self, p.op) => {
                     let caller = p.caller;
                     self.streams.remove(&path);
                     out.reply(
@@ -1092,7 +1289,10 @@ impl Model {
                     );
                 }
                 Some(MRv::Active(a))
-                    if scope.covers(&a.matched.source) || scope.covers(&a.matched.sink) =>
+                    if scope.covers(&a.matched.source)
+                        || scope.covers(&a.matched.sink)
+                        || ended(self, a.source_op)
+                        || ended(self, a.sink_op) =>
                 {
                     let a = a.clone();
                     self.streams.remove(&path);
@@ -1108,9 +1308,15 @@ impl Model {
         // Held opens from covered endpoints are dropped; their callers hear PathReplaced, like
         // the callers of ended pending rendezvous (ARCHITECTURE "Addresses and gone reports"
         // says "drops"; answering is what a waiting caller needs).
+        let gone_issuers: BTreeSet<Issuer> = self
+            .fences
+            .values()
+            .flat_map(|f| f.held.iter().map(|(_, h)| h.op.issuer()))
+            .filter(|i| node_report && self.issuer_gone(*i))
+            .collect();
         for (path, fence) in self.fences.iter_mut() {
             fence.held.retain(|(caller, h)| {
-                if scope.covers(&h.endpoint) {
+                if scope.covers(&h.endpoint) || gone_issuers.contains(&h.op.issuer()) {
                     out.replies.push((
                         caller.reply_to,
                         caller.request_id,

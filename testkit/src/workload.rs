@@ -16,7 +16,7 @@ use std::ops::RangeInclusive;
 
 use dataplane_core::effect::Effect;
 use dataplane_core::ids::{
-    Address, AuthorityEpoch, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
+    Address, AuthorityEpoch, Issuer, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
 };
 use dataplane_core::path::DataPath;
 use dataplane_core::wire::{
@@ -31,6 +31,13 @@ use crate::dir::Dir;
 pub const CLIENT2: Address = Address::new(NodeId(1), 1, 1);
 /// The host that reports addresses gone.
 pub const HOST: Address = Address::new(NodeId(9), 1, 0);
+/// The issuer of the odd operation ids: lane 0 of [`crate::dir::CLIENT`]'s node incarnation.
+pub const ISSUER_A: Issuer = Issuer::new(NodeId(1), 1, 0);
+/// The issuer of the even operation ids: lane 1 of node 2's first incarnation (node 2 hosts
+/// endpoints, and its restart reports end these ids too).
+pub const ISSUER_B: Issuer = Issuer::new(NodeId(2), 1, 1);
+/// A caller on node 2's first incarnation, which may declare [`ISSUER_B`]'s operations done.
+pub const NODE2_CALLER: Address = Address::new(NodeId(2), 1, 50);
 
 /// Operation ids: each kind draws from its own small window, and neighbouring windows overlap
 /// so that an id is sometimes reused for a different kind of request.
@@ -209,6 +216,30 @@ pub enum Step {
         target: u8,
         routable: bool,
     },
+    /// `OperationsDone{below}`: `who % 3` is 0 for [`ISSUER_A`] declared by CLIENT, 1 for
+    /// [`ISSUER_B`] declared by [`NODE2_CALLER`], 2 for [`ISSUER_B`] declared by CLIENT (an
+    /// issuer speaks only for itself: refused).
+    Done {
+        below: u8,
+        who: u8,
+    },
+}
+
+/// The caller of a `Done { who }` step.
+pub fn done_caller(who: u8) -> Address {
+    if who % 3 == 1 {
+        NODE2_CALLER
+    } else {
+        crate::dir::CLIENT
+    }
+}
+
+fn done_issuer(who: u8) -> Issuer {
+    if who.is_multiple_of(3) {
+        ISSUER_A
+    } else {
+        ISSUER_B
+    }
 }
 
 /// Endpoints: two per node, incarnations 1 and 2.
@@ -234,9 +265,10 @@ fn recovery_owner(op: u8) -> Option<Address> {
     (op % 2 == 1).then(|| Address::new(NodeId(7), 1, 300 + u64::from(op)))
 }
 
-/// Operation id `op`.
+/// Operation id `op`: sequence number `op` of [`ISSUER_A`] (odd) or [`ISSUER_B`] (even).
 pub fn oid(op: u8) -> OperationId {
-    OperationId(u128::from(op))
+    let issuer = if op % 2 == 1 { ISSUER_A } else { ISSUER_B };
+    issuer.op(u64::from(op))
 }
 
 fn descriptor_of(endpoint: Address) -> Descriptor {
@@ -427,6 +459,10 @@ pub(crate) fn request_of(
             }
             seen.history[n - 1 - usize::from(back) % n].clone()
         }
+        Step::Done { below, who } => DirectoryRequest::OperationsDone {
+            issuer: done_issuer(who),
+            below: u64::from(below),
+        },
         _ => return None,
     })
 }
@@ -473,6 +509,17 @@ pub fn drive(steps: &[Step]) -> Dir {
                     scope,
                     reply_to: HOST,
                 })
+            }
+            Step::Done { who, .. } => {
+                let Some(request) = request_of(step, &seen, d.dir.epoch()) else {
+                    continue;
+                };
+                seen.next_request += 1;
+                d.deliver(Message::Call(dataplane_core::wire::DirectoryCall {
+                    request_id: RequestId(1 << 40 | seen.next_request),
+                    reply_to: done_caller(*who),
+                    request,
+                }))
             }
             _ => {
                 let Some(request) = request_of(step, &seen, d.dir.epoch()) else {

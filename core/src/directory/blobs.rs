@@ -5,11 +5,10 @@
 //! table answers its stored outcome and changes nothing), then state checks whose failures are
 //! sticky rejections, then one `Committed` record, then runtime changes and notices.
 
-use super::{Directory, SourceState};
+use super::{Directory, Rendezvous, SourceState};
 use crate::effect::Outbox;
 use crate::error::{Limit, NamespaceError};
 use crate::ids::{Address, NodeId, OperationId, Revision};
-use crate::limits::RESERVATIONS_MAX;
 use crate::log::{Entry, LogRecord, Mutation, Outcome, RejectionKind, RequestKey};
 use crate::path::DataPath;
 use crate::wire::{BlobBinding, EntryKind, MutationReceipt, NamespaceNode, SourceRecovery};
@@ -61,7 +60,7 @@ impl Directory {
             length,
             recovery: recovery.clone(),
         };
-        if let Some(stored) = self.replay(operation, &key) {
+        if let Some(stored) = self.replay(operation, &key, false) {
             // Q1: a replay displaces nothing and retires nothing.
             return receipt(stored);
         }
@@ -79,6 +78,17 @@ impl Directory {
                 return Err(self.reject(operation, key, RejectionKind::PathReplaced, &path, out));
             }
             (None, None) => {}
+        }
+        let limits = self.config.limits;
+        if self.durable.entry(&path).is_none() && self.durable.entry_count() >= limits.entries {
+            let full = RejectionKind::LimitReached(Limit::Entries);
+            return Err(self.reject(operation, key, full, &path, out));
+        }
+        let retires = self.live_source(&path).is_some_and(|old| old != source);
+        let displaces = matches!(self.streams.get(&path), Some(Rendezvous::Active(_)));
+        if (retires || displaces) && self.durable.obligation_count() >= limits.obligations {
+            let full = RejectionKind::LimitReached(Limit::Obligations);
+            return Err(self.reject(operation, key, full, &path, out));
         }
         let revision = self.allocate_revision()?;
         let owner = match &recovery {
@@ -134,7 +144,7 @@ impl Directory {
             path: path.clone(),
             expected_revision,
         };
-        if let Some(stored) = self.replay(operation, &key) {
+        if let Some(stored) = self.replay(operation, &key, false) {
             return receipt(stored);
         }
         if self.streams.contains_key(&path) {
@@ -154,6 +164,12 @@ impl Directory {
         };
         if expected_revision.is_some_and(|expected| expected != current) {
             return Err(self.reject(operation, key, RejectionKind::PathReplaced, &path, out));
+        }
+        if self.live_source(&path).is_some()
+            && self.durable.obligation_count() >= self.config.limits.obligations
+        {
+            let full = RejectionKind::LimitReached(Limit::Obligations);
+            return Err(self.reject(operation, key, full, &path, out));
         }
         let revision = self.allocate_revision()?;
         let previous = self.sources.remove(&path);
@@ -191,7 +207,7 @@ impl Directory {
             destination: destination.clone(),
             replace,
         };
-        if let Some(stored) = self.replay(operation, &key) {
+        if let Some(stored) = self.replay(operation, &key, false) {
             return receipt(stored);
         }
         let refusal = if self.durable.entry(&source).is_none() {
@@ -206,6 +222,14 @@ impl Directory {
             Some((RejectionKind::StreamActive, &destination))
         } else if source != destination && self.durable.entry(&destination).is_some() && !replace {
             Some((RejectionKind::PathExists, &destination))
+        } else if source != destination
+            && self.live_source(&destination).is_some()
+            && self.durable.obligation_count() >= self.config.limits.obligations
+        {
+            Some((
+                RejectionKind::LimitReached(Limit::Obligations),
+                &destination,
+            ))
         } else {
             None
         };
@@ -319,7 +343,7 @@ impl Directory {
         out: &mut Outbox,
     ) -> Result<(), NamespaceError> {
         let key = RequestKey::Reserve { path: path.clone() };
-        if let Some(stored) = self.replay(operation, &key) {
+        if let Some(stored) = self.replay(operation, &key, false) {
             return match stored? {
                 Outcome::Rejected(rejection) => Err(rejection.error()),
                 Outcome::Reserved | Outcome::Committed(_) => Ok(()),
@@ -332,7 +356,7 @@ impl Directory {
         if self.durable.entry(&path).is_some() || self.durable.reservation(&path).is_some() {
             return Err(self.reject(operation, key, RejectionKind::PathExists, &path, out));
         }
-        if self.durable.reservation_count() >= RESERVATIONS_MAX {
+        if self.durable.reservation_count() >= self.config.limits.reservations {
             let full = RejectionKind::LimitReached(Limit::Reservations);
             return Err(self.reject(operation, key, full, &path, out));
         }
@@ -356,11 +380,11 @@ impl Directory {
         out: &mut Outbox,
     ) -> Result<(), NamespaceError> {
         let key = RequestKey::Reserve { path: path.clone() };
-        match self.replay(operation, &key) {
+        match self.replay(operation, &key, true) {
             None => {
                 self.reject(operation, key, RejectionKind::PathReplaced, &path, out);
             }
-            Some(Err(conflict)) => return Err(conflict),
+            Some(Err(refusal)) => return Err(refusal),
             Some(Ok(_)) => {
                 if self
                     .durable

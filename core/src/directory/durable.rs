@@ -6,9 +6,11 @@
 //! the live state by construction; `apply` validates every record first and changes nothing
 //! when it refuses one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::ids::{Address, AuthorityEpoch, NodeId, OperationId, Revision, StreamIncarnation};
+use crate::ids::{
+    Address, AuthorityEpoch, Issuer, NodeId, OperationId, Revision, StreamIncarnation,
+};
 use crate::log::{
     Entry, LogRecord, Mutation, OperationRecord, Outcome, RequestKey, Reservation, SnapshotRecord,
 };
@@ -38,6 +40,17 @@ struct Slot {
     order: u64,
     /// For displacements: the path whose replacement fence waits for the acknowledgement.
     fence: Option<DataPath>,
+}
+
+/// What the directory keeps per issuer of operation ids (ARCHITECTURE "Retention of
+/// operation records"). A row exists while the issuer has records or a horizon, and goes
+/// when it has no records left and either no horizon or an ended node incarnation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IssuerRow {
+    /// The issuer declared every operation below this sequence number done (0: none).
+    pub horizon: u64,
+    /// How many operation records of the issuer are held.
+    pub records: usize,
 }
 
 /// Why a record cannot be applied to the current state.
@@ -72,6 +85,12 @@ pub struct DurableState {
     obligation_order: BTreeMap<u64, ObligationKey>,
     next_order: u64,
     node_floors: BTreeMap<NodeId, u64>,
+    /// Per issuer: its horizon and how many records it holds (derived counts, kept in step
+    /// with `operations`).
+    issuers: BTreeMap<Issuer, IssuerRow>,
+    /// The operations that hold a reservation (derived from `reservations`): their records
+    /// are pinned until the reservation goes, whatever the issuer declared.
+    reserved_ops: BTreeSet<OperationId>,
 }
 
 impl Default for DurableState {
@@ -86,6 +105,8 @@ impl Default for DurableState {
             obligation_order: BTreeMap::new(),
             next_order: 0,
             node_floors: BTreeMap::new(),
+            issuers: BTreeMap::new(),
+            reserved_ops: BTreeSet::new(),
         }
     }
 }
@@ -101,6 +122,7 @@ impl PartialEq for DurableState {
             && self.reservations == other.reservations
             && self.obligations_in_order().eq(other.obligations_in_order())
             && self.node_floors == other.node_floors
+            && self.issuers == other.issuers
     }
 }
 
@@ -140,6 +162,46 @@ impl DurableState {
     /// Every idempotency row, by id.
     pub fn operations(&self) -> impl Iterator<Item = (&OperationId, &OperationRecord)> {
         self.operations.iter()
+    }
+
+    /// How many operation records are held.
+    pub fn operation_count(&self) -> usize {
+        self.operations.len()
+    }
+
+    /// The row of `issuer`, if it has records or a horizon.
+    pub fn issuer(&self, issuer: Issuer) -> Option<&IssuerRow> {
+        self.issuers.get(&issuer)
+    }
+
+    /// Every issuer row, by issuer.
+    pub fn issuers(&self) -> impl Iterator<Item = (&Issuer, &IssuerRow)> {
+        self.issuers.iter()
+    }
+
+    /// How many issuers have a row.
+    pub fn issuer_count(&self) -> usize {
+        self.issuers.len()
+    }
+
+    /// The horizon `issuer` declared (0 if none).
+    pub fn horizon(&self, issuer: Issuer) -> u64 {
+        self.issuers.get(&issuer).map_or(0, |row| row.horizon)
+    }
+
+    /// Whether `issuer`'s node incarnation ended (below its node's floor).
+    pub fn is_issuer_gone(&self, issuer: Issuer) -> bool {
+        self.node_floors
+            .get(&issuer.node)
+            .is_some_and(|floor| issuer.incarnation < *floor)
+    }
+
+    /// Whether `operation` is expired: its issuer's node incarnation ended, or the issuer
+    /// declared it done. An expired operation has no record unless a reservation pins it,
+    /// and never gets one again.
+    pub fn is_expired(&self, operation: OperationId) -> bool {
+        let issuer = operation.issuer();
+        self.is_issuer_gone(issuer) || operation.sequence() < self.horizon(issuer)
     }
 
     /// The reservation on `path`.
@@ -231,6 +293,59 @@ impl DurableState {
         }
     }
 
+    fn insert_operation(&mut self, operation: OperationId, record: OperationRecord) {
+        if self.operations.insert(operation, record).is_none() {
+            self.issuers.entry(operation.issuer()).or_default().records += 1;
+        }
+    }
+
+    fn remove_operation(&mut self, operation: OperationId) {
+        if self.operations.remove(&operation).is_none() {
+            return;
+        }
+        let issuer = operation.issuer();
+        let gone = self.is_issuer_gone(issuer);
+        if let Some(row) = self.issuers.get_mut(&issuer) {
+            row.records -= 1;
+            if row.records == 0 && (row.horizon == 0 || gone) {
+                self.issuers.remove(&issuer);
+            }
+        }
+    }
+
+    /// Removes the records of `issuer` with sequence numbers below `below`, except those a
+    /// reservation pins.
+    fn prune_issuer(&mut self, issuer: Issuer, below: u64) {
+        let doomed: Vec<OperationId> = self
+            .operations
+            .range(issuer.ids())
+            .map(|(op, _)| *op)
+            .take_while(|op| op.sequence() < below)
+            .filter(|op| !self.reserved_ops.contains(op))
+            .collect();
+        for op in doomed {
+            self.remove_operation(op);
+        }
+    }
+
+    /// A reservation held by `operation` went: its record is no longer pinned.
+    fn unpin(&mut self, operation: OperationId) {
+        self.reserved_ops.remove(&operation);
+        if self.is_expired(operation) {
+            self.remove_operation(operation);
+        }
+    }
+
+    fn remove_reservation(&mut self, path: &DataPath) -> bool {
+        match self.reservations.remove(path) {
+            Some(reservation) => {
+                self.unpin(reservation.operation);
+                true
+            }
+            None => false,
+        }
+    }
+
     fn is_pristine(&self) -> bool {
         *self == DurableState::default()
     }
@@ -285,7 +400,7 @@ impl DurableState {
                 reservation,
             } => {
                 if reservation.is_some() {
-                    self.reservations.remove(path);
+                    self.remove_reservation(path);
                 }
                 let entry = Entry::Blob {
                     length: *length,
@@ -356,6 +471,7 @@ impl DurableState {
                     )?;
                     self.check_mutation(mutation)?;
                 }
+                require(!self.is_expired(*operation), "operation expired")?;
                 self.apply_mutation(mutation, *revision);
                 if let Some(source) = retire {
                     let key = ObligationKey::Retire(*source);
@@ -367,7 +483,7 @@ impl DurableState {
                     key: mutation.key(),
                     outcome: Outcome::Committed(*revision),
                 };
-                self.operations.insert(*operation, record);
+                self.insert_operation(*operation, record);
                 self.next_revision = Revision(revision.0 + 1);
             }
             LogRecord::Joined {
@@ -379,6 +495,7 @@ impl DurableState {
                     !self.operations.contains_key(operation),
                     "operation id reused",
                 )?;
+                require(!self.is_expired(*operation), "operation expired")?;
                 require(
                     self.entries.get(path)
                         == Some(&Entry::Stream {
@@ -390,7 +507,7 @@ impl DurableState {
                     key: RequestKey::BindStream { path: path.clone() },
                     outcome: Outcome::Committed(*revision),
                 };
-                self.operations.insert(*operation, record);
+                self.insert_operation(*operation, record);
             }
             LogRecord::Rejected {
                 operation,
@@ -401,11 +518,12 @@ impl DurableState {
                     !self.operations.contains_key(operation),
                     "operation id reused",
                 )?;
+                require(!self.is_expired(*operation), "operation expired")?;
                 let record = OperationRecord {
                     key: key.clone(),
                     outcome: Outcome::Rejected(rejection.clone()),
                 };
-                self.operations.insert(*operation, record);
+                self.insert_operation(*operation, record);
             }
             LogRecord::Reserved {
                 operation,
@@ -416,6 +534,7 @@ impl DurableState {
                     !self.operations.contains_key(operation),
                     "operation id reused",
                 )?;
+                require(!self.is_expired(*operation), "operation expired")?;
                 require(
                     !self.entries.contains_key(path),
                     "reservation of an occupied path",
@@ -428,18 +547,16 @@ impl DurableState {
                     key: RequestKey::Reserve { path: path.clone() },
                     outcome: Outcome::Reserved,
                 };
-                self.operations.insert(*operation, record);
+                self.insert_operation(*operation, record);
                 let reservation = Reservation {
                     operation: *operation,
                     owner: *owner,
                 };
                 self.reservations.insert(path.clone(), reservation);
+                self.reserved_ops.insert(*operation);
             }
             LogRecord::ReservationReleased { path } => {
-                require(
-                    self.reservations.remove(path).is_some(),
-                    "release of no reservation",
-                )?;
+                require(self.remove_reservation(path), "release of no reservation")?;
             }
             LogRecord::RetirementDone { source } => {
                 let key = ObligationKey::Retire(*source);
@@ -478,8 +595,40 @@ impl DurableState {
                     "node floor does not rise",
                 )?;
                 self.node_floors.insert(*node, *incarnation);
+                // Nothing from the ended incarnations is accepted any more: their records
+                // go (but for reservations still held), and so do their rows.
+                let first = Issuer {
+                    node: *node,
+                    incarnation: 0,
+                    lane: 0,
+                };
+                let end = Issuer {
+                    node: *node,
+                    incarnation: *incarnation,
+                    lane: 0,
+                };
+                let ended: Vec<Issuer> = self.issuers.range(first..end).map(|(i, _)| *i).collect();
+                for issuer in ended {
+                    self.prune_issuer(issuer, OperationId::SEQUENCE_END);
+                    if self
+                        .issuers
+                        .get(&issuer)
+                        .is_some_and(|row| row.records == 0)
+                    {
+                        self.issuers.remove(&issuer);
+                    }
+                }
             }
             LogRecord::Snapshot(snapshot) => self.apply_snapshot(snapshot)?,
+            LogRecord::OperationsDone { issuer, below } => {
+                require(!self.is_issuer_gone(*issuer), "horizon of an ended issuer")?;
+                require(
+                    *below > self.horizon(*issuer) && *below <= OperationId::SEQUENCE_END,
+                    "horizon does not rise",
+                )?;
+                self.issuers.entry(*issuer).or_default().horizon = *below;
+                self.prune_issuer(*issuer, *below);
+            }
         }
         Ok(())
     }
@@ -519,7 +668,7 @@ impl DurableState {
                     !self.operations.contains_key(operation),
                     "duplicate operation",
                 )?;
-                self.operations.insert(*operation, record.clone());
+                self.insert_operation(*operation, record.clone());
             }
             SnapshotRecord::Reservation { path, reservation } => {
                 require(
@@ -530,7 +679,12 @@ impl DurableState {
                     !self.entries.contains_key(path),
                     "reservation on an occupied path",
                 )?;
+                require(
+                    !self.reserved_ops.contains(&reservation.operation),
+                    "one operation holds two reservations",
+                )?;
                 self.reservations.insert(path.clone(), reservation.clone());
+                self.reserved_ops.insert(reservation.operation);
             }
             SnapshotRecord::Retirement { source } => {
                 let key = ObligationKey::Retire(*source);
@@ -553,6 +707,14 @@ impl DurableState {
                 require(!self.node_floors.contains_key(node), "duplicate node floor")?;
                 self.node_floors.insert(*node, *incarnation);
             }
+            SnapshotRecord::Horizon { issuer, below } => {
+                require(
+                    *below > 0 && *below <= OperationId::SEQUENCE_END,
+                    "horizon out of range",
+                )?;
+                require(self.horizon(*issuer) == 0, "duplicate horizon")?;
+                self.issuers.entry(*issuer).or_default().horizon = *below;
+            }
         }
         Ok(())
     }
@@ -565,7 +727,8 @@ impl DurableState {
                 + self.operations.len()
                 + self.reservations.len()
                 + self.obligations.len()
-                + self.node_floors.len(),
+                + self.node_floors.len()
+                + self.issuers.len(),
         );
         let snap = LogRecord::Snapshot;
         records.push(snap(SnapshotRecord::Header {
@@ -596,6 +759,14 @@ impl DurableState {
                 incarnation: *incarnation,
             }));
         }
+        for (issuer, row) in &self.issuers {
+            if row.horizon > 0 {
+                records.push(snap(SnapshotRecord::Horizon {
+                    issuer: *issuer,
+                    below: row.horizon,
+                }));
+            }
+        }
         for (key, fence) in self.obligations_in_order() {
             records.push(snap(match key {
                 ObligationKey::Retire(source) => SnapshotRecord::Retirement { source },
@@ -613,20 +784,53 @@ impl DurableState {
     /// first violation found.
     pub fn check(&self) -> Result<(), String> {
         self.check_structure()?;
+        let mut counts: BTreeMap<Issuer, usize> = BTreeMap::new();
         for (op, record) in &self.operations {
             if let Outcome::Committed(r) = record.outcome
                 && (r.0 == 0 || r >= self.next_revision)
             {
                 return Err(format!("operation {op}: revision {r} out of range"));
             }
+            if self.is_expired(*op) && !self.reserved_ops.contains(op) {
+                return Err(format!("operation {op}: expired but still recorded"));
+            }
+            *counts.entry(op.issuer()).or_default() += 1;
+        }
+        for (issuer, row) in &self.issuers {
+            if counts.get(issuer).copied().unwrap_or(0) != row.records {
+                return Err(format!("issuer {issuer}: record count out of step"));
+            }
+        }
+        if counts
+            .keys()
+            .any(|issuer| !self.issuers.contains_key(issuer))
+        {
+            return Err("records of an issuer without a row".into());
+        }
+        let held: BTreeSet<OperationId> = self.reservations.values().map(|r| r.operation).collect();
+        if held != self.reserved_ops {
+            return Err("pinned operations and reservations disagree".into());
         }
         Ok(())
     }
 
-    /// [`DurableState::check`] without the scan of the (ever-growing) operation table.
+    /// [`DurableState::check`] without the scan of the operation table.
     pub fn check_structure(&self) -> Result<(), String> {
         if self.next_revision.0 == 0 {
             return Err("next revision is 0".into());
+        }
+        let mut recorded = 0;
+        for (issuer, row) in &self.issuers {
+            if row.records == 0 && (row.horizon == 0 || self.is_issuer_gone(*issuer)) {
+                return Err(format!("issuer {issuer}: a row with nothing to keep"));
+            }
+            recorded += row.records;
+        }
+        if recorded != self.operations.len() {
+            return Err("issuer record counts do not add up".into());
+        }
+        if self.reserved_ops.len() != self.reservations.len() {
+            return Err("pinned operations and reservations disagree".into());
         }
         for (path, entry) in self.entries.iter() {
             let r = entry.revision();

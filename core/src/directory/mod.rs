@@ -28,14 +28,14 @@ mod streams;
 
 use std::collections::BTreeMap;
 
-pub use durable::{ApplyError, DurableState, ObligationKey};
+pub use durable::{ApplyError, DurableState, IssuerRow, ObligationKey};
 pub use recovery::{ActorSources, RecoveredSource, RecoveryError, SourceRecoveryHook};
 pub use streams::{Active, Fence, OpenRequest, Pending, Rendezvous};
 
 use crate::effect::{Effect, Outbox, Timer};
 pub use crate::error::InputError;
-use crate::error::{NamespaceError, Reason};
-use crate::ids::{Address, AuthorityEpoch, OperationId, Revision};
+use crate::error::{Limit, NamespaceError, Reason};
+use crate::ids::{Address, AuthorityEpoch, Issuer, OperationId, Revision};
 use crate::log::{LogRecord, Outcome, Rejection, RejectionKind, RequestKey};
 use crate::path::DataPath;
 use crate::time::{Duration, Instant};
@@ -51,14 +51,63 @@ pub struct DirectoryConfig {
     pub address: Address,
     /// Period of the obligation retry tick.
     pub retry_period: Duration,
+    /// The bound of every table (the constants of [`crate::limits`] by default; tests shrink
+    /// them to reach the refusals).
+    pub limits: DirectoryLimits,
 }
 
 impl DirectoryConfig {
-    /// A configuration with the reference's one-second retry tick.
+    /// A configuration with the reference's one-second retry tick and the default limits.
     pub fn new(address: Address) -> Self {
         DirectoryConfig {
             address,
             retry_period: Duration::from_secs(1),
+            limits: DirectoryLimits::default(),
+        }
+    }
+}
+
+/// The bound of every directory table. A request that would grow a table past its bound is
+/// refused `LimitReached`: sticky (persisted under its operation id) for the namespace tables,
+/// without a trace for the operation and issuer tables (they are where a refusal would be
+/// remembered). Limits are checked by the live directory only; recovery accepts any state
+/// the log holds, so a limit may be lowered across a restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirectoryLimits {
+    /// Operation records ([`crate::limits::OPERATIONS_MAX`]; retractions: twice).
+    pub operations: usize,
+    /// Operation records of one issuer ([`crate::limits::ISSUER_OPERATIONS_MAX`];
+    /// retractions: twice).
+    pub issuer_operations: usize,
+    /// Issuer rows ([`crate::limits::ISSUERS_MAX`]; retractions: twice).
+    pub issuers: usize,
+    /// Namespace entries ([`crate::limits::ENTRIES_MAX`]).
+    pub entries: usize,
+    /// Obligations new work may add to ([`crate::limits::OBLIGATIONS_MAX`]).
+    pub obligations: usize,
+    /// Runtime rendezvous ([`crate::limits::RENDEZVOUS_MAX`]).
+    pub rendezvous: usize,
+    /// Replacement fences ([`crate::limits::FENCES_MAX`]).
+    pub fences: usize,
+    /// Live reservations ([`crate::limits::RESERVATIONS_MAX`]).
+    pub reservations: usize,
+    /// Opens one fence holds ([`crate::limits::FENCE_HELD_OPENS_MAX`]).
+    pub fence_held_opens: usize,
+}
+
+impl Default for DirectoryLimits {
+    fn default() -> Self {
+        use crate::limits::*;
+        DirectoryLimits {
+            operations: OPERATIONS_MAX,
+            issuer_operations: ISSUER_OPERATIONS_MAX,
+            issuers: ISSUERS_MAX,
+            entries: ENTRIES_MAX,
+            obligations: OBLIGATIONS_MAX,
+            rendezvous: RENDEZVOUS_MAX,
+            fences: FENCES_MAX,
+            reservations: RESERVATIONS_MAX,
+            fence_held_opens: FENCE_HELD_OPENS_MAX,
         }
     }
 }
@@ -250,6 +299,9 @@ impl Directory {
             DirectoryRequest::CloseStream { path, incarnation } => {
                 ReplyBody::StreamClosed(self.close(path, incarnation))
             }
+            DirectoryRequest::OperationsDone { issuer, below } => {
+                ReplyBody::OperationsDone(self.operations_done(reply_to, issuer, below, out))
+            }
         };
         let reply = DirectoryReply {
             request_id,
@@ -268,18 +320,105 @@ impl Directory {
         out.push(Effect::Persist(record));
     }
 
-    /// The replay check (SPEC §4.3): `None` for an unknown id, a conflict for a different
-    /// key, otherwise the stored outcome.
+    /// The replay check (SPEC §4.3, with retention): `None` for an id that may take effect
+    /// now (no record, not expired, and room to remember it); otherwise the answer: the stored
+    /// outcome, a conflict for a different key, or the refusal of [`Directory::admit`].
+    /// `retraction` marks a cancel or a release, which get twice the room.
     fn replay(
         &self,
         operation: OperationId,
         key: &RequestKey,
+        retraction: bool,
     ) -> Option<Result<&Outcome, NamespaceError>> {
-        let record = self.durable.operation(operation)?;
+        let Some(record) = self.durable.operation(operation) else {
+            return self.admit(operation, retraction).err().map(Err);
+        };
         if record.key != *key {
             return Some(Err(NamespaceError::OperationConflict(operation)));
         }
         Some(Ok(&record.outcome))
+    }
+
+    /// Whether an operation id without a record may get one: never once it is expired (its
+    /// record was pruned, or its node incarnation ended: `OperationExpired`), and only while
+    /// the operation and issuer tables have room (`LimitReached`, which leaves no trace: the
+    /// refusal itself could not be remembered, so the caller must treat it as an unknown
+    /// outcome). Retractions get twice the room: refusing a cancel strands what it undoes.
+    fn admit(&self, operation: OperationId, retraction: bool) -> Result<(), NamespaceError> {
+        if self.durable.is_expired(operation) {
+            return Err(NamespaceError::OperationExpired(operation));
+        }
+        let limits = &self.config.limits;
+        let room = |limit: usize| {
+            if retraction {
+                limit.saturating_mul(2)
+            } else {
+                limit
+            }
+        };
+        let full = |limit| Err(NamespaceError::LimitReached(limit));
+        if self.durable.operation_count() >= room(limits.operations) {
+            return full(Limit::Operations);
+        }
+        match self.durable.issuer(operation.issuer()) {
+            Some(row) if row.records >= room(limits.issuer_operations) => {
+                full(Limit::IssuerOperations)
+            }
+            None if self.durable.issuer_count() >= room(limits.issuers) => full(Limit::Issuers),
+            _ => Ok(()),
+        }
+    }
+
+    /// `OperationsDone` (ARCHITECTURE "Retention of operation records"): raises the issuer's
+    /// horizon to `below`, but not past an operation of its that is a live rendezvous (a
+    /// cancel or a retry of it must still find its record), and prunes the records below.
+    fn operations_done(
+        &mut self,
+        reply_to: Address,
+        issuer: Issuer,
+        below: u64,
+        out: &mut Outbox,
+    ) -> Result<u64, NamespaceError> {
+        if !issuer.is_on(reply_to) {
+            return Err(NamespaceError::Protocol(crate::wire::reason(
+                "an issuer speaks only for its own node incarnation",
+            )));
+        }
+        if self.durable.is_issuer_gone(issuer) {
+            // Everything it ever issued is expired already.
+            return Ok(OperationId::SEQUENCE_END);
+        }
+        let live = self
+            .streams
+            .values()
+            .flat_map(|r| match r {
+                Rendezvous::Pending(p) => [Some(p.request.operation), None],
+                Rendezvous::Active(a) => [Some(a.source_op), Some(a.sink_op)],
+            })
+            .flatten()
+            .filter(|op| op.issuer() == issuer)
+            .map(OperationId::sequence)
+            .min();
+        let horizon = below
+            .min(OperationId::SEQUENCE_END)
+            .min(live.unwrap_or(u64::MAX));
+        let current = self.durable.horizon(issuer);
+        if horizon <= current {
+            return Ok(current);
+        }
+        if self.durable.issuer(issuer).is_none()
+            && self.durable.issuer_count() >= self.config.limits.issuers
+        {
+            return Err(NamespaceError::LimitReached(Limit::Issuers));
+        }
+        self.commit(
+            LogRecord::OperationsDone {
+                issuer,
+                below: horizon,
+            },
+            out,
+        );
+        Ok(horizon)
     }
 
     /// Persists a sticky rejection and returns the error to reply.
@@ -430,7 +569,8 @@ impl Directory {
             }
         }
         for (path, fence) in &self.fences {
-            if fence.held.len() > crate::limits::FENCE_HELD_OPENS_MAX {
+            // The replace-open that began the fence is held even if the bound is 0.
+            if fence.held.len() > self.config.limits.fence_held_opens.max(1) {
                 return Err(format!("{path}: fence holds too many opens"));
             }
         }

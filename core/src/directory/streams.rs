@@ -22,7 +22,6 @@ use super::Directory;
 use crate::effect::Outbox;
 use crate::error::{Limit, NamespaceError};
 use crate::ids::{Address, OperationId, RequestId, Revision, StreamIncarnation};
-use crate::limits::FENCE_HELD_OPENS_MAX;
 use crate::log::{Entry, LogRecord, Mutation, Outcome, Rejection, RejectionKind, RequestKey};
 use crate::path::DataPath;
 use crate::wire::{
@@ -147,14 +146,18 @@ impl Directory {
         let path = request.path.clone();
         // An operation id already used for another request conflicts at once, fence or not
         // (S10); the reference held it behind a fence first.
+        // So does an expired one, or one the tables have no room for: before a fence would
+        // hold it (a held open that could never be remembered would only be refused later).
         let key = RequestKey::BindStream { path: path.clone() };
-        if self
-            .durable
-            .operation(request.operation)
-            .is_some_and(|record| record.key != key)
-        {
-            let conflict = NamespaceError::OperationConflict(request.operation);
-            self.answer_open(&request, Err(conflict), out);
+        let early = match self.durable.operation(request.operation) {
+            Some(record) if record.key != key => {
+                Some(NamespaceError::OperationConflict(request.operation))
+            }
+            Some(_) => None,
+            None => self.admit(request.operation, false).err(),
+        };
+        if let Some(refusal) = early {
+            self.answer_open(&request, Err(refusal), out);
             return;
         }
         // 1. Fence hold.
@@ -164,7 +167,7 @@ impl Directory {
         }
         // 2. Replay: a stored rejection (e.g. a cancel tombstone) wins; a committed op whose
         //    rendezvous is gone is stale.
-        if let Some(stored) = self.replay(request.operation, &key) {
+        if let Some(stored) = self.replay(request.operation, &key, false) {
             let refusal = match stored {
                 Err(conflict) => Some(conflict),
                 Ok(Outcome::Rejected(rejection)) => Some(rejection.error()),
@@ -242,6 +245,18 @@ impl Directory {
         if request.replace {
             match self.streams.get(&path) {
                 Some(Rendezvous::Active(_)) => {
+                    let limits = self.config.limits;
+                    let full = if self.fences.len() >= limits.fences {
+                        Some(Limit::Fences)
+                    } else if self.durable.obligation_count() >= limits.obligations {
+                        Some(Limit::Obligations)
+                    } else {
+                        None
+                    };
+                    if let Some(limit) = full {
+                        self.refuse_open(&request, RejectionKind::LimitReached(limit), out);
+                        return;
+                    }
                     if let Some(Rendezvous::Active(old)) = self.streams.remove(&path) {
                         self.begin_fence(request, old, out);
                     }
@@ -297,6 +312,24 @@ impl Directory {
         let operation = request.operation;
         if self.durable.reservation(&path).is_some() {
             self.refuse_open(&request, RejectionKind::PathExists, out);
+            return;
+        }
+        let limits = self.config.limits;
+        let full = if self.streams.len() >= limits.rendezvous {
+            Some(Limit::Rendezvous)
+        } else if self.durable.entry(&path).is_none()
+            && self.durable.entry_count() >= limits.entries
+        {
+            Some(Limit::Entries)
+        } else if self.live_source(&path).is_some()
+            && self.durable.obligation_count() >= limits.obligations
+        {
+            Some(Limit::Obligations)
+        } else {
+            None
+        };
+        if let Some(limit) = full {
+            self.refuse_open(&request, RejectionKind::LimitReached(limit), out);
             return;
         }
         let revision = match self.allocate_revision() {
@@ -413,7 +446,7 @@ impl Directory {
             *held = request;
             return;
         }
-        if fence.held.len() >= FENCE_HELD_OPENS_MAX {
+        if fence.held.len() >= self.config.limits.fence_held_opens {
             let full = RejectionKind::LimitReached(Limit::FenceHeldOpens);
             if self.durable.operation(request.operation).is_none() {
                 self.refuse_open(&request, full, out);
@@ -462,12 +495,14 @@ impl Directory {
         out: &mut Outbox,
     ) -> Result<(), NamespaceError> {
         let key = RequestKey::BindStream { path: path.clone() };
-        match self.replay(operation, &key) {
+        match self.replay(operation, &key, true) {
             None => {
                 // Tombstone: a late or reordered open with this id is refused.
                 self.reject(operation, key, RejectionKind::PathReplaced, &path, out);
             }
-            Some(Err(conflict)) => return Err(conflict),
+            // An expired id needs no tombstone: its opens are refused anyway, and none of
+            // them is a rendezvous (a horizon never passes a live one).
+            Some(Err(refusal)) => return Err(refusal),
             Some(Ok(_)) => {}
         }
         match self.streams.get(&path) {
@@ -550,13 +585,22 @@ impl Directory {
     /// The stream side of an `AddressGone` report: rendezvous and held opens whose endpoint
     /// is gone end (a surviving peer is displaced; a waiting caller hears `PathReplaced`).
     pub(super) fn end_gone_streams(&mut self, scope: &GoneScope, out: &mut Outbox) {
+        // A node that restarted also ends the rendezvous its earlier incarnations opened
+        // (their records were pruned with the floor, and nobody there can close them).
+        let node_report = matches!(scope, GoneScope::NodeBefore { .. });
+        let ended = |op: OperationId| node_report && self.durable.is_issuer_gone(op.issuer());
         let affected: Vec<DataPath> = self
             .streams
             .iter()
             .filter(|(_, r)| match r {
-                Rendezvous::Pending(p) => scope.covers(&p.request.endpoint),
+                Rendezvous::Pending(p) => {
+                    scope.covers(&p.request.endpoint) || ended(p.request.operation)
+                }
                 Rendezvous::Active(a) => {
-                    scope.covers(&a.matched.source) || scope.covers(&a.matched.sink)
+                    scope.covers(&a.matched.source)
+                        || scope.covers(&a.matched.sink)
+                        || ended(a.source_op)
+                        || ended(a.sink_op)
                 }
             })
             .map(|(path, _)| path.clone())
@@ -580,11 +624,12 @@ impl Directory {
             }
         }
         let mut dropped = Vec::new();
+        let durable = &self.durable;
         for fence in self.fences.values_mut() {
-            let (gone, kept): (Vec<_>, Vec<_>) = fence
-                .held
-                .drain(..)
-                .partition(|h| scope.covers(&h.endpoint));
+            let (gone, kept): (Vec<_>, Vec<_>) = fence.held.drain(..).partition(|h| {
+                scope.covers(&h.endpoint)
+                    || node_report && durable.is_issuer_gone(h.operation.issuer())
+            });
             fence.held = kept;
             dropped.extend(gone);
         }

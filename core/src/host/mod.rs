@@ -32,6 +32,7 @@
 //! from a counter.
 
 mod control;
+mod horizon;
 mod read;
 mod session;
 mod source;
@@ -39,6 +40,7 @@ mod write;
 
 use std::collections::{BTreeMap, VecDeque};
 
+pub use horizon::HORIZON_PERIOD;
 pub use read::Transfer;
 
 use crate::arena::{Allocation, Arena, ArenaMemory, Lease, TicketId};
@@ -348,6 +350,8 @@ pub struct Host {
     /// Retractions handed to the proxy when their binding finished; re-sent if it restarts.
     handed_over: VecDeque<DirectoryRequest>,
     next_handover_call: u64,
+    /// Declaring operations done to the directory (see `horizon.rs`).
+    horizon: horizon::Reporter,
     /// The time of the input being handled.
     now: Instant,
 }
@@ -369,7 +373,8 @@ pub(crate) fn refused_allocation(error: crate::arena::ArenaError) -> DataPlaneEr
     }
 }
 
-/// Whether the proxy answered "no answer" (the outcome at the directory is unknown).
+/// Whether the proxy answered "no answer" (the outcome at the directory is unknown), or the
+/// directory refused without a trace (its operation table was full).
 pub(crate) fn is_unknown_outcome(error: Option<&NamespaceError>) -> bool {
     use crate::error::Limit;
     matches!(
@@ -379,7 +384,7 @@ pub(crate) fn is_unknown_outcome(error: Option<&NamespaceError>) -> bool {
                 | NamespaceError::DirectoryUnavailable(_)
                 | NamespaceError::LimitReached(Limit::PendingRequests | Limit::RequestIds)
         )
-    )
+    ) || error.is_some_and(NamespaceError::left_no_trace)
 }
 
 impl Host {
@@ -399,6 +404,7 @@ impl Host {
             hashers: BTreeMap::new(),
             handed_over: VecDeque::new(),
             next_handover_call: 1,
+            horizon: horizon::Reporter::default(),
             now,
         };
         host.arm_tick(now, out);
@@ -516,6 +522,12 @@ impl Host {
             return Ok(());
         }
         let actor = to.actor;
+        if self.is_horizon_actor(actor) {
+            if let Message::Reply(reply) = &message {
+                self.horizon_reply(reply);
+            }
+            return Ok(());
+        }
         if self.sessions.contains_key(&actor) {
             return match message {
                 Message::FromChild(request) => {
@@ -598,6 +610,7 @@ impl Host {
                 self.resend_call(now, actor, out);
             }
         }
+        self.report_horizon(now, out);
         self.arm_tick(now, out);
         Ok(())
     }
@@ -634,6 +647,7 @@ impl Host {
     pub fn proxy_restarted(&mut self, now: Instant, proxy: Address, out: &mut Outbox) {
         self.now = now;
         self.config.proxy = proxy;
+        self.horizon_proxy_restarted();
         let actors: Vec<u64> = self
             .bindings
             .iter()

@@ -93,7 +93,9 @@ impl Host {
             digest: (header.digest_kind == DigestKind::Blake3).then_some(header.digest),
         };
         self.sources.insert(source_actor, source);
-        let operation = self.op_id(actor, PURPOSE_PUBLISH);
+        // A fresh op id (the new source's number), not the binding's: a write may be open for
+        // a long time, and only calls in flight may hold back the horizon (see horizon.rs).
+        let operation = self.op_id(source_actor, PURPOSE_PUBLISH);
         let node = self.config.node;
         let Some(b) = self.bindings.get_mut(&actor) else {
             return;
@@ -187,7 +189,9 @@ impl Host {
     }
 
     fn unpublish(&mut self, now: Instant, actor: u64, out: &mut Outbox) {
-        let operation = self.op_id(actor, PURPOSE_UNPUBLISH);
+        // A number of its own: a published write may be aborted long after it was written.
+        let fresh = self.allocate_actor();
+        let operation = self.op_id(fresh, PURPOSE_UNPUBLISH);
         let Some(b) = self.bindings.get_mut(&actor) else {
             return;
         };

@@ -129,6 +129,12 @@ fn run(args: Vec<String>) -> ExitCode {
         s.route_flaps,
         s.actor_deaths
     );
+    outln!(
+        "# retention: mutations_per_node={:?} records_max={} log_bytes_max={}",
+        s.operations_per_node,
+        s.records_max,
+        s.log_bytes_max
+    );
     if let Some(failure) = &report.outcome.failure {
         outln!("# failure: {failure}");
     }
@@ -212,6 +218,9 @@ fn swarm(args: Vec<String>) -> ExitCode {
             failure.seed,
             failure.seed
         );
+    }
+    for line in &report.long_life {
+        outln!("{line}");
     }
     let never = report.never_exercised();
     if !never.is_empty() {

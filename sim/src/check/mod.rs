@@ -136,6 +136,12 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "reply.OperationConflict",
     "reply.StreamActive",
     "reply.BlobLost",
+    "reply.OperationExpired",
+    "op.OperationsDone",
+    "retention.horizon_raised",
+    "retention.floor_pruned",
+    "retention.refused_expired",
+    "regime.long_life",
     "stream.match",
     "stream.fence_begun",
     "stream.fence_resolved",
@@ -202,6 +208,10 @@ pub struct Checker {
     hosts: host::HostChecker,
 }
 
+/// Most operation records one issuer may keep at the end of a run (a client declares every
+/// few operations and at the heal; a host on its tick).
+const RECORDS_PER_ISSUER_AT_END: usize = 16;
+
 /// Up to this many entries plus obligations the directory's invariants are walked every step.
 const INVARIANT_WALK_SMALL: usize = 48;
 /// Beyond that, every this many steps.
@@ -226,6 +236,7 @@ fn error_name(body: &ReplyBody) -> &'static str {
         Some(E::Protocol(_)) => "reply.Protocol",
         Some(E::LimitReached(_)) => "reply.LimitReached",
         Some(E::BlobLost(_)) => "reply.BlobLost",
+        Some(E::OperationExpired(_)) => "reply.OperationExpired",
     }
 }
 
@@ -242,6 +253,7 @@ fn op_name(request: &DirectoryRequest) -> &'static str {
         K::OpenStream => "op.OpenStream",
         K::CancelStream => "op.CancelStream",
         K::CloseStream => "op.CloseStream",
+        K::OperationsDone => "op.OperationsDone",
     }
 }
 
@@ -523,6 +535,36 @@ impl Checker {
         if !self.failed() {
             self.check_step_safety(now, input, &sends, dir);
         }
+        if !self.failed() {
+            self.check_no_effect_after_pruning(now, effects);
+        }
+    }
+
+    /// Retention: no operation takes effect (gets a record: a commit, a join, a sticky
+    /// refusal, a reservation) once it is expired, that is once its record may have been
+    /// pruned. Expiry only grows (horizons and floors rise), so the model's state after the
+    /// step judges every record the step created.
+    fn check_no_effect_after_pruning(&mut self, now: Instant, effects: &[Effect]) {
+        use dataplane_core::log::LogRecord as R;
+        for effect in effects {
+            let Effect::Persist(record) = effect else {
+                continue;
+            };
+            let op = match record {
+                R::Committed { operation, .. }
+                | R::Joined { operation, .. }
+                | R::Rejected { operation, .. }
+                | R::Reserved { operation, .. } => *operation,
+                _ => continue,
+            };
+            if self.model.expired(op) {
+                self.fail(
+                    now,
+                    format!("retention: operation {op} took effect after its record was pruned ({record:?})"),
+                );
+                return;
+            }
+        }
     }
 
     fn compare_replies(
@@ -785,9 +827,13 @@ impl Checker {
     fn check_same_result(&mut self, now: Instant, op: OperationId, body: &ReplyBody) {
         use dataplane_core::error::NamespaceError as E;
         // Every refusal is sticky except a conflict (derived from another request's row), an
-        // exhausted revision space, and a refusal of a frame from a restarted node (the op id
-        // stays unknown, and the answer is the same forever anyway).
-        let transient = matches!(body.err(), Some(E::OperationConflict(_) | E::Storage(_)))
+        // exhausted revision space, a refusal of a frame from a restarted node (the op id
+        // stays unknown, and the answer is the same forever anyway), and the refusal of an
+        // expired operation (its record, and so its first answer, is forgotten).
+        let transient = matches!(
+            body.err(),
+            Some(E::OperationConflict(_) | E::Storage(_) | E::OperationExpired(_))
+        ) || body.err().is_some_and(E::left_no_trace)
             || matches!(body.err(), Some(E::PathReplaced(_))) && !self.model.ops.contains(&op);
         if transient {
             return;
@@ -907,6 +953,22 @@ impl Checker {
         if !ops_equal {
             self.fail(now, "model: operation tables differ after recovery".into());
         }
+        let live_horizons =
+            |i: &dataplane_core::ids::Issuer, h: u64| h > 0 && !durable.is_issuer_gone(*i);
+        let horizons_equal = durable
+            .issuers()
+            .filter(|(i, row)| live_horizons(i, row.horizon))
+            .map(|(i, row)| (*i, row.horizon))
+            .eq(self
+                .model
+                .horizons
+                .map()
+                .iter()
+                .filter(|(i, h)| live_horizons(i, **h))
+                .map(|(i, h)| (*i, *h)));
+        if !horizons_equal {
+            self.fail(now, "model: issuer horizons differ after recovery".into());
+        }
         if let Err(v) = dir.check_invariants() {
             self.fail(now, format!("directory invariant after recovery: {v}"));
         }
@@ -1001,6 +1063,17 @@ impl Checker {
         }
         if let Some((path, r)) = durable.reservations().next() {
             problems.push(format!("L4: {path} still reserved by {}", r.operation));
+        }
+        // Bounded by live state: once the callers declared what they finished and the
+        // restarted nodes' reports were applied, no issuer keeps more than a handful of
+        // records, however long the run was.
+        for (issuer, row) in durable.issuers() {
+            if row.records > RECORDS_PER_ISSUER_AT_END {
+                problems.push(format!(
+                    "retention: issuer {issuer} still has {} operation records",
+                    row.records
+                ));
+            }
         }
         let bound_sources: BTreeSet<Address> = durable
             .entries()

@@ -6,12 +6,22 @@
 //! every gone acknowledgement. Its durable half lives in [`JMap`]s so a crash can roll it back
 //! to the steps that reached the disk. It favours plainness over speed: linear scans over tiny
 //! maps, values cloned freely.
+//!
+//! Retention, restated from ARCHITECTURE "Retention of operation records": an operation id
+//! names its issuer (node, incarnation, lane: the high 72 bits) and a sequence number (the
+//! low 56). It is expired once its issuer's incarnation is below the node's floor or its
+//! sequence number is below the horizon the issuer declared (`OperationsDone`, only from a
+//! caller on the issuer's node incarnation, never past one of the issuer's operations that is
+//! a live rendezvous). An expired operation keeps its record only while it holds a
+//! reservation; without a record it is refused `OperationExpired` before anything else. The
+//! simulator runs with the default table limits and never reaches them (the testkit's model
+//! covers the limits); a `LimitReached` from the directory's own tables would disagree here.
 
 use std::collections::BTreeMap;
 
 use dataplane_core::error::NamespaceError;
 use dataplane_core::ids::{
-    Address, AuthorityEpoch, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
+    Address, AuthorityEpoch, Issuer, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
 };
 use dataplane_core::path::DataPath;
 use dataplane_core::wire::{
@@ -138,6 +148,8 @@ pub struct Model {
     pub displacements: JMap<(Address, StreamIncarnation), Option<DataPath>>,
     /// Durable node floors.
     pub floors: JMap<NodeId, u64>,
+    /// Durable issuer horizons.
+    pub horizons: JMap<Issuer, u64>,
     sources: BTreeMap<DataPath, BlobBinding>,
     streams: BTreeMap<DataPath, MStream>,
     fences: BTreeMap<DataPath, MFence>,
@@ -181,6 +193,7 @@ impl Model {
             + self.retirements.writes()
             + self.displacements.writes()
             + self.floors.writes()
+            + self.horizons.writes()
     }
 
     /// Takes the expectations of the current step.
@@ -197,6 +210,7 @@ impl Model {
         self.retirements.rollback_after(step);
         self.displacements.rollback_after(step);
         self.floors.rollback_after(step);
+        self.horizons.rollback_after(step);
     }
 
     /// Steps up to `step` are durable.
@@ -208,6 +222,7 @@ impl Model {
         self.retirements.forget_through(step);
         self.displacements.forget_through(step);
         self.floors.forget_through(step);
+        self.horizons.forget_through(step);
     }
 
     /// A recovery at `step`: the epoch advances, runtime state restarts from the durable
@@ -288,15 +303,98 @@ impl Model {
             .is_some_and(|floor| address.incarnation < *floor)
     }
 
+    fn issuer_gone(&self, issuer: Issuer) -> bool {
+        self.floors
+            .get(&issuer.node)
+            .is_some_and(|floor| issuer.incarnation < *floor)
+    }
+
+    /// Whether `op` is expired (see the module documentation).
+    pub fn expired(&self, op: OperationId) -> bool {
+        let issuer = op.issuer();
+        self.issuer_gone(issuer) || op.sequence() < self.horizons.get(&issuer).copied().unwrap_or(0)
+    }
+
+    fn pinned(&self, op: OperationId) -> bool {
+        self.reservations.map().values().any(|(o, _)| *o == op)
+    }
+
+    /// Drops the records of `candidates` that are expired and not pinned.
+    fn prune(&mut self, candidates: Vec<OperationId>) {
+        for op in candidates {
+            if self.expired(op) && !self.pinned(op) {
+                self.ops.remove(self.step, &op);
+            }
+        }
+    }
+
+    /// The records of `node`'s issuers.
+    fn ops_of_node(&self, node: NodeId) -> Vec<OperationId> {
+        self.ops
+            .map()
+            .keys()
+            .filter(|op| op.issuer().node == node)
+            .copied()
+            .collect()
+    }
+
+    /// `OperationsDone` (see the module documentation).
+    fn operations_done(
+        &mut self,
+        reply_to: Address,
+        issuer: Issuer,
+        below: u64,
+    ) -> Result<u64, NamespaceError> {
+        if !issuer.is_on(reply_to) {
+            return Err(NamespaceError::Protocol(dataplane_core::wire::reason(
+                "an issuer speaks only for its own node incarnation",
+            )));
+        }
+        let all = OperationId::SEQUENCE_END;
+        if self.issuer_gone(issuer) {
+            return Ok(all);
+        }
+        let mut horizon = below.min(all);
+        for stream in self.streams.values() {
+            let ops = match stream {
+                MStream::Pending { open, .. } => vec![open.op],
+                MStream::Active(a) => vec![a.source_op, a.sink_op],
+            };
+            for op in ops.into_iter().filter(|op| op.issuer() == issuer) {
+                horizon = horizon.min(op.sequence());
+            }
+        }
+        let current = self.horizons.get(&issuer).copied().unwrap_or(0);
+        if horizon <= current {
+            return Ok(current);
+        }
+        self.horizons.insert(self.step, issuer, horizon);
+        let candidates: Vec<OperationId> = self
+            .ops
+            .map()
+            .keys()
+            .filter(|op| op.issuer() == issuer)
+            .copied()
+            .collect();
+        self.prune(candidates);
+        self.notes.push("retention.horizon_raised");
+        Ok(horizon)
+    }
+
     fn sticky(&mut self, op: OperationId, key: MKey, error: NamespaceError) -> NamespaceError {
         self.ops
             .insert(self.step, op, (key, MOutcome::Rejected(error.clone())));
         error
     }
 
-    /// Stored outcome of `op` for `key`: None if unknown, Err(conflict) if used otherwise.
+    /// Stored outcome of `op` for `key`: None if unknown, Err(conflict) if used otherwise,
+    /// Err(OperationExpired) if it has no record and is expired.
     fn stored(&self, op: OperationId, key: &MKey) -> Option<Result<MOutcome, NamespaceError>> {
-        let (stored_key, outcome) = self.ops.get(&op)?;
+        let Some((stored_key, outcome)) = self.ops.get(&op) else {
+            return self
+                .expired(op)
+                .then_some(Err(NamespaceError::OperationExpired(op)));
+        };
         if stored_key != key {
             return Some(Err(NamespaceError::OperationConflict(op)));
         }
@@ -425,7 +523,13 @@ impl Model {
             DirectoryRequest::CloseStream { path, incarnation } => {
                 ReplyBody::StreamClosed(self.close(&path, incarnation))
             }
+            DirectoryRequest::OperationsDone { issuer, below } => {
+                ReplyBody::OperationsDone(self.operations_done(reply_to, issuer, below))
+            }
         };
+        if matches!(&body.err(), Some(NamespaceError::OperationExpired(_))) {
+            self.notes.push("retention.refused_expired");
+        }
         self.reply(reply_to, request_id, body);
     }
 
@@ -458,8 +562,9 @@ impl Model {
         }
         let r = self.allocate();
         let old = self.live_source(&path).filter(|s| *s != source);
-        if reservation.is_some() {
+        if let Some(held) = reservation {
             self.reservations.remove(self.step, &path);
+            self.prune(vec![held]);
         }
         let owner = match &recovery {
             SourceRecovery::Actor { owner, .. } => *owner,
@@ -702,6 +807,7 @@ impl Model {
             Some(Ok(_)) => {
                 if self.reservations.get(&path).is_some_and(|(o, _)| *o == op) {
                     self.reservations.remove(self.step, &path);
+                    self.prune(vec![op]);
                 }
             }
         }
@@ -732,6 +838,9 @@ impl Model {
         let path = open.path.clone();
         if matches!(self.ops.get(&open.op), Some((key, _)) if *key != MKey::Bind(path.clone())) {
             return self.reply_open(&open, Err(NamespaceError::OperationConflict(open.op)));
+        }
+        if !self.ops.contains(&open.op) && self.expired(open.op) {
+            return self.reply_open(&open, Err(NamespaceError::OperationExpired(open.op)));
         }
         if let Some(fence) = self.fences.get_mut(&path) {
             if let Some(old) = fence
@@ -1067,7 +1176,12 @@ impl Model {
             && incarnation > self.floors.get(&node).copied().unwrap_or(0)
         {
             self.floors.insert(step, node, incarnation);
+            // Everything the ended incarnations issued is expired.
+            let candidates = self.ops_of_node(node);
+            self.prune(candidates);
+            self.notes.push("retention.floor_pruned");
         }
+        let node_report = matches!(scope, GoneScope::NodeBefore { .. });
         let retired: Vec<Address> = self
             .retirements
             .map()
@@ -1096,15 +1210,25 @@ impl Model {
             .map(|(p, _)| p.clone())
             .collect();
         for p in released {
-            self.reservations.remove(step, &p);
+            if let Some((op, _)) = self.reservations.remove(step, &p) {
+                self.prune(vec![op]);
+            }
         }
+        // A restarted node also ends the rendezvous and held opens its earlier incarnations'
+        // callers opened.
+        let ended_op = |m: &Model, op: OperationId| node_report && m.issuer_gone(op.issuer());
         let ended: Vec<DataPath> = self
             .streams
             .iter()
             .filter(|(_, s)| match s {
-                MStream::Pending { open, .. } => scope.covers(&open.endpoint),
+                MStream::Pending { open, .. } => {
+                    scope.covers(&open.endpoint) || ended_op(self, open.op)
+                }
                 MStream::Active(a) => {
-                    scope.covers(&a.matched.source) || scope.covers(&a.matched.sink)
+                    scope.covers(&a.matched.source)
+                        || scope.covers(&a.matched.sink)
+                        || ended_op(self, a.source_op)
+                        || ended_op(self, a.sink_op)
                 }
             })
             .map(|(p, _)| p.clone())
@@ -1125,11 +1249,12 @@ impl Model {
             }
         }
         let mut dropped = Vec::new();
+        let floors = self.floors.map().clone();
+        let issuer_gone = |i: Issuer| floors.get(&i.node).is_some_and(|f| i.incarnation < *f);
         for fence in self.fences.values_mut() {
-            let (gone, kept): (Vec<MOpen>, Vec<MOpen>) = fence
-                .held
-                .drain(..)
-                .partition(|h| scope.covers(&h.endpoint));
+            let (gone, kept): (Vec<MOpen>, Vec<MOpen>) = fence.held.drain(..).partition(|h| {
+                scope.covers(&h.endpoint) || node_report && issuer_gone(h.op.issuer())
+            });
             fence.held = kept;
             dropped.extend(gone);
         }

@@ -10,5 +10,6 @@ mod kill_host;
 mod lease;
 mod log_damage;
 mod overload;
+mod soak;
 mod streams;
 mod truth;
