@@ -71,10 +71,12 @@ mod tests {
 
     #[test]
     fn a_socket_gets_its_mode_whatever_the_umask() {
-        let dir = std::env::temp_dir().join(format!("dataplane-sys-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::Builder::new()
+            .prefix("dataplane-sys-")
+            .tempdir()
+            .unwrap();
+        let dir = scratch.path();
         let path = dir.join("s.sock");
-        let _ = std::fs::remove_file(&path);
         // SAFETY: a test-local umask change; restored below.
         let old = unsafe { libc::umask(0) };
         let listener = bind_unix(&path, 0o600).unwrap();
@@ -83,9 +85,8 @@ mod tests {
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         assert!(is_socket(&path));
-        assert!(!is_socket(&dir));
+        assert!(!is_socket(dir));
         drop(listener);
-        let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(group_id("0").unwrap(), 0);
         assert_eq!(group_id("root").unwrap(), 0);
         assert!(group_id("no-such-group-here").is_err());
