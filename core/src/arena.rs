@@ -333,6 +333,16 @@ impl Arena {
         self.free_bytes
     }
 
+    /// The longest free range in bytes (0 if nothing is free): the largest footprint that
+    /// fits now. Linear in the number of free ranges.
+    pub fn largest_free(&self) -> u64 {
+        self.free
+            .iter()
+            .map(|(start, end)| end - start)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// No two live leases overlap, all lie in `[0, size)`, free ranges and leases tile
     /// `[0, size)` exactly, free ranges are coalesced, counts are within bounds.
     pub fn check_invariants(&self) -> Result<(), String> {

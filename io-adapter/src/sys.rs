@@ -1,9 +1,11 @@
 //! The few system calls the nodes make that the standard library does not wrap: a Unix socket
-//! bound with a given mode whatever the umask, and the group of a socket.
+//! bound with a given mode whatever the umask, the group of a socket, and who is at the other
+//! end of a Unix connection.
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
 use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::Path;
 
 /// A Unix listener bound at `path`, its socket file created with `mode` whatever the
@@ -52,10 +54,37 @@ pub fn group_id(name: &str) -> io::Result<u32> {
     if found.is_null() {
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
-            format!("no group named {name:?}"),
+            format!("no group named \"{}\"", dataplane_cli::one_line(name)),
         ));
     }
     Ok(group.gr_gid)
+}
+
+/// The process id and user id at the other end of a connected Unix socket (`SO_PEERCRED`:
+/// what the kernel recorded when the peer connected).
+pub fn peer_credentials(socket: BorrowedFd<'_>) -> io::Result<(i32, u32)> {
+    let mut credentials = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = libc::socklen_t::try_from(size_of::<libc::ucred>())
+        .map_err(|_| io::Error::other("ucred size"))?;
+    // SAFETY: the descriptor is open for the call (borrowed); `credentials` is writable for
+    // `len` bytes, the size of the `ucred` that SO_PEERCRED stores, and `len` is writable.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut credentials).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((credentials.pid, credentials.uid))
 }
 
 /// Whether `path` names a Unix socket (and not a file someone might want kept).
