@@ -92,7 +92,7 @@ pub struct ConnectionMetrics {
 
 impl ConnectionMetrics {
     fn new(registry: &Registry) -> ConnectionMetrics {
-        ConnectionMetrics {
+        let metrics = ConnectionMetrics {
             connections: gauge_vec(
                 registry,
                 "dataplane_connections",
@@ -105,7 +105,15 @@ impl ConnectionMetrics {
                 "Connections refused or closed by the node, by kind.",
                 &["kind"],
             ),
+        };
+        // Every kind is there from the start, at 0: a rate needs a first sample.
+        for kind in Refusal::ALL {
+            metrics
+                .refusals
+                .with_label_values(&[kind.label()])
+                .inc_by(0);
         }
+        metrics
     }
 
     /// Counts one refusal.
@@ -148,6 +156,18 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// Every kind.
+    pub const ALL: [Refusal; 8] = [
+        Refusal::NotAHello,
+        Refusal::Version,
+        Refusal::WrongKey,
+        Refusal::Full,
+        Refusal::Expired,
+        Refusal::Evicted,
+        Refusal::Capability,
+        Refusal::Protocol,
+    ];
+
     /// The label value.
     pub fn label(self) -> &'static str {
         match self {
@@ -327,7 +347,7 @@ impl HostMetrics {
     pub fn new() -> HostMetrics {
         let registry = Registry::new();
         let r = &registry;
-        HostMetrics {
+        let metrics = HostMetrics {
             proxy_pending: gauge(
                 r,
                 "dataplane_host_proxy_pending_requests",
@@ -395,7 +415,18 @@ impl HostMetrics {
             ),
             conns: ConnectionMetrics::new(r),
             registry,
+        };
+        for direction in ["sent", "received"] {
+            metrics
+                .transfer_chunks
+                .with_label_values(&[direction])
+                .inc_by(0);
+            metrics
+                .transfer_bytes
+                .with_label_values(&[direction])
+                .inc_by(0);
         }
+        metrics
     }
 }
 
@@ -533,6 +564,10 @@ mod tests {
         assert!(
             page.contains("dataplane_refusals_total{kind=\"wrong_key\"} 1"),
             "{page}"
+        );
+        assert!(
+            page.contains("dataplane_refusals_total{kind=\"expired\"} 0"),
+            "every kind is there from the start: {page}"
         );
         assert!(get(address, "GET /nope HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
         assert!(get(address, "POST /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));

@@ -12,7 +12,7 @@
 //!   parallel.
 //! * [`Proc`] owns a child process and kills it (SIGKILL) when dropped, also when a test panics;
 //!   [`DirectoryProc`] and [`HostProc`] start nodes and wait until they serve.
-//! * [`cli`] runs the CLI with a deadline; [`wait_until`] polls with a deadline.
+//! * [`cli_with`] runs the CLI with a deadline; [`wait_until`] polls with a deadline.
 //! * [`raw`] is a client that speaks the nodes' `Link` protocol over TCP.
 //!
 //! Every wait has a deadline and panics with what it waited for.

@@ -95,7 +95,7 @@ struct DirectoryArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     retry_ms: u64,
     /// Cut a damaged log at its first bad byte, or start a missing or emptied log empty after
-    /// its snapshot, instead of refusing; the cut bytes are kept in DIR/log/log-<N>.cut-<OFFSET>.
+    /// its snapshot, instead of refusing; the cut bytes are kept in DIR/log/log-N.cut-OFFSET.
     /// Acknowledged records after the damage are lost.
     #[arg(long)]
     repair_log: bool,
