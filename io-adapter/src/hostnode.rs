@@ -523,7 +523,12 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         directory_address = %directory,
         epoch = epoch.0,
         peers = peers.len(),
-        "welcomed by the directory"
+        "welcomed by the directory{}",
+        if incarnation > 1 {
+            " (a restart: reporting the earlier incarnations gone)"
+        } else {
+            ""
+        }
     );
     let _ = stream.set_read_timeout(None);
     let directory_conn = net
@@ -948,6 +953,11 @@ impl HostNode {
             if let Message::GoneAcknowledged { scope } = message
                 && self.gone_report.is_some_and(|(s, _)| s == scope)
             {
+                info!(
+                    incarnation = self.incarnation,
+                    "the directory knows this host restarted: the blobs of its earlier \
+                     incarnations are lost"
+                );
                 self.gone_report = None;
             }
             return;
