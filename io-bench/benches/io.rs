@@ -17,9 +17,10 @@
 //! The nodes are the `dataplane-node` binary of `dataplane-io`, which this bench builds first
 //! (`cargo build --release -p dataplane-io --bins` into its own target directory;
 //! `DATAPLANE_NODE_BIN` names another one instead),
-//! started on a fresh temporary directory and free loopback ports. Every process this bench
-//! starts is killed when its handle drops (also when the bench panics), and dies with the
-//! bench if the bench is killed (`PR_SET_PDEATHSIG`).
+//! started on a fresh temporary directory and free loopback ports, logging errors only (set
+//! `RUST_LOG` to see more). Every process this bench starts is killed when its handle drops
+//! (also when the bench panics), and dies with the bench if the bench is killed
+//! (`PR_SET_PDEATHSIG`).
 //!
 //! * **`durable_mutations`** (1, 16 and 64 clients): acknowledged mutations per second.
 //!   *Ours*: one directory node process. Each client is its own TCP connection and thread
@@ -151,6 +152,10 @@ impl Proc {
     /// Starts `command`; the process also dies if this bench dies.
     fn start(name: &str, mut command: Command) -> Proc {
         command.stdin(Stdio::null());
+        // The nodes' logs would bury the BENCH lines: errors only, unless RUST_LOG says.
+        if std::env::var_os("RUST_LOG").is_none() {
+            command.env("RUST_LOG", "error");
+        }
         die_with_parent(&mut command);
         let child = command
             .spawn()
