@@ -243,7 +243,7 @@ impl Arena {
             size: self.size,
             used_bytes: self.size - self.free_bytes,
             free_bytes: self.free_bytes,
-            largest_free: self.free.iter().map(|(s, e)| e - s).max().unwrap_or(0),
+            largest_free: self.largest_free(),
             leases: self.leases.len() as u64,
             queued: self.queue.len() as u64,
             refused: self.refused,
@@ -374,6 +374,16 @@ impl Arena {
     /// Free bytes in total (not necessarily contiguous).
     pub fn free_bytes(&self) -> u64 {
         self.free_bytes
+    }
+
+    /// The longest free range in bytes (0 if nothing is free): the largest footprint that
+    /// fits now. Linear in the number of free ranges.
+    pub fn largest_free(&self) -> u64 {
+        self.free
+            .iter()
+            .map(|(start, end)| end - start)
+            .max()
+            .unwrap_or(0)
     }
 
     /// No two live leases overlap, all lie in `[0, size)`, free ranges and leases tile

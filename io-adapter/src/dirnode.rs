@@ -25,12 +25,21 @@
 //! The membership file is written only after the log is open, so its presence proves that the
 //! log was created: a data directory whose membership survives and whose log is gone is refused
 //! ([`LogOptions::create`]), not started empty.
+//!
+//! **Logs and metrics.** Once the log is open (a refused start logs nothing: its one error is
+//! the caller's to print), the node logs its start-up (version, options, the data directory's
+//! id), what recovery did (records replayed; a torn tail cut, and why), hosts admitted and
+//! gone, refused connections and why (`info`), clients and pending connections (`debug`), and
+//! a failure that stops it (`error`). With [`DirectoryOptions::metrics_listen`] it serves
+//! [`DirectoryMetrics`].
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::net::TcpListener;
 use std::path::PathBuf;
+use std::time::Instant as WallInstant;
 
+use dataplane_cli::Exit;
 use dataplane_core::admission::{
     ADMISSION_DEADLINE, Accepted, Admission, HelloRefusal, PENDING_CONNECTIONS_MAX,
 };
@@ -42,9 +51,11 @@ use dataplane_core::log::LogRecord;
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{Envelope, GoneScope, Message};
 use serde::{Deserialize, Serialize};
+use tracing::{debug, error, info, warn};
 
 use crate::driver::{Barrier, Clock, read_state, write_state};
-use crate::log::{DurableLog, LogError, LogOptions};
+use crate::log::{DurableLog, LogError, LogOptions, Recovered};
+use crate::metrics::{DirectoryMetrics, GAUGE_PERIOD, Refusal, gauge_value};
 use crate::net::{
     Acceptor, ClusterKey, ConnId, Limits, Link, NetEvent, Peer, Reactor, Who, fresh_nonce,
 };
@@ -55,6 +66,9 @@ pub const TRANSIENT_NODE_BASE: u64 = 1 << 40;
 const ADMITTED_CONNECTIONS_MAX: usize = 4096;
 /// The log is compacted once it is this large and twice its size after the last compaction.
 const COMPACT_MIN_BYTES: u64 = 4 << 20;
+/// The longest the driver waits for an event (the metrics' gauges are read this often at
+/// least).
+const IDLE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How a directory node is set up.
 #[derive(Clone, Debug)]
@@ -70,6 +84,8 @@ pub struct DirectoryOptions {
     /// Cut a damaged log at its first bad byte (or start a lost log empty), keeping a copy of
     /// the cut bytes, instead of refusing to start ([`LogOptions::repair`]).
     pub repair_log: bool,
+    /// Serve [`DirectoryMetrics`] at `http://ADDR/metrics` (`host:port`).
+    pub metrics_listen: Option<String>,
 }
 
 /// Why a directory node stopped.
@@ -118,11 +134,11 @@ impl NodeError {
     /// The exit status `dataplane-node` reports: 75 (EX_TEMPFAIL) for a data directory another
     /// process holds, 65 (EX_DATAERR) for one recovery refuses, 70 (EX_SOFTWARE) otherwise
     /// (a storage failure: restart the node to recover).
-    pub fn exit_code(&self) -> u8 {
+    pub fn exit_code(&self) -> Exit {
         match self {
-            NodeError::Refused(LogError::Locked { .. }) => 75,
-            NodeError::Refused(_) => 65,
-            _ => 70,
+            NodeError::Refused(LogError::Locked { .. }) => Exit::Temporary,
+            NodeError::Refused(_) => Exit::DataLost,
+            _ => Exit::Software,
         }
     }
 }
@@ -183,6 +199,11 @@ struct DirectoryNode {
     watched: BTreeSet<Address>,
     routes: VecDeque<(Address, bool)>,
     outbox: Outbox,
+    /// With `--metrics-listen`: the metrics, when the gauges are next read, and when each
+    /// mutating request of the batch not yet synced was handed to the machine.
+    metrics: Option<DirectoryMetrics>,
+    gauges_due: Instant,
+    awaiting_sync: Vec<WallInstant>,
 }
 
 /// Runs a directory node until its log fails (it never returns `Ok` otherwise).
@@ -211,9 +232,7 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
                 NodeError::Log(e)
             }
         })?;
-    for note in recovered.notes(log.dir()) {
-        eprintln!("directory: {note}");
-    }
+    log_recovery(&recovered, &log);
     let mut membership: Membership = read_state(&membership_path)
         .map_err(|e| io("membership", e))?
         .unwrap_or_default();
@@ -235,11 +254,41 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         clock.now(),
         &mut outbox,
     )
-    .map_err(|e| NodeError::Recovery(format!("{e:?}")))?;
+    .map_err(|e| NodeError::Recovery(e.to_string()))?;
+    info!(
+        records = recovered.records.len(),
+        from_snapshot = recovered.snapshot_records,
+        from_log = recovered.records.len() - recovered.snapshot_records,
+        generation = recovered.generation,
+        cut_bytes = recovered.cut_bytes,
+        epoch = machine.epoch().0,
+        "log replayed"
+    );
     let listener = TcpListener::bind(&options.listen).map_err(|e| io(&options.listen, e))?;
     let mut net = Reactor::new().map_err(|e| io("poll", e))?;
     net.listen_tcp(listener, Limits::pending())
         .map_err(|e| io(&options.listen, e))?;
+    let metrics = match &options.metrics_listen {
+        Some(listen) => {
+            let metrics = DirectoryMetrics::new();
+            let bound = crate::metrics::serve(listen, metrics.registry.clone())
+                .map_err(|e| io(&format!("--metrics-listen {listen}"), e))?;
+            info!(url = %format_args!("http://{bound}/metrics"), "metrics served");
+            Some(metrics)
+        }
+        None => None,
+    };
+    info!(
+        version = dataplane_cli::VERSION,
+        listen = %options.listen,
+        data_dir = %options.data_dir.display(),
+        id = %log.id(),
+        boot = membership.boots,
+        retry_ms = options.retry_period.as_millis(),
+        cluster_key = options.cluster_key.is_some(),
+        repair_log = options.repair_log,
+        "directory started"
+    );
     let compacted_at = log.len_bytes();
     let mut node = DirectoryNode {
         cluster_key: options.cluster_key,
@@ -264,14 +313,42 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         watched: BTreeSet::new(),
         routes: VecDeque::new(),
         outbox: Outbox::new(),
+        metrics,
+        gauges_due: Instant::ZERO,
+        awaiting_sync: Vec::new(),
     };
     let effects = outbox.take();
-    node.execute(effects)?;
-    // The recovery's records (the new epoch first) are durable before anyone is welcomed with
-    // that epoch, and its held effects (retries, the retry timer) go out now, not after the
-    // first event.
-    node.commit()?;
-    node.run()
+    let started = node.execute(effects).and_then(|()| {
+        // The recovery's records (the new epoch first) are durable before anyone is welcomed
+        // with that epoch, and its held effects (retries, the retry timer) go out now, not
+        // after the first event.
+        node.commit()
+    });
+    let result = started.and_then(|()| node.run());
+    if let Err(e) = &result {
+        error!(error = %e, "directory stops");
+    }
+    result
+}
+
+/// Logs what recovery did: a new data directory (`info`), a discarded generation and a cut
+/// (`warn`: bytes were dropped, though none that were acknowledged, or a repair dropped them).
+fn log_recovery(recovered: &Recovered, log: &DurableLog) {
+    let dir = log.dir().display();
+    if recovered.created {
+        info!(id = %recovered.id, "log: created a new log in {dir}");
+    }
+    if let Some(discarded) = recovered.discarded_generation {
+        warn!(
+            "log: discarded generation {discarded} of {dir} (incomplete snapshot, no records); \
+             recovered generation {}",
+            recovered.generation
+        );
+    }
+    // The cut's own sentence says what was cut, where and why.
+    if let Some(cut) = &recovered.cut {
+        warn!("{cut}");
+    }
 }
 
 /// Whether a frame that arrived on the connection of `node` speaks only for `node`: it comes
@@ -309,7 +386,8 @@ impl DirectoryNode {
                 .into_iter()
                 .flatten()
                 .min();
-            let wait = next.map_or(std::time::Duration::from_secs(1), |at| self.clock.until(at));
+            // At least once a second, so that the metrics' gauges are never older than that.
+            let wait = next.map_or(IDLE_WAIT, |at| self.clock.until(at).min(IDLE_WAIT));
             self.net
                 .poll(Some(wait), &mut events)
                 .map_err(|e| NodeError::Io(format!("poll: {e}")))?;
@@ -318,7 +396,12 @@ impl DirectoryNode {
             }
             let now = self.clock.now();
             for conn in self.admission.expired(now) {
-                // Not admitted within the deadline.
+                debug!(
+                    conn,
+                    remote = %self.net.remote(conn),
+                    "connection closed: not admitted within {ADMISSION_DEADLINE}"
+                );
+                self.count_refusal(Refusal::Expired);
                 self.net.close(conn);
                 self.conns.remove(&conn);
             }
@@ -338,13 +421,70 @@ impl DirectoryNode {
                 }
             }
             self.commit()?;
+            self.sample_gauges();
+        }
+    }
+
+    /// Reads the gauges from the machine, the log and the admission (at most every
+    /// [`GAUGE_PERIOD`]).
+    fn sample_gauges(&mut self) {
+        let Some(metrics) = &self.metrics else {
+            return;
+        };
+        let now = self.clock.now();
+        if now < self.gauges_due {
+            return;
+        }
+        self.gauges_due = now.saturating_add(Duration::from_nanos(
+            u64::try_from(GAUGE_PERIOD.as_nanos()).unwrap_or(u64::MAX),
+        ));
+        let durable = self.machine.durable();
+        metrics.entries.set(gauge_value(durable.entry_count()));
+        metrics
+            .reservations
+            .set(gauge_value(durable.reservation_count()));
+        metrics
+            .obligations
+            .set(gauge_value(durable.obligation_count()));
+        metrics.log_bytes.set(gauge_value(self.log.len_bytes()));
+        metrics
+            .log_generation
+            .set(gauge_value(self.log.generation()));
+        let hosts = self
+            .conns
+            .values()
+            .filter(|s| matches!(s, Stage::Admitted { host: true, .. }))
+            .count();
+        metrics.hosts_connected.set(gauge_value(hosts));
+        metrics.conns.set(
+            "nodes",
+            self.admission.pending_count(),
+            self.admission.admitted_count(),
+        );
+    }
+
+    fn count_refusal(&self, kind: Refusal) {
+        if let Some(metrics) = &self.metrics {
+            metrics.conns.refused(kind);
         }
     }
 
     /// Syncs the batch's records once, then lets the held effects go.
     fn commit(&mut self) -> Result<(), NodeError> {
         if self.log.written() > self.log.synced() {
+            let started = WallInstant::now();
             self.log.sync()?;
+            if let Some(metrics) = &self.metrics {
+                let synced = WallInstant::now();
+                metrics
+                    .fsync_seconds
+                    .observe((synced - started).as_secs_f64());
+                for handed in self.awaiting_sync.drain(..) {
+                    metrics
+                        .mutation_seconds
+                        .observe((synced - handed).as_secs_f64());
+                }
+            }
         }
         if self.barrier.armed() {
             let held = self.barrier.release();
@@ -357,6 +497,15 @@ impl DirectoryNode {
             let snapshot: Vec<LogRecord> = self.machine.snapshot_records();
             self.log.compact(&snapshot)?;
             self.compacted_at = self.log.len_bytes().max(1);
+            info!(
+                generation = self.log.generation(),
+                records = snapshot.len(),
+                log_bytes_before = len,
+                "log compacted"
+            );
+            if let Some(metrics) = &self.metrics {
+                metrics.compactions.inc();
+            }
         }
         Ok(())
     }
@@ -371,6 +520,9 @@ impl DirectoryNode {
             if let Effect::Persist(record) = &effect {
                 self.log.append(record)?;
                 self.barrier.arm();
+                if let Some(metrics) = &self.metrics {
+                    metrics.log_records.inc();
+                }
                 continue;
             }
             if let Some(effect) = self.barrier.hold(effect) {
@@ -420,6 +572,13 @@ impl DirectoryNode {
 
     /// Refuses a connection: the reason goes out, then the connection closes.
     fn refuse(&mut self, conn: ConnId, refusal: &HelloRefusal) {
+        info!(
+            conn,
+            remote = %self.net.remote(conn),
+            reason = %refusal,
+            "connection refused"
+        );
+        self.count_refusal(Refusal::of(refusal));
         self.net.send(
             conn,
             Link::Refused {
@@ -441,18 +600,44 @@ impl DirectoryNode {
         }
     }
 
+    /// Logs a connection the peer closed (or that broke): hosts at `info`, the rest at `debug`.
+    fn log_closed(&self, conn: ConnId, reason: &str) {
+        match self.conns.get(&conn) {
+            Some(&Stage::Admitted {
+                node,
+                incarnation,
+                host: true,
+            }) => info!(conn, %node, incarnation, reason, "host disconnected"),
+            Some(Stage::Admitted { node, .. }) => {
+                debug!(conn, %node, reason, "client disconnected");
+            }
+            _ => debug!(conn, reason, "connection closed before admission"),
+        }
+    }
+
     fn handle(&mut self, event: NetEvent) -> Result<(), NodeError> {
         match event {
             NetEvent::Accepted { conn, .. } => {
+                debug!(conn, remote = %self.net.remote(conn), "connection accepted");
                 if let Accepted::PendingEvicting(oldest) =
                     self.admission.accepted(self.clock.now(), conn)
                 {
+                    info!(
+                        conn = oldest,
+                        remote = %self.net.remote(oldest),
+                        "connection closed: {PENDING_CONNECTIONS_MAX} connections wait for \
+                         admission, and the oldest makes room for a new one"
+                    );
+                    self.count_refusal(Refusal::Evicted);
                     self.net.close(oldest);
                     self.conns.remove(&oldest);
                 }
                 self.conns.insert(conn, Stage::Hello);
             }
-            NetEvent::Closed(conn, _reason) => self.forget(conn),
+            NetEvent::Closed(conn, reason) => {
+                self.log_closed(conn, &reason);
+                self.forget(conn);
+            }
             NetEvent::Frame(conn, payload) => self.frame(conn, &payload)?,
             NetEvent::Connected(_) => {}
         }
@@ -462,10 +647,14 @@ impl DirectoryNode {
     fn frame(&mut self, conn: ConnId, payload: &[u8]) -> Result<(), NodeError> {
         match self.conns.remove(&conn) {
             Some(Stage::Hello) => {
-                let Ok(nonce) = fresh_nonce() else {
-                    self.net.close(conn);
-                    self.forget(conn);
-                    return Ok(());
+                let nonce = match fresh_nonce() {
+                    Ok(nonce) => nonce,
+                    Err(e) => {
+                        warn!(conn, error = %e, "connection closed: no nonce for its handshake");
+                        self.net.close(conn);
+                        self.forget(conn);
+                        return Ok(());
+                    }
                 };
                 match Acceptor::answer(payload, nonce, self.cluster_key.as_ref()) {
                     Ok((_, Who::Peer { .. }, _)) => self.refuse(conn, &HelloRefusal::NotAHello),
@@ -497,6 +686,8 @@ impl DirectoryNode {
                 match link {
                     Ok(Link::Frame(envelope)) if speaks_for(node, &envelope) => {
                         let now = self.clock.now();
+                        let handed = WallInstant::now();
+                        let written = self.log.written();
                         if self
                             .machine
                             .handle_message(now, envelope.message, &mut self.outbox)
@@ -504,10 +695,24 @@ impl DirectoryNode {
                         {
                             self.step_effects()?;
                         }
+                        if self.log.written() > written
+                            && let Some(metrics) = &self.metrics
+                        {
+                            metrics.mutations.inc();
+                            self.awaiting_sync.push(handed);
+                        }
                     }
                     // A frame about another node's addresses, out of protocol or undecodable:
                     // the peer is broken or hostile.
                     _ => {
+                        warn!(
+                            conn,
+                            remote = %self.net.remote(conn),
+                            %node,
+                            "connection closed: a frame out of protocol, or about another \
+                             node's addresses"
+                        );
+                        self.count_refusal(Refusal::Protocol);
                         self.net.close(conn);
                         self.forget(conn);
                     }
@@ -545,16 +750,30 @@ impl DirectoryNode {
                     .get(&listen)
                     .is_none_or(|r| r.boot_nonce != boot_nonce);
                 if changed {
-                    self.membership.hosts.insert(listen, record.clone());
+                    self.membership.hosts.insert(listen.clone(), record.clone());
                     write_state(&self.membership_path, &self.membership)
                         .map_err(|e| NodeError::Io(format!("membership: {e}")))?;
                 }
+                info!(
+                    conn,
+                    remote = %self.net.remote(conn),
+                    node = %record.node,
+                    incarnation = record.incarnation,
+                    %listen,
+                    "host admitted{}",
+                    match (changed, record.incarnation) {
+                        (false, _) => " (reconnected)",
+                        (true, 1) => " (new)",
+                        (true, _) => " (restarted: a new incarnation)",
+                    }
+                );
                 self.attach(conn, record.node, record.incarnation, true);
                 self.broadcast_peers();
             }
             Who::Client => {
                 let node = NodeId(self.next_transient);
                 self.next_transient += 1;
+                debug!(conn, remote = %self.net.remote(conn), %node, "client admitted");
                 self.attach(conn, node, 1, false);
             }
             Who::Peer { .. } => self.refuse(conn, &HelloRefusal::NotAHello),
@@ -567,6 +786,7 @@ impl DirectoryNode {
             && old != id
         {
             // The node's earlier connection: the new one replaces it.
+            debug!(conn = old, %node, "connection closed: its node connected again");
             self.net.close(old);
             self.admission.closed(old);
             self.conns.remove(&old);

@@ -34,8 +34,14 @@
 //! room as children, and their core frames are taken only once they proved the key, and only
 //! for their own node. If the directory refuses this host's key, [`run_host`] returns the
 //! error.
+//!
+//! **Logs and metrics.** The node logs its start-up (version, options), the directory link
+//! (welcomed, lost, refused), hosts and children refused and why (`info`), connections
+//! accepted, admitted and closed (`debug`), and a failure that stops it (`error`). With
+//! [`HostOptions::metrics_listen`] it serves [`HostMetrics`]: the proxy, the sessions and
+//! bindings, the arena and the transfers, read from the machines' accessors.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::fs;
 use std::io::Write;
@@ -45,13 +51,14 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration as StdDuration;
 
+use dataplane_cli::Exit;
 use dataplane_core::admission::{
     ADMISSION_DEADLINE, Accepted, Admission, HANDSHAKE_MAGIC, HelloRefusal,
     PENDING_CONNECTIONS_MAX, PROTOCOL_VERSION, check_version,
 };
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::error::AttachmentFailure;
-use dataplane_core::host::{Host, HostConfig, SessionConfig};
+use dataplane_core::host::{Host, HostConfig, Phase, SessionConfig};
 use dataplane_core::ids::{Address, NodeId};
 use dataplane_core::limits::{FRAME_BYTES_MAX, HOST_SESSIONS_MAX, PROXY_PENDING_MAX};
 use dataplane_core::path::{DataPath, JobContext};
@@ -61,9 +68,11 @@ use dataplane_core::wire::{
     Capability, ChildEvent, ChildRequest, Envelope, GoneScope, Message, decode_value,
 };
 use serde::{Deserialize, Serialize};
+use tracing::{debug, error, info, warn};
 
 use crate::arena::SharedArena;
 use crate::driver::Clock;
+use crate::metrics::{GAUGE_PERIOD, HostMetrics, Refusal, gauge_value};
 use crate::net::{
     Acceptor, ClusterKey, ConnId, Connector, HandshakeError, Limits, Link, ListenerId, NetEvent,
     Outgoing, Overflow, Peer, Reactor, Who, fresh_nonce, handshake_blocking,
@@ -92,6 +101,9 @@ const PEERS_MAX: usize = 1024;
 const CHILDREN_PENDING_MAX: usize = 64;
 /// The longest backoff between two connection attempts to the directory.
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
+/// The longest the driver waits for an event (the metrics' gauges are read this often at
+/// least).
+const IDLE_WAIT: StdDuration = StdDuration::from_secs(1);
 /// A child connection's bounds once it attached: requests are small (paths of at most 4 KiB),
 /// and a child that does not read its events is closed rather than left without answers.
 const CHILD_LIMITS: Limits = Limits {
@@ -123,6 +135,8 @@ pub struct HostOptions {
     pub deadline: Duration,
     /// When set, this host and the other nodes prove to each other that they know it.
     pub cluster_key: Option<ClusterKey>,
+    /// Serve [`HostMetrics`] at `http://ADDR/metrics` (`host:port`).
+    pub metrics_listen: Option<String>,
 }
 
 /// A child's first frame: it proves it may attach.
@@ -211,11 +225,11 @@ impl HostError {
 
     /// The process exit status for this error (sysexits): 78 a refused key (configuration),
     /// 75 a socket in use (try later), 70 anything else.
-    pub fn exit_code(&self) -> u8 {
+    pub fn exit_code(&self) -> Exit {
         match self {
-            HostError::Refused(_) => 78,
-            HostError::InUse(_) => 75,
-            HostError::Setup(_) => 70,
+            HostError::Refused(_) => Exit::Config,
+            HostError::InUse(_) => Exit::Temporary,
+            HostError::Setup(_) => Exit::Software,
         }
     }
 }
@@ -323,6 +337,11 @@ struct HostNode {
     refused: Option<String>,
     /// Held for the life of the process: this host serves the socket.
     _lock: fs::File,
+    /// With `--metrics-listen`: the metrics, when the gauges are next read, and the transfers
+    /// (their destination bindings) seen asking another host for chunks and not yet over.
+    metrics: Option<HostMetrics>,
+    gauges_due: Instant,
+    transfers: BTreeSet<Address>,
 }
 
 fn random_bytes<const N: usize>() -> Result<[u8; N], HostError> {
@@ -420,6 +439,29 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     let child_listener = net
         .listen_unix(children, Limits::pending())
         .map_err(|e| err(&options.socket.display().to_string(), &e))?;
+    let metrics = match &options.metrics_listen {
+        Some(listen) => {
+            let metrics = HostMetrics::new();
+            let bound = crate::metrics::serve(listen, metrics.registry.clone())
+                .map_err(|e| err(&format!("--metrics-listen {listen}"), &e))?;
+            info!(url = %format_args!("http://{bound}/metrics"), "metrics served");
+            Some(metrics)
+        }
+        None => None,
+    };
+    info!(
+        version = dataplane_cli::VERSION,
+        directory = %options.directory,
+        listen = %options.listen,
+        socket = %options.socket.display(),
+        arena_bytes = arena.size(),
+        arena_file = %options.arena_file.as_deref().map_or("(memfd)".into(), |p| p.display().to_string()),
+        allow = %options.allow.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+        deadline = %options.deadline,
+        cluster_key = options.cluster_key.is_some(),
+        socket_group = options.socket_group,
+        "host started"
+    );
     // The first Welcome tells us who we are.
     let boot_nonce = u64::from_le_bytes(random_bytes::<8>()?);
     let clock = Clock::new();
@@ -427,10 +469,24 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         listen: options.listen.clone(),
         boot_nonce,
     };
+    let mut attempts = 0u64;
     let (stream, welcome, received) = loop {
-        let Ok(stream) = connect(&options.directory, StdDuration::from_secs(1)) else {
-            std::thread::sleep(StdDuration::from_millis(100));
-            continue;
+        attempts += 1;
+        // The first failure is worth a line; later ones only at debug (it keeps trying).
+        let waiting = |reason: &dyn fmt::Display| {
+            if attempts == 1 {
+                warn!(directory = %options.directory, %reason, "waiting for the directory");
+            } else {
+                debug!(directory = %options.directory, %reason, attempts, "waiting for the directory");
+            }
+        };
+        let stream = match connect(&options.directory, StdDuration::from_secs(1)) {
+            Ok(stream) => stream,
+            Err(e) => {
+                waiting(&e);
+                std::thread::sleep(StdDuration::from_millis(100));
+                continue;
+            }
         };
         let _ = stream.set_read_timeout(Some(StdDuration::from_secs(5)));
         match handshake_blocking(&stream, who.clone(), options.cluster_key.as_ref()) {
@@ -438,8 +494,14 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
                 let (_, received) = reader.into_parts();
                 break (stream, welcome, received);
             }
-            Err(HandshakeError::Refused(reason)) => return Err(HostError::Refused(reason)),
-            Err(_) => std::thread::sleep(StdDuration::from_millis(100)),
+            Err(HandshakeError::Refused(reason)) => {
+                error!(directory = %options.directory, %reason, "the directory refused this host");
+                return Err(HostError::Refused(reason));
+            }
+            Err(e) => {
+                waiting(&e);
+                std::thread::sleep(StdDuration::from_millis(100));
+            }
         }
     };
     let Link::Welcome {
@@ -455,6 +517,19 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
             welcome.name()
         )));
     };
+    info!(
+        %node,
+        incarnation,
+        directory_address = %directory,
+        epoch = epoch.0,
+        peers = peers.len(),
+        "welcomed by the directory{}",
+        if incarnation > 1 {
+            " (a restart: reporting the earlier incarnations gone)"
+        } else {
+            ""
+        }
+    );
     let _ = stream.set_read_timeout(None);
     let directory_conn = net
         .adopt_tcp(stream, Limits::peer(), received)
@@ -517,7 +592,13 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         boot_nonce,
         refused: None,
         _lock: lock,
+        metrics,
+        gauges_due: Instant::ZERO,
+        transfers: BTreeSet::new(),
     };
+    if let Some(metrics) = &host.metrics {
+        metrics.directory_connected.set(1);
+    }
     host.execute_boot_effects();
     host.set_peers(peers);
     host.discovered(Some(Discovered {
@@ -554,6 +635,14 @@ impl HostNode {
 
     /// Runs until the directory refuses this host (or polling fails).
     fn run(&mut self) -> Result<(), HostError> {
+        let result = self.run_loop();
+        if let Err(e) = &result {
+            error!(error = %e, "host stops");
+        }
+        result
+    }
+
+    fn run_loop(&mut self) -> Result<(), HostError> {
         let mut events = Vec::new();
         loop {
             if let Some(reason) = self.refused.take() {
@@ -574,7 +663,8 @@ impl HostNode {
             .into_iter()
             .flatten()
             .min();
-            let wait = next.map_or(StdDuration::from_secs(1), |at| self.clock.until(at));
+            // At least once a second, so that the metrics' gauges are never older than that.
+            let wait = next.map_or(IDLE_WAIT, |at| self.clock.until(at).min(IDLE_WAIT));
             self.net
                 .poll(Some(wait), &mut events)
                 .map_err(|e| HostError::Setup(format!("poll: {e}")))?;
@@ -584,16 +674,107 @@ impl HostNode {
             }
             self.timers();
             self.drain_local();
+            self.sample_gauges();
+        }
+    }
+
+    /// Reads the gauges from the machines (at most every [`GAUGE_PERIOD`]).
+    fn sample_gauges(&mut self) {
+        let Some(metrics) = &self.metrics else {
+            return;
+        };
+        let now = self.clock.now();
+        if now < self.gauges_due {
+            return;
+        }
+        self.gauges_due = now.saturating_add(Duration::from_nanos(
+            u64::try_from(GAUGE_PERIOD.as_nanos()).unwrap_or(u64::MAX),
+        ));
+        let machine = &self.machine;
+        metrics
+            .proxy_pending
+            .set(gauge_value(self.proxy.pending_count()));
+        metrics
+            .sessions
+            .set(gauge_value(machine.sessions().count()));
+        let mut bindings = 0usize;
+        let mut filling = 0usize;
+        for (_, binding) in machine.bindings() {
+            bindings += 1;
+            if matches!(binding.phase, Phase::Filling(_)) {
+                filling += 1;
+            }
+        }
+        metrics.bindings.set(gauge_value(bindings));
+        metrics.transfers_in_progress.set(gauge_value(filling));
+        metrics
+            .operations
+            .set(gauge_value(machine.operations_in_progress()));
+        // One consistent sample of the arena.
+        let arena = machine.arena_stats();
+        metrics
+            .arena_bytes
+            .with_label_values(&["free"])
+            .set(gauge_value(arena.free_bytes));
+        metrics
+            .arena_bytes
+            .with_label_values(&["used"])
+            .set(gauge_value(arena.used_bytes));
+        metrics
+            .arena_largest_free
+            .set(gauge_value(arena.largest_free));
+        metrics.arena_leases.set(gauge_value(arena.leases));
+        metrics.arena_queued.set(gauge_value(arena.queued));
+        metrics.arena_refused.set(gauge_value(arena.refused));
+        metrics.conns.set(
+            "nodes",
+            self.peer_admission.pending_count(),
+            self.peer_admission.admitted_count(),
+        );
+        metrics.conns.set(
+            "children",
+            self.child_admission.pending_count(),
+            self.child_admission.admitted_count(),
+        );
+        // Transfers that are over are forgotten (a binding's address is never reused).
+        self.transfers.retain(|t| {
+            machine
+                .binding(t.actor)
+                .is_some_and(|b| matches!(b.phase, Phase::Filling(_)))
+        });
+    }
+
+    fn count_refusal(&self, kind: Refusal) {
+        if let Some(metrics) = &self.metrics {
+            metrics.conns.refused(kind);
+        }
+    }
+
+    /// Counts a chunk to or from another host.
+    fn count_chunk(&self, direction: &str, bytes: usize) {
+        if let Some(metrics) = &self.metrics {
+            metrics
+                .transfer_chunks
+                .with_label_values(&[direction])
+                .inc();
+            metrics
+                .transfer_bytes
+                .with_label_values(&[direction])
+                .inc_by(u64::try_from(bytes).unwrap_or(u64::MAX));
         }
     }
 
     fn timers(&mut self) {
         let now = self.clock.now();
         for conn in self.peer_admission.expired(now) {
+            debug!(conn, remote = %self.net.remote(conn), "host connection closed: not admitted within {ADMISSION_DEADLINE}");
+            self.count_refusal(Refusal::Expired);
             self.net.close(conn);
             self.peer_conns.remove(&conn);
         }
         for conn in self.child_admission.expired(now) {
+            debug!(conn, remote = %self.net.remote(conn), "child connection closed: no hello within {ADMISSION_DEADLINE}");
+            self.count_refusal(Refusal::Expired);
             self.net.close(conn);
             self.children.remove(&conn);
         }
@@ -678,6 +859,19 @@ impl HostNode {
             self.local.push_back((from, to, message));
             return;
         }
+        if self.metrics.is_some() {
+            match &message {
+                Message::Chunk { bytes, .. } => self.count_chunk("sent", bytes.as_slice().len()),
+                Message::ChunkRequest { reply_to, .. } => {
+                    if self.transfers.insert(*reply_to)
+                        && let Some(metrics) = &self.metrics
+                    {
+                        metrics.transfers_started.inc();
+                    }
+                }
+                _ => {}
+            }
+        }
         let frame = Link::Frame(Envelope { from, to, message });
         if to.node == NodeId(0) {
             if let DirLink::Up { conn } = self.directory {
@@ -760,6 +954,11 @@ impl HostNode {
             if let Message::GoneAcknowledged { scope } = message
                 && self.gone_report.is_some_and(|(s, _)| s == scope)
             {
+                info!(
+                    incarnation = self.incarnation,
+                    "the directory knows this host restarted: the blobs of its earlier \
+                     incarnations are lost"
+                );
                 self.gone_report = None;
             }
             return;
@@ -817,20 +1016,34 @@ impl HostNode {
                     self.peer_frame(conn, &payload);
                 }
             }
-            NetEvent::Closed(conn, _reason) => self.closed(conn),
+            NetEvent::Closed(conn, reason) => self.peer_closed(conn, &reason),
         }
     }
 
     fn accepted(&mut self, listener: ListenerId, conn: ConnId) {
         let now = self.clock.now();
+        let evicted = |oldest: ConnId, net: &Reactor, what: &str, max: usize| {
+            info!(
+                conn = oldest,
+                remote = %net.remote(oldest),
+                "{what} connection closed: {max} connections wait for admission, and the oldest \
+                 makes room for a new one"
+            );
+        };
         if listener == self.child_listener {
+            debug!(conn, remote = %self.net.remote(conn), "child connection accepted");
             if let Accepted::PendingEvicting(oldest) = self.child_admission.accepted(now, conn) {
+                evicted(oldest, &self.net, "child", CHILDREN_PENDING_MAX);
+                self.count_refusal(Refusal::Evicted);
                 self.net.close(oldest);
                 self.children.remove(&oldest);
             }
             self.children.insert(conn, ChildConn::Pending);
         } else if listener == self.peer_listener {
+            debug!(conn, remote = %self.net.remote(conn), "host connection accepted");
             if let Accepted::PendingEvicting(oldest) = self.peer_admission.accepted(now, conn) {
+                evicted(oldest, &self.net, "host", PENDING_CONNECTIONS_MAX);
+                self.count_refusal(Refusal::Evicted);
                 self.net.close(oldest);
                 self.peer_conns.remove(&oldest);
             }
@@ -843,9 +1056,13 @@ impl HostNode {
 
     /// An outgoing connection is up: say hello.
     fn connected(&mut self, conn: ConnId) {
-        let Ok(nonce) = fresh_nonce() else {
-            self.drop_conn(conn);
-            return;
+        let nonce = match fresh_nonce() {
+            Ok(nonce) => nonce,
+            Err(e) => {
+                warn!(conn, error = %e, "connection closed: no nonce for its handshake");
+                self.drop_conn(conn);
+                return;
+            }
         };
         let key = self.options.cluster_key;
         if let DirLink::Handshake {
@@ -873,6 +1090,39 @@ impl HostNode {
         }
     }
 
+    /// A connection the peer closed, or that broke: logged, then forgotten.
+    fn peer_closed(&mut self, conn: ConnId, reason: &str) {
+        if self.directory.conn() == Some(conn) {
+            if matches!(self.directory, DirLink::Up { .. }) {
+                warn!(directory = %self.options.directory, reason, "lost the directory; reconnecting");
+            } else {
+                debug!(directory = %self.options.directory, reason, "a connection attempt to the directory failed");
+            }
+        } else if let Some(child) = self.children.get(&conn) {
+            match child {
+                ChildConn::Attached { session, .. } => {
+                    debug!(conn, %session, reason, "child detached");
+                }
+                ChildConn::Pending => {
+                    debug!(conn, reason, "child connection closed before its hello");
+                }
+            }
+        } else if let Some(peer) = self.peer_conns.get(&conn) {
+            match peer {
+                PeerConn::Outgoing { node, .. } => {
+                    debug!(conn, %node, reason, "connection to a host closed");
+                }
+                PeerConn::Incoming(Incoming::Admitted(node)) => {
+                    debug!(conn, %node, reason, "connection from a host closed");
+                }
+                PeerConn::Incoming(_) => {
+                    debug!(conn, reason, "host connection closed before admission");
+                }
+            }
+        }
+        self.closed(conn);
+    }
+
     fn closed(&mut self, conn: ConnId) {
         if self.directory.conn() == Some(conn) {
             let backoff = match self.directory {
@@ -885,6 +1135,9 @@ impl HostNode {
                 backoff,
             };
             if was_up {
+                if let Some(metrics) = &self.metrics {
+                    metrics.directory_connected.set(0);
+                }
                 self.discovered(None);
             }
             return;
@@ -917,11 +1170,13 @@ impl HostNode {
 
     fn directory_frame(&mut self, conn: ConnId, payload: &[u8]) {
         let Ok(link) = decode_value::<Link>(payload, FRAME_BYTES_MAX) else {
+            warn!(directory = %self.options.directory, "the directory sent an undecodable frame; reconnecting");
             self.drop_conn(conn);
             return;
         };
         if let Link::Refused { reason } = &link {
             // The directory does not take our key or version: a configuration error.
+            error!(directory = %self.options.directory, %reason, "the directory refused this host");
             self.refused = Some(reason.clone());
             return;
         }
@@ -937,6 +1192,7 @@ impl HostNode {
                 }
                 Err(e) => {
                     // The directory could not prove the key: not our cluster's directory.
+                    error!(directory = %self.options.directory, error = %e, "the directory failed its handshake");
                     self.directory = DirLink::Handshake {
                         conn,
                         connector: None,
@@ -953,15 +1209,31 @@ impl HostNode {
                     node,
                     incarnation,
                 } if node == self.node && incarnation == self.incarnation => {
+                    info!(
+                        directory_address = %directory,
+                        epoch = epoch.0,
+                        "welcomed by the directory again"
+                    );
+                    if let Some(metrics) = &self.metrics {
+                        metrics.directory_connected.set(1);
+                    }
                     self.set_peers(peers);
                     self.discovered(Some(Discovered {
                         address: directory,
                         epoch,
                     }));
                 }
-                _ => {
+                other => {
                     // The directory node lost its membership (we cannot be who it says), or
                     // answered out of protocol: try again later.
+                    warn!(
+                        directory = %self.options.directory,
+                        answer = other.name(),
+                        "the directory did not welcome this host as node {} incarnation {}; \
+                         trying again",
+                        self.node,
+                        self.incarnation
+                    );
                     self.directory = DirLink::Welcoming { conn, backoff };
                     self.drop_conn(conn);
                 }
@@ -1008,6 +1280,7 @@ impl HostNode {
                     .and_then(|()| self.peer_admission.admit(conn));
                 match checked {
                     Ok(()) => {
+                        debug!(conn, remote = %self.net.remote(conn), %node, "host admitted");
                         self.peer_conns
                             .insert(conn, PeerConn::Incoming(Incoming::Admitted(node)));
                         self.net.set_limits(conn, Limits::peer());
@@ -1046,6 +1319,7 @@ impl HostNode {
                 let Some(Ok(proof)) = answer else {
                     // The other host refused us or could not prove the key: its frames are
                     // dropped (the protocols re-send; the next frame tries a new connection).
+                    info!(conn, %node, remote = %self.net.remote(conn), "a host refused this host's connection, or failed its handshake");
                     self.outgoing.remove(&node);
                     self.net.close(conn);
                     return;
@@ -1074,13 +1348,27 @@ impl HostNode {
             Ok(Link::Frame(envelope))
                 if envelope.from.node == node && envelope.to.node == self.node =>
             {
+                if let Message::Chunk { bytes, .. } = &envelope.message {
+                    self.count_chunk("received", bytes.as_slice().len());
+                }
                 self.deliver(envelope.from, envelope.to, envelope.message);
             }
-            _ => self.drop_conn(conn),
+            _ => {
+                warn!(
+                    conn,
+                    remote = %self.net.remote(conn),
+                    %node,
+                    "host connection closed: a frame out of protocol, or not from its node"
+                );
+                self.count_refusal(Refusal::Protocol);
+                self.drop_conn(conn);
+            }
         }
     }
 
     fn refuse_peer(&mut self, conn: ConnId, refusal: &HelloRefusal) {
+        info!(conn, remote = %self.net.remote(conn), reason = %refusal, "host connection refused");
+        self.count_refusal(Refusal::of(refusal));
         self.net.send(
             conn,
             Link::Refused {
@@ -1098,7 +1386,11 @@ impl HostNode {
             Some(&ChildConn::Attached { address, session }) => {
                 match decode_value::<ChildRequest>(payload, FRAME_BYTES_MAX) {
                     Ok(request) => self.deliver(address, session, Message::FromChild(request)),
-                    Err(_) => self.drop_conn(conn),
+                    Err(e) => {
+                        info!(conn, %session, error = %e, "child connection closed: an undecodable request");
+                        self.count_refusal(Refusal::Protocol);
+                        self.drop_conn(conn);
+                    }
                 }
             }
             None => {}
@@ -1106,7 +1398,9 @@ impl HostNode {
     }
 
     /// Refuses a child's hello: the reason goes out, then the connection closes.
-    fn refuse_child(&mut self, conn: ConnId, reason: String, busy: bool) {
+    fn refuse_child(&mut self, conn: ConnId, kind: Refusal, reason: String, busy: bool) {
+        info!(conn, remote = %self.net.remote(conn), %reason, "child refused");
+        self.count_refusal(kind);
         self.net.send(conn, ChildGreeting::Refused { reason, busy });
         self.net.close_after_flush(conn);
         self.child_admission.closed(conn);
@@ -1117,21 +1411,29 @@ impl HostNode {
     fn child_hello(&mut self, conn: ConnId, payload: &[u8]) {
         let hello = match decode_value::<ChildHello>(payload, FRAME_BYTES_MAX) {
             Ok(hello) => hello,
-            Err(_) => return self.refuse_child(conn, HelloRefusal::NotAHello.to_string(), false),
+            Err(_) => {
+                let refusal = HelloRefusal::NotAHello;
+                return self.refuse_child(conn, Refusal::of(&refusal), refusal.to_string(), false);
+            }
         };
         if let Err(refusal) = check_version(hello.magic, hello.version) {
-            return self.refuse_child(conn, refusal.to_string(), false);
+            return self.refuse_child(conn, Refusal::of(&refusal), refusal.to_string(), false);
         }
         if let Err(refusal) = self.child_admission.admit(conn) {
-            return self.refuse_child(conn, refusal.to_string(), true);
+            return self.refuse_child(conn, Refusal::of(&refusal), refusal.to_string(), true);
         }
         let job = JobContext::new(
             format!("c{}", self.next_session_generation),
             self.options.allow.clone(),
             self.options.allow.clone(),
         );
-        let Ok(job) = job else {
-            return self.refuse_child(conn, "the host's job context is invalid".to_owned(), false);
+        let job = match job {
+            Ok(job) => job,
+            Err(e) => {
+                error!(error = %e, "the host's job context is invalid");
+                let reason = "the host's job context is invalid".to_owned();
+                return self.refuse_child(conn, Refusal::Full, reason, false);
+            }
         };
         let config = SessionConfig {
             session_generation: self.next_session_generation,
@@ -1151,9 +1453,18 @@ impl HostNode {
             Ok(session) => session,
             Err(failure) => {
                 let busy = failure == AttachmentFailure::SessionClosed;
-                return self.refuse_child(conn, attach_refusal(&failure), busy);
+                let kind = if busy {
+                    Refusal::Full
+                } else {
+                    Refusal::Capability
+                };
+                return self.refuse_child(conn, kind, attach_refusal(&failure), busy);
             }
         };
+        debug!(conn, remote = %self.net.remote(conn), %child, %session, "child attached");
+        if let Some(metrics) = &self.metrics {
+            metrics.children_attached.inc();
+        }
         self.next_session_generation += 1;
         self.next_child += 1;
         let welcome = ChildGreeting::Welcome(ChildWelcome {

@@ -17,6 +17,15 @@
 //! * [`net`] — one poll loop per node ([`net::Reactor`], on `mio`) with per-connection frame
 //!   limits, and the nodes' link protocol with its challenge-response handshake.
 //! * [`dirnode`], [`hostnode`] — the two node drivers; [`child`] — the library a child links.
+//! * [`metrics`] — the nodes' counters, gauges and histograms, served in the Prometheus text
+//!   format by a small listener of their own.
+//!
+//! **Logs.** The nodes log through [`tracing`]: start-up (version, options, the data
+//! directory's identity), recovery (records replayed, bytes cut and why), connections
+//! admitted, refused and closed (who, and why), the directory link, and failures. The library
+//! only emits events; a program chooses where they go by installing a subscriber
+//! (`dataplane-node` logs to stderr, filtered by `RUST_LOG`). Nothing in `dataplane-core`
+//! logs: the drivers log what the machines decided.
 //!
 //! `unsafe` is allowed only in [`arena`] (mapping shared memory, passing descriptors),
 //! [`alloc`] (`mallopt`) and [`sys`] (`umask`, `getgrnam_r`), each use with its safety
@@ -30,5 +39,6 @@ pub mod driver;
 pub mod frame;
 pub mod hostnode;
 pub mod log;
+pub mod metrics;
 pub mod net;
 pub mod sys;

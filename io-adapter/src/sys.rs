@@ -1,9 +1,11 @@
 //! The few system calls the nodes make that the standard library does not wrap: a Unix socket
-//! bound with a given mode whatever the umask, and the group of a socket.
+//! bound with a given mode whatever the umask, the group of a socket, and who is at the other
+//! end of a Unix connection.
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
 use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::Path;
 
 /// A Unix listener bound at `path`, its socket file created with `mode` whatever the
@@ -52,10 +54,37 @@ pub fn group_id(name: &str) -> io::Result<u32> {
     if found.is_null() {
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
-            format!("no group named {name:?}"),
+            format!("no group named \"{}\"", dataplane_cli::one_line(name)),
         ));
     }
     Ok(group.gr_gid)
+}
+
+/// The process id and user id at the other end of a connected Unix socket (`SO_PEERCRED`:
+/// what the kernel recorded when the peer connected).
+pub fn peer_credentials(socket: BorrowedFd<'_>) -> io::Result<(i32, u32)> {
+    let mut credentials = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = libc::socklen_t::try_from(size_of::<libc::ucred>())
+        .map_err(|_| io::Error::other("ucred size"))?;
+    // SAFETY: the descriptor is open for the call (borrowed); `credentials` is writable for
+    // `len` bytes, the size of the `ucred` that SO_PEERCRED stores, and `len` is writable.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut credentials).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((credentials.pid, credentials.uid))
 }
 
 /// Whether `path` names a Unix socket (and not a file someone might want kept).
@@ -71,10 +100,12 @@ mod tests {
 
     #[test]
     fn a_socket_gets_its_mode_whatever_the_umask() {
-        let dir = std::env::temp_dir().join(format!("dataplane-sys-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::Builder::new()
+            .prefix("dataplane-sys-")
+            .tempdir()
+            .unwrap();
+        let dir = scratch.path();
         let path = dir.join("s.sock");
-        let _ = std::fs::remove_file(&path);
         // SAFETY: a test-local umask change; restored below.
         let old = unsafe { libc::umask(0) };
         let listener = bind_unix(&path, 0o600).unwrap();
@@ -83,9 +114,8 @@ mod tests {
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         assert!(is_socket(&path));
-        assert!(!is_socket(&dir));
+        assert!(!is_socket(dir));
         drop(listener);
-        let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(group_id("0").unwrap(), 0);
         assert_eq!(group_id("root").unwrap(), 0);
         assert!(group_id("no-such-group-here").is_err());

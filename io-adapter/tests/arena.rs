@@ -4,41 +4,18 @@ use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use dataplane_io::arena::{ArenaTooSmall, SharedArena, recv_with_fd, send_with_fd};
 
 /// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(label: &str) -> TempDir {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let path = std::env::temp_dir().join(format!(
-            "dataplane-io-{label}-{}-{nanos}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::create_dir(&path).unwrap();
-        TempDir(path)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
+fn temp_dir(label: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("dataplane-io-{label}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn pattern(i: usize) -> u8 {
@@ -191,7 +168,7 @@ fn a_memfd_arena_cannot_be_resized_by_its_receiver() {
 
 #[test]
 fn a_file_backed_arena() {
-    let dir = TempDir::new("file-arena");
+    let dir = temp_dir("file-arena");
     let path = dir.path().join("arena");
     let mut arena = SharedArena::create_file(&path, 3 * 4096 + 5).unwrap();
     assert_eq!(arena.size(), 3 * 4096 + 5);
@@ -243,7 +220,7 @@ fn a_child_process_maps_the_arena() {
         child_main(Path::new(&socket));
         return;
     }
-    let dir = TempDir::new("child-arena");
+    let dir = temp_dir("child-arena");
     let socket = dir.path().join("sock");
     let listener = UnixListener::bind(&socket).unwrap();
     listener.set_nonblocking(true).unwrap();

@@ -4,7 +4,6 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant as WallClock;
 
 use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
@@ -21,26 +20,12 @@ use dataplane_io::log::{DurableLog, LOG_HEADER_BYTES};
 const DIRECTORY: Address = Address::new(NodeId(0), 1, 0);
 const CLIENT: Address = Address::new(NodeId(1), 1, 0);
 
-/// A unique directory under the system temp dir, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let root = std::env::temp_dir().join(format!(
-            "dataplane-io-log-it-{}-{name}-{n}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&root);
-        Scratch(root)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A fresh directory under the system temp dir, removed on drop.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("dataplane-io-log-it-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// A directory node as a driver runs it: the machine, its log, and the effects held behind
@@ -176,8 +161,8 @@ impl Node {
 
 #[test]
 fn a_directory_recovers_from_its_durable_log() {
-    let scratch = Scratch::new("directory");
-    let path = scratch.0.join("dir-node");
+    let scratch = scratch("directory");
+    let path = scratch.path().join("dir-node");
     let mut node = Node::boot(&path);
 
     // A batch of steps: replies wait for the one sync.
@@ -259,10 +244,10 @@ fn a_directory_recovers_from_its_durable_log() {
 #[ignore = "a measurement, not a check"]
 fn measure_group_commit() {
     const N: u64 = 1000;
-    let scratch = Scratch::new("bench");
+    let scratch = scratch("bench");
     let base = std::env::var_os("DATAPLANE_LOG_BENCH_DIR").map_or_else(
-        || scratch.0.clone(),
-        |d| PathBuf::from(d).join(scratch.0.file_name().unwrap()),
+        || scratch.path().to_path_buf(),
+        |d| PathBuf::from(d).join(scratch.path().file_name().unwrap()),
     );
     let record = |i: u64| LogRecord::RetirementDone {
         source: Address::new(NodeId(2), 1, i),
@@ -297,19 +282,18 @@ fn measure_group_commit() {
             each.as_secs_f64() / group.as_secs_f64()
         );
     }
-    if base != scratch.0 {
+    if base != scratch.path() {
         let _ = std::fs::remove_dir_all(&base);
     }
 }
 
 #[test]
 fn a_second_open_of_the_same_directory_is_refused_while_the_first_is_open() {
-    let dir = std::env::temp_dir().join(format!("dataplane-log-lock-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let scratch = scratch("lock");
+    let dir = scratch.path().join("data");
     let (first, _) = DurableLog::open(&dir).unwrap();
     let second = DurableLog::open(&dir);
     assert!(second.is_err(), "two logs on one directory");
     drop(first);
     assert!(DurableLog::open(&dir).is_ok(), "the lock goes with the log");
-    let _ = std::fs::remove_dir_all(&dir);
 }

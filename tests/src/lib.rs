@@ -12,7 +12,7 @@
 //!   parallel.
 //! * [`Proc`] owns a child process and kills it (SIGKILL) when dropped, also when a test panics;
 //!   [`DirectoryProc`] and [`HostProc`] start nodes and wait until they serve.
-//! * [`cli`] runs the CLI with a deadline; [`wait_until`] polls with a deadline.
+//! * [`cli_with`] runs the CLI with a deadline; [`wait_until`] polls with a deadline.
 //! * [`raw`] is a client that speaks the nodes' `Link` protocol over TCP.
 //!
 //! Every wait has a deadline and panics with what it waited for.
@@ -28,7 +28,6 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -151,39 +150,37 @@ pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool)
 /// failed (then it is kept, and its path printed, for inspection).
 #[derive(Debug)]
 pub struct TestDir {
-    path: PathBuf,
+    dir: tempfile::TempDir,
 }
 
 impl TestDir {
-    /// `<tmp>/dataplane-tests/<name>-<pid>-<n>`, fresh and empty.
+    /// `<tmp>/dataplane-tests/<name>-<random>`, fresh and empty.
     pub fn new(name: &str) -> TestDir {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir()
-            .join("dataplane-tests")
-            .join(format!("{name}-{}-{n}", std::process::id()));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        TestDir { path }
+        let parent = std::env::temp_dir().join("dataplane-tests");
+        fs::create_dir_all(&parent).unwrap_or_else(|e| panic!("{}: {e}", parent.display()));
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{name}-"))
+            .tempdir_in(&parent)
+            .unwrap_or_else(|e| panic!("{}: {e}", parent.display()));
+        TestDir { dir }
     }
 
     /// Its path.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.dir.path()
     }
 
     /// A path inside it.
     pub fn join(&self, name: &str) -> PathBuf {
-        self.path.join(name)
+        self.path().join(name)
     }
 }
 
 impl Drop for TestDir {
     fn drop(&mut self) {
         if thread::panicking() {
-            eprintln!("test files kept in {}", self.path.display());
-        } else {
-            let _ = fs::remove_dir_all(&self.path);
+            self.dir.disable_cleanup(true);
+            eprintln!("test files kept in {}", self.path().display());
         }
     }
 }

@@ -1,232 +1,244 @@
 //! `dataplane-node`: runs a directory node or a host node.
+//!
+//! It logs to stderr through `tracing` (filtered by `RUST_LOG`, `info` by default), and ends
+//! every failure with one plain line, `dataplane-node: MESSAGE`, and a status from the table
+//! the three binaries share ([`dataplane_cli::Exit`]).
 
+use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::{Args, Parser, Subcommand};
+use dataplane_cli::Exit;
 use dataplane_core::path::DataPath;
 use dataplane_core::time::Duration;
 use dataplane_io::dirnode::{DirectoryOptions, run_directory};
 use dataplane_io::hostnode::{HostOptions, run_host};
 use dataplane_io::net::ClusterKey;
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::LevelFilter;
 
-const USAGE: &str = "\
-dataplane-node: runs one node of the dataplane
+const AFTER_HELP: &str = "\
+Logs go to stderr, one line per event, filtered by RUST_LOG (default `info`; e.g.
+RUST_LOG=debug, or RUST_LOG=info,dataplane_io::net=debug). A node that stops ends with one
+plain line, `dataplane-node: MESSAGE`, whatever RUST_LOG says.";
 
-USAGE:
-    dataplane-node directory --listen ADDR --data-dir DIR [--retry-ms N]
-                             [--cluster-key-file FILE] [--repair-log]
-    dataplane-node host --directory ADDR --listen ADDR --socket PATH --arena-size N
-                        [--arena-file PATH] [--allow PREFIX]... [--deadline-secs N]
-                        [--cluster-key-file FILE] [--socket-group GROUP]
+const DIRECTORY_ABOUT: &str = "\
+The authoritative namespace directory; its durable log and membership live in DIR.
 
-directory:  the authoritative namespace directory; its durable log and membership live in DIR.
-            A failed fsync stops it (exit 70); restart it to recover from the log. On start it
-            cuts a torn tail (bytes written after the last sync) off the log and says so on
-            stderr. It refuses to start, changing no file, if the log is damaged where it had
-            been synced, missing or emptied, from another data directory or of another format
-            version (exit 65), or if another process has DIR open (exit 75).
---repair-log
-            (directory) cut a damaged log at its first bad byte, or start a missing or emptied
-            log empty after its snapshot, instead of refusing; the cut bytes are kept in
-            DIR/log/log-<N>.cut-<OFFSET>. Acknowledged records after the damage are lost.
-host:       a host node: the namespace proxy, the host machine, the shared arena (N bytes; K, M
-            and G suffixes allowed) and the Unix socket children attach to. The socket is made
-            with mode 0600 and the capability children must present is written to PATH.cap
-            (0600), whatever the umask; a child gets the arena only once it presented it. The
-            host holds PATH.lock while it runs: a second host on the same socket exits with
-            status 75 and changes nothing. --allow gives a prefix children may read and write
-            (repeatable; default /data and /runs). ADDR is host:port; the host's --listen
-            address is its identity at the directory (keep it across restarts).
---socket-group GROUP
-            (host) also let GROUP (a name or a number) attach: the socket becomes 0660 and the
-            capability file 0640, both of that group.
---cluster-key-file FILE
-            a secret shared by the cluster (at least 16 bytes; e.g. `head -c 32 /dev/urandom`),
-            given to every node: nodes then admit only hosts and clients that prove they know
-            it (a challenge-response over fresh nonces; the key never travels). It keeps out
-            whoever does not know it; traffic is not encrypted. A host whose key the directory
-            refuses exits with status 78.
-";
+A failed fsync stops it (exit 70); restart it to recover from the log. On start it cuts a torn
+tail (bytes written after the last sync) off the log and logs it. It refuses to start, changing
+no file, if the log is damaged where it had been synced, missing or emptied, from another data
+directory or of another format version (exit 65), or if another process has DIR open (exit
+75).";
 
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.is_empty() || args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{USAGE}");
-        return if args.is_empty() {
-            ExitCode::from(64)
-        } else {
-            ExitCode::SUCCESS
-        };
-    }
-    // Before any thread starts: chunk buffers stay in the heap (see `alloc`).
-    dataplane_io::alloc::tune_allocator();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err((code, message)) => {
-            eprintln!("dataplane-node: {message}");
-            ExitCode::from(code)
-        }
-    }
+const HOST_ABOUT: &str = "\
+A host node: the namespace proxy, the host machine, the shared arena and the Unix socket
+children attach to.
+
+The socket is made with mode 0600 and the capability children must present is written to
+SOCKET.cap (0600), whatever the umask; a child gets the arena only once it presented it. The
+host holds SOCKET.lock while it runs: a second host on the same socket exits with status 75 and
+changes nothing. The host's --listen address is its identity at the directory (keep it across
+restarts).";
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "dataplane-node",
+    version = dataplane_cli::VERSION,
+    about = "dataplane-node: runs one node of the dataplane",
+    after_help = format!("{AFTER_HELP}\n\n{}", dataplane_cli::exit_table()),
+    subcommand_required = true,
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    role: Role,
 }
 
-fn usage(message: impl Into<String>) -> (u8, String) {
-    (64, format!("{} (see --help)", message.into()))
+#[derive(Debug, Subcommand)]
+enum Role {
+    /// Run the namespace directory.
+    #[command(long_about = DIRECTORY_ABOUT)]
+    Directory(DirectoryArgs),
+    /// Run a host node.
+    #[command(long_about = HOST_ABOUT)]
+    Host(HostArgs),
 }
 
-/// `--name value` pairs after the subcommand.
-fn flags(args: &[String]) -> Result<Vec<(String, String)>, (u8, String)> {
-    let mut out = Vec::new();
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let Some(name) = flag.strip_prefix("--") else {
-            return Err(usage(format!("unexpected argument {flag:?}")));
-        };
-        let Some(value) = it.next() else {
-            return Err(usage(format!("--{name} needs a value")));
-        };
-        out.push((name.to_owned(), value.clone()));
-    }
-    Ok(out)
+/// Options both roles have.
+#[derive(Debug, Args)]
+struct Common {
+    /// A secret shared by the cluster (at least 16 bytes; e.g. `head -c 32 /dev/urandom`),
+    /// given to every node: nodes then admit only hosts and clients that prove they know it (a
+    /// challenge-response over fresh nonces; the key never travels). It keeps out whoever does
+    /// not know it; traffic is not encrypted. A host whose key the directory refuses exits with
+    /// status 78.
+    #[arg(long, env = "DATAPLANE_CLUSTER_KEY_FILE", value_name = "FILE")]
+    cluster_key_file: Option<PathBuf>,
+    /// Serve metrics in the Prometheus text format at http://ADDR/metrics (host:port).
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
 }
 
-fn one(flags: &[(String, String)], name: &str) -> Result<String, (u8, String)> {
-    let mut found = flags.iter().filter(|(n, _)| n == name);
-    match (found.next(), found.next()) {
-        (Some((_, v)), None) => Ok(v.clone()),
-        (None, _) => Err(usage(format!("--{name} is required"))),
-        (Some(_), Some(_)) => Err(usage(format!("--{name} given twice"))),
-    }
+#[derive(Debug, Args)]
+struct DirectoryArgs {
+    /// Where hosts connect (host:port).
+    #[arg(long, value_name = "ADDR")]
+    listen: String,
+    /// The data directory: the durable log and the membership table.
+    #[arg(long, env = "DATAPLANE_DATA_DIR", value_name = "DIR")]
+    data_dir: PathBuf,
+    /// The directory's retry tick, in milliseconds.
+    #[arg(long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    retry_ms: u64,
+    /// Cut a damaged log at its first bad byte, or start a missing or emptied log empty after
+    /// its snapshot, instead of refusing; the cut bytes are kept in DIR/log/log-N.cut-OFFSET.
+    /// Acknowledged records after the damage are lost.
+    #[arg(long)]
+    repair_log: bool,
+    #[command(flatten)]
+    common: Common,
 }
 
-fn optional(flags: &[(String, String)], name: &str) -> Option<String> {
-    flags
-        .iter()
-        .rev()
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v.clone())
+#[derive(Debug, Args)]
+struct HostArgs {
+    /// The directory node (host:port).
+    #[arg(long, env = "DATAPLANE_DIRECTORY", value_name = "ADDR")]
+    directory: String,
+    /// Where other hosts connect (host:port); also this host's identity at the directory.
+    #[arg(long, value_name = "ADDR")]
+    listen: String,
+    /// The Unix socket children attach to (the one `dataplane --socket` names).
+    #[arg(long, env = "DATAPLANE_SOCKET", value_name = "PATH")]
+    socket: PathBuf,
+    /// The shared arena's size in bytes; K, M and G suffixes allowed.
+    #[arg(long, value_name = "N", value_parser = size)]
+    arena_size: u64,
+    /// Back the arena with this file instead of an anonymous memfd.
+    #[arg(long, value_name = "PATH")]
+    arena_file: Option<PathBuf>,
+    /// A prefix children may read and write (repeatable; default /data and /runs).
+    #[arg(long, value_name = "PREFIX", value_parser = data_path)]
+    allow: Vec<DataPath>,
+    /// The proxy's request deadline, in seconds.
+    #[arg(long, value_name = "N", default_value_t = 80,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    deadline_secs: u64,
+    /// Also let GROUP (a name or a number) attach: the socket becomes 0660 and the capability
+    /// file 0640, both of that group.
+    #[arg(long, value_name = "GROUP")]
+    socket_group: Option<String>,
+    #[command(flatten)]
+    common: Common,
 }
 
-fn size(text: &str) -> Result<u64, (u8, String)> {
+/// A size with an optional K, M or G suffix.
+fn size(text: &str) -> Result<u64, String> {
     let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
         Some((i, _)) => text.split_at(i),
         None => (text, ""),
     };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| usage(format!("bad size {text:?}")))?;
+    let n: u64 = digits.parse().map_err(|_| "not a size".to_owned())?;
     let scale = match unit {
         "" => 1,
         "K" | "k" | "KiB" => 1 << 10,
         "M" | "m" | "MiB" => 1 << 20,
         "G" | "g" | "GiB" => 1 << 30,
-        _ => return Err(usage(format!("bad size unit in {text:?}"))),
+        _ => return Err("the unit must be K, M or G".to_owned()),
     };
-    n.checked_mul(scale)
-        .ok_or_else(|| usage(format!("size {text:?} is too large")))
+    n.checked_mul(scale).ok_or_else(|| "too large".to_owned())
 }
 
-fn number(flags: &[(String, String)], name: &str, default: u64) -> Result<u64, (u8, String)> {
-    match optional(flags, name) {
-        Some(v) => v
-            .parse()
-            .map_err(|_| usage(format!("--{name}: not a number: {v:?}"))),
-        None => Ok(default),
+fn data_path(text: &str) -> Result<DataPath, String> {
+    DataPath::new(text).map_err(|e| e.to_string())
+}
+
+/// A failure: its exit status and its one-line message.
+type Failure = (Exit, String);
+
+fn main() -> ExitCode {
+    let cli: Cli = dataplane_cli::parse("dataplane-node");
+    if let Err(message) = init_logs() {
+        return fail((Exit::Config, message));
     }
+    // Before any thread starts: chunk buffers stay in the heap (see `alloc`).
+    dataplane_io::alloc::tune_allocator();
+    match run(cli.role) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => fail(failure),
+    }
+}
+
+fn fail((code, message): Failure) -> ExitCode {
+    eprintln!("dataplane-node: {message}");
+    ExitCode::from(code)
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (`info` when unset), colored only on a terminal.
+fn init_logs() -> Result<(), String> {
+    let filter = EnvFilter::builder()
+        .with_default_directive(LevelFilter::INFO.into())
+        .from_env()
+        .map_err(|e| format!("RUST_LOG: {e}"))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init()
+        .map_err(|e| format!("logs: {e}"))
 }
 
 /// The key of `--cluster-key-file`, if given (exit 78 if the file is unusable).
-fn cluster_key(flags: &[(String, String)]) -> Result<Option<ClusterKey>, (u8, String)> {
-    optional(flags, "cluster-key-file")
-        .map(|path| ClusterKey::read(Path::new(&path)).map_err(|e| (78, e.to_string())))
+fn cluster_key(path: Option<&Path>) -> Result<Option<ClusterKey>, Failure> {
+    path.map(|path| ClusterKey::read(path).map_err(|e| (Exit::Config, e.to_string())))
         .transpose()
 }
 
-fn check_known(flags: &[(String, String)], known: &[&str]) -> Result<(), (u8, String)> {
-    match flags.iter().find(|(n, _)| !known.contains(&n.as_str())) {
-        Some((n, _)) => Err(usage(format!("unknown option --{n}"))),
-        None => Ok(()),
-    }
-}
-
-fn run(args: &[String]) -> Result<(), (u8, String)> {
-    let (command, rest) = args
-        .split_first()
-        .ok_or_else(|| usage("a command is required"))?;
-    // The one option without a value.
-    let repair_log = rest.iter().any(|a| a == "--repair-log");
-    let rest: Vec<String> = rest
-        .iter()
-        .filter(|a| *a != "--repair-log")
-        .cloned()
-        .collect();
-    let flags = flags(&rest)?;
-    match command.as_str() {
-        "directory" => {
-            check_known(
-                &flags,
-                &["listen", "data-dir", "retry-ms", "cluster-key-file"],
-            )?;
+fn run(role: Role) -> Result<(), Failure> {
+    match role {
+        Role::Directory(args) => {
             let options = DirectoryOptions {
-                listen: one(&flags, "listen")?,
-                data_dir: PathBuf::from(one(&flags, "data-dir")?),
-                retry_period: Duration::from_millis(number(&flags, "retry-ms", 1000)?.max(1)),
-                cluster_key: cluster_key(&flags)?,
-                repair_log,
+                listen: args.listen,
+                data_dir: args.data_dir,
+                retry_period: Duration::from_millis(args.retry_ms),
+                cluster_key: cluster_key(args.common.cluster_key_file.as_deref())?,
+                repair_log: args.repair_log,
+                metrics_listen: args.common.metrics_listen,
             };
             run_directory(&options).map_err(|e| (e.exit_code(), e.to_string()))
         }
-        "host" => {
-            if repair_log {
-                return Err(usage("--repair-log is an option of the directory"));
-            }
-            check_known(
-                &flags,
-                &[
-                    "directory",
-                    "listen",
-                    "socket",
-                    "arena-size",
-                    "arena-file",
-                    "allow",
-                    "deadline-secs",
-                    "cluster-key-file",
-                    "socket-group",
-                ],
-            )?;
-            let mut allow = Vec::new();
-            for (name, value) in &flags {
-                if name == "allow" {
-                    allow.push(
-                        DataPath::new(value.as_str())
-                            .map_err(|e| usage(format!("--allow {value}: {e:?}")))?,
-                    );
-                }
-            }
-            if allow.is_empty() {
-                allow = vec![
+        Role::Host(args) => {
+            let allow = if args.allow.is_empty() {
+                vec![
                     DataPath::new("/data").expect("valid"),
                     DataPath::new("/runs").expect("valid"),
-                ];
-            }
-            let socket_group = optional(&flags, "socket-group")
+                ]
+            } else {
+                args.allow
+            };
+            let socket_group = args
+                .socket_group
                 .map(|g| {
                     dataplane_io::sys::group_id(&g)
-                        .map_err(|e| usage(format!("--socket-group {g}: {e}")))
+                        .map_err(|e| (Exit::Usage, format!("--socket-group {g}: {e} (see --help)")))
                 })
                 .transpose()?;
             let options = HostOptions {
-                directory: one(&flags, "directory")?,
-                listen: one(&flags, "listen")?,
-                socket: PathBuf::from(one(&flags, "socket")?),
+                directory: args.directory,
+                listen: args.listen,
+                socket: args.socket,
                 socket_group,
-                arena_size: size(&one(&flags, "arena-size")?)?,
-                arena_file: optional(&flags, "arena-file").map(PathBuf::from),
+                arena_size: args.arena_size,
+                arena_file: args.arena_file,
                 allow,
-                deadline: Duration::from_secs(number(&flags, "deadline-secs", 80)?.max(1)),
-                cluster_key: cluster_key(&flags)?,
+                deadline: Duration::from_secs(args.deadline_secs),
+                cluster_key: cluster_key(args.common.cluster_key_file.as_deref())?,
+                metrics_listen: args.common.metrics_listen,
             };
             run_host(options).map_err(|e| (e.exit_code(), e.to_string()))
         }
-        other => Err(usage(format!("unknown command {other:?}"))),
     }
 }

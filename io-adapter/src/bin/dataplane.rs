@@ -1,9 +1,10 @@
 //! `dataplane`: a client that acts as a child session of a host, through its Unix socket.
 //!
 //! Every failure is one line on stderr, `dataplane: ` and the message, and one exit status from
-//! the table in [`USAGE`] (sysexits-style; README.md has the same table). No argument makes it
-//! panic: arguments are taken as OS strings, data paths must be UTF-8 and valid (core's
-//! [`DataPath`] rules, checked here before anything is sent), file names may be any bytes.
+//! the table the three binaries share ([`dataplane_cli::Exit`], printed by `--help`; README.md
+//! has the same table). No argument makes it panic: arguments are taken as OS
+//! strings, data paths must be UTF-8 and valid (core's [`DataPath`] rules, checked here before
+//! anything is sent), file names may be any bytes.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -11,93 +12,119 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::{Parser, Subcommand};
+use dataplane_cli::Exit;
 use dataplane_core::error::{BlobFailure, DataPlaneError};
 use dataplane_core::path::{DataPath, PathError};
 use dataplane_core::wire::EntryKind;
 use dataplane_io::child::{ChildError, ChildSession};
 
-const USAGE: &str = "\
-dataplane: put and get blobs through a dataplane host
+/// The socket when neither `--socket` nor `$DATAPLANE_SOCKET` names one.
+const DEFAULT_SOCKET: &str = "/tmp/dataplane.sock";
 
-USAGE:
-    dataplane [--socket PATH] put PATH FILE|-      publish FILE (or stdin) at PATH
-    dataplane [--socket PATH] get PATH [FILE|-]    write the blob at PATH to FILE (or stdout)
-    dataplane [--socket PATH] stat PATH            what is at PATH
-    dataplane [--socket PATH] mv SRC DST [--replace]
-    dataplane [--socket PATH] rm PATH
+const ABOUT: &str = "dataplane: put and get blobs through a dataplane host";
 
-The socket is --socket, else $DATAPLANE_SOCKET, else /tmp/dataplane.sock; its capability is read
-from PATH.cap. Paths may start with /runs/self (the session's own run). A path is UTF-8, starts
-with '/', and has no empty, '.' or '..' segment and no control character (newline, tab, escape).
-`stat` of a lost blob succeeds and says 'lost'.
+const AFTER_HELP: &str = "\
+The socket's capability is read from SOCKET.cap. Paths may start with /runs/self (the
+session's own run). A path is UTF-8, starts with '/', and has no empty, '.' or '..' segment
+and no control character (newline, tab, escape). `stat` of a lost blob succeeds and says
+'lost'. Every failure is one line on stderr, `dataplane: ` and the message.";
 
-EXIT STATUS:
-     0  ok
-     1  a local file (FILE, stdin, stdout) could not be read or written
-     2  not found
-     3  already exists
-     4  not allowed (outside the session's prefixes, or the attach was refused)
-     5  invalid path or argument, or a blob larger than the host's whole arena
-     6  replaced, busy (a stream is active), or the wrong kind of entry
-    64  usage
-    65  the blob is lost or damaged: its bytes lived on a host that restarted, or do not
-        match their digest; retrying cannot help, write it again
-    69  host unreachable, or it closed the connection or revoked the session
-    70  the host broke the protocol or failed in a way this client cannot cause (a bug)
-    75  temporary: the namespace or the blob's source is unavailable, the host's arena is
-        full, or the host is busy (a limit was reached); try again later
-";
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "dataplane",
+    version = dataplane_cli::VERSION,
+    about = ABOUT,
+    after_help = format!("{AFTER_HELP}\n\n{}", dataplane_cli::exit_table()),
+    subcommand_required = true,
+    propagate_version = true,
+    disable_help_subcommand = true
+)]
+struct Cli {
+    /// The host's child socket.
+    #[arg(long, global = true, env = "DATAPLANE_SOCKET", default_value = DEFAULT_SOCKET,
+          value_name = "PATH")]
+    socket: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Publish FILE (or stdin, `-`) at PATH.
+    Put {
+        /// The data path.
+        path: OsString,
+        /// The file to publish, or `-` for stdin.
+        file: OsString,
+    },
+    /// Write the blob at PATH to FILE (or stdout, `-` or none).
+    Get {
+        /// The data path.
+        path: OsString,
+        /// Where to write it (stdout if none or `-`).
+        file: Option<OsString>,
+    },
+    /// Say what is at PATH.
+    Stat {
+        /// The data path.
+        path: OsString,
+    },
+    /// Rename SRC to DST.
+    Mv {
+        /// The data path to move.
+        src: OsString,
+        /// Its new path.
+        dst: OsString,
+        /// Replace what is at DST.
+        #[arg(long)]
+        replace: bool,
+    },
+    /// Remove PATH.
+    Rm {
+        /// The data path.
+        path: OsString,
+    },
+}
 
 /// A failure: its exit status and its one-line message.
-type Failure = (u8, String);
+type Failure = (Exit, String);
 
 fn main() -> ExitCode {
-    let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
-    let mut socket = std::env::var_os("DATAPLANE_SOCKET")
-        .map_or_else(|| PathBuf::from("/tmp/dataplane.sock"), PathBuf::from);
-    if args.first().is_some_and(|a| a == "--socket") {
-        if args.len() < 2 {
-            return fail(64, "--socket needs a value (see --help)");
-        }
-        socket = PathBuf::from(args[1].clone());
-        args.drain(..2);
-    }
-    match run(&socket, &args) {
+    let cli: Cli = dataplane_cli::parse("dataplane");
+    match run(&cli.socket, cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err((code, message)) => fail(code, &message),
     }
 }
 
-fn fail(code: u8, message: &str) -> ExitCode {
+fn fail(code: Exit, message: &str) -> ExitCode {
     eprintln!("dataplane: {message}");
     ExitCode::from(code)
 }
 
-/// The exit status of a host error. No wildcard: a new error needs a decision here, and a row
-/// in [`USAGE`].
-fn status(error: &DataPlaneError) -> u8 {
+/// The exit status of a host error. No wildcard: a new error needs a decision here, and maybe
+/// a row in [`dataplane_cli::Exit`].
+fn status(error: &DataPlaneError) -> Exit {
     match error {
-        DataPlaneError::PathNotFound(_) => 2,
-        DataPlaneError::PathExists(_) => 3,
+        DataPlaneError::PathNotFound(_) => Exit::NotFound,
+        DataPlaneError::PathExists(_) => Exit::Exists,
         DataPlaneError::Unauthorized { .. }
         | DataPlaneError::Attachment(_)
-        | DataPlaneError::InvalidCapability => 4,
+        | DataPlaneError::InvalidCapability => Exit::NotAllowed,
         DataPlaneError::InvalidPath(_)
         | DataPlaneError::InvalidArgument(_)
-        | DataPlaneError::BlobTooLarge { .. } => 5,
+        | DataPlaneError::BlobTooLarge { .. } => Exit::Invalid,
         DataPlaneError::PathReplaced(_)
         | DataPlaneError::Busy(_)
-        | DataPlaneError::WrongEntryType { .. } => 6,
+        | DataPlaneError::WrongEntryType { .. } => Exit::Conflict,
         // The bytes are gone (or not the bytes that were written): a retry reads the same.
-        DataPlaneError::BlobLost(_) | DataPlaneError::Blob(BlobFailure::Digest) => 65,
+        DataPlaneError::BlobLost(_) | DataPlaneError::Blob(BlobFailure::Digest) => Exit::DataLost,
         DataPlaneError::SessionFailed(_)
         | DataPlaneError::SourceFailure(_)
         | DataPlaneError::ArenaExhausted
-        | DataPlaneError::LimitReached(_) => 75,
+        | DataPlaneError::LimitReached(_) => Exit::Temporary,
         // Nothing this client asks for can cause these: it never cancels, never streams, and
         // checks its leases itself.
         DataPlaneError::SessionNotRunning
@@ -106,16 +133,18 @@ fn status(error: &DataPlaneError) -> u8 {
         | DataPlaneError::PeerLost
         | DataPlaneError::StreamFault(_)
         | DataPlaneError::StreamClosed
-        | DataPlaneError::Unsupported => 70,
+        | DataPlaneError::Unsupported => Exit::Software,
     }
 }
 
-fn exit_code(error: &ChildError) -> u8 {
+fn exit_code(error: &ChildError) -> Exit {
     match error {
-        ChildError::Connect(_) | ChildError::Disconnected | ChildError::Revoked => 69,
-        ChildError::Protocol(_) => 70,
-        ChildError::Refused { busy: true, .. } => 75,
-        ChildError::Refused { busy: false, .. } => 4,
+        ChildError::Connect(_) | ChildError::Disconnected | ChildError::Revoked => {
+            Exit::Unavailable
+        }
+        ChildError::Protocol(_) => Exit::Software,
+        ChildError::Refused { busy: true, .. } => Exit::Temporary,
+        ChildError::Refused { busy: false, .. } => Exit::NotAllowed,
         ChildError::Failed(e) => status(e),
     }
 }
@@ -138,20 +167,12 @@ fn child(e: ChildError) -> Failure {
 }
 
 fn io_error(what: &OsStr, e: io::Error) -> Failure {
-    (1, format!("{}: {e}", shown(what)))
+    (Exit::LocalFile, format!("{}: {e}", shown(what)))
 }
 
 /// An argument as it may be printed on one line: lossily decoded, control characters escaped.
 fn shown(arg: &OsStr) -> String {
-    let mut out = String::new();
-    for c in arg.to_string_lossy().chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    dataplane_cli::one_line(&arg.to_string_lossy())
 }
 
 /// A data path argument: UTF-8 and valid by core's rules (`/runs/self` is a valid path too; the
@@ -166,23 +187,19 @@ fn data_path(arg: &OsStr) -> Result<&str, Failure> {
     Ok(path)
 }
 
-fn run(socket: &Path, args: &[OsString]) -> Result<(), Failure> {
-    let usage = |m: &str| (64, format!("{m} (see --help)"));
-    let Some((command, rest)) = args.split_first() else {
-        return Err(usage("a command is required"));
-    };
-    let rest: Vec<&OsStr> = rest.iter().map(OsString::as_os_str).collect();
-    match (command.to_str(), rest.as_slice()) {
-        (Some("put"), [path, source]) => {
-            let path = data_path(path)?;
+fn run(socket: &Path, command: Command) -> Result<(), Failure> {
+    match command {
+        Command::Put { path, file } => {
+            let path = data_path(&path)?;
             let mut session = connect(socket)?;
-            let revision = if *source == "-" {
+            let revision = if file == "-" {
                 let mut bytes = Vec::new();
                 io::stdin()
                     .read_to_end(&mut bytes)
                     .map_err(|e| io_error("stdin".as_ref(), e))?;
                 session.put(path, &bytes).map_err(child)?
             } else {
+                let source = file.as_os_str();
                 let mut file = File::open(source).map_err(|e| io_error(source, e))?;
                 let length = file.metadata().map_err(|e| io_error(source, e))?.len();
                 // Read straight into the shared arena: no intermediate buffer. A failed read
@@ -196,11 +213,12 @@ fn run(socket: &Path, args: &[OsString]) -> Result<(), Failure> {
             eprintln!("{path}: published at {revision}");
             Ok(())
         }
-        (Some("get"), [path]) => get(socket, path, None),
-        (Some("get"), [path, target]) if *target == "-" => get(socket, path, None),
-        (Some("get"), [path, target]) => get(socket, path, Some(target)),
-        (Some("stat"), [path]) => {
-            let path = data_path(path)?;
+        Command::Get { path, file } => {
+            let target = file.filter(|f| f != "-");
+            get(socket, &path, target.as_deref())
+        }
+        Command::Stat { path } => {
+            let path = data_path(&path)?;
             let mut session = connect(socket)?;
             let stat = session.stat(path).map_err(child)?;
             let revision = stat.revision;
@@ -215,18 +233,13 @@ fn run(socket: &Path, args: &[OsString]) -> Result<(), Failure> {
             }
             session.close().map_err(child)
         }
-        (Some("mv"), [from, to]) => mv(socket, from, to, false),
-        (Some("mv"), [from, to, flag]) if *flag == "--replace" => mv(socket, from, to, true),
-        (Some("rm"), [path]) => {
-            let path = data_path(path)?;
+        Command::Mv { src, dst, replace } => mv(socket, &src, &dst, replace),
+        Command::Rm { path } => {
+            let path = data_path(&path)?;
             let mut session = connect(socket)?;
             session.remove(path, None).map_err(child)?;
             session.close().map_err(child)
         }
-        (Some(known @ ("put" | "get" | "stat" | "mv" | "rm")), _) => {
-            Err(usage(&format!("wrong arguments for {known}")))
-        }
-        _ => Err(usage(&format!("unknown command \"{}\"", shown(command)))),
     }
 }
 

@@ -449,30 +449,6 @@ fn u128_at(bytes: &[u8], at: usize) -> u128 {
     u128::from_le_bytes(out)
 }
 
-/// CRC-32C (Castagnoli, reflected), the checksum of the core's record frames.
-pub(super) fn crc32c(bytes: &[u8]) -> u32 {
-    const TABLE: [u32; 256] = {
-        let mut table = [0; 256];
-        let mut i = 0;
-        while i < 256 {
-            let mut crc = i as u32;
-            let mut bit = 0;
-            while bit < 8 {
-                crc = if crc & 1 == 1 {
-                    (crc >> 1) ^ 0x82F6_3B78
-                } else {
-                    crc >> 1
-                };
-                bit += 1;
-            }
-            table[i] = crc;
-            i += 1;
-        }
-        table
-    };
-    let mut crc = !0u32;
-    for &byte in bytes {
-        crc = TABLE[((crc ^ u32::from(byte)) & 0xff) as usize] ^ (crc >> 8);
-    }
-    !crc
-}
+/// CRC-32C (Castagnoli), the checksum of the core's record frames: the `crc32c` crate, the
+/// same one the core frames its records with (hardware-accelerated where the CPU has it).
+pub(super) use crc32c::crc32c;

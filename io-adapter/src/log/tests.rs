@@ -7,29 +7,25 @@ use dataplane_core::ids::{Address, AuthorityEpoch, NodeId, Revision};
 use dataplane_core::log::{FRAME_HEADER_BYTES, SnapshotRecord, append_record, encode_log};
 use format::crc32c;
 use proptest::prelude::*;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 const H: u64 = LOG_HEADER_BYTES as u64;
 const M: u64 = MARK_BYTES as u64;
 
-/// A unique directory under the system temp dir, removed on drop. The log's data
-/// directory is `data/` inside it (not created, so `open` creates it).
-struct Scratch(PathBuf);
+/// A fresh directory under the system temp dir, removed on drop. The log's data directory is
+/// `data/` inside it (not created, so `open` creates it).
+struct Scratch(tempfile::TempDir);
 
 impl Scratch {
     fn new(name: &str) -> Scratch {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let root = std::env::temp_dir().join(format!(
-            "dataplane-io-log-{}-{name}-{n}",
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&root);
+        let root = tempfile::Builder::new()
+            .prefix(&format!("dataplane-io-log-{name}-"))
+            .tempdir()
+            .unwrap();
         Scratch(root)
     }
 
     fn data(&self) -> PathBuf {
-        self.0.join("data")
+        self.0.path().join("data")
     }
 
     fn file(&self, name: &str) -> PathBuf {
@@ -70,12 +66,6 @@ impl Scratch {
 
     fn write(&self, name: &str, bytes: &[u8]) {
         fs::write(self.file(name), bytes).unwrap();
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
     }
 }
 
@@ -612,7 +602,7 @@ fn a_directory_that_lost_its_identity_or_its_log_is_refused() {
     let error = refused(&scratch, must_exist);
     assert!(matches!(error, LogError::Lost { .. }), "{error}");
     // Nor is a missing one (and it is not created).
-    let missing = scratch.0.join("nowhere");
+    let missing = scratch.0.path().join("nowhere");
     let error = DurableLog::open_with(&missing, must_exist).unwrap_err();
     assert!(matches!(error, LogError::Lost { .. }), "{error}");
     assert!(!missing.exists());

@@ -27,7 +27,7 @@ use crate::frame::{FrameReader, encode_frame, write_frame};
 
 pub mod reactor;
 
-pub use reactor::{ConnId, Limits, ListenerId, NetEvent, Overflow, Reactor};
+pub use reactor::{ConnId, Limits, ListenerId, NetEvent, Overflow, Reactor, Remote};
 
 /// A peer host as the directory node announces it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

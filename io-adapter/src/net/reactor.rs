@@ -57,6 +57,32 @@ const IOVECS_MAX: usize = 64;
 /// Readiness events taken per poll.
 const EVENTS_MAX: usize = 1024;
 
+/// Who is at the other end of a connection, for the logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Remote {
+    /// A TCP peer's address.
+    Tcp(SocketAddr),
+    /// A Unix-socket peer: the process and the user the kernel recorded when it connected.
+    Process {
+        /// Its process id.
+        pid: i32,
+        /// Its user id.
+        uid: u32,
+    },
+    /// The kernel did not say.
+    Unknown,
+}
+
+impl std::fmt::Display for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Remote::Tcp(address) => write!(f, "{address}"),
+            Remote::Process { pid, uid } => write!(f, "pid {pid} uid {uid}"),
+            Remote::Unknown => f.write_str("an unknown peer"),
+        }
+    }
+}
+
 /// What the driver learns from a poll.
 #[derive(Debug)]
 pub enum NetEvent {
@@ -181,6 +207,8 @@ impl Piece {
 
 struct Conn {
     stream: Stream,
+    /// Who is at the other end.
+    remote: Remote,
     limits: Limits,
     /// Bytes read and not yet framed: `scratch[start..end]`.
     scratch: Vec<u8>,
@@ -279,7 +307,13 @@ impl Reactor {
         Ok(id)
     }
 
-    fn add(&mut self, mut stream: Stream, limits: Limits, connecting: bool) -> io::Result<ConnId> {
+    fn add(
+        &mut self,
+        mut stream: Stream,
+        remote: Remote,
+        limits: Limits,
+        connecting: bool,
+    ) -> io::Result<ConnId> {
         let id = self.allocate();
         self.poll.registry().register(
             stream.source(),
@@ -290,6 +324,7 @@ impl Reactor {
             id,
             Conn {
                 stream,
+                remote,
                 limits,
                 scratch: Vec::new(),
                 start: 0,
@@ -312,7 +347,7 @@ impl Reactor {
     pub fn connect(&mut self, address: SocketAddr, limits: Limits) -> io::Result<ConnId> {
         let stream = TcpStream::connect(address)?;
         let _ = stream.set_nodelay(true);
-        self.add(Stream::Tcp(stream), limits, true)
+        self.add(Stream::Tcp(stream), Remote::Tcp(address), limits, true)
     }
 
     /// Adopts an established TCP connection (made elsewhere, e.g. by a blocking first
@@ -326,7 +361,13 @@ impl Reactor {
     ) -> io::Result<ConnId> {
         stream.set_nonblocking(true)?;
         let _ = stream.set_nodelay(true);
-        let id = self.add(Stream::Tcp(TcpStream::from_std(stream)), limits, false)?;
+        let remote = stream.peer_addr().map_or(Remote::Unknown, Remote::Tcp);
+        let id = self.add(
+            Stream::Tcp(TcpStream::from_std(stream)),
+            remote,
+            limits,
+            false,
+        )?;
         if !received.is_empty()
             && let Some(c) = self.conns.get_mut(&id)
         {
@@ -349,6 +390,11 @@ impl Reactor {
     /// Whether `conn` is open.
     pub fn is_open(&self, conn: ConnId) -> bool {
         self.conns.get(&conn).is_some_and(|c| !c.closing)
+    }
+
+    /// Who is at the other end of `conn` (while it is open).
+    pub fn remote(&self, conn: ConnId) -> Remote {
+        self.conns.get(&conn).map_or(Remote::Unknown, |c| c.remote)
     }
 
     /// Open connections.
@@ -499,23 +545,32 @@ impl Reactor {
 
     fn accept(&mut self, listener: ListenerId, out: &mut Vec<NetEvent>) {
         loop {
-            let (stream, limits) = match self.listeners.get(&listener) {
-                Some(Listener::Tcp(l, limits)) => match l.accept() {
-                    Ok((s, _)) => {
-                        let _ = s.set_nodelay(true);
-                        (Stream::Tcp(s), *limits)
-                    }
-                    Err(e) if would_block(&e) => return,
-                    Err(_) => return, // EMFILE and the like: try again on the next event.
-                },
-                Some(Listener::Unix(l, limits)) => match l.accept() {
-                    Ok((s, _)) => (Stream::Unix(s), *limits),
-                    Err(_) => return,
-                },
+            let accepted = match self.listeners.get(&listener) {
+                Some(Listener::Tcp(l, limits)) => l.accept().map(|(s, address)| {
+                    let _ = s.set_nodelay(true);
+                    (Stream::Tcp(s), Remote::Tcp(address), *limits)
+                }),
+                Some(Listener::Unix(l, limits)) => l.accept().map(|(s, _)| {
+                    let remote = crate::sys::peer_credentials(s.as_fd())
+                        .map_or(Remote::Unknown, |(pid, uid)| Remote::Process { pid, uid });
+                    (Stream::Unix(s), remote, *limits)
+                }),
                 None => return,
             };
-            if let Ok(conn) = self.add(stream, limits, false) {
-                out.push(NetEvent::Accepted { listener, conn });
+            let (stream, remote, limits) = match accepted {
+                Ok(accepted) => accepted,
+                Err(e) if would_block(&e) => return,
+                Err(e) => {
+                    // EMFILE and the like: try again on the next event.
+                    tracing::warn!(listener, error = %e, "accept failed");
+                    return;
+                }
+            };
+            match self.add(stream, remote, limits, false) {
+                Ok(conn) => out.push(NetEvent::Accepted { listener, conn }),
+                Err(e) => {
+                    tracing::warn!(listener, error = %e, "cannot poll an accepted connection");
+                }
             }
         }
     }

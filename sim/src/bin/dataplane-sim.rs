@@ -3,8 +3,11 @@
 //! ```text
 //! dataplane-sim                                  a swarm of seeds 0..256
 //! dataplane-sim run --seed N [--trace FILE]      one run
-//! dataplane-sim swarm [--seeds A..B] [--jobs J] [--shard I/N] [--check-determinism]
+//! dataplane-sim swarm [--seeds A..B] [--jobs J] [--shard I/N] [--check-determinism] [--quiet]
 //! ```
+//!
+//! Exit statuses are the table the three binaries share (`--help` prints it): 0 every seed
+//! passed, 70 a seed failed, 1 the trace file could not be written, 64 usage.
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -30,77 +33,113 @@ macro_rules! outln {
     ($($arg:tt)*) => { write_out(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
+use clap::{Args, Parser, Subcommand};
+use dataplane_cli::Exit;
 use dataplane_sim::run_seed_guarded;
 use dataplane_sim::swarm::{SwarmConfig, run_swarm};
 
-const USAGE: &str = "\
-dataplane-sim: seeded deterministic fault simulation of the dataplane
-
-USAGE:
-    dataplane-sim                         run a swarm of seeds 0..256
-    dataplane-sim run --seed N [--trace FILE]
-    dataplane-sim swarm [--seeds A..B] [--jobs J] [--shard I/N] [--check-determinism] [--quiet]
-
-run:    one seed; prints the options drawn, then
+const AFTER_HELP: &str = "\
+run:    prints the options drawn from the seed, then
         `seed=N result=pass|fail events=E sim_time=S wall=W trace=HEX`.
-        --trace FILE writes a readable event log.
-swarm:  many seeds across threads (default: all cores); exits 1 on any failure and prints the
-        replay command of each failing seed. --shard I/N runs the seeds s with s % N == I, so
-        N machines can split one range. --check-determinism runs every seed twice and fails on
-        any trace-hash difference.
-";
+swarm:  runs the seeds across threads and prints the replay command of each failing seed.
+        A failing seed exits 70.";
 
-fn fail(message: &str) -> ExitCode {
-    eprintln!("dataplane-sim: {message}");
-    eprintln!("try `dataplane-sim --help`");
-    ExitCode::from(2)
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "dataplane-sim",
+    version = dataplane_cli::VERSION,
+    about = "dataplane-sim: seeded deterministic fault simulation of the dataplane \
+             (no command: a swarm of seeds 0..256)",
+    after_help = format!("{AFTER_HELP}\n\n{}", dataplane_cli::exit_table()),
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
 }
 
-fn parse_u64(flag: &str, value: Option<String>) -> Result<u64, String> {
-    let value = value.ok_or_else(|| format!("{flag} needs a value"))?;
-    value
-        .parse()
-        .map_err(|_| format!("{flag}: not a number: {value}"))
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one seed.
+    Run {
+        /// The seed.
+        #[arg(long, value_name = "N")]
+        seed: u64,
+        /// Write a readable event log to FILE.
+        #[arg(long, value_name = "FILE")]
+        trace: Option<String>,
+    },
+    /// Run many seeds across threads.
+    Swarm(SwarmArgs),
+}
+
+#[derive(Debug, Args)]
+struct SwarmArgs {
+    /// The seeds, A..B (B excluded).
+    #[arg(long, value_name = "A..B", default_value = "0..256", value_parser = seed_range)]
+    seeds: (u64, u64),
+    /// Worker threads (default: all cores).
+    #[arg(long, value_name = "J", value_parser = clap::value_parser!(u64).range(1..))]
+    jobs: Option<u64>,
+    /// Run only the seeds s with s % N == I, so N machines can split one range.
+    #[arg(long, value_name = "I/N", value_parser = shard)]
+    shard: Option<(u64, u64)>,
+    /// Run every seed twice and fail on any trace-hash difference.
+    #[arg(long)]
+    check_determinism: bool,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+impl Default for SwarmArgs {
+    fn default() -> Self {
+        SwarmArgs {
+            seeds: (0, 256),
+            jobs: None,
+            shard: None,
+            check_determinism: false,
+            quiet: false,
+        }
+    }
+}
+
+fn seed_range(text: &str) -> Result<(u64, u64), String> {
+    let (a, b) = text
+        .split_once("..")
+        .ok_or_else(|| "expected A..B".to_owned())?;
+    match (a.parse(), b.parse()) {
+        (Ok(a), Ok(b)) if a <= b => Ok((a, b)),
+        _ => Err("expected A..B with A <= B".to_owned()),
+    }
+}
+
+fn shard(text: &str) -> Result<(u64, u64), String> {
+    let parsed = text
+        .split_once('/')
+        .and_then(|(i, n)| Some((i.parse().ok()?, n.parse().ok()?)));
+    match parsed {
+        Some((i, n)) if n > 0 && i < n => Ok((i, n)),
+        _ => Err("expected I/N with I < N".to_owned()),
+    }
+}
+
+fn fail(code: Exit, message: &str) -> ExitCode {
+    eprintln!("dataplane-sim: {message}");
+    ExitCode::from(code)
 }
 
 fn main() -> ExitCode {
-    let mut args = std::env::args().skip(1);
-    match args.next().as_deref() {
-        None => swarm(Vec::new()),
-        Some("-h" | "--help" | "help") => {
-            out!("{USAGE}");
-            ExitCode::SUCCESS
-        }
-        Some("run") => run(args.collect()),
-        Some("swarm") => swarm(args.collect()),
-        Some(other) => fail(&format!("unknown command: {other}")),
+    let cli: Cli = dataplane_cli::parse("dataplane-sim");
+    match cli.command {
+        None => swarm(SwarmArgs::default()),
+        Some(Command::Run { seed, trace }) => run(seed, trace),
+        Some(Command::Swarm(args)) => swarm(args),
     }
 }
 
-fn run(args: Vec<String>) -> ExitCode {
-    let mut seed = None;
-    let mut trace_file = None;
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--seed" => match parse_u64("--seed", args.next()) {
-                Ok(s) => seed = Some(s),
-                Err(e) => return fail(&e),
-            },
-            "--trace" => match args.next() {
-                Some(f) => trace_file = Some(f),
-                None => return fail("--trace needs a file"),
-            },
-            "-h" | "--help" => {
-                out!("{USAGE}");
-                return ExitCode::SUCCESS;
-            }
-            other => return fail(&format!("unknown argument: {other}")),
-        }
-    }
-    let Some(seed) = seed else {
-        return fail("run needs --seed N");
-    };
+fn run(seed: u64, trace_file: Option<String>) -> ExitCode {
     let report = run_seed_guarded(seed, trace_file.is_some());
     out!("{}", report.options);
     if let (Some(file), Some(lines)) = (&trace_file, &report.trace) {
@@ -110,7 +149,7 @@ fn run(args: Vec<String>) -> ExitCode {
             text.push('\n');
         }
         if let Err(e) = std::fs::write(file, text) {
-            return fail(&format!("cannot write {file}: {e}"));
+            return fail(Exit::LocalFile, &format!("cannot write {file}: {e}"));
         }
     }
     let s = &report.stats;
@@ -154,62 +193,23 @@ fn run(args: Vec<String>) -> ExitCode {
     if report.outcome.failure.is_none() {
         ExitCode::SUCCESS
     } else {
-        ExitCode::FAILURE
+        ExitCode::from(Exit::Software)
     }
 }
 
-fn swarm(args: Vec<String>) -> ExitCode {
-    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut config = SwarmConfig {
-        first: 0,
-        end: 256,
-        jobs,
-        shard: None,
-        check_determinism: false,
+fn swarm(args: SwarmArgs) -> ExitCode {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let config = SwarmConfig {
+        first: args.seeds.0,
+        end: args.seeds.1,
+        jobs: args
+            .jobs
+            .map_or(cores, |j| usize::try_from(j).unwrap_or(usize::MAX)),
+        shard: args.shard,
+        check_determinism: args.check_determinism,
         // A progress bar only makes sense on a terminal.
-        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        progress: !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
     };
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--seeds" => {
-                let Some(range) = args.next() else {
-                    return fail("--seeds needs A..B");
-                };
-                let Some((a, b)) = range.split_once("..") else {
-                    return fail(&format!("--seeds: expected A..B, got {range}"));
-                };
-                match (a.parse(), b.parse()) {
-                    (Ok(a), Ok(b)) if a <= b => (config.first, config.end) = (a, b),
-                    _ => return fail(&format!("--seeds: bad range {range}")),
-                }
-            }
-            "--jobs" => match parse_u64("--jobs", args.next()) {
-                Ok(j) if j > 0 => config.jobs = j as usize,
-                Ok(_) => return fail("--jobs must be at least 1"),
-                Err(e) => return fail(&e),
-            },
-            "--shard" => {
-                let Some(shard) = args.next() else {
-                    return fail("--shard needs I/N");
-                };
-                let parsed = shard
-                    .split_once('/')
-                    .and_then(|(i, n)| Some((i.parse().ok()?, n.parse().ok()?)));
-                match parsed {
-                    Some((i, n)) if n > 0 && i < n => config.shard = Some((i, n)),
-                    _ => return fail(&format!("--shard: expected I/N with I < N, got {shard}")),
-                }
-            }
-            "--check-determinism" => config.check_determinism = true,
-            "--quiet" => config.progress = false,
-            "-h" | "--help" => {
-                out!("{USAGE}");
-                return ExitCode::SUCCESS;
-            }
-            other => return fail(&format!("unknown argument: {other}")),
-        }
-    }
     let report = run_swarm(&config);
     for failure in &report.failures {
         outln!("FAIL seed={}: {}", failure.seed, failure.message);
@@ -230,6 +230,36 @@ fn swarm(args: Vec<String>) -> ExitCode {
     if report.failures.is_empty() {
         ExitCode::SUCCESS
     } else {
-        ExitCode::FAILURE
+        ExitCode::from(Exit::Software)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use clap::error::ErrorKind;
+
+    #[test]
+    fn the_command_line_parses_and_answers_version() {
+        Cli::command().debug_assert();
+        let version = Cli::try_parse_from(["dataplane-sim", "--version"]).unwrap_err();
+        assert_eq!(version.kind(), ErrorKind::DisplayVersion);
+        assert_eq!(
+            version.render().to_string().trim_end(),
+            format!("dataplane-sim {}", dataplane_cli::VERSION)
+        );
+        let cli = Cli::try_parse_from(["dataplane-sim", "swarm", "--seeds=3..9", "--shard", "1/2"])
+            .unwrap();
+        match cli.command {
+            Some(Command::Swarm(args)) => {
+                assert_eq!((args.seeds, args.shard), ((3, 9), Some((1, 2))));
+            }
+            other => panic!("{other:?}"),
+        }
+        let bad = Cli::try_parse_from(["dataplane-sim", "run"]).unwrap_err();
+        let message = dataplane_cli::usage_message(&bad, &[]);
+        assert!(message.contains("--seed"), "{message}");
+        assert!(Cli::try_parse_from(["dataplane-sim", "swarm", "--seeds", "9..3"]).is_err());
     }
 }

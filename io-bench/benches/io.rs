@@ -3,7 +3,7 @@
 //! processes over loopback TCP, and a sustained put-and-read load on two hosts — each against a baseline measured in the same run (the machine
 //! is shared and noisy, so numbers from another run are not comparable).
 //!
-//! Run with `cargo bench -p dataplane-io --bench io` (add `-- --quick`, or set
+//! Run with `cargo bench -p dataplane-io-bench --bench io` (add `-- --quick`, or set
 //! `DATAPLANE_BENCH_QUICK=1`, for a seconds-long smoke run; any other non-flag argument filters
 //! the measurements by substring of their name). Each measurement prints
 //!
@@ -14,11 +14,13 @@
 //! plus informational lines starting with `#`. Both rates are the **best** of several
 //! repetitions, ours and the baseline interleaved.
 //!
-//! The nodes are the `dataplane-node` binary of this crate (`CARGO_BIN_EXE_dataplane-node`:
-//! cargo builds it with the bench, into `target/release`; `DATAPLANE_NODE_BIN` overrides it),
-//! started on a fresh temporary directory and free loopback ports. Every process this bench
-//! starts is killed when its handle drops (also when the bench panics), and dies with the
-//! bench if the bench is killed (`PR_SET_PDEATHSIG`).
+//! The nodes are the `dataplane-node` binary of `dataplane-io`, which this bench builds first
+//! (`cargo build --release -p dataplane-io --bins` into its own target directory;
+//! `DATAPLANE_NODE_BIN` names another one instead),
+//! started on a fresh temporary directory and free loopback ports, logging errors only (set
+//! `RUST_LOG` to see more). Every process this bench starts is killed when its handle drops
+//! (also when the bench panics), and dies with the bench if the bench is killed
+//! (`PR_SET_PDEATHSIG`).
 //!
 //! * **`durable_mutations`** (1, 16 and 64 clients): acknowledged mutations per second.
 //!   *Ours*: one directory node process. Each client is its own TCP connection and thread
@@ -150,6 +152,10 @@ impl Proc {
     /// Starts `command`; the process also dies if this bench dies.
     fn start(name: &str, mut command: Command) -> Proc {
         command.stdin(Stdio::null());
+        // The nodes' logs would bury the BENCH lines: errors only, unless RUST_LOG says.
+        if std::env::var_os("RUST_LOG").is_none() {
+            command.env("RUST_LOG", "error");
+        }
         die_with_parent(&mut command);
         let child = command
             .spawn()
@@ -192,34 +198,52 @@ fn die_with_parent(command: &mut Command) {
 }
 
 /// A fresh directory under the system's temporary directory, removed when dropped.
-#[derive(Debug)]
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(what: &str) -> Scratch {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
-            "dataplane-io-bench-{}-{what}-{n}",
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).expect("a scratch directory");
-        Scratch(dir)
-    }
+fn scratch(what: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("dataplane-io-bench-{what}-"))
+        .tempdir()
+        .expect("a scratch directory")
 }
 
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
+/// `dataplane-node`: `$DATAPLANE_NODE_BIN`, or built once (release) next to this bench.
 fn node_binary() -> PathBuf {
-    match std::env::var_os("DATAPLANE_NODE_BIN") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(env!("CARGO_BIN_EXE_dataplane-node")),
-    }
+    static NODE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    NODE.get_or_init(|| {
+        if let Some(path) = std::env::var_os("DATAPLANE_NODE_BIN") {
+            return PathBuf::from(path);
+        }
+        // target/release/deps/io-<hash> -> target/release
+        let exe = std::env::current_exe().expect("the bench's path");
+        let mut profile_dir = exe.parent().expect("a directory").to_path_buf();
+        if profile_dir.file_name().is_some_and(|n| n == "deps") {
+            profile_dir.pop();
+        }
+        let target_dir = profile_dir.parent().expect("a target directory");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "-p",
+                "dataplane-io",
+                "--bins",
+            ])
+            .arg("--target-dir")
+            .arg(target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdin(Stdio::null())
+            .status()
+            .expect("run cargo build");
+        assert!(
+            status.success(),
+            "cargo build -p dataplane-io --bins failed"
+        );
+        let node = profile_dir.join("dataplane-node");
+        assert!(node.is_file(), "{} was not built", node.display());
+        node
+    })
+    .clone()
 }
 
 /// A loopback address with a port that was free a moment ago.
@@ -272,13 +296,13 @@ struct Cluster {
     directory: String,
     /// Every host's child socket, in start order.
     sockets: Vec<PathBuf>,
-    scratch: Scratch,
+    scratch: tempfile::TempDir,
 }
 
 impl Cluster {
     /// A directory node on a fresh data directory.
     fn start(what: &str) -> Cluster {
-        let scratch = Scratch::new(what);
+        let scratch = scratch(what);
         let directory = free_address();
         let mut command = Command::new(node_binary());
         command
@@ -286,7 +310,7 @@ impl Cluster {
             .arg("--listen")
             .arg(&directory)
             .arg("--data-dir")
-            .arg(scratch.0.join("directory"));
+            .arg(scratch.path().join("directory"));
         let mut proc = Proc::start("directory node", command);
         wait_tcp(&mut proc, &directory);
         Cluster {
@@ -299,7 +323,7 @@ impl Cluster {
 
     /// Starts a host node with an arena of `arena_bytes` and returns a child session on it.
     fn host(&mut self, name: &str, arena_bytes: usize) -> ChildSession {
-        let socket = self.scratch.0.join(format!("{name}.sock"));
+        let socket = self.scratch.path().join(format!("{name}.sock"));
         let mut command = Command::new(node_binary());
         command
             .arg("host")
@@ -698,7 +722,7 @@ impl SqliteClient {
 
 fn durable_mutations(budget: Budget) -> Vec<(usize, f64)> {
     let mut cluster = Cluster::start("mutations");
-    let sqlite_path = cluster.scratch.0.join("baseline.sqlite");
+    let sqlite_path = cluster.scratch.path().join("baseline.sqlite");
     rusqlite::Connection::open(&sqlite_path)
         .and_then(|c| c.execute_batch(SQLITE_SCHEMA))
         .expect("create the SQLite database");
@@ -780,7 +804,7 @@ fn durable_mutations(budget: Budget) -> Vec<(usize, f64)> {
         }
         ratios.push((clients, ours / sqlite));
     }
-    let log_bytes = dir_bytes(&cluster.scratch.0.join("directory").join("log"));
+    let log_bytes = dir_bytes(&cluster.scratch.path().join("directory").join("log"));
     let sqlite_bytes = ["", "-wal"]
         .iter()
         .map(|suffix| {

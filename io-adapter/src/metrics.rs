@@ -1,0 +1,591 @@
+//! The nodes' metrics, and the small HTTP listener that serves them in the Prometheus text
+//! format (`--metrics-listen ADDR`: `GET /metrics`).
+//!
+//! **Who writes, who reads.** Only the node's driver thread updates the metrics: counters and
+//! histograms when something happens (a mutation committed, an fsync, a refusal, a chunk),
+//! gauges from the machines' read-only accessors at most every [`GAUGE_PERIOD`] (the driver
+//! polls at least once a second while metrics are on). The listener runs on a thread of its
+//! own and only reads them (the `prometheus` crate's metrics are atomics behind an `Arc`), so
+//! a scrape never waits for the driver and the driver never waits for a scrape.
+//!
+//! **The listener** serves one connection at a time with a 2 s timeout for reading the
+//! request and writing the answer: a slow or hostile client can delay a scrape by that much,
+//! but holds no thread, memory or descriptor beyond its one connection. It answers `GET
+//! /metrics` (and `GET /`, a pointer to it), 404 elsewhere, 405 to other methods, and closes
+//! the connection after every answer.
+//!
+//! Every metric listed here is updated by a driver; the names are in README.md.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::Duration as StdDuration;
+
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// Gauges are read from the machines at most this often.
+pub const GAUGE_PERIOD: StdDuration = StdDuration::from_millis(100);
+/// How long the listener waits for a request and for its answer to be taken.
+const SCRAPE_TIMEOUT: StdDuration = StdDuration::from_secs(2);
+/// The longest request head the listener reads.
+const REQUEST_BYTES_MAX: usize = 8 * 1024;
+
+/// Buckets (seconds) of the latency histograms: 50 µs to 5 s.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0,
+];
+
+fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
+    let metric = IntCounter::new(name, help).expect("a valid counter");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("registered once");
+    metric
+}
+
+fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let metric = IntCounterVec::new(Opts::new(name, help), labels).expect("a valid counter");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("registered once");
+    metric
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+    let metric = IntGauge::new(name, help).expect("a valid gauge");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("registered once");
+    metric
+}
+
+fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let metric = IntGaugeVec::new(Opts::new(name, help), labels).expect("a valid gauge");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("registered once");
+    metric
+}
+
+fn histogram(registry: &Registry, name: &str, help: &str) -> Histogram {
+    let opts = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
+    let metric = Histogram::with_opts(opts).expect("a valid histogram");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("registered once");
+    metric
+}
+
+/// What every node counts about its connections.
+#[derive(Clone, Debug)]
+pub struct ConnectionMetrics {
+    /// `dataplane_connections{listener, state}`: connections waiting to be admitted
+    /// (`pending`) and admitted ones (`admitted`), per listener (`nodes`, `children`).
+    pub connections: IntGaugeVec,
+    /// `dataplane_refusals_total{kind}`: connections refused or closed before or after
+    /// admission, by why (see [`Refusal`]).
+    pub refusals: IntCounterVec,
+}
+
+impl ConnectionMetrics {
+    fn new(registry: &Registry) -> ConnectionMetrics {
+        let metrics = ConnectionMetrics {
+            connections: gauge_vec(
+                registry,
+                "dataplane_connections",
+                "Connections by listener (nodes, children) and state (pending: not admitted yet; admitted).",
+                &["listener", "state"],
+            ),
+            refusals: counter_vec(
+                registry,
+                "dataplane_refusals_total",
+                "Connections refused or closed by the node, by kind.",
+                &["kind"],
+            ),
+        };
+        // Every kind is there from the start, at 0: a rate needs a first sample.
+        for kind in Refusal::ALL {
+            metrics
+                .refusals
+                .with_label_values(&[kind.label()])
+                .inc_by(0);
+        }
+        metrics
+    }
+
+    /// Counts one refusal.
+    pub fn refused(&self, kind: Refusal) {
+        self.refusals.with_label_values(&[kind.label()]).inc();
+    }
+
+    /// Sets the connection gauges of `listener`.
+    pub fn set(&self, listener: &str, pending: usize, admitted: usize) {
+        let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.connections
+            .with_label_values(&[listener, "pending"])
+            .set(as_i64(pending));
+        self.connections
+            .with_label_values(&[listener, "admitted"])
+            .set(as_i64(admitted));
+    }
+}
+
+/// Why a node refused or closed a connection: the `kind` label of
+/// `dataplane_refusals_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Its first frame was not a hello of this protocol.
+    NotAHello,
+    /// It speaks another protocol version.
+    Version,
+    /// It could not prove the cluster key.
+    WrongKey,
+    /// The node admits no more connections of its kind.
+    Full,
+    /// It was not admitted within the admission deadline.
+    Expired,
+    /// The waiting room was full: the oldest pending connection made room for a new one.
+    Evicted,
+    /// A child presented a wrong capability (or another arena generation).
+    Capability,
+    /// An admitted connection sent a frame out of protocol, or about another node's addresses.
+    Protocol,
+}
+
+impl Refusal {
+    /// Every kind.
+    pub const ALL: [Refusal; 8] = [
+        Refusal::NotAHello,
+        Refusal::Version,
+        Refusal::WrongKey,
+        Refusal::Full,
+        Refusal::Expired,
+        Refusal::Evicted,
+        Refusal::Capability,
+        Refusal::Protocol,
+    ];
+
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::NotAHello => "not_a_hello",
+            Refusal::Version => "version",
+            Refusal::WrongKey => "wrong_key",
+            Refusal::Full => "full",
+            Refusal::Expired => "expired",
+            Refusal::Evicted => "evicted",
+            Refusal::Capability => "capability",
+            Refusal::Protocol => "protocol",
+        }
+    }
+
+    /// The kind of a handshake refusal.
+    pub fn of(refusal: &dataplane_core::admission::HelloRefusal) -> Refusal {
+        use dataplane_core::admission::HelloRefusal;
+        match refusal {
+            HelloRefusal::NotAHello => Refusal::NotAHello,
+            HelloRefusal::Version { .. } => Refusal::Version,
+            HelloRefusal::WrongKey => Refusal::WrongKey,
+            HelloRefusal::Full => Refusal::Full,
+        }
+    }
+}
+
+/// The directory node's metrics.
+#[derive(Clone, Debug)]
+pub struct DirectoryMetrics {
+    /// Where they are registered (what the listener serves).
+    pub registry: Registry,
+    /// `dataplane_directory_mutations_total`: requests from hosts and clients whose step
+    /// persisted at least one log record.
+    pub mutations: IntCounter,
+    /// `dataplane_directory_mutation_seconds`: from the moment the driver hands such a request
+    /// to the machine to the end of the fsync that makes its records durable (when its reply
+    /// may leave).
+    pub mutation_seconds: Histogram,
+    /// `dataplane_directory_fsync_seconds`: every `fdatasync` of the log (group commit: one
+    /// per batch).
+    pub fsync_seconds: Histogram,
+    /// `dataplane_directory_log_records_total`: records appended to the log.
+    pub log_records: IntCounter,
+    /// `dataplane_directory_log_bytes`: the current log file's length.
+    pub log_bytes: IntGauge,
+    /// `dataplane_directory_log_generation`: the log generation in use.
+    pub log_generation: IntGauge,
+    /// `dataplane_directory_compactions_total`: compactions of the log into a snapshot.
+    pub compactions: IntCounter,
+    /// `dataplane_directory_entries`: namespace entries.
+    pub entries: IntGauge,
+    /// `dataplane_directory_reservations`: live blob reservations.
+    pub reservations: IntGauge,
+    /// `dataplane_directory_obligations`: retirement and displacement obligations not yet
+    /// acknowledged.
+    pub obligations: IntGauge,
+    /// `dataplane_directory_hosts_connected`: hosts with an admitted connection.
+    pub hosts_connected: IntGauge,
+    /// Connections and refusals.
+    pub conns: ConnectionMetrics,
+}
+
+impl DirectoryMetrics {
+    /// The directory's metrics, registered in a fresh registry.
+    pub fn new() -> DirectoryMetrics {
+        let registry = Registry::new();
+        let r = &registry;
+        DirectoryMetrics {
+            mutations: counter(
+                r,
+                "dataplane_directory_mutations_total",
+                "Requests whose step persisted at least one log record.",
+            ),
+            mutation_seconds: histogram(
+                r,
+                "dataplane_directory_mutation_seconds",
+                "From handing a mutating request to the directory machine to the end of the fsync that makes it durable.",
+            ),
+            fsync_seconds: histogram(
+                r,
+                "dataplane_directory_fsync_seconds",
+                "Duration of each fdatasync of the log (one per batch: group commit).",
+            ),
+            log_records: counter(
+                r,
+                "dataplane_directory_log_records_total",
+                "Records appended to the durable log.",
+            ),
+            log_bytes: gauge(
+                r,
+                "dataplane_directory_log_bytes",
+                "Length of the current log file.",
+            ),
+            log_generation: gauge(
+                r,
+                "dataplane_directory_log_generation",
+                "The log generation in use (raised by each compaction).",
+            ),
+            compactions: counter(
+                r,
+                "dataplane_directory_compactions_total",
+                "Compactions of the log into a snapshot.",
+            ),
+            entries: gauge(r, "dataplane_directory_entries", "Namespace entries."),
+            reservations: gauge(
+                r,
+                "dataplane_directory_reservations",
+                "Live blob reservations.",
+            ),
+            obligations: gauge(
+                r,
+                "dataplane_directory_obligations",
+                "Retirement and displacement obligations not yet acknowledged.",
+            ),
+            hosts_connected: gauge(
+                r,
+                "dataplane_directory_hosts_connected",
+                "Hosts with an admitted connection.",
+            ),
+            conns: ConnectionMetrics::new(r),
+            registry,
+        }
+    }
+}
+
+impl Default for DirectoryMetrics {
+    fn default() -> Self {
+        DirectoryMetrics::new()
+    }
+}
+
+/// A host node's metrics.
+#[derive(Clone, Debug)]
+pub struct HostMetrics {
+    /// Where they are registered (what the listener serves).
+    pub registry: Registry,
+    /// `dataplane_host_proxy_pending_requests`: requests the namespace proxy has pending at
+    /// the directory (retractions it owns included).
+    pub proxy_pending: IntGauge,
+    /// `dataplane_host_sessions`: child sessions.
+    pub sessions: IntGauge,
+    /// `dataplane_host_bindings`: reads and writes the host tracks (published blobs
+    /// included).
+    pub bindings: IntGauge,
+    /// `dataplane_host_operations_in_progress`: operations in progress over all sessions.
+    pub operations: IntGauge,
+    /// `dataplane_host_arena_bytes{state}`: the arena's bytes, `used` (leased) and `free`.
+    pub arena_bytes: IntGaugeVec,
+    /// `dataplane_host_arena_largest_free_bytes`: the largest free range (the largest lease
+    /// that fits now, its header included).
+    pub arena_largest_free: IntGauge,
+    /// `dataplane_host_arena_leases`: live leases.
+    pub arena_leases: IntGauge,
+    /// `dataplane_host_arena_queued_requests`: requests waiting for arena space.
+    pub arena_queued: IntGauge,
+    /// `dataplane_host_arena_refused_allocations`: allocations the arena refused since the
+    /// host started (too large, too many leases, a full queue).
+    pub arena_refused: IntGauge,
+    /// `dataplane_host_transfers_started_total`: reads that started pulling a blob from
+    /// another host.
+    pub transfers_started: IntCounter,
+    /// `dataplane_host_transfers_in_progress`: reads pulling a blob from another host now.
+    pub transfers_in_progress: IntGauge,
+    /// `dataplane_host_transfer_chunks_total{direction}`: chunks `sent` to and `received`
+    /// from other hosts.
+    pub transfer_chunks: IntCounterVec,
+    /// `dataplane_host_transfer_bytes_total{direction}`: their payload bytes.
+    pub transfer_bytes: IntCounterVec,
+    /// `dataplane_host_children_attached_total`: child sessions attached.
+    pub children_attached: IntCounter,
+    /// `dataplane_host_directory_connected`: 1 while the directory is connected and welcomed
+    /// this host, else 0.
+    pub directory_connected: IntGauge,
+    /// Connections and refusals.
+    pub conns: ConnectionMetrics,
+}
+
+impl HostMetrics {
+    /// A host's metrics, registered in a fresh registry.
+    pub fn new() -> HostMetrics {
+        let registry = Registry::new();
+        let r = &registry;
+        let metrics = HostMetrics {
+            proxy_pending: gauge(
+                r,
+                "dataplane_host_proxy_pending_requests",
+                "Requests the namespace proxy has pending at the directory.",
+            ),
+            sessions: gauge(r, "dataplane_host_sessions", "Child sessions."),
+            bindings: gauge(
+                r,
+                "dataplane_host_bindings",
+                "Reads and writes the host tracks, published blobs included.",
+            ),
+            operations: gauge(
+                r,
+                "dataplane_host_operations_in_progress",
+                "Operations in progress over all sessions.",
+            ),
+            arena_bytes: gauge_vec(
+                r,
+                "dataplane_host_arena_bytes",
+                "Arena bytes by state: used (leased) and free.",
+                &["state"],
+            ),
+            arena_largest_free: gauge(
+                r,
+                "dataplane_host_arena_largest_free_bytes",
+                "The largest free range of the arena.",
+            ),
+            arena_leases: gauge(r, "dataplane_host_arena_leases", "Live arena leases."),
+            arena_queued: gauge(
+                r,
+                "dataplane_host_arena_queued_requests",
+                "Requests waiting for arena space.",
+            ),
+            arena_refused: gauge(
+                r,
+                "dataplane_host_arena_refused_allocations",
+                "Allocations the arena refused since the host started.",
+            ),
+            transfers_started: counter(
+                r,
+                "dataplane_host_transfers_started_total",
+                "Reads that started pulling a blob from another host.",
+            ),
+            transfers_in_progress: gauge(
+                r,
+                "dataplane_host_transfers_in_progress",
+                "Reads pulling a blob from another host now.",
+            ),
+            transfer_chunks: counter_vec(
+                r,
+                "dataplane_host_transfer_chunks_total",
+                "Transfer chunks sent to and received from other hosts.",
+                &["direction"],
+            ),
+            transfer_bytes: counter_vec(
+                r,
+                "dataplane_host_transfer_bytes_total",
+                "Payload bytes of the transfer chunks sent to and received from other hosts.",
+                &["direction"],
+            ),
+            children_attached: counter(
+                r,
+                "dataplane_host_children_attached_total",
+                "Child sessions attached.",
+            ),
+            directory_connected: gauge(
+                r,
+                "dataplane_host_directory_connected",
+                "1 while the directory is connected and welcomed this host.",
+            ),
+            conns: ConnectionMetrics::new(r),
+            registry,
+        };
+        for direction in ["sent", "received"] {
+            metrics
+                .transfer_chunks
+                .with_label_values(&[direction])
+                .inc_by(0);
+            metrics
+                .transfer_bytes
+                .with_label_values(&[direction])
+                .inc_by(0);
+        }
+        metrics
+    }
+}
+
+impl Default for HostMetrics {
+    fn default() -> Self {
+        HostMetrics::new()
+    }
+}
+
+/// `n` as a gauge value.
+pub(crate) fn gauge_value<N: TryInto<i64>>(n: N) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
+}
+
+/// Binds `listen` and serves `registry` there on a thread of its own (see the module
+/// documentation). Returns the bound address.
+pub fn serve(listen: &str, registry: Registry) -> io::Result<SocketAddr> {
+    let listener = TcpListener::bind(listen)?;
+    let address = listener.local_addr()?;
+    std::thread::Builder::new()
+        .name("metrics".to_owned())
+        .spawn(move || {
+            for stream in listener.incoming() {
+                match stream {
+                    Ok(stream) => {
+                        if let Err(e) = answer(stream, &registry) {
+                            tracing::debug!(error = %e, "metrics: a scrape failed");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "metrics: accept failed");
+                        // EMFILE and the like: do not spin.
+                        std::thread::sleep(StdDuration::from_millis(100));
+                    }
+                }
+            }
+        })?;
+    Ok(address)
+}
+
+/// Reads one request head and answers it.
+fn answer(mut stream: TcpStream, registry: &Registry) -> io::Result<()> {
+    stream.set_read_timeout(Some(SCRAPE_TIMEOUT))?;
+    stream.set_write_timeout(Some(SCRAPE_TIMEOUT))?;
+    let mut head = Vec::new();
+    let mut buffer = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < REQUEST_BYTES_MAX {
+        let n = stream.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buffer[..n]);
+    }
+    let line = head
+        .split(|&b| b == b'\r' || b == b'\n')
+        .next()
+        .unwrap_or(&[]);
+    let line = String::from_utf8_lossy(line);
+    let mut words = line.split(' ');
+    let method = words.next().unwrap_or("");
+    let target = words.next().unwrap_or("");
+    let path = target.split('?').next().unwrap_or("");
+    let (status, content_type, body) = match (method, path) {
+        ("GET" | "HEAD", "/metrics") => {
+            let body = TextEncoder::new()
+                .encode_to_string(&registry.gather())
+                .map_err(|e| io::Error::other(e.to_string()))?;
+            ("200 OK", prometheus::TEXT_FORMAT, body)
+        }
+        ("GET" | "HEAD", "/") => (
+            "200 OK",
+            "text/plain; charset=utf-8",
+            "dataplane node metrics: GET /metrics\n".to_owned(),
+        ),
+        ("GET" | "HEAD", _) => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "not found: the metrics are at /metrics\n".to_owned(),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            "only GET is served\n".to_owned(),
+        ),
+    };
+    let mut response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if method != "HEAD" {
+        response.extend_from_slice(body.as_bytes());
+    }
+    stream.write_all(&response)?;
+    stream.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(address: SocketAddr, request: &str) -> String {
+        let mut stream = TcpStream::connect(address).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut out = String::new();
+        stream.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn the_listener_serves_the_text_format() {
+        let metrics = HostMetrics::new();
+        metrics.transfers_started.inc();
+        metrics
+            .transfer_bytes
+            .with_label_values(&["received"])
+            .inc_by(7);
+        metrics.conns.refused(Refusal::WrongKey);
+        let address = serve("127.0.0.1:0", metrics.registry).unwrap();
+        let page = get(address, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(page.starts_with("HTTP/1.1 200 OK\r\n"), "{page}");
+        assert!(
+            page.contains("Content-Type: text/plain; version=0.0.4"),
+            "{page}"
+        );
+        assert!(
+            page.contains("\ndataplane_host_transfers_started_total 1\n"),
+            "{page}"
+        );
+        assert!(
+            page.contains("\ndataplane_host_transfer_bytes_total{direction=\"received\"} 7\n"),
+            "{page}"
+        );
+        assert!(
+            page.contains("dataplane_refusals_total{kind=\"wrong_key\"} 1"),
+            "{page}"
+        );
+        assert!(
+            page.contains("dataplane_refusals_total{kind=\"expired\"} 0"),
+            "every kind is there from the start: {page}"
+        );
+        assert!(get(address, "GET /nope HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+        assert!(get(address, "POST /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
+        let directory = DirectoryMetrics::new();
+        directory.fsync_seconds.observe(0.001);
+        let address = serve("127.0.0.1:0", directory.registry).unwrap();
+        let page = get(address, "GET /metrics HTTP/1.0\r\n\r\n");
+        assert!(
+            page.contains("dataplane_directory_fsync_seconds_bucket{le=\"0.001\"} 1"),
+            "{page}"
+        );
+    }
+}
