@@ -39,6 +39,7 @@
 
 pub mod admission;
 pub mod arena;
+pub mod barrier;
 pub mod blob;
 pub mod directory;
 pub mod effect;
