@@ -131,7 +131,9 @@ mod tests {
             .admit([watch(3)], 0, &mut append, &mut ready)
             .unwrap();
         assert!(ready.is_empty());
-        barrier.admit([persist(), timer(4)], 0, &mut append, &mut ready).unwrap();
+        barrier
+            .admit([persist(), timer(4)], 0, &mut append, &mut ready)
+            .unwrap();
         // Durable up to the first record: its followers go, not the second record's.
         barrier.release(10, &mut ready);
         assert_eq!(ready, vec![timer(2), watch(3)]);
@@ -142,11 +144,15 @@ mod tests {
         assert!(!barrier.waiting());
         // With everything durable, effects go at once again.
         ready.clear();
-        barrier.admit([timer(5)], 20, &mut append, &mut ready).unwrap();
+        barrier
+            .admit([timer(5)], 20, &mut append, &mut ready)
+            .unwrap();
         assert_eq!(ready, vec![timer(5)]);
         // A crash drops what waits.
         ready.clear();
-        barrier.admit([persist(), timer(6)], 20, &mut append, &mut ready).unwrap();
+        barrier
+            .admit([persist(), timer(6)], 20, &mut append, &mut ready)
+            .unwrap();
         barrier.clear(20);
         barrier.release(1_000, &mut ready);
         assert!(ready.is_empty());

@@ -53,12 +53,13 @@ use dataplane_core::wire::{Envelope, GoneScope, Message};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, error, info, warn};
 
-use crate::driver::{Barrier, Clock, read_state, write_state};
+use crate::driver::{Clock, read_state, write_state};
 use crate::log::{DurableLog, LogError, LogOptions, Recovered};
 use crate::metrics::{DirectoryMetrics, GAUGE_PERIOD, Refusal, gauge_value};
 use crate::net::{
     Acceptor, ClusterKey, ConnId, Limits, Link, NetEvent, Peer, Reactor, Who, fresh_nonce,
 };
+use dataplane_core::barrier::Barrier;
 
 /// Transient node ids (clients that are not hosts) start here.
 pub const TRANSIENT_NODE_BASE: u64 = 1 << 40;
@@ -290,6 +291,7 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         "directory started"
     );
     let compacted_at = log.len_bytes();
+    let log_synced = log.synced();
     let mut node = DirectoryNode {
         cluster_key: options.cluster_key,
         clock,
@@ -309,7 +311,7 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         by_node: BTreeMap::new(),
         next_transient: TRANSIENT_NODE_BASE,
         timer: None,
-        barrier: Barrier::default(),
+        barrier: Barrier::new(log_synced),
         watched: BTreeSet::new(),
         routes: VecDeque::new(),
         outbox: Outbox::new(),
@@ -486,17 +488,18 @@ impl DirectoryNode {
                 }
             }
         }
-        if self.barrier.armed() {
-            let held = self.barrier.release();
-            for effect in held {
-                self.perform(effect);
-            }
+        let mut ready = Vec::new();
+        self.barrier.release(self.log.synced(), &mut ready);
+        for effect in ready {
+            self.perform(effect);
         }
         let len = self.log.len_bytes();
         if len >= COMPACT_MIN_BYTES && len >= self.compacted_at.saturating_mul(2) {
             let snapshot: Vec<LogRecord> = self.machine.snapshot_records();
             self.log.compact(&snapshot)?;
             self.compacted_at = self.log.len_bytes().max(1);
+            // Nothing waits (the batch was released above); positions restart in the new file.
+            self.barrier.clear(self.log.synced());
             info!(
                 generation = self.log.generation(),
                 records = snapshot.len(),
@@ -516,18 +519,23 @@ impl DirectoryNode {
     }
 
     fn execute(&mut self, effects: Vec<Effect>) -> Result<(), NodeError> {
-        for effect in effects {
-            if let Effect::Persist(record) = &effect {
-                self.log.append(record)?;
-                self.barrier.arm();
-                if let Some(metrics) = &self.metrics {
+        let mut ready = Vec::new();
+        let (log, metrics) = (&mut self.log, &self.metrics);
+        let synced = log.synced();
+        self.barrier.admit(
+            effects,
+            synced,
+            |record| {
+                let end = log.append(record)?;
+                if let Some(metrics) = metrics {
                     metrics.log_records.inc();
                 }
-                continue;
-            }
-            if let Some(effect) = self.barrier.hold(effect) {
-                self.perform(effect);
-            }
+                Ok::<u64, LogError>(end)
+            },
+            &mut ready,
+        )?;
+        for effect in ready {
+            self.perform(effect);
         }
         Ok(())
     }
@@ -545,7 +553,10 @@ impl DirectoryNode {
             Effect::UnwatchRoute { target } => {
                 self.watched.remove(&target);
             }
-            Effect::Persist(_) => {}
+            Effect::Persist(record) => {
+                // The barrier appends every record; one reaching here is a driver bug.
+                error!(?record, "a log record bypassed the barrier and was dropped");
+            }
         }
     }
 

@@ -627,10 +627,7 @@ fn attach_refusal(failure: &AttachmentFailure) -> String {
 
 impl HostNode {
     fn execute_boot_effects(&mut self) {
-        let effects = self.outbox.take();
-        for effect in effects {
-            self.perform(effect);
-        }
+        self.host_effects();
     }
 
     /// Runs until the directory refuses this host (or polling fails).
@@ -814,42 +811,51 @@ impl HostNode {
         let effects = self.outbox.take();
         let from = Address::new(self.node, self.incarnation, PROXY_ACTOR);
         for effect in effects {
-            match effect {
-                Effect::Send { to, message } => self.route(from, to, message),
-                Effect::SetTimer { at, .. } => self.proxy_timer = Some(at),
-                Effect::CancelTimer { .. } => self.proxy_timer = None,
-                _ => {}
-            }
+            self.perform(from, effect);
         }
     }
 
     fn host_effects(&mut self) {
         let effects = self.outbox.take();
+        let from = Address::new(self.node, self.incarnation, FIRST_HOST_ACTOR);
         for effect in effects {
-            self.perform(effect);
+            self.perform(from, effect);
         }
     }
 
-    fn perform(&mut self, effect: Effect) {
-        let from = Address::new(self.node, self.incarnation, FIRST_HOST_ACTOR);
+    /// One effect of the proxy or the host machine (`from` is the actor that emitted it).
+    fn perform(&mut self, from: Address, effect: Effect) {
+        fn timer(node: &mut HostNode, which: Timer) -> Option<&mut Option<Instant>> {
+            match which {
+                Timer::ProxyRetry => Some(&mut node.proxy_timer),
+                Timer::HostTick => Some(&mut node.host_timer),
+                Timer::DirectoryRetry => None,
+            }
+        }
         match effect {
             Effect::Send { to, message } => self.route(from, to, message),
-            Effect::SetTimer {
-                timer: Timer::ProxyRetry,
-                at,
-            } => self.proxy_timer = Some(at),
-            Effect::SetTimer {
-                timer: Timer::HostTick,
-                at,
-            } => self.host_timer = Some(at),
-            Effect::CancelTimer {
-                timer: Timer::ProxyRetry,
-            } => self.proxy_timer = None,
-            Effect::CancelTimer {
-                timer: Timer::HostTick,
-            } => self.host_timer = None,
-            // Neither the proxy nor the host persists, watches routes or has other timers.
-            _ => {}
+            Effect::SetTimer { timer: which, at } => match timer(self, which) {
+                Some(slot) => *slot = Some(at),
+                None => error!(
+                    ?which,
+                    "a host node has no such timer: the effect was dropped"
+                ),
+            },
+            Effect::CancelTimer { timer: which } => match timer(self, which) {
+                Some(slot) => *slot = None,
+                None => error!(
+                    ?which,
+                    "a host node has no such timer: the effect was dropped"
+                ),
+            },
+            // Neither the proxy nor the host persists or watches routes: one that did would be
+            // a machine bug, said loudly rather than ignored.
+            Effect::Persist(record) => {
+                error!(?record, "a host node has no log: the record was dropped");
+            }
+            Effect::WatchRoute { target } | Effect::UnwatchRoute { target } => {
+                error!(%target, "a host node watches no routes: the effect was dropped");
+            }
         }
     }
 

@@ -12,6 +12,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
+use dataplane_core::barrier::Barrier;
 use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::host::{Host, HostConfig, SessionConfig};
@@ -227,8 +228,7 @@ struct DirectoryNode {
     synced: usize,
     sync: Option<(u64, usize)>,
     sync_generation: u64,
-    held: VecDeque<(usize, Effect)>,
-    barrier: usize,
+    barrier: Barrier,
     unsynced_steps: VecDeque<(u64, usize)>,
     step: u64,
     timer_generation: u64,
@@ -333,8 +333,7 @@ impl World {
                 synced: 0,
                 sync: None,
                 sync_generation: 0,
-                held: VecDeque::new(),
-                barrier: 0,
+                barrier: Barrier::new(0),
                 unsynced_steps: VecDeque::new(),
                 step: 0,
                 timer_generation: 0,
@@ -1206,29 +1205,27 @@ impl World {
     }
 
     fn execute_directory_effects(&mut self, mut effects: Vec<Effect>) {
-        for effect in effects.drain(..) {
-            match effect {
-                Effect::Persist(record) => {
-                    if let Err(error) = append_record(&mut self.directory.disk, &record) {
-                        self.checker
-                            .fail(self.now, format!("log record does not encode: {error}"));
-                    }
-                    self.directory.barrier = self.directory.disk.len();
-                    self.stats.log_bytes_max = self
-                        .stats
-                        .log_bytes_max
-                        .max(self.directory.disk.len() as u64);
+        let mut ready = Vec::new();
+        let d = &mut self.directory;
+        let (disk, checker, now) = (&mut d.disk, &mut self.checker, self.now);
+        let admitted = d.barrier.admit(
+            effects.drain(..),
+            d.synced as u64,
+            |record| {
+                if let Err(error) = append_record(disk, record) {
+                    checker.fail(now, format!("log record does not encode: {error}"));
                 }
-                other => {
-                    let d = &self.directory;
-                    if d.held.is_empty() && d.synced >= d.barrier {
-                        self.execute_released(other);
-                    } else {
-                        let barrier = self.directory.barrier;
-                        self.directory.held.push_back((barrier, other));
-                    }
-                }
-            }
+                Ok::<u64, std::convert::Infallible>(disk.len() as u64)
+            },
+            &mut ready,
+        );
+        let Ok(()) = admitted;
+        self.stats.log_bytes_max = self
+            .stats
+            .log_bytes_max
+            .max(self.directory.disk.len() as u64);
+        for effect in ready {
+            self.execute_released(effect);
         }
         self.outbox.recycle(effects);
         let (step, end) = (self.directory.step, self.directory.disk.len());
@@ -1285,11 +1282,9 @@ impl World {
         if let Some(step) = durable_step {
             self.checker.directory_synced(step);
         }
-        while let Some((barrier, _)) = self.directory.held.front() {
-            if *barrier > target {
-                break;
-            }
-            let (_, effect) = self.directory.held.pop_front().expect("front exists");
+        let mut ready = Vec::new();
+        self.directory.barrier.release(target as u64, &mut ready);
+        for effect in ready {
             self.execute_released(effect);
         }
         if self.directory.disk.len() > self.directory.synced {
@@ -1306,7 +1301,7 @@ impl World {
     fn maybe_compact(&mut self) {
         let d = &self.directory;
         let threshold = (2 * d.compacted_len).max(COMPACT_MIN_BYTES);
-        if d.disk.len() < threshold || !d.unsynced_steps.is_empty() || !d.held.is_empty() {
+        if d.disk.len() < threshold || !d.unsynced_steps.is_empty() || d.barrier.waiting() {
             return;
         }
         let Some(machine) = d.machine.as_ref() else {
@@ -1317,7 +1312,7 @@ impl World {
                 let d = &mut self.directory;
                 d.disk = image;
                 d.synced = d.disk.len();
-                d.barrier = d.disk.len();
+                d.barrier.clear(d.disk.len() as u64);
                 d.compacted_len = d.disk.len();
                 self.checker.coverage.hit("disk.compacted");
             }
@@ -1398,7 +1393,6 @@ impl World {
         self.checker.coverage.hit("fault.directory_crash");
         let d = &mut self.directory;
         d.machine = None;
-        d.held.clear();
         d.sync = None;
         d.watched.clear();
         // What reaches the platter: everything synced, then each unsynced step with some
@@ -1425,7 +1419,7 @@ impl World {
             self.checker.coverage.hit("fault.torn_tail");
         }
         d.synced = d.disk.len();
-        d.barrier = d.disk.len();
+        d.barrier.clear(d.disk.len() as u64);
         self.checker.directory_crashed(surviving_step);
         // Discovery notices the crash only after a while: until then proxies keep sending to
         // (and accepting the epoch of) the dead instance.
@@ -1449,7 +1443,7 @@ impl World {
         }
         d.disk.truncate(decoded.valid_len);
         d.synced = d.disk.len();
-        d.barrier = d.disk.len();
+        d.barrier.clear(d.disk.len() as u64);
         d.timer_generation += 1;
         let config = DirectoryConfig {
             address: d.address(),
