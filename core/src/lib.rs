@@ -38,6 +38,7 @@
 //! * [`blob`]: the 128-byte blob header on arena memory and its checks.
 
 pub mod admission;
+pub mod agent;
 pub mod arena;
 pub mod barrier;
 pub mod blob;

@@ -41,8 +41,6 @@ pub const EVENT_BUDGET: u64 = 20_000_000;
 const COMPACT_MIN_BYTES: usize = 64 * 1024;
 /// Latency of a frame between two actors of one node (reliable and in order).
 const LOCAL_LATENCY: Duration = Duration::from_micros(20);
-/// Period of a host agent's re-send of unacknowledged gone reports.
-const AGENT_PERIOD: Duration = Duration::from_secs(1);
 
 /// An input of a host machine (built once per step and consumed at once, like `DirInput`).
 #[allow(clippy::large_enum_variant)]
@@ -137,6 +135,7 @@ enum EventKind {
     AgentTick {
         host: usize,
         incarnation: u64,
+        arming: u64,
     },
     PartitionStart,
     PartitionEnd {
@@ -563,25 +562,27 @@ impl World {
                     self.client_step(host, client, |c, io| c.wake(io));
                 }
             }
-            EventKind::AgentTick { host, incarnation } => {
+            EventKind::AgentTick {
+                host,
+                incarnation,
+                arming,
+            } => {
                 let h = &mut self.hosts[host];
-                if h.up && h.incarnation == incarnation {
-                    let from = h.agent();
-                    let reports = h.gone_reports.clone();
-                    h.agent_armed = !reports.is_empty();
-                    for scope in reports {
-                        self.send(
-                            from,
-                            DIRECTORY,
-                            Message::AddressGone {
-                                scope,
-                                reply_to: from,
-                            },
-                        );
+                if h.up && h.incarnation == incarnation && h.agent_timer_generation == arming {
+                    let mut out = HostOutput::default();
+                    if let Err(error) =
+                        h.agent
+                            .handle_timer(self.now, Timer::AgentTick, &mut self.outbox)
+                    {
+                        self.checker
+                            .fail(self.now, format!("the agent refused its tick: {error}"));
                     }
-                    if self.hosts[host].agent_armed {
-                        self.schedule_in(AGENT_PERIOD, EventKind::AgentTick { host, incarnation });
+                    let effects = self.outbox.take();
+                    if effects.iter().any(|e| matches!(e, Effect::Send { .. })) {
+                        self.checker.coverage.hit("agent.report_resent");
                     }
+                    self.hosts[host].agent_effects(effects, &mut out);
+                    self.host_output(host, out);
                 }
             }
             EventKind::PartitionStart => {
@@ -923,6 +924,22 @@ impl World {
 
     fn host_output(&mut self, host: usize, out: HostOutput) {
         let incarnation = self.hosts[host].incarnation;
+        if let Some((arming, at)) = out.agent_tick {
+            self.schedule(
+                at,
+                EventKind::AgentTick {
+                    host,
+                    incarnation,
+                    arming,
+                },
+            );
+        }
+        for effect in &out.unexpected {
+            self.checker.fail(
+                self.now,
+                format!("host {host}'s agent emitted an effect it cannot perform: {effect:?}"),
+            );
+        }
         // Retention, seen by the callers: a client that heard OperationExpired for an
         // operation it still asks about says so.
         for client in &mut self.hosts[host].clients {
@@ -1762,7 +1779,9 @@ impl World {
             return;
         }
         let clients = self.options.clients_per_host[host] as usize;
-        self.hosts[host].restart(clients);
+        let mut out = HostOutput::default();
+        self.hosts[host].restart(self.now, clients, &mut out);
+        self.host_output(host, out);
         let incarnation = self.hosts[host].incarnation;
         for client in 0..clients {
             let delay = uniform(&mut self.work_rng, self.options.workload.think_mean);
@@ -1776,8 +1795,6 @@ impl World {
                 },
             );
         }
-        self.hosts[host].agent_armed = true;
-        self.schedule_in(Duration::ZERO, EventKind::AgentTick { host, incarnation });
         self.start_proxy(host);
         self.boot_machine(host);
         if self.phase == Phase::Healed {
@@ -1814,13 +1831,14 @@ impl World {
         self.stats.actor_deaths += 1;
         self.checker.coverage.hit("fault.actor_death");
         if report {
-            h.gone_reports
-                .push(dataplane_core::wire::GoneScope::Address(address));
-            if !h.agent_armed {
-                h.agent_armed = true;
-                let incarnation = h.incarnation;
-                self.schedule_in(Duration::ZERO, EventKind::AgentTick { host, incarnation });
+            let scope = dataplane_core::wire::GoneScope::Address(address);
+            if h.agent.report(self.now, scope, &mut self.outbox) {
+                self.checker.coverage.hit("agent.reported_actor");
             }
+            let effects = self.outbox.take();
+            let mut out = HostOutput::default();
+            self.hosts[host].agent_effects(effects, &mut out);
+            self.host_output(host, out);
         }
     }
 
