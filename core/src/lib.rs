@@ -51,6 +51,7 @@ pub mod limits;
 pub mod log;
 pub mod path;
 pub mod proxy;
+pub mod routes;
 pub mod time;
 pub mod wire;
 

@@ -19,6 +19,7 @@ use dataplane_core::host::{Host, HostConfig, SessionConfig};
 use dataplane_core::ids::{Address, NodeId};
 use dataplane_core::log::{FRAME_HEADER_BYTES, append_record, decode_log, encode_log};
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
+use dataplane_core::routes::Routes;
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{Envelope, Message};
 
@@ -233,7 +234,13 @@ struct DirectoryNode {
     timer_generation: u64,
     /// Watched targets: the routability last reported and the version of that report (only
     /// the newest report of a target is delivered, so reports never arrive out of order).
-    watched: BTreeMap<Address, (Option<bool>, u64)>,
+    /// Routability of the watched targets (core's, as `dataplane-node` decides it), fed
+    /// from the simulated connections: a host is connected while it is up and the
+    /// directory's link to it is.
+    routes: Routes,
+    /// The version of each watched target's newest report in flight (only the newest is
+    /// delivered, so reports never arrive out of order).
+    route_versions: BTreeMap<Address, u64>,
     route_version: u64,
     compacted_len: usize,
 }
@@ -336,7 +343,8 @@ impl World {
                 unsynced_steps: VecDeque::new(),
                 step: 0,
                 timer_generation: 0,
-                watched: BTreeMap::new(),
+                routes: Routes::new(),
+                route_versions: BTreeMap::new(),
                 route_version: 0,
                 compacted_len: 0,
             },
@@ -494,7 +502,8 @@ impl World {
                 version,
             } => {
                 let d = &self.directory;
-                let newest = d.watched.get(&target).is_some_and(|(_, v)| *v == version);
+                let newest =
+                    d.routes.is_watched(&target) && d.route_versions.get(&target) == Some(&version);
                 if d.machine.is_some() && d.boot == boot && newest {
                     self.directory_input(DirInput::Route { target, routable });
                 }
@@ -614,7 +623,7 @@ impl World {
                 self.report_routes();
             }
             EventKind::FlapStart => {
-                let watched: Vec<Address> = self.directory.watched.keys().copied().collect();
+                let watched: Vec<Address> = self.directory.routes.watched().copied().collect();
                 if !watched.is_empty() {
                     let target = *self.fault_rng.pick(&watched);
                     self.flapped.insert(target);
@@ -634,6 +643,7 @@ impl World {
             }
             EventKind::FlapEnd(target) => {
                 self.flapped.remove(&target);
+                self.directory.routes.set_lost(target, false);
                 self.report_routes();
             }
             EventKind::ActorDeath => {
@@ -1346,51 +1356,56 @@ impl World {
                 self.checker.released(self.now, to, &message);
                 self.send(from, to, message);
             }
-            Effect::SetTimer { timer: _, at } => {
+            Effect::SetTimer {
+                timer: Timer::DirectoryRetry,
+                at,
+            } => {
                 self.directory.timer_generation += 1;
                 let (boot, generation) = (self.directory.boot, self.directory.timer_generation);
                 self.schedule(at, EventKind::DirTimer { boot, generation });
             }
-            Effect::CancelTimer { .. } => self.directory.timer_generation += 1,
+            Effect::CancelTimer {
+                timer: Timer::DirectoryRetry,
+            } => self.directory.timer_generation += 1,
             Effect::WatchRoute { target } => {
-                self.directory.watched.insert(target, (None, 0));
+                self.directory.routes.watch(target);
                 self.report_routes();
             }
             Effect::UnwatchRoute { target } => {
-                self.directory.watched.remove(&target);
+                self.directory.routes.unwatch(target);
+                self.directory.route_versions.remove(&target);
             }
-            Effect::Persist(_) => unreachable!("persists are never held"),
+            other => self.checker.fail(
+                self.now,
+                format!("the directory emitted an effect its node cannot perform: {other:?}"),
+            ),
         }
-    }
-
-    fn routable(&self, target: &Address) -> bool {
-        let Some(host) = self.host_index(target.node) else {
-            return true;
-        };
-        let h = &self.hosts[host];
-        h.up && h.incarnation == target.incarnation
-            && self.link_up(DIRECTORY_NODE, target.node)
-            && !self.flapped.contains(target)
     }
 
     /// Tells the directory about every watched target whose routability changed (after a
     /// registrar delay), including the initial observation of new watches.
     fn report_routes(&mut self) {
-        let changes: Vec<(Address, bool)> = self
-            .directory
-            .watched
-            .iter()
-            .filter_map(|(target, (last, _))| {
-                let now = self.routable(target);
-                (*last != Some(now)).then_some((*target, now))
-            })
-            .collect();
+        for h in 0..self.hosts.len() {
+            let (node, up, incarnation) = (
+                self.hosts[h].node,
+                self.hosts[h].up,
+                self.hosts[h].incarnation,
+            );
+            if up && self.link_up(DIRECTORY_NODE, node) {
+                self.directory.routes.connected(node, incarnation);
+            } else {
+                self.directory.routes.disconnected(node);
+            }
+        }
+        for target in &self.flapped {
+            self.directory.routes.set_lost(*target, true);
+        }
+        let mut changes = Vec::new();
+        self.directory.routes.changes(&mut changes);
         for (target, routable) in changes {
             self.directory.route_version += 1;
             let version = self.directory.route_version;
-            self.directory
-                .watched
-                .insert(target, (Some(routable), version));
+            self.directory.route_versions.insert(target, version);
             let delay = Duration::from_micros(self.net_rng.range(100, 20_000));
             let boot = self.directory.boot;
             self.schedule_in(
@@ -1411,7 +1426,8 @@ impl World {
         let d = &mut self.directory;
         d.machine = None;
         d.sync = None;
-        d.watched.clear();
+        d.routes = Routes::new();
+        d.route_versions.clear();
         // What reaches the platter: everything synced, then each unsynced step with some
         // probability (in order), then possibly a torn fragment of the next record.
         let mut surviving = d.synced;
@@ -1868,7 +1884,9 @@ impl World {
         self.phase = Phase::Healed;
         self.checker.healed(self.now);
         self.blocked.clear();
-        self.flapped.clear();
+        for target in std::mem::take(&mut self.flapped) {
+            self.directory.routes.set_lost(target, false);
+        }
         self.outages = 0;
         if self.directory.machine.is_none() {
             self.restart_directory();
