@@ -1,0 +1,1 @@
+//! Decision tests of the storage protocol on an in-memory file system.
