@@ -256,8 +256,8 @@ struct DirectoryNode {
     barrier: Barrier,
     /// Steps not known durable: (step, where its records end, where its first record ends).
     unsynced_steps: VecDeque<(u64, usize, usize)>,
-    /// Where the first record of a step whose appends failed ends.
-    partial_first: Option<usize>,
+    /// A step whose appends failed, and where its first record ends.
+    failed_step: Option<(u64, Option<usize>)>,
     step: u64,
     timer_generation: u64,
     /// Watched targets: the routability last reported and the version of that report (only
@@ -368,7 +368,7 @@ impl World {
                 sync_generation: 0,
                 barrier: Barrier::new(0),
                 unsynced_steps: VecDeque::new(),
-                partial_first: None,
+                failed_step: None,
                 step: 0,
                 timer_generation: 0,
                 watched: BTreeMap::new(),
@@ -1267,7 +1267,7 @@ impl World {
         self.stats.log_bytes_max = self.stats.log_bytes_max.max(end as u64);
         self.outbox.recycle(effects);
         if let Err(error) = admitted {
-            self.directory.partial_first = first_end;
+            self.directory.failed_step = Some((self.directory.step, first_end));
             self.storage_failed(error);
             return;
         }
@@ -1506,14 +1506,19 @@ impl World {
         // What reaches the platter: everything synced, then each unsynced step with some
         // probability (in order), then possibly a torn fragment of the next record. The file
         // system decides the rest (other files, names not yet synced).
-        let mut surviving_step = d.unsynced_steps.front().map_or(d.step, |(s, _, _)| s - 1);
+        // A step whose appends failed never survives whole.
+        let last = d.failed_step.map_or(d.step, |(step, _)| step - 1);
+        let mut surviving_step = d.unsynced_steps.front().map_or(last, |(s, _, _)| s - 1);
         let pinned = d.log.take().map(|log| {
-            let mut surviving = log.synced() as usize;
+            // What an fsync covered is durable, even if the call failed afterwards (writing
+            // its sync mark).
+            let synced = log.synced() as usize;
+            let mut surviving = synced;
             for &(step, end, _) in &d.unsynced_steps {
-                if !self.disk_rng.chance(self.options.disk.unsynced_survives) {
+                if end > synced && !self.disk_rng.chance(self.options.disk.unsynced_survives) {
                     break;
                 }
-                surviving = end;
+                surviving = surviving.max(end);
                 surviving_step = step;
             }
             // Tear inside the first lost record, so no record of a lost step survives whole.
@@ -1521,7 +1526,7 @@ impl World {
                 .unsynced_steps
                 .iter()
                 .map(|&(_, _, first)| first)
-                .chain(d.partial_first)
+                .chain(d.failed_step.and_then(|(_, first)| first))
                 .find(|&first| first > surviving);
             let mut keep = surviving;
             if let Some(first) = first
@@ -1536,7 +1541,7 @@ impl World {
         });
         d.fs.crash(pinned.as_ref().map(|(name, keep)| (name.as_str(), *keep)));
         d.unsynced_steps.clear();
-        d.partial_first = None;
+        d.failed_step = None;
         d.barrier.clear(0);
         if self.phase == Phase::Faulty && self.disk_rng.chance(self.options.disk.rot) {
             d.rot = d.fs.rot();
