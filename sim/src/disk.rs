@@ -119,7 +119,10 @@ impl fmt::Display for Rot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Rot::Flip { name, offset, mask } => {
-                write!(f, "a flipped bit (mask {mask:#04x}) at byte {offset} of {name}")
+                write!(
+                    f,
+                    "a flipped bit (mask {mask:#04x}) at byte {offset} of {name}"
+                )
             }
             Rot::Lost { name, bytes } => write!(f, "{name} lost ({} bytes)", bytes.len()),
         }
@@ -233,8 +236,7 @@ impl SimFs {
         self.next_inode += 1;
         self.inodes.insert(inode, Inode::default());
         self.names.insert(name.to_owned(), inode);
-        self.journal
-            .push(NameChange::Link(name.to_owned(), inode));
+        self.journal.push(NameChange::Link(name.to_owned(), inode));
         SimFile(inode)
     }
 

@@ -251,6 +251,8 @@ struct DirectoryNode {
     rot: Option<Rot>,
     /// The full-disk episode in progress.
     full_episode: u64,
+    /// Whether the log was ever opened (then a data directory without one is loss).
+    booted: bool,
     sync: Option<u64>,
     sync_generation: u64,
     barrier: Barrier,
@@ -364,6 +366,7 @@ impl World {
                 log: None,
                 rot: None,
                 full_episode: 0,
+                booted: false,
                 sync: None,
                 sync_generation: 0,
                 barrier: Barrier::new(0),
@@ -1361,8 +1364,7 @@ impl World {
             return;
         }
         let snapshot = machine.snapshot_records();
-        if self.phase == Phase::Faulty && self.disk_rng.chance(self.options.disk.compaction_crash)
-        {
+        if self.phase == Phase::Faulty && self.disk_rng.chance(self.options.disk.compaction_crash) {
             self.directory.fs.crash_before_step = Some(self.disk_rng.below(COMPACTION_STEPS));
         }
         let d = &mut self.directory;
@@ -1571,9 +1573,9 @@ impl World {
         d.boot += 1;
         d.timer_generation += 1;
         // A data directory that has booted before must have a log (the real node knows it
-        // from its membership file).
+        // from its membership file, written once the log is open).
         let options = StorageOptions {
-            create: d.boot == 1,
+            create: !d.booted,
             repair: false,
         };
         let opened = LogStore::open(&mut d.fs, options);
@@ -1600,6 +1602,7 @@ impl World {
             self.checker.coverage.hit("recovery.discarded_generation");
         }
         let d = &mut self.directory;
+        d.booted = true;
         d.barrier.clear(log.synced());
         d.log = Some(log);
         let config = DirectoryConfig {
