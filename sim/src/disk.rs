@@ -201,6 +201,26 @@ impl SimFs {
         self.inodes.get(inode).map(|i| i.data.as_slice())
     }
 
+    /// How much of `name` is durable: its length, its durable length, and whether the durable
+    /// image is a prefix of its contents (no change since the last sync but appends). `None`
+    /// if it has no name, or its name is not durable.
+    pub fn durable(&self, name: &str) -> Option<(usize, usize, bool)> {
+        let inode = self.names.get(name)?;
+        if self.durable_names.get(name) != Some(inode) {
+            return None;
+        }
+        // Bytes below `dirty_from` are as the last sync left them.
+        self.inodes.get(inode).map(|i| {
+            let prefix = i.durable.len() <= i.dirty_from.min(i.data.len());
+            (i.data.len(), i.durable.len(), prefix)
+        })
+    }
+
+    /// The names that would survive a crash now.
+    pub fn durable_names(&self) -> impl Iterator<Item = &str> {
+        self.durable_names.keys().map(String::as_str)
+    }
+
     /// The names in the directory.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.names.keys().map(String::as_str)

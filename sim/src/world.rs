@@ -1325,6 +1325,7 @@ impl World {
         };
         let written = log.written() as usize;
         self.check_disk();
+        self.check_synced("a sync");
         let mut durable_step = None;
         while let Some(&(step, end, _)) = self.directory.unsynced_steps.front() {
             if end > synced {
@@ -1379,6 +1380,7 @@ impl World {
                 self.stats.compactions += 1;
                 self.checker.coverage.hit("disk.compacted");
                 self.check_disk();
+                self.check_synced("a compaction");
             }
             Err(error) => self.storage_failed(error),
         }
@@ -1407,6 +1409,60 @@ impl World {
             self.checker.coverage.hit("fault.fsync_failure");
         }
         self.crash_directory();
+    }
+
+    /// What the log says is durable is, on the simulated disk.
+    fn check_synced(&mut self, after: &str) {
+        if let Some(log) = &self.directory.log {
+            let name = log.log_name().to_owned();
+            let (generation, synced) = (log.generation(), log.synced());
+            self.check_durable(&name, generation, synced, after);
+        }
+    }
+
+    /// The storage protocol's promises, checked against the file system's ground truth (the
+    /// rules restated, not the protocol asked): the generation in use is the only one whose
+    /// names survive a crash, its snapshot is wholly durable, and of its log everything before
+    /// `synced` is, but for a trailing sync mark, with no durable bytes after it (a cut that
+    /// is not durable).
+    fn check_durable(&mut self, log_name: &str, generation: u64, synced: u64, after: &str) {
+        const MARK: usize = 24;
+        let fs = &self.directory.fs;
+        let snapshot = format!("snapshot-{generation}");
+        let problem = if let Some(other) = fs.durable_names().find(|n| {
+            (n.starts_with("snapshot-") || n.starts_with("log-"))
+                && !n.ends_with(".tmp")
+                && *n != snapshot
+                && *n != log_name
+        }) {
+            Some(format!("{other} of another generation is still durable"))
+        } else {
+            match (fs.durable(&snapshot), fs.durable(log_name)) {
+                (None, _) => Some(format!("{snapshot} is not durable")),
+                (_, None) => Some(format!("{log_name} is not durable")),
+                (Some((len, durable, prefix)), _) if !prefix || durable != len => {
+                    Some(format!("{snapshot} is not wholly durable"))
+                }
+                (_, Some((len, durable, prefix)))
+                    if !prefix || durable + MARK < synced as usize =>
+                {
+                    Some(format!(
+                        "{log_name} holds {len} bytes of which {durable} are durable ({}), but \
+                         the log says it is synced up to byte {synced}",
+                        if prefix {
+                            "a prefix"
+                        } else {
+                            "not a prefix: a change not made durable"
+                        }
+                    ))
+                }
+                _ => None,
+            }
+        };
+        if let Some(problem) = problem {
+            self.checker
+                .fail(self.now, format!("storage: after {after}, {problem}"));
+        }
     }
 
     /// The file system's own check: nothing changed the files after a failure.
@@ -1598,6 +1654,9 @@ impl World {
         if recovered.cut.is_some() {
             self.checker.coverage.hit("recovery.cut_torn_tail");
         }
+        let name = log.log_name().to_owned();
+        let (generation, synced) = (log.generation(), log.synced());
+        self.check_durable(&name, generation, synced, "recovery");
         if recovered.discarded_generation.is_some() {
             self.checker.coverage.hit("recovery.discarded_generation");
         }
