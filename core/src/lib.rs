@@ -39,6 +39,7 @@
 //! * [`blob`]: the 128-byte blob header on arena memory and its checks.
 
 pub mod admission;
+pub mod agent;
 pub mod arena;
 pub mod barrier;
 pub mod blob;
@@ -51,6 +52,7 @@ pub mod limits;
 pub mod log;
 pub mod path;
 pub mod proxy;
+pub mod routes;
 pub mod storage;
 pub mod time;
 pub mod wire;

@@ -33,7 +33,7 @@
 //! a failure that stops it (`error`). With [`DirectoryOptions::metrics_listen`] it serves
 //! [`DirectoryMetrics`].
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -60,6 +60,7 @@ use crate::net::{
     Acceptor, ClusterKey, ConnId, Limits, Link, NetEvent, Peer, Reactor, Who, fresh_nonce,
 };
 use dataplane_core::barrier::Barrier;
+use dataplane_core::routes::Routes;
 
 /// Transient node ids (clients that are not hosts) start here.
 pub const TRANSIENT_NODE_BASE: u64 = 1 << 40;
@@ -196,8 +197,10 @@ struct DirectoryNode {
     next_transient: u64,
     timer: Option<Instant>,
     barrier: Barrier,
-    watched: BTreeSet<Address>,
-    routes: VecDeque<(Address, bool)>,
+    /// Routability of the machine's watched targets, from the admitted connections.
+    routes: Routes,
+    /// Route changes to hand the machine (a reused buffer).
+    route_changes: Vec<(Address, bool)>,
     outbox: Outbox,
     /// With `--metrics-listen`: the metrics, when the gauges are next read, and when each
     /// mutating request of the batch not yet synced was handed to the machine.
@@ -309,8 +312,8 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         next_transient: TRANSIENT_NODE_BASE,
         timer: None,
         barrier: Barrier::new(log_synced),
-        watched: BTreeSet::new(),
-        routes: VecDeque::new(),
+        routes: Routes::new(),
+        route_changes: Vec::new(),
         outbox: Outbox::new(),
         metrics,
         gauges_due: Instant::ZERO,
@@ -411,13 +414,24 @@ impl DirectoryNode {
                     .handle_timer(now, Timer::DirectoryRetry, &mut self.outbox);
                 self.step_effects()?;
             }
-            while let Some((target, routable)) = self.routes.pop_front() {
-                if self.watched.contains(&target) {
-                    let now = self.clock.now();
-                    self.machine
-                        .handle_route(now, target, routable, &mut self.outbox);
-                    self.step_effects()?;
+            // A route report may make the machine watch more (WatchRoute): repeat until
+            // nothing changed.
+            loop {
+                let mut changes = std::mem::take(&mut self.route_changes);
+                self.routes.changes(&mut changes);
+                if changes.is_empty() {
+                    self.route_changes = changes;
+                    break;
                 }
+                for (target, routable) in changes.drain(..) {
+                    if self.routes.is_watched(&target) {
+                        let now = self.clock.now();
+                        self.machine
+                            .handle_route(now, target, routable, &mut self.outbox);
+                        self.step_effects()?;
+                    }
+                }
+                self.route_changes = changes;
             }
             self.commit()?;
             self.sample_gauges();
@@ -542,27 +556,16 @@ impl DirectoryNode {
             Effect::SetTimer { at, .. } => self.timer = Some(at),
             Effect::CancelTimer { .. } => self.timer = None,
             Effect::WatchRoute { target } => {
-                self.watched.insert(target);
-                let routable = self.routable(target);
-                self.routes.push_back((target, routable));
+                self.routes.watch(target);
             }
             Effect::UnwatchRoute { target } => {
-                self.watched.remove(&target);
+                self.routes.unwatch(target);
             }
             Effect::Persist(record) => {
                 // The barrier appends every record; one reaching here is a driver bug.
                 error!(?record, "a log record bypassed the barrier and was dropped");
             }
         }
-    }
-
-    fn routable(&self, target: Address) -> bool {
-        self.by_node
-            .get(&target.node)
-            .and_then(|c| self.conns.get(c))
-            .is_some_and(|stage| {
-                matches!(stage, Stage::Admitted { incarnation, .. } if *incarnation == target.incarnation)
-            })
     }
 
     fn send(&mut self, to: Address, message: Message) {
@@ -603,7 +606,7 @@ impl DirectoryNode {
             && self.by_node.get(&node) == Some(&conn)
         {
             self.by_node.remove(&node);
-            self.report_node(node);
+            self.routes.disconnected(node);
         }
     }
 
@@ -817,21 +820,7 @@ impl DirectoryNode {
                 peers,
             },
         );
-        self.report_node(node);
-    }
-
-    /// Every watched target on `node` gets a fresh route report.
-    fn report_node(&mut self, node: NodeId) {
-        let targets: Vec<Address> = self
-            .watched
-            .iter()
-            .copied()
-            .filter(|a| a.node == node)
-            .collect();
-        for target in targets {
-            let routable = self.routable(target);
-            self.routes.push_back((target, routable));
-        }
+        self.routes.connected(node, incarnation);
     }
 
     fn peers(&self, except: Option<NodeId>) -> Vec<Peer> {

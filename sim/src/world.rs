@@ -20,6 +20,7 @@ use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::host::{Host, HostConfig, SessionConfig};
 use dataplane_core::ids::{Address, NodeId};
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
+use dataplane_core::routes::Routes;
 use dataplane_core::storage::{self, FsErrorKind, LogStore, StorageError, StorageOptions};
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{Envelope, Message};
@@ -48,8 +49,6 @@ const COMPACTION_STEPS: u64 = 11;
 const RESTART_BACKOFF: Duration = Duration::from_millis(250);
 /// Latency of a frame between two actors of one node (reliable and in order).
 const LOCAL_LATENCY: Duration = Duration::from_micros(20);
-/// Period of a host agent's re-send of unacknowledged gone reports.
-const AGENT_PERIOD: Duration = Duration::from_secs(1);
 
 /// An input of a host machine (built once per step and consumed at once, like `DirInput`).
 #[allow(clippy::large_enum_variant)]
@@ -148,6 +147,7 @@ enum EventKind {
     AgentTick {
         host: usize,
         incarnation: u64,
+        arming: u64,
     },
     PartitionStart,
     PartitionEnd {
@@ -264,7 +264,13 @@ struct DirectoryNode {
     timer_generation: u64,
     /// Watched targets: the routability last reported and the version of that report (only
     /// the newest report of a target is delivered, so reports never arrive out of order).
-    watched: BTreeMap<Address, (Option<bool>, u64)>,
+    /// Routability of the watched targets (core's, as `dataplane-node` decides it), fed
+    /// from the simulated connections: a host is connected while it is up and the
+    /// directory's link to it is.
+    routes: Routes,
+    /// The version of each watched target's newest report in flight (only the newest is
+    /// delivered, so reports never arrive out of order).
+    route_versions: BTreeMap<Address, u64>,
     route_version: u64,
 }
 
@@ -374,7 +380,8 @@ impl World {
                 failed_step: None,
                 step: 0,
                 timer_generation: 0,
-                watched: BTreeMap::new(),
+                routes: Routes::new(),
+                route_versions: BTreeMap::new(),
                 route_version: 0,
             },
             hosts,
@@ -532,7 +539,8 @@ impl World {
                 version,
             } => {
                 let d = &self.directory;
-                let newest = d.watched.get(&target).is_some_and(|(_, v)| *v == version);
+                let newest =
+                    d.routes.is_watched(&target) && d.route_versions.get(&target) == Some(&version);
                 if d.machine.is_some() && d.boot == boot && newest {
                     self.directory_input(DirInput::Route { target, routable });
                 }
@@ -606,25 +614,27 @@ impl World {
                     self.client_step(host, client, |c, io| c.wake(io));
                 }
             }
-            EventKind::AgentTick { host, incarnation } => {
+            EventKind::AgentTick {
+                host,
+                incarnation,
+                arming,
+            } => {
                 let h = &mut self.hosts[host];
-                if h.up && h.incarnation == incarnation {
-                    let from = h.agent();
-                    let reports = h.gone_reports.clone();
-                    h.agent_armed = !reports.is_empty();
-                    for scope in reports {
-                        self.send(
-                            from,
-                            DIRECTORY,
-                            Message::AddressGone {
-                                scope,
-                                reply_to: from,
-                            },
-                        );
+                if h.up && h.incarnation == incarnation && h.agent_timer_generation == arming {
+                    let mut out = HostOutput::default();
+                    if let Err(error) =
+                        h.agent
+                            .handle_timer(self.now, Timer::AgentTick, &mut self.outbox)
+                    {
+                        self.checker
+                            .fail(self.now, format!("the agent refused its tick: {error}"));
                     }
-                    if self.hosts[host].agent_armed {
-                        self.schedule_in(AGENT_PERIOD, EventKind::AgentTick { host, incarnation });
+                    let effects = self.outbox.take();
+                    if effects.iter().any(|e| matches!(e, Effect::Send { .. })) {
+                        self.checker.coverage.hit("agent.report_resent");
                     }
+                    self.hosts[host].agent_effects(effects, &mut out);
+                    self.host_output(host, out);
                 }
             }
             EventKind::PartitionStart => {
@@ -656,7 +666,7 @@ impl World {
                 self.report_routes();
             }
             EventKind::FlapStart => {
-                let watched: Vec<Address> = self.directory.watched.keys().copied().collect();
+                let watched: Vec<Address> = self.directory.routes.watched().copied().collect();
                 if !watched.is_empty() {
                     let target = *self.fault_rng.pick(&watched);
                     self.flapped.insert(target);
@@ -676,6 +686,7 @@ impl World {
             }
             EventKind::FlapEnd(target) => {
                 self.flapped.remove(&target);
+                self.directory.routes.set_lost(target, false);
                 self.report_routes();
             }
             EventKind::ActorDeath => {
@@ -966,6 +977,22 @@ impl World {
 
     fn host_output(&mut self, host: usize, out: HostOutput) {
         let incarnation = self.hosts[host].incarnation;
+        if let Some((arming, at)) = out.agent_tick {
+            self.schedule(
+                at,
+                EventKind::AgentTick {
+                    host,
+                    incarnation,
+                    arming,
+                },
+            );
+        }
+        for effect in &out.unexpected {
+            self.checker.fail(
+                self.now,
+                format!("host {host}'s agent emitted an effect it cannot perform: {effect:?}"),
+            );
+        }
         // Retention, seen by the callers: a client that heard OperationExpired for an
         // operation it still asks about says so.
         for client in &mut self.hosts[host].clients {
@@ -1495,51 +1522,56 @@ impl World {
                 self.checker.released(self.now, to, &message);
                 self.send(from, to, message);
             }
-            Effect::SetTimer { timer: _, at } => {
+            Effect::SetTimer {
+                timer: Timer::DirectoryRetry,
+                at,
+            } => {
                 self.directory.timer_generation += 1;
                 let (boot, generation) = (self.directory.boot, self.directory.timer_generation);
                 self.schedule(at, EventKind::DirTimer { boot, generation });
             }
-            Effect::CancelTimer { .. } => self.directory.timer_generation += 1,
+            Effect::CancelTimer {
+                timer: Timer::DirectoryRetry,
+            } => self.directory.timer_generation += 1,
             Effect::WatchRoute { target } => {
-                self.directory.watched.insert(target, (None, 0));
+                self.directory.routes.watch(target);
                 self.report_routes();
             }
             Effect::UnwatchRoute { target } => {
-                self.directory.watched.remove(&target);
+                self.directory.routes.unwatch(target);
+                self.directory.route_versions.remove(&target);
             }
-            Effect::Persist(_) => unreachable!("persists are never held"),
+            other => self.checker.fail(
+                self.now,
+                format!("the directory emitted an effect its node cannot perform: {other:?}"),
+            ),
         }
-    }
-
-    fn routable(&self, target: &Address) -> bool {
-        let Some(host) = self.host_index(target.node) else {
-            return true;
-        };
-        let h = &self.hosts[host];
-        h.up && h.incarnation == target.incarnation
-            && self.link_up(DIRECTORY_NODE, target.node)
-            && !self.flapped.contains(target)
     }
 
     /// Tells the directory about every watched target whose routability changed (after a
     /// registrar delay), including the initial observation of new watches.
     fn report_routes(&mut self) {
-        let changes: Vec<(Address, bool)> = self
-            .directory
-            .watched
-            .iter()
-            .filter_map(|(target, (last, _))| {
-                let now = self.routable(target);
-                (*last != Some(now)).then_some((*target, now))
-            })
-            .collect();
+        for h in 0..self.hosts.len() {
+            let (node, up, incarnation) = (
+                self.hosts[h].node,
+                self.hosts[h].up,
+                self.hosts[h].incarnation,
+            );
+            if up && self.link_up(DIRECTORY_NODE, node) {
+                self.directory.routes.connected(node, incarnation);
+            } else {
+                self.directory.routes.disconnected(node);
+            }
+        }
+        for target in &self.flapped {
+            self.directory.routes.set_lost(*target, true);
+        }
+        let mut changes = Vec::new();
+        self.directory.routes.changes(&mut changes);
         for (target, routable) in changes {
             self.directory.route_version += 1;
             let version = self.directory.route_version;
-            self.directory
-                .watched
-                .insert(target, (Some(routable), version));
+            self.directory.route_versions.insert(target, version);
             let delay = Duration::from_micros(self.net_rng.range(100, 20_000));
             let boot = self.directory.boot;
             self.schedule_in(
@@ -1560,7 +1592,8 @@ impl World {
         let d = &mut self.directory;
         d.machine = None;
         d.sync = None;
-        d.watched.clear();
+        d.routes = Routes::new();
+        d.route_versions.clear();
         // What reaches the platter: everything synced, then each unsynced step with some
         // probability (in order), then possibly a torn fragment of the next record. The file
         // system decides the rest (other files, names not yet synced).
@@ -2016,7 +2049,9 @@ impl World {
             return;
         }
         let clients = self.options.clients_per_host[host] as usize;
-        self.hosts[host].restart(clients);
+        let mut out = HostOutput::default();
+        self.hosts[host].restart(self.now, clients, &mut out);
+        self.host_output(host, out);
         let incarnation = self.hosts[host].incarnation;
         for client in 0..clients {
             let delay = uniform(&mut self.work_rng, self.options.workload.think_mean);
@@ -2030,8 +2065,6 @@ impl World {
                 },
             );
         }
-        self.hosts[host].agent_armed = true;
-        self.schedule_in(Duration::ZERO, EventKind::AgentTick { host, incarnation });
         self.start_proxy(host);
         self.boot_machine(host);
         if self.phase == Phase::Healed {
@@ -2068,13 +2101,14 @@ impl World {
         self.stats.actor_deaths += 1;
         self.checker.coverage.hit("fault.actor_death");
         if report {
-            h.gone_reports
-                .push(dataplane_core::wire::GoneScope::Address(address));
-            if !h.agent_armed {
-                h.agent_armed = true;
-                let incarnation = h.incarnation;
-                self.schedule_in(Duration::ZERO, EventKind::AgentTick { host, incarnation });
+            let scope = dataplane_core::wire::GoneScope::Address(address);
+            if h.agent.report(self.now, scope, &mut self.outbox) {
+                self.checker.coverage.hit("agent.reported_actor");
             }
+            let effects = self.outbox.take();
+            let mut out = HostOutput::default();
+            self.hosts[host].agent_effects(effects, &mut out);
+            self.host_output(host, out);
         }
     }
 
@@ -2104,7 +2138,9 @@ impl World {
         self.phase = Phase::Healed;
         self.checker.healed(self.now);
         self.blocked.clear();
-        self.flapped.clear();
+        for target in std::mem::take(&mut self.flapped) {
+            self.directory.routes.set_lost(target, false);
+        }
         self.outages = 0;
         // The disk heals too: room again, no more failed fsyncs.
         self.directory.fs.capacity = None;
