@@ -50,6 +50,7 @@ pub mod host;
 pub mod ids;
 pub mod limits;
 pub mod log;
+pub mod membership;
 pub mod path;
 pub mod proxy;
 pub mod routes;

@@ -80,6 +80,12 @@ impl Routes {
         self.connected.get(&target.node) == Some(&target.incarnation) && !self.lost.contains(target)
     }
 
+    /// The routability last reported for `target` (`None` if it is not watched or was not
+    /// reported yet).
+    pub fn reported(&self, target: &Address) -> Option<bool> {
+        self.watched.get(target).copied().flatten()
+    }
+
     /// Whether `target` is watched.
     pub fn is_watched(&self, target: &Address) -> bool {
         self.watched.contains_key(target)

@@ -14,16 +14,19 @@
 //! ([`Admission`]). Nothing from a connection reaches the machine before it is admitted, and an
 //! admitted one speaks only for its own node (`speaks_for`).
 //!
-//! The node also keeps the *membership*: hosts are identified by the address they listen on;
-//! the first host hello from an address assigns it a node id, and a hello with a new boot
-//! nonce (the host process restarted) raises its incarnation. The table is a small file
-//! written crash-atomically before the `Welcome` that announces it. Benchmark and test clients
-//! that only send calls say they are a client and get a transient node id.
+//! The node also keeps the *membership* (`dataplane_core::membership`, which decides it):
+//! hosts are identified by the address they listen on; the first host hello from an address
+//! assigns it a node id, and a hello with a new boot nonce (the host process restarted) raises
+//! its incarnation. Each change is a record in the directory's own log, appended and synced
+//! before the `Welcome` that announces it, and restated by every compaction; so is the boot
+//! count, before the directory's address (which carries it) is used. A membership file of an
+//! earlier version is imported into the log once and removed. Benchmark and test clients that
+//! only send calls say they are a client and get a transient node id.
 //!
 //! Nothing in the data directory is touched before the log holds its lock: a second directory
 //! process on the same directory is refused ([`NodeError::Refused`]) without writing a byte.
-//! The membership file is written only after the log is open, so its presence proves that the
-//! log was created: a data directory whose membership survives and whose log is gone is refused
+//! The `created` mark is written only after the log is open, so its presence proves that the
+//! log was created: a data directory with the mark and no log is refused
 //! ([`LogOptions::create`]), not started empty.
 //!
 //! **Logs and metrics.** Once the log is open (a refused start logs nothing: its one error is
@@ -60,6 +63,7 @@ use crate::net::{
     Acceptor, ClusterKey, ConnId, Limits, Link, NetEvent, Peer, Reactor, Who, fresh_nonce,
 };
 use dataplane_core::barrier::Barrier;
+use dataplane_core::membership::{Admitted, MemberRecord, Membership};
 use dataplane_core::routes::Routes;
 
 /// Transient node ids (clients that are not hosts) start here.
@@ -154,7 +158,9 @@ impl From<LogError> for NodeError {
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-struct Membership {
+/// The membership file of a data directory written by an earlier version (the table now lives
+/// in the log): read once, imported into the log, then removed.
+struct LegacyMembership {
     /// Directory boots so far (the directory's address carries it).
     boots: u64,
     next_node: u64,
@@ -189,7 +195,6 @@ struct DirectoryNode {
     machine: Directory,
     log: DurableLog,
     membership: Membership,
-    membership_path: PathBuf,
     net: Reactor,
     admission: Admission,
     conns: BTreeMap<ConnId, Stage>,
@@ -209,17 +214,40 @@ struct DirectoryNode {
     awaiting_sync: Vec<WallInstant>,
 }
 
+/// A file in the data directory whose presence says its log was created (so a data directory
+/// whose log is gone is refused, not started empty). It holds the data directory's id.
+const CREATED_MARK: &str = "created";
+
+/// The records that restate an earlier version's membership file.
+fn import_legacy(legacy: &LegacyMembership) -> Vec<LogRecord> {
+    let mut records = vec![LogRecord::Member(MemberRecord::Booted {
+        boots: legacy.boots,
+    })];
+    records.extend(legacy.hosts.iter().map(|(listen, r)| {
+        LogRecord::Member(MemberRecord::Host {
+            listen: listen.clone(),
+            node: r.node,
+            incarnation: r.incarnation,
+            boot_nonce: r.boot_nonce,
+        })
+    }));
+    records
+}
+
 /// Runs a directory node until its log fails (it never returns `Ok` otherwise).
 pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
     let io = |what: &str, e: std::io::Error| NodeError::Io(format!("{what}: {e}"));
-    let membership_path = options.data_dir.join("membership");
+    let legacy_path = options.data_dir.join("membership");
+    let created_path = options.data_dir.join(CREATED_MARK);
     // Only looked at until the log's lock is held: a data directory that has booted before
-    // must have a log (the membership is first written after the log was created).
-    let booted = match std::fs::metadata(&membership_path) {
-        Ok(_) => true,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-        Err(e) => return Err(io("membership", e)),
+    // must have a log (the mark is first written after the log was created; earlier versions
+    // wrote their membership file then).
+    let exists = |path: &std::path::Path| match std::fs::metadata(path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io(&path.display().to_string(), e)),
     };
+    let booted = exists(&created_path)? || exists(&legacy_path)?;
     if !booted {
         std::fs::create_dir_all(&options.data_dir).map_err(|e| io("data directory", e))?;
     }
@@ -227,7 +255,7 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         create: !booted,
         repair: options.repair_log,
     };
-    let (log, recovered) = DurableLog::open_with(&options.data_dir.join("log"), log_options)
+    let (mut log, recovered) = DurableLog::open_with(&options.data_dir.join("log"), log_options)
         .map_err(|e| {
             if e.is_refusal() || matches!(e, LogError::Locked { .. }) {
                 NodeError::Refused(e)
@@ -236,14 +264,33 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
             }
         })?;
     log_recovery(&recovered, &log);
-    let mut membership: Membership = read_state(&membership_path)
-        .map_err(|e| io("membership", e))?
-        .unwrap_or_default();
-    membership.boots += 1;
-    membership.next_node = membership.next_node.max(1);
-    write_state(&membership_path, &membership).map_err(|e| io("membership", e))?;
+    let mut membership = Membership::recover(&recovered.records)
+        .map_err(|e| NodeError::Recovery(format!("membership: {e}")))?;
+    // An earlier version's membership file: imported into the log unless the log has a
+    // membership already (an import that crashed before removing the file).
+    let legacy: Option<LegacyMembership> =
+        read_state(&legacy_path).map_err(|e| io("membership", e))?;
+    if let Some(legacy) = &legacy
+        && membership.is_empty()
+    {
+        for record in import_legacy(legacy) {
+            log.append(&record)?;
+        }
+        membership = Membership::recover(&import_legacy(legacy))
+            .map_err(|e| NodeError::Recovery(format!("membership file: {e}")))?;
+    }
+    // The boot count rises durably before the directory's address (which carries it) is used.
+    log.append(&membership.boot())?;
+    log.sync()?;
+    if legacy.is_some() {
+        std::fs::remove_file(&legacy_path).map_err(|e| io("membership", e))?;
+        info!(path = %legacy_path.display(), "membership file imported into the log and removed");
+    }
+    if !exists(&created_path)? {
+        write_state(&created_path, &log.id().0).map_err(|e| io(CREATED_MARK, e))?;
+    }
     let clock = Clock::new();
-    let address = Address::new(NodeId(0), membership.boots, 0);
+    let address = Address::new(NodeId(0), membership.boots(), 0);
     let config = DirectoryConfig {
         address,
         retry_period: options.retry_period,
@@ -286,7 +333,7 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         listen = %options.listen,
         data_dir = %options.data_dir.display(),
         id = %log.id(),
-        boot = membership.boots,
+        boot = membership.boots(),
         retry_ms = options.retry_period.as_millis(),
         cluster_key = options.cluster_key.is_some(),
         repair_log = options.repair_log,
@@ -300,7 +347,6 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         machine,
         log,
         membership,
-        membership_path,
         net,
         admission: Admission::new(
             ADMISSION_DEADLINE,
@@ -506,7 +552,8 @@ impl DirectoryNode {
         }
         let len = self.log.len_bytes();
         if self.log.compaction_due(COMPACT_MIN_BYTES) {
-            let snapshot: Vec<LogRecord> = self.machine.snapshot_records();
+            let mut snapshot: Vec<LogRecord> = self.machine.snapshot_records();
+            snapshot.extend(self.membership.snapshot_records());
             self.log.compact(&snapshot)?;
             // Nothing waits (the batch was released above); positions restart in the new file.
             self.barrier.clear(self.log.synced());
@@ -737,33 +784,26 @@ impl DirectoryNode {
     fn admitted(&mut self, conn: ConnId, who: Who) -> Result<(), NodeError> {
         match who {
             Who::Host { listen, boot_nonce } => {
-                let record = match self.membership.hosts.get(&listen) {
-                    Some(r) if r.boot_nonce == boot_nonce => r.clone(),
-                    Some(r) => HostRecord {
-                        node: r.node,
-                        incarnation: r.incarnation + 1,
-                        boot_nonce,
-                    },
-                    None => {
-                        let node = NodeId(self.membership.next_node);
-                        self.membership.next_node += 1;
-                        HostRecord {
-                            node,
-                            incarnation: 1,
-                            boot_nonce,
-                        }
+                let (admitted, record) = match self.membership.admit(&listen, boot_nonce) {
+                    Ok(admitted) => admitted,
+                    Err(e) => {
+                        let reason = e.to_string();
+                        info!(conn, remote = %self.net.remote(conn), %listen, %reason, "host refused");
+                        self.count_refusal(Refusal::of(&HelloRefusal::Full));
+                        self.net.send(conn, Link::Refused { reason });
+                        self.net.close_after_flush(conn);
+                        self.forget(conn);
+                        return Ok(());
                     }
                 };
-                let changed = self
-                    .membership
-                    .hosts
-                    .get(&listen)
-                    .is_none_or(|r| r.boot_nonce != boot_nonce);
-                if changed {
-                    self.membership.hosts.insert(listen.clone(), record.clone());
-                    write_state(&self.membership_path, &self.membership)
-                        .map_err(|e| NodeError::Io(format!("membership: {e}")))?;
+                // The change is durable before the host hears it (a crash cannot take back an
+                // id or an incarnation anybody was told).
+                if let Some(record) = record {
+                    self.log.append(&record)?;
+                    self.log.sync()?;
                 }
+                let record = admitted.member();
+                let changed = !matches!(admitted, Admitted::Reconnected(_));
                 info!(
                     conn,
                     remote = %self.net.remote(conn),
@@ -825,13 +865,12 @@ impl DirectoryNode {
 
     fn peers(&self, except: Option<NodeId>) -> Vec<Peer> {
         self.membership
-            .hosts
-            .iter()
+            .hosts()
             .filter(|(_, r)| Some(r.node) != except && self.by_node.contains_key(&r.node))
             .map(|(listen, r)| Peer {
                 node: r.node,
                 incarnation: r.incarnation,
-                listen: listen.clone(),
+                listen: listen.to_owned(),
             })
             .collect()
     }
@@ -851,5 +890,49 @@ impl DirectoryNode {
             let peers = self.peers(Some(node));
             self.net.send(conn, Link::Peers(peers));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_legacy_membership_file_imports_as_the_same_table() {
+        let mut legacy = LegacyMembership {
+            boots: 4,
+            next_node: 3,
+            hosts: BTreeMap::new(),
+        };
+        for (listen, node, incarnation) in [("a:1", 1, 3), ("b:1", 2, 1)] {
+            legacy.hosts.insert(
+                listen.to_owned(),
+                HostRecord {
+                    node: NodeId(node),
+                    incarnation,
+                    boot_nonce: 9,
+                },
+            );
+        }
+        // What an earlier version wrote reads back, and restates as records.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("membership");
+        write_state(&path, &legacy).unwrap();
+        let read: LegacyMembership = read_state(&path).unwrap().unwrap();
+        let mut m = Membership::recover(&import_legacy(&read)).unwrap();
+        assert_eq!(m.boots(), 4);
+        let hosts: Vec<(String, u64, u64)> = m
+            .hosts()
+            .map(|(l, h)| (l.to_owned(), h.node.0, h.incarnation))
+            .collect();
+        assert_eq!(
+            hosts,
+            vec![("a:1".to_owned(), 1, 3), ("b:1".to_owned(), 2, 1)]
+        );
+        // The next boot and the next new host go on from the file's numbers.
+        m.boot();
+        assert_eq!(m.boots(), 5);
+        let (new, _) = m.admit("c:1", 1).unwrap();
+        assert_eq!(new.member().node, NodeId(3));
     }
 }

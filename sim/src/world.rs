@@ -1548,6 +1548,17 @@ impl World {
         }
     }
 
+    /// Whether the directory can reach `target` in the simulated world: its host is up in that
+    /// incarnation, the directory's link to it is up, and its route is not flapping.
+    fn route_truth(&self, target: &Address) -> bool {
+        self.host_index(target.node).is_some_and(|host| {
+            let h = &self.hosts[host];
+            h.up && h.incarnation == target.incarnation
+                && !self.blocked.contains(&(DIRECTORY_NODE, target.node))
+                && !self.flapped.contains(target)
+        })
+    }
+
     /// Tells the directory about every watched target whose routability changed (after a
     /// registrar delay), including the initial observation of new watches.
     fn report_routes(&mut self) {
@@ -1568,6 +1579,25 @@ impl World {
         }
         let mut changes = Vec::new();
         self.directory.routes.changes(&mut changes);
+        // Routability, restated from the simulated truth: what was reported must be it.
+        let wrong: Vec<(Address, bool)> = self
+            .directory
+            .routes
+            .watched()
+            .filter_map(|t| {
+                let truth = self.route_truth(t);
+                (self.directory.routes.reported(t) != Some(truth)).then_some((*t, truth))
+            })
+            .collect();
+        for (target, truth) in wrong {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "routes: {target} is {} but the directory was told otherwise",
+                    if truth { "routable" } else { "unroutable" }
+                ),
+            );
+        }
         for (target, routable) in changes {
             self.directory.route_version += 1;
             let version = self.directory.route_version;
