@@ -32,6 +32,7 @@
 //! * [`wire`]: every message and the one `encode`/`decode` pair.
 //! * [`effect`]: effects, timers and the outbox.
 //! * [`log`]: durable log records and their framing.
+//! * [`storage`]: the storage protocol of the directory's log over a small file-system trait.
 //! * [`directory`]: the namespace directory.
 //! * [`proxy`]: the per-node namespace proxy between local callers and the directory.
 //! * [`arena`]: the ring-lease allocator over a host's blob arena.
@@ -53,6 +54,7 @@ pub mod membership;
 pub mod path;
 pub mod proxy;
 pub mod routes;
+pub mod storage;
 pub mod time;
 pub mod wire;
 

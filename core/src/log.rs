@@ -9,8 +9,8 @@
 //! [`decode_log`] reads frames until the first one that is truncated, oversized, fails its
 //! checksum or does not decode, and reports where the valid prefix ends. Whether the bytes after
 //! it are a torn tail the driver may cut or damage to acknowledged records it must not is
-//! something the frames cannot say; the real driver tells them apart with sync marks of its
-//! own between the frames (`dataplane_io::log`). Compaction writes [`SnapshotRecord`]s, whose
+//! something the frames cannot say; the storage protocol tells them apart with sync marks of
+//! its own between the frames ([`crate::storage`]). Compaction writes [`SnapshotRecord`]s, whose
 //! replay yields the same durable state as the log they replace.
 
 use core::fmt;

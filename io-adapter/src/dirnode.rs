@@ -70,7 +70,7 @@ use dataplane_core::routes::Routes;
 pub const TRANSIENT_NODE_BASE: u64 = 1 << 40;
 /// Most admitted connections (hosts and clients).
 const ADMITTED_CONNECTIONS_MAX: usize = 4096;
-/// The log is compacted once it is this large and twice its size after the last compaction.
+/// The log is compacted once it is this large (and twice its snapshot: `compaction_due`).
 const COMPACT_MIN_BYTES: u64 = 4 << 20;
 /// The longest the driver waits for an event (the metrics' gauges are read this often at
 /// least).
@@ -194,7 +194,6 @@ struct DirectoryNode {
     address: Address,
     machine: Directory,
     log: DurableLog,
-    compacted_at: u64,
     membership: Membership,
     net: Reactor,
     admission: Admission,
@@ -340,7 +339,6 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         repair_log = options.repair_log,
         "directory started"
     );
-    let compacted_at = log.len_bytes();
     let log_synced = log.synced();
     let mut node = DirectoryNode {
         cluster_key: options.cluster_key,
@@ -348,7 +346,6 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         address,
         machine,
         log,
-        compacted_at,
         membership,
         net,
         admission: Admission::new(
@@ -554,11 +551,10 @@ impl DirectoryNode {
             self.perform(effect);
         }
         let len = self.log.len_bytes();
-        if len >= COMPACT_MIN_BYTES && len >= self.compacted_at.saturating_mul(2) {
+        if self.log.compaction_due(COMPACT_MIN_BYTES) {
             let mut snapshot: Vec<LogRecord> = self.machine.snapshot_records();
             snapshot.extend(self.membership.snapshot_records());
             self.log.compact(&snapshot)?;
-            self.compacted_at = self.log.len_bytes().max(1);
             // Nothing waits (the batch was released above); positions restart in the new file.
             self.barrier.clear(self.log.synced());
             info!(

@@ -59,6 +59,15 @@ pub struct DiskOptions {
     pub torn_tail: f64,
     /// Probability that each unsynced step survives a crash anyway (it reached the platter).
     pub unsynced_survives: f64,
+    /// The log is compacted once it holds this many bytes and twice its snapshot.
+    pub compact_min_bytes: u64,
+    /// Probability that a compaction dies before one of its steps (drawn uniformly).
+    pub compaction_crash: f64,
+    /// Probability that a directory crash leaves damage at rest (a flipped bit or a lost file)
+    /// where recovery must refuse; the operator then restores it from a backup.
+    pub rot: f64,
+    /// Full-disk episodes: writes fail `NoSpace` until the episode ends.
+    pub full_disk: Option<Recurring>,
 }
 
 /// Which operations clients pick, and how they wait.
@@ -313,7 +322,7 @@ impl Options {
         let outage_ms = proxy.deadline.as_millis() * 5 / 2;
         let authority_outages = recurring(&mut rng, 0.35, (5_000, 60_000), (100, outage_ms));
         let sync_min = Duration::from_micros(rng.range(50, 2_000));
-        let disk = DiskOptions {
+        let mut disk = DiskOptions {
             sync_min,
             sync_max: sync_min.saturating_add(Duration::from_micros(rng.range(0, 10_000))),
             fsync_failure: if rng.chance(0.25) {
@@ -323,6 +332,10 @@ impl Options {
             },
             torn_tail: rng.float(0.0, 1.0),
             unsynced_survives: rng.float(0.0, 0.7),
+            compact_min_bytes: 64 * 1024,
+            compaction_crash: 0.0,
+            rot: 0.0,
+            full_disk: None,
         };
         let kinds = crate::client::OpKind::ALL.len();
         let weights = (0..kinds)
@@ -407,6 +420,15 @@ impl Options {
             host.think_mean = host.think_mean.max(Duration::from_millis(500));
             host.blob_max = host.blob_max.min(2_048);
         }
+        // The storage faults (issue 12), drawn last so that every other draw of a seed stays.
+        disk.compact_min_bytes = rng.range(4 * 1024, 64 * 1024);
+        if rng.chance(0.5) {
+            disk.compaction_crash = rng.float(0.05, 0.5);
+        }
+        if rng.chance(0.35) {
+            disk.rot = rng.float(0.05, 0.3);
+        }
+        disk.full_disk = recurring(&mut rng, 0.25, (3_000, 30_000), (100, 5_000));
         Options {
             seed,
             clients_per_host,
@@ -490,8 +512,16 @@ impl Options {
         let d = &self.disk;
         let _ = writeln!(
             s,
-            "# disk: fsync={}..{} fsync_failure={:.4} torn_tail={:.2} unsynced_survives={:.2}",
-            d.sync_min, d.sync_max, d.fsync_failure, d.torn_tail, d.unsynced_survives
+            "# disk: fsync={}..{} fsync_failure={:.4} torn_tail={:.2} unsynced_survives={:.2} compact_min={} compaction_crash={:.2} rot={:.2} full_disk={}",
+            d.sync_min,
+            d.sync_max,
+            d.fsync_failure,
+            d.torn_tail,
+            d.unsynced_survives,
+            d.compact_min_bytes,
+            d.compaction_crash,
+            d.rot,
+            on(&d.full_disk),
         );
         let w = &self.workload;
         let mix: Vec<String> = crate::client::OpKind::ALL

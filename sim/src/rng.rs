@@ -23,6 +23,9 @@ pub enum Stream {
     Workload = 4,
     /// Disk latencies and torn tails.
     Disk = 5,
+    /// The simulated file system's own draws: failed fsyncs, what a crash keeps, damage at
+    /// rest, entropy for ids and salts.
+    Storage = 6,
 }
 
 /// A deterministic random source for one subsystem.

@@ -4,10 +4,12 @@
 //! Nothing sleeps: time jumps to the next event. Every random draw comes from the seed's
 //! streams, so a seed replays the same run event for event (the trace hash proves it).
 //!
-//! The directory's effects are executed with the `Persist` barrier: records are appended to the
-//! simulated disk at once, an fsync is started (group commit: one sync covers everything
-//! written when it started), and every later effect waits in order until the sync that covers
-//! the record before it completes.
+//! The directory's effects are executed with the `Persist` barrier: records are appended to its
+//! log at once, an fsync is started (group commit: when it completes after its latency, one
+//! sync covers everything written by then), and every later effect waits in order until the
+//! sync that covers the record before it completes. The log is core's storage protocol
+//! (`dataplane_core::storage`, the one the real node runs) on a simulated file system
+//! ([`crate::disk`]) that fails, fills up, crashes mid-compaction and rots.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
@@ -17,14 +19,15 @@ use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::host::{Host, HostConfig, SessionConfig};
 use dataplane_core::ids::{Address, NodeId};
-use dataplane_core::log::{FRAME_HEADER_BYTES, append_record, decode_log, encode_log};
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
 use dataplane_core::routes::Routes;
+use dataplane_core::storage::{self, FsErrorKind, LogStore, StorageError, StorageOptions};
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{Envelope, Message};
 
 use crate::check::{Checker, DirInput, ProxyInput};
 use crate::client::Io;
+use crate::disk::{Rot, SimFs};
 use crate::host::{HostNode, HostOutput};
 use crate::options::{Options, Recurring};
 use crate::rng::{SimRng, Stream};
@@ -37,9 +40,13 @@ pub const DIRECTORY_NODE: NodeId = NodeId(0);
 pub const DIRECTORY: Address = Address::new(DIRECTORY_NODE, 0, 0);
 /// Most events one run may process before it is declared runaway.
 pub const EVENT_BUDGET: u64 = 20_000_000;
-/// The log is compacted once it reaches twice its size after the last compaction, and at
-/// least this size.
-const COMPACT_MIN_BYTES: usize = 64 * 1024;
+/// The steps of one compaction (the storage protocol's, restated): write, sync and rename the
+/// snapshot; create, write and sync the new log; sync the directory; remove the old snapshot
+/// and log; sync the directory.
+const COMPACTION_STEPS: u64 = 11;
+/// How long a supervisor waits before it restarts a directory that could not start for lack
+/// of disk space or a failed fsync.
+const RESTART_BACKOFF: Duration = Duration::from_millis(250);
 /// Latency of a frame between two actors of one node (reliable and in order).
 const LOCAL_LATENCY: Duration = Duration::from_micros(20);
 
@@ -81,6 +88,10 @@ enum EventKind {
     },
     DirCrash,
     DirRestart,
+    DiskFull,
+    DiskFreed {
+        episode: u64,
+    },
     HostCrash,
     HostRestart(usize),
     HostSend {
@@ -195,6 +206,14 @@ pub struct Stats {
     pub fsync_failures: u64,
     /// Crashes that tore the log tail.
     pub torn_tails: u64,
+    /// Compactions of the directory's log.
+    pub compactions: u64,
+    /// Compactions that died before one of their steps.
+    pub compaction_crashes: u64,
+    /// Writes that found the disk full (the node stopped).
+    pub disk_full_stops: u64,
+    /// Starts the storage protocol refused (damage at rest; the operator restored it).
+    pub storage_refusals: u64,
     /// Host crashes.
     pub host_crashes: u64,
     /// Partitions started.
@@ -219,17 +238,28 @@ pub struct Stats {
     pub log_bytes_max: u64,
 }
 
-/// The directory node: the machine, its disk and the effects held behind the barrier.
+/// The directory node: the machine, its log on its file system and the effects held behind
+/// the barrier.
 #[derive(Debug)]
 struct DirectoryNode {
     machine: Option<Directory>,
     boot: u64,
-    disk: Vec<u8>,
-    synced: usize,
-    sync: Option<(u64, usize)>,
+    fs: SimFs,
+    /// The open log (none while the node is down).
+    log: Option<LogStore<SimFs>>,
+    /// Damage at rest not restored yet: recovery must refuse to start on it.
+    rot: Option<Rot>,
+    /// The full-disk episode in progress.
+    full_episode: u64,
+    /// Whether the log was ever opened (then a data directory without one is loss).
+    booted: bool,
+    sync: Option<u64>,
     sync_generation: u64,
     barrier: Barrier,
-    unsynced_steps: VecDeque<(u64, usize)>,
+    /// Steps not known durable: (step, where its records end, where its first record ends).
+    unsynced_steps: VecDeque<(u64, usize, usize)>,
+    /// A step whose appends failed, and where its first record ends.
+    failed_step: Option<(u64, Option<usize>)>,
     step: u64,
     timer_generation: u64,
     /// Watched targets: the routability last reported and the version of that report (only
@@ -242,7 +272,6 @@ struct DirectoryNode {
     /// delivered, so reports never arrive out of order).
     route_versions: BTreeMap<Address, u64>,
     route_version: u64,
-    compacted_len: usize,
 }
 
 impl DirectoryNode {
@@ -335,18 +364,25 @@ impl World {
             directory: DirectoryNode {
                 machine: None,
                 boot: 0,
-                disk: Vec::new(),
-                synced: 0,
+                fs: {
+                    let mut fs = SimFs::new(SimRng::new(seed, Stream::Storage));
+                    fs.fsync_failure = options.disk.fsync_failure;
+                    fs
+                },
+                log: None,
+                rot: None,
+                full_episode: 0,
+                booted: false,
                 sync: None,
                 sync_generation: 0,
                 barrier: Barrier::new(0),
                 unsynced_steps: VecDeque::new(),
+                failed_step: None,
                 step: 0,
                 timer_generation: 0,
                 routes: Routes::new(),
                 route_versions: BTreeMap::new(),
                 route_version: 0,
-                compacted_len: 0,
             },
             hosts,
             blocked: BTreeSet::new(),
@@ -467,6 +503,7 @@ impl World {
             (self.options.revocations, EventKind::Revocation),
             (self.options.proxy_restarts, EventKind::ProxyCrash),
             (self.options.authority_outages, EventKind::OutageStart),
+            (self.options.disk.full_disk, EventKind::DiskFull),
         ];
         for (fault, kind) in recurring {
             if let Some(fault) = fault {
@@ -519,6 +556,12 @@ impl World {
             EventKind::DirRestart => {
                 if self.directory.machine.is_none() {
                     self.restart_directory();
+                }
+            }
+            EventKind::DiskFull => self.disk_full(),
+            EventKind::DiskFreed { episode } => {
+                if self.directory.full_episode == episode {
+                    self.directory.fs.capacity = None;
                 }
             }
             EventKind::HostCrash => {
@@ -1234,36 +1277,44 @@ impl World {
     fn execute_directory_effects(&mut self, mut effects: Vec<Effect>) {
         let mut ready = Vec::new();
         let d = &mut self.directory;
-        let (disk, checker, now) = (&mut d.disk, &mut self.checker, self.now);
+        let Some(log) = d.log.as_mut() else {
+            self.outbox.recycle(effects);
+            return;
+        };
+        let fs = &mut d.fs;
+        let mut first_end = None;
         let admitted = d.barrier.admit(
             effects.drain(..),
-            d.synced as u64,
+            log.synced(),
             |record| {
-                if let Err(error) = append_record(disk, record) {
-                    checker.fail(now, format!("log record does not encode: {error}"));
-                }
-                Ok::<u64, std::convert::Infallible>(disk.len() as u64)
+                let end = log.append(fs, record)?;
+                first_end.get_or_insert(end as usize);
+                Ok::<u64, storage::Error<SimFs>>(end)
             },
             &mut ready,
         );
-        let Ok(()) = admitted;
-        self.stats.log_bytes_max = self
-            .stats
-            .log_bytes_max
-            .max(self.directory.disk.len() as u64);
+        let (end, synced) = (log.written() as usize, log.synced() as usize);
+        self.stats.log_bytes_max = self.stats.log_bytes_max.max(end as u64);
+        self.outbox.recycle(effects);
+        if let Err(error) = admitted {
+            self.directory.failed_step = Some((self.directory.step, first_end));
+            self.storage_failed(error);
+            return;
+        }
+        self.check_disk();
         for effect in ready {
             self.execute_released(effect);
         }
-        self.outbox.recycle(effects);
-        let (step, end) = (self.directory.step, self.directory.disk.len());
-        if end > self.directory.synced || !self.directory.unsynced_steps.is_empty() {
-            self.directory.unsynced_steps.push_back((step, end));
+        let step = self.directory.step;
+        if end > synced || !self.directory.unsynced_steps.is_empty() {
+            let first = first_end.unwrap_or(end);
+            self.directory.unsynced_steps.push_back((step, end, first));
         } else {
             self.checker.directory_synced(step);
         }
         // Syncs start only between steps, so every sync target is a step boundary (the
         // model's rollback on a crash is step-granular).
-        if self.directory.sync.is_none() && end > self.directory.synced {
+        if self.directory.sync.is_none() && end > synced {
             self.start_sync();
         }
     }
@@ -1276,31 +1327,35 @@ impl World {
         );
         self.directory.sync_generation += 1;
         let generation = self.directory.sync_generation;
-        self.directory.sync = Some((generation, self.directory.disk.len()));
+        self.directory.sync = Some(generation);
         let boot = self.directory.boot;
         self.schedule_in(latency, EventKind::DirSync { boot, generation });
     }
 
+    /// The fsync started by `start_sync` completes now: the protocol syncs (everything
+    /// written by now), and the effects it covers go.
     fn sync_done(&mut self, boot: u64, generation: u64) {
-        let d = &self.directory;
-        let Some((current, target)) = d.sync else {
+        let d = &mut self.directory;
+        if d.machine.is_none() || d.boot != boot || d.sync != Some(generation) {
+            return;
+        }
+        d.sync = None;
+        let Some(log) = d.log.as_mut() else {
             return;
         };
-        if d.machine.is_none() || d.boot != boot || current != generation {
-            return;
-        }
-        if self.phase == Phase::Faulty && self.disk_rng.chance(self.options.disk.fsync_failure) {
-            // Fail-stop: after a failed fsync the file's state is unknown.
-            self.stats.fsync_failures += 1;
-            self.checker.coverage.hit("fault.fsync_failure");
-            self.crash_directory();
-            return;
-        }
-        self.directory.sync = None;
-        self.directory.synced = target;
+        let synced = match log.sync(&mut d.fs) {
+            Ok(synced) => synced as usize,
+            Err(error) => {
+                self.storage_failed(error);
+                return;
+            }
+        };
+        let written = log.written() as usize;
+        self.check_disk();
+        self.check_synced("a sync");
         let mut durable_step = None;
-        while let Some(&(step, end)) = self.directory.unsynced_steps.front() {
-            if end > target {
+        while let Some(&(step, end, _)) = self.directory.unsynced_steps.front() {
+            if end > synced {
                 break;
             }
             durable_step = Some(step);
@@ -1310,42 +1365,153 @@ impl World {
             self.checker.directory_synced(step);
         }
         let mut ready = Vec::new();
-        self.directory.barrier.release(target as u64, &mut ready);
+        self.directory.barrier.release(synced as u64, &mut ready);
         for effect in ready {
             self.execute_released(effect);
         }
-        if self.directory.disk.len() > self.directory.synced {
+        if written > synced {
             self.start_sync();
         } else {
             self.maybe_compact();
         }
     }
 
-    /// Compaction, as a node does it: when the log has doubled since the last snapshot and
-    /// everything written is durable (so the durable state is the machine's), write the
-    /// snapshot records as the whole new log. The replacement is atomic (write + rename), so a
-    /// crash sees either the old log or the new one.
+    /// Compaction, as the node does it: when the protocol says it is due (everything written
+    /// is durable, so the durable state is the machine's) and no effect waits, the protocol
+    /// writes the snapshot as a new generation, crash-atomically. In some seeds the process
+    /// dies before one of its steps.
     fn maybe_compact(&mut self) {
         let d = &self.directory;
-        let threshold = (2 * d.compacted_len).max(COMPACT_MIN_BYTES);
-        if d.disk.len() < threshold || !d.unsynced_steps.is_empty() || d.barrier.waiting() {
-            return;
-        }
-        let Some(machine) = d.machine.as_ref() else {
+        let (Some(log), Some(machine)) = (d.log.as_ref(), d.machine.as_ref()) else {
             return;
         };
-        match encode_log(&machine.snapshot_records()) {
-            Ok(image) => {
-                let d = &mut self.directory;
-                d.disk = image;
-                d.synced = d.disk.len();
-                d.barrier.clear(d.disk.len() as u64);
-                d.compacted_len = d.disk.len();
+        if !d.unsynced_steps.is_empty()
+            || d.barrier.waiting()
+            || !log.compaction_due(self.options.disk.compact_min_bytes)
+        {
+            return;
+        }
+        let snapshot = machine.snapshot_records();
+        if self.phase == Phase::Faulty && self.disk_rng.chance(self.options.disk.compaction_crash) {
+            self.directory.fs.crash_before_step = Some(self.disk_rng.below(COMPACTION_STEPS));
+        }
+        let d = &mut self.directory;
+        let Some(log) = d.log.as_mut() else {
+            return;
+        };
+        let result = log.compact(&mut d.fs, &snapshot);
+        d.fs.crash_before_step = None;
+        match result {
+            Ok(()) => {
+                d.barrier.clear(log.synced());
+                self.stats.compactions += 1;
                 self.checker.coverage.hit("disk.compacted");
+                self.check_disk();
+                self.check_synced("a compaction");
             }
-            Err(error) => self
-                .checker
-                .fail(self.now, format!("snapshot does not encode: {error}")),
+            Err(error) => self.storage_failed(error),
+        }
+    }
+
+    /// A call of the storage protocol failed: a storage failure stops the node (fail-stop);
+    /// anything else is a bug.
+    fn storage_failed(&mut self, error: storage::Error<SimFs>) {
+        self.check_disk();
+        let StorageError::Io { op, source, .. } = &error else {
+            self.checker.fail(
+                self.now,
+                format!("storage: the log refused a call it should take: {error}"),
+            );
+            return;
+        };
+        if source.kind == FsErrorKind::NoSpace {
+            self.stats.disk_full_stops += 1;
+            self.checker.coverage.hit("fault.disk_full");
+        } else if source.what.starts_with("the process died") {
+            self.stats.compaction_crashes += 1;
+            self.checker.coverage.hit("fault.compaction_crash");
+        } else if op.contains("sync") {
+            // Fail-stop: after a failed fsync the file's state is unknown.
+            self.stats.fsync_failures += 1;
+            self.checker.coverage.hit("fault.fsync_failure");
+        }
+        self.crash_directory();
+    }
+
+    /// What the log says is durable is, on the simulated disk.
+    fn check_synced(&mut self, after: &str) {
+        if let Some(log) = &self.directory.log {
+            let name = log.log_name().to_owned();
+            let (generation, synced) = (log.generation(), log.synced());
+            self.check_durable(&name, generation, synced, after);
+        }
+    }
+
+    /// The storage protocol's promises, checked against the file system's ground truth (the
+    /// rules restated, not the protocol asked): the generation in use is the only one whose
+    /// names survive a crash, its snapshot is wholly durable, and of its log everything before
+    /// `synced` is, but for a trailing sync mark, with no durable bytes after it (a cut that
+    /// is not durable).
+    fn check_durable(&mut self, log_name: &str, generation: u64, synced: u64, after: &str) {
+        const MARK: usize = 24;
+        let fs = &self.directory.fs;
+        let snapshot = format!("snapshot-{generation}");
+        let problem = if let Some(other) = fs.durable_names().find(|n| {
+            (n.starts_with("snapshot-") || n.starts_with("log-"))
+                && !n.ends_with(".tmp")
+                && *n != snapshot
+                && *n != log_name
+        }) {
+            Some(format!("{other} of another generation is still durable"))
+        } else {
+            match (fs.durable(&snapshot), fs.durable(log_name)) {
+                (None, _) => Some(format!("{snapshot} is not durable")),
+                (_, None) => Some(format!("{log_name} is not durable")),
+                (Some((len, durable, prefix)), _) if !prefix || durable != len => {
+                    Some(format!("{snapshot} is not wholly durable"))
+                }
+                (_, Some((len, durable, prefix)))
+                    if !prefix || durable + MARK < synced as usize =>
+                {
+                    Some(format!(
+                        "{log_name} holds {len} bytes of which {durable} are durable ({}), but \
+                         the log says it is synced up to byte {synced}",
+                        if prefix {
+                            "a prefix"
+                        } else {
+                            "not a prefix: a change not made durable"
+                        }
+                    ))
+                }
+                _ => None,
+            }
+        };
+        if let Some(problem) = problem {
+            self.checker
+                .fail(self.now, format!("storage: after {after}, {problem}"));
+        }
+    }
+
+    /// The file system's own check: nothing changed the files after a failure.
+    fn check_disk(&mut self) {
+        if let Some(violation) = self.directory.fs.violation() {
+            self.checker.fail(self.now, violation.to_owned());
+        }
+    }
+
+    /// A full-disk episode starts: the disk has a little room left, then none, until it ends.
+    fn disk_full(&mut self) {
+        if let Some(fault) = self.options.disk.full_disk {
+            if self.phase == Phase::Faulty {
+                let d = &mut self.directory;
+                d.full_episode += 1;
+                let room = self.disk_rng.below(4_096) as usize;
+                d.fs.capacity = Some(d.fs.used() + room);
+                let episode = d.full_episode;
+                let lasts = uniform(&mut self.fault_rng, fault.max_duration);
+                self.schedule_in(lasts, EventKind::DiskFreed { episode });
+            }
+            self.schedule_next(fault, EventKind::DiskFull);
         }
     }
 
@@ -1459,30 +1625,51 @@ impl World {
         d.routes = Routes::new();
         d.route_versions.clear();
         // What reaches the platter: everything synced, then each unsynced step with some
-        // probability (in order), then possibly a torn fragment of the next record.
-        let mut surviving = d.synced;
-        let mut surviving_step = d.unsynced_steps.front().map_or(d.step, |(s, _)| s - 1);
-        for &(step, end) in &d.unsynced_steps {
-            if !self.disk_rng.chance(self.options.disk.unsynced_survives) {
-                break;
+        // probability (in order), then possibly a torn fragment of the next record. The file
+        // system decides the rest (other files, names not yet synced).
+        // A step whose appends failed never survives whole.
+        let last = d.failed_step.map_or(d.step, |(step, _)| step - 1);
+        let mut surviving_step = d.unsynced_steps.front().map_or(last, |(s, _, _)| s - 1);
+        let pinned = d.log.take().map(|log| {
+            // What an fsync covered is durable, even if the call failed afterwards (writing
+            // its sync mark).
+            let synced = log.synced() as usize;
+            let mut surviving = synced;
+            for &(step, end, _) in &d.unsynced_steps {
+                if end > synced && !self.disk_rng.chance(self.options.disk.unsynced_survives) {
+                    break;
+                }
+                surviving = surviving.max(end);
+                surviving_step = step;
             }
-            surviving = end;
-            surviving_step = step;
-        }
-        let lost_tail = d.disk.split_off(surviving);
-        d.unsynced_steps.clear();
-        if !lost_tail.is_empty() && self.disk_rng.chance(self.options.disk.torn_tail) {
             // Tear inside the first lost record, so no record of a lost step survives whole.
-            let first_len = FRAME_HEADER_BYTES
-                + u32::from_le_bytes([lost_tail[0], lost_tail[1], lost_tail[2], lost_tail[3]])
-                    as usize;
-            let cut = self.disk_rng.range(1, first_len as u64 - 1) as usize;
-            d.disk.extend_from_slice(&lost_tail[..cut]);
-            self.stats.torn_tails += 1;
-            self.checker.coverage.hit("fault.torn_tail");
+            let first = d
+                .unsynced_steps
+                .iter()
+                .map(|&(_, _, first)| first)
+                .chain(d.failed_step.and_then(|(_, first)| first))
+                .find(|&first| first > surviving);
+            let mut keep = surviving;
+            if let Some(first) = first
+                && first > surviving + 2
+                && self.disk_rng.chance(self.options.disk.torn_tail)
+            {
+                keep = self.disk_rng.range(surviving as u64 + 1, first as u64 - 1) as usize;
+                self.stats.torn_tails += 1;
+                self.checker.coverage.hit("fault.torn_tail");
+            }
+            (log.log_name().to_owned(), keep)
+        });
+        d.fs.crash(pinned.as_ref().map(|(name, keep)| (name.as_str(), *keep)));
+        d.unsynced_steps.clear();
+        d.failed_step = None;
+        d.barrier.clear(0);
+        if self.phase == Phase::Faulty && self.disk_rng.chance(self.options.disk.rot) {
+            d.rot = d.fs.rot();
+            if d.rot.is_some() {
+                self.checker.coverage.hit("fault.rot");
+            }
         }
-        d.synced = d.disk.len();
-        d.barrier.clear(d.disk.len() as u64);
         self.checker.directory_crashed(surviving_step);
         // Discovery notices the crash only after a while: until then proxies keep sending to
         // (and accepting the epoch of) the dead instance.
@@ -1493,21 +1680,53 @@ impl World {
             .options
             .directory_crashes
             .map_or(Duration::from_millis(1), |f| f.max_duration);
-        let down = uniform(&mut self.fault_rng, max);
+        let mut down = uniform(&mut self.fault_rng, max);
+        if self.directory.fs.capacity.is_some() {
+            down = down.max(RESTART_BACKOFF);
+        }
         self.schedule_in(down, EventKind::DirRestart);
     }
 
     fn restart_directory(&mut self) {
         let d = &mut self.directory;
         d.boot += 1;
-        let decoded = decode_log(&d.disk);
-        if decoded.defect.is_some() {
+        d.timer_generation += 1;
+        // A data directory that has booted before must have a log (the real node knows it
+        // from its membership file, written once the log is open).
+        let options = StorageOptions {
+            create: !d.booted,
+            repair: false,
+        };
+        let opened = LogStore::open(&mut d.fs, options);
+        self.check_disk();
+        let (log, recovered) = match opened {
+            Ok(opened) => opened,
+            Err(error) => return self.restart_failed(error),
+        };
+        if let Some(rot) = self.directory.rot.take() {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "storage: the directory started on {rot}, damage at rest in synced data, \
+                     instead of refusing to start (recovered {} records, cut {:?})",
+                    recovered.records.len(),
+                    recovered.cut
+                ),
+            );
+        }
+        if recovered.cut.is_some() {
             self.checker.coverage.hit("recovery.cut_torn_tail");
         }
-        d.disk.truncate(decoded.valid_len);
-        d.synced = d.disk.len();
-        d.barrier.clear(d.disk.len() as u64);
-        d.timer_generation += 1;
+        let name = log.log_name().to_owned();
+        let (generation, synced) = (log.generation(), log.synced());
+        self.check_durable(&name, generation, synced, "recovery");
+        if recovered.discarded_generation.is_some() {
+            self.checker.coverage.hit("recovery.discarded_generation");
+        }
+        let d = &mut self.directory;
+        d.booted = true;
+        d.barrier.clear(log.synced());
+        d.log = Some(log);
         let config = DirectoryConfig {
             address: d.address(),
             retry_period: self.options.directory_retry,
@@ -1515,7 +1734,7 @@ impl World {
         };
         let recovered = Directory::recover(
             config,
-            &decoded.records,
+            &recovered.records,
             &mut ActorSources,
             self.now,
             &mut self.outbox,
@@ -1538,6 +1757,41 @@ impl World {
                 .checker
                 .fail(self.now, format!("directory recovery failed: {error}")),
         }
+    }
+
+    /// The storage protocol did not let the directory start. A refusal must be explained by
+    /// damage at rest, which the operator then restores from a backup before starting it
+    /// again; a storage failure while recovering (a full disk, a failed fsync) stops it again
+    /// and its supervisor tries later. Meanwhile nobody serves.
+    fn restart_failed(&mut self, error: storage::Error<SimFs>) {
+        let boot = self.directory.boot;
+        self.schedule_in(Duration::ZERO, EventKind::AuthorityLost { boot });
+        if error.is_refusal() {
+            let Some(rot) = self.directory.rot.take() else {
+                self.checker.fail(
+                    self.now,
+                    format!(
+                        "storage: recovery refused to start, though nothing damaged the disk \
+                         at rest: {error}"
+                    ),
+                );
+                return;
+            };
+            self.stats.storage_refusals += 1;
+            self.checker.coverage.hit("storage.refused_damage");
+            self.directory.fs.restore(&rot);
+            let operator = Duration::from_millis(self.fault_rng.range(100, 3_000));
+            self.schedule_in(operator, EventKind::DirRestart);
+            return;
+        }
+        if !matches!(error, StorageError::Io { .. }) {
+            self.checker
+                .fail(self.now, format!("storage: recovery failed: {error}"));
+            return;
+        }
+        self.checker.coverage.hit("storage.recovery_failed");
+        self.directory.fs.crash(None);
+        self.schedule_in(RESTART_BACKOFF, EventKind::DirRestart);
     }
 
     // ---------------------------------------------------------------- host machines
@@ -1918,6 +2172,9 @@ impl World {
             self.directory.routes.set_lost(target, false);
         }
         self.outages = 0;
+        // The disk heals too: room again, no more failed fsyncs.
+        self.directory.fs.capacity = None;
+        self.directory.fs.fsync_failure = 0.0;
         if self.directory.machine.is_none() {
             self.restart_directory();
         }

@@ -3,9 +3,14 @@
 //! identity and format checks, and a power-loss harness that drops every unsynced byte.
 
 use super::*;
+use std::collections::BTreeMap;
+
 use dataplane_core::ids::{Address, AuthorityEpoch, NodeId, Revision};
-use dataplane_core::log::{FRAME_HEADER_BYTES, SnapshotRecord, append_record, encode_log};
-use format::crc32c;
+use dataplane_core::limits::LOG_RECORD_BYTES_MAX;
+use dataplane_core::log::{
+    FRAME_HEADER_BYTES, SnapshotRecord, TailDefect, append_record, encode_log,
+};
+use dataplane_core::storage::{IDENTITY, crc32c, snapshot_image};
 use proptest::prelude::*;
 
 const H: u64 = LOG_HEADER_BYTES as u64;
@@ -706,9 +711,9 @@ fn old_state(scratch: &Scratch, old: &[LogRecord]) -> DurableLog {
 fn compaction_steps() -> Vec<&'static str> {
     let scratch = Scratch::new("steps");
     let mut log = old_state(&scratch, &records(0..3));
-    let before = log.faults.steps.len();
+    let before = log.fs.faults.steps.len();
     log.compact(&snapshot(2)).unwrap();
-    log.faults.steps[before..].to_vec()
+    log.fs.faults.steps[before..].to_vec()
 }
 
 #[test]
@@ -736,7 +741,7 @@ fn a_crash_at_every_step_of_compaction_recovers_old_or_new_never_a_mix() {
     for (fail, step) in steps.iter().enumerate() {
         let scratch = Scratch::new("crash-compact");
         let mut log = old_state(&scratch, &old);
-        log.faults.fail_at = Some(log.faults.steps.len() + fail);
+        log.fs.faults.fail_at = Some(log.fs.faults.steps.len() + fail);
         let error = log.compact(&new).unwrap_err();
         assert!(matches!(error, LogError::Io { .. }), "{error}");
         assert!(log.is_poisoned());
@@ -1021,7 +1026,7 @@ fn a_failed_write_poisons_the_log() {
     let synced = records(0..3);
     append_all(&mut log, &synced);
     log.sync().unwrap();
-    log.faults.fail_at = Some(log.faults.steps.len());
+    log.fs.faults.fail_at = Some(log.fs.faults.steps.len());
     let error = log.append(&record(3)).unwrap_err();
     assert!(
         matches!(
@@ -1034,7 +1039,7 @@ fn a_failed_write_poisons_the_log() {
         "{error}"
     );
     assert!(log.is_poisoned());
-    log.faults.fail_at = None;
+    log.fs.faults.fail_at = None;
     assert!(matches!(log.append(&record(4)), Err(LogError::Poisoned)));
     assert!(matches!(log.sync(), Err(LogError::Poisoned)));
     assert!(matches!(log.compact(&snapshot(1)), Err(LogError::Poisoned)));
@@ -1058,20 +1063,20 @@ fn a_failed_sync_poisons_the_log_and_is_never_retried() {
     let scratch = Scratch::new("poison-sync");
     let (mut log, _) = open(&scratch);
     append_all(&mut log, &records(0..3));
-    log.faults.fail_at = Some(log.faults.steps.len());
+    log.fs.faults.fail_at = Some(log.fs.faults.steps.len());
     let error = log.sync().unwrap_err();
     assert!(
         matches!(error, LogError::Io { op: "sync log", .. }),
         "{error}"
     );
     assert_eq!(log.synced(), H);
-    log.faults.fail_at = None;
-    let steps = log.faults.steps.len();
+    log.fs.faults.fail_at = None;
+    let steps = log.fs.faults.steps.len();
     assert!(matches!(log.sync(), Err(LogError::Poisoned)));
     assert!(matches!(log.append(&record(9)), Err(LogError::Poisoned)));
     assert!(matches!(log.compact(&[]), Err(LogError::Poisoned)));
     assert_eq!(
-        log.faults.steps.len(),
+        log.fs.faults.steps.len(),
         steps,
         "no file-system step after poisoning"
     );
@@ -1087,7 +1092,7 @@ fn a_failed_sync_mark_poisons_the_log() {
     let scratch = Scratch::new("poison-mark");
     let (mut log, _) = open(&scratch);
     append_all(&mut log, &records(0..3));
-    log.faults.fail_at = Some(log.faults.steps.len() + 1);
+    log.fs.faults.fail_at = Some(log.fs.faults.steps.len() + 1);
     let error = log.sync().unwrap_err();
     assert!(
         matches!(
@@ -1116,7 +1121,7 @@ fn a_too_large_record_is_refused_without_poisoning() {
     let mut frame = Vec::new();
     let size = append_record(&mut frame, &record(2)).unwrap() - FRAME_HEADER_BYTES;
     // No valid record reaches the core's 64 KiB limit; lower it to exercise the refusal.
-    log.max_record_bytes = size - 1;
+    log.store.set_record_limit(size - 1);
     let before = log.written();
     let error = log.append(&record(2)).unwrap_err();
     assert!(
@@ -1143,7 +1148,7 @@ fn a_too_large_record_is_refused_without_poisoning() {
         ["log-0", "snapshot-0"],
         "no snapshot written"
     );
-    log.max_record_bytes = LOG_RECORD_BYTES_MAX;
+    log.store.set_record_limit(LOG_RECORD_BYTES_MAX);
     log.append(&record(3)).unwrap();
     log.sync().unwrap();
     drop(log);

@@ -3,14 +3,14 @@
 //!
 //! Pure functions over byte slices: no IO, no clock, no randomness (the caller draws ids and
 //! salts), so tests and the fuzz target drive them directly. The layouts and the reasoning are
-//! in the documentation of the parent module ([`crate::log`]).
+//! in the documentation of the parent module ([`crate::storage`]).
 
-use std::fmt;
+use core::fmt;
 
-use dataplane_core::log::{FRAME_HEADER_BYTES, LogRecord, TailDefect, append_record, decode_log};
-use dataplane_core::wire::EncodeError;
+use crate::log::{FRAME_HEADER_BYTES, LogRecord, TailDefect, append_record, decode_log};
+use crate::wire::EncodeError;
 
-use super::LogError;
+use super::StorageError;
 
 /// The on-disk format this build writes and the only one it reads. Every file starts with an
 /// 8-byte magic and this number (u32, little-endian); the rest of the layout belongs to the
@@ -307,33 +307,56 @@ pub fn log_file_records(bytes: &[u8]) -> Result<Vec<LogRecord>, HeaderError> {
     Ok(scan(bytes, header.salt).records)
 }
 
+/// Why a record cannot be framed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordError {
+    /// Its encoded body exceeds the limit.
+    TooLarge {
+        /// The body size.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// It does not encode.
+    Encode(String),
+}
+
+impl<E, P> From<RecordError> for StorageError<E, P> {
+    fn from(e: RecordError) -> Self {
+        match e {
+            RecordError::TooLarge { len, max } => StorageError::TooLarge { len, max },
+            RecordError::Encode(reason) => StorageError::Encode(reason),
+        }
+    }
+}
+
 /// Frames `record` into `buf`, refusing a body over `max` bytes (nothing is left in `buf`).
-pub(super) fn encode_into(
+pub fn encode_into(
     buf: &mut Vec<u8>,
     record: &LogRecord,
     max: usize,
-) -> Result<usize, LogError> {
+) -> Result<usize, RecordError> {
     let start = buf.len();
     let frame = append_record(buf, record).map_err(|e| match e {
-        EncodeError::TooLarge { len, max } => LogError::TooLarge { len, max },
-        EncodeError::Serialize(reason) => LogError::Encode(reason),
+        EncodeError::TooLarge { len, max } => RecordError::TooLarge { len, max },
+        EncodeError::Serialize(reason) => RecordError::Encode(reason),
     })?;
     let len = frame - FRAME_HEADER_BYTES;
     if len > max {
         buf.truncate(start);
-        return Err(LogError::TooLarge { len, max });
+        return Err(RecordError::TooLarge { len, max });
     }
     Ok(frame)
 }
 
 /// The bytes of `snapshot-<generation>` of data directory `id`: header, framed records, end
 /// marker.
-pub(super) fn snapshot_image(
+pub fn snapshot_image(
     id: DataDirId,
     generation: u64,
     records: &[LogRecord],
     max_record_bytes: usize,
-) -> Result<Vec<u8>, LogError> {
+) -> Result<Vec<u8>, RecordError> {
     let mut image = Vec::new();
     build_header(
         &SNAPSHOT_MAGIC,
@@ -451,4 +474,4 @@ fn u128_at(bytes: &[u8], at: usize) -> u128 {
 
 /// CRC-32C (Castagnoli), the checksum of the core's record frames: the `crc32c` crate, the
 /// same one the core frames its records with (hardware-accelerated where the CPU has it).
-pub(super) use crc32c::crc32c;
+pub use crc32c::crc32c;

@@ -1,0 +1,326 @@
+//! Decision tests of the storage protocol on an in-memory file system: what recovery chooses,
+//! what a compaction that dies at any step leaves, poisoning, a full disk, and when to compact.
+//! The real-file tests (`dataplane_io::log`) cover the same protocol on `std::fs`; the
+//! simulator runs it on a file system that loses and tears unsynced data.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::ids::{Address, AuthorityEpoch, NodeId, Revision};
+use crate::log::SnapshotRecord;
+
+/// Files as byte vectors; an open file is its name. Every change is durable at once (the
+/// simulator models what is not).
+#[derive(Debug, Default)]
+struct MemFs {
+    exists: bool,
+    files: BTreeMap<String, Vec<u8>>,
+    /// Room left on the disk, if limited.
+    room: Option<usize>,
+    /// Fail the step with this index (counting every `before`).
+    fail_at: Option<usize>,
+    steps: Vec<&'static str>,
+    entropy: u128,
+}
+
+#[derive(Debug)]
+struct MemError(FsErrorKind);
+
+impl fmt::Display for MemError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+fn missing() -> MemError {
+    MemError(FsErrorKind::NotFound)
+}
+
+impl FileSystem for MemFs {
+    type File = String;
+    type Error = MemError;
+    type Path = String;
+
+    fn path(&self, name: &str) -> String {
+        format!("/d/{name}")
+    }
+    fn kind(error: &MemError) -> FsErrorKind {
+        error.0
+    }
+    fn exists(&mut self) -> Result<bool, MemError> {
+        Ok(self.exists)
+    }
+    fn create_dir(&mut self) -> Result<(), MemError> {
+        self.exists = true;
+        Ok(())
+    }
+    fn lock(&mut self) -> Result<bool, MemError> {
+        Ok(true)
+    }
+    fn list(&mut self) -> Result<Vec<String>, MemError> {
+        // Backwards, so that nothing depends on the listing's order.
+        Ok(self.files.keys().rev().cloned().collect())
+    }
+    fn read(&mut self, name: &str) -> Result<Vec<u8>, MemError> {
+        self.files.get(name).cloned().ok_or_else(missing)
+    }
+    fn len(&mut self, name: &str) -> Result<u64, MemError> {
+        self.files
+            .get(name)
+            .map(|f| f.len() as u64)
+            .ok_or_else(missing)
+    }
+    fn create(&mut self, name: &str) -> Result<String, MemError> {
+        self.files.insert(name.to_owned(), Vec::new());
+        Ok(name.to_owned())
+    }
+    fn create_new(&mut self, name: &str) -> Result<String, MemError> {
+        if self.files.contains_key(name) {
+            return Err(MemError(FsErrorKind::AlreadyExists));
+        }
+        self.create(name)
+    }
+    fn open(&mut self, name: &str) -> Result<String, MemError> {
+        self.files
+            .contains_key(name)
+            .then(|| name.to_owned())
+            .ok_or_else(missing)
+    }
+    fn write(&mut self, file: &mut String, bytes: &[u8]) -> Result<(), MemError> {
+        if let Some(room) = &mut self.room {
+            if *room < bytes.len() {
+                return Err(MemError(FsErrorKind::NoSpace));
+            }
+            *room -= bytes.len();
+        }
+        self.files
+            .get_mut(file.as_str())
+            .ok_or_else(missing)?
+            .extend_from_slice(bytes);
+        Ok(())
+    }
+    fn truncate(&mut self, file: &mut String, len: u64) -> Result<(), MemError> {
+        let data = self.files.get_mut(file.as_str()).ok_or_else(missing)?;
+        data.truncate(len as usize);
+        Ok(())
+    }
+    fn sync_data(&mut self, _: &mut String) -> Result<(), MemError> {
+        Ok(())
+    }
+    fn sync_all(&mut self, _: &mut String) -> Result<(), MemError> {
+        Ok(())
+    }
+    fn sync_file(&mut self, name: &str) -> Result<(), MemError> {
+        self.open(name).map(drop)
+    }
+    fn rename(&mut self, from: &str, to: &str) -> Result<(), MemError> {
+        let data = self.files.remove(from).ok_or_else(missing)?;
+        self.files.insert(to.to_owned(), data);
+        Ok(())
+    }
+    fn remove(&mut self, name: &str) -> Result<(), MemError> {
+        self.files.remove(name).map(drop).ok_or_else(missing)
+    }
+    fn sync_dir(&mut self) -> Result<(), MemError> {
+        Ok(())
+    }
+    fn entropy(&mut self) -> Result<u128, MemError> {
+        self.entropy += 0x9E37_79B9_7F4A_7C15;
+        Ok(self.entropy)
+    }
+    fn before(&mut self, op: &'static str) -> Result<(), MemError> {
+        if self.fail_at == Some(self.steps.len()) {
+            return Err(MemError(FsErrorKind::Other));
+        }
+        self.steps.push(op);
+        Ok(())
+    }
+}
+
+type Store = LogStore<MemFs>;
+
+fn record(i: u64) -> LogRecord {
+    LogRecord::RetirementDone {
+        source: Address::new(NodeId(2), 1, i),
+    }
+}
+
+fn snapshot() -> Vec<LogRecord> {
+    vec![
+        LogRecord::Snapshot(SnapshotRecord::Header {
+            epoch: AuthorityEpoch(3),
+            next_revision: Revision(7),
+        }),
+        LogRecord::Snapshot(SnapshotRecord::NodeFloor {
+            node: NodeId(4),
+            incarnation: 2,
+        }),
+    ]
+}
+
+fn open(fs: &mut MemFs) -> Result<(Store, Recovered<String>), Error<MemFs>> {
+    LogStore::open(fs, StorageOptions::default())
+}
+
+/// A directory with `n` records appended and synced in batches of three.
+fn written(n: u64) -> (MemFs, Store, Vec<LogRecord>) {
+    let mut fs = MemFs::default();
+    let (mut log, _) = open(&mut fs).unwrap();
+    let records: Vec<LogRecord> = (0..n).map(record).collect();
+    for batch in records.chunks(3) {
+        for r in batch {
+            log.append(&mut fs, r).unwrap();
+        }
+        log.sync(&mut fs).unwrap();
+    }
+    (fs, log, records)
+}
+
+#[test]
+fn recovery_reads_back_what_was_synced_whatever_the_listing_order() {
+    let (mut fs, log, records) = written(10);
+    assert_eq!(log.generation(), 0);
+    let (_, recovered) = open(&mut fs).unwrap();
+    assert_eq!(recovered.records, records);
+    assert!(!recovered.created);
+    assert_eq!(recovered.cut, None);
+}
+
+#[test]
+fn a_torn_tail_is_cut_and_damage_under_a_mark_is_refused() {
+    let (mut fs, _, records) = written(9);
+    // A torn tail: half a frame after the last mark.
+    let mut frame = Vec::new();
+    crate::log::append_record(&mut frame, &record(99)).unwrap();
+    let log = fs.files.get_mut("log-0").unwrap();
+    let end = log.len();
+    log.extend_from_slice(&frame[..frame.len() / 2]);
+    let (_, recovered) = open(&mut fs).unwrap();
+    assert_eq!(recovered.records, records);
+    assert!(matches!(recovered.cut, Some(Cut::TornTail { offset, .. }) if offset == end as u64));
+    assert_eq!(fs.files["log-0"].len(), end, "the cut is made");
+
+    // A flipped bit in the first record: a mark after it proves it was synced.
+    let before = fs.files.clone();
+    fs.files.get_mut("log-0").unwrap()[LOG_HEADER_BYTES + 9] ^= 4;
+    let damaged = fs.files.clone();
+    let error = open(&mut fs).unwrap_err();
+    assert!(
+        matches!(error, StorageError::Damaged { offset, .. } if offset == LOG_HEADER_BYTES as u64),
+        "{error}"
+    );
+    assert!(error.is_refusal() && error.is_repairable());
+    assert_eq!(fs.files, damaged, "a refusal changes nothing");
+    assert_ne!(fs.files, before);
+}
+
+#[test]
+fn lost_files_are_refused_never_started_afresh() {
+    for lost in ["identity", "snapshot-0", "log-0"] {
+        let (mut fs, _, _) = written(4);
+        fs.files.remove(lost);
+        let error = open(&mut fs).unwrap_err();
+        assert!(error.is_refusal(), "{lost}: {error}");
+    }
+    // Without `create`, an empty directory is loss too.
+    let mut fs = MemFs::default();
+    let options = StorageOptions {
+        create: false,
+        repair: false,
+    };
+    let error = LogStore::open(&mut fs, options).unwrap_err();
+    assert!(matches!(error, StorageError::Lost { .. }), "{error}");
+}
+
+#[test]
+fn a_compaction_that_dies_before_any_step_recovers_the_old_state_or_the_new() {
+    let mut count = None;
+    for fail in 0.. {
+        let (mut fs, mut log, records) = written(6);
+        let first = fs.steps.len();
+        fs.fail_at = Some(first + fail);
+        let result = log.compact(&mut fs, &snapshot());
+        let steps = fs.steps.len() - first;
+        fs.fail_at = None;
+        if result.is_ok() {
+            count = Some(fail);
+            break;
+        }
+        assert!(log.is_poisoned());
+        assert!(matches!(
+            log.append(&mut fs, &record(1)),
+            Err(StorageError::Poisoned)
+        ));
+        assert_eq!(fs.steps.len() - first, steps, "nothing after the failure");
+        let (_, recovered) = open(&mut fs).unwrap();
+        // Before the rename the old generation; after it the new one, whose snapshot holds
+        // the same state.
+        if recovered.generation == 0 {
+            assert_eq!(recovered.records, records, "died before step {fail}");
+        } else {
+            assert_eq!(recovered.records, snapshot(), "died before step {fail}");
+        }
+        let names: Vec<&String> = fs.files.keys().collect();
+        let generation = recovered.generation;
+        assert_eq!(
+            names,
+            [
+                &"identity".to_owned(),
+                &format!("log-{generation}"),
+                &format!("snapshot-{generation}")
+            ]
+        );
+    }
+    assert_eq!(count, Some(11), "a compaction has eleven steps");
+}
+
+#[test]
+fn a_full_disk_or_a_failed_sync_poisons_the_log() {
+    let (mut fs, mut log, _) = written(3);
+    fs.room = Some(3);
+    let error = log.append(&mut fs, &record(7)).unwrap_err();
+    assert!(
+        matches!(&error, StorageError::Io { source, .. } if source.0 == FsErrorKind::NoSpace),
+        "{error}"
+    );
+    fs.room = None;
+    assert!(matches!(
+        log.append(&mut fs, &record(8)),
+        Err(StorageError::Poisoned)
+    ));
+    assert!(matches!(log.sync(&mut fs), Err(StorageError::Poisoned)));
+
+    let (mut fs, mut log, _) = written(3);
+    log.append(&mut fs, &record(7)).unwrap();
+    fs.fail_at = Some(fs.steps.len());
+    assert!(matches!(
+        log.sync(&mut fs),
+        Err(StorageError::Io { op: "sync log", .. })
+    ));
+    fs.fail_at = None;
+    let steps = fs.steps.len();
+    assert!(matches!(log.sync(&mut fs), Err(StorageError::Poisoned)));
+    assert_eq!(fs.steps.len(), steps, "a failed sync is never tried again");
+}
+
+#[test]
+fn compaction_is_due_once_the_log_doubled_its_snapshot_and_is_synced() {
+    let (mut fs, mut log, _) = written(30);
+    let len = log.len_bytes();
+    assert!(log.compaction_due(len));
+    assert!(!log.compaction_due(len + 1), "below the minimum");
+    log.append(&mut fs, &record(1)).unwrap();
+    assert!(!log.compaction_due(0), "unsynced records");
+    log.sync(&mut fs).unwrap();
+    log.compact(&mut fs, &snapshot()).unwrap();
+    let snapshot_bytes = fs.files["snapshot-1"].len() as u64;
+    assert!(
+        !log.compaction_due(0),
+        "a fresh log is smaller than twice its snapshot"
+    );
+    while log.len_bytes() < 2 * snapshot_bytes {
+        log.append(&mut fs, &record(2)).unwrap();
+    }
+    log.sync(&mut fs).unwrap();
+    assert!(log.compaction_due(0));
+}
