@@ -22,6 +22,8 @@ pub enum Timer {
     ProxyRetry,
     /// The host's tick: transfer retries and deadlines, namespace call guards.
     HostTick,
+    /// The node agent's gone-report re-send tick.
+    AgentTick,
 }
 
 /// One thing the driver must do.

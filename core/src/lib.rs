@@ -38,7 +38,9 @@
 //! * [`blob`]: the 128-byte blob header on arena memory and its checks.
 
 pub mod admission;
+pub mod agent;
 pub mod arena;
+pub mod barrier;
 pub mod blob;
 pub mod directory;
 pub mod effect;
@@ -47,8 +49,10 @@ pub mod host;
 pub mod ids;
 pub mod limits;
 pub mod log;
+pub mod membership;
 pub mod path;
 pub mod proxy;
+pub mod routes;
 pub mod time;
 pub mod wire;
 

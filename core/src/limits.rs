@@ -61,5 +61,12 @@ pub const HOST_SESSIONS_MAX: usize = 256;
 pub const HOST_OPERATIONS_MAX: usize = 4096;
 /// Most operations in progress in one child session (one child cannot take a whole host).
 pub const HOST_SESSION_OPERATIONS_MAX: usize = 256;
+/// Most hosts a directory's membership knows (a new one beyond is refused).
+pub const MEMBERS_MAX: usize = 4096;
+/// Longest listen address a host may give as its identity.
+pub const LISTEN_BYTES_MAX: usize = 512;
+/// Most gone reports a node agent keeps re-sending (more are dropped: the directory's re-sends
+/// toward a gone address are answered all the same).
+pub const AGENT_REPORTS_MAX: usize = 1024;
 /// Most retractions a host remembers handing to its proxy (re-sent after a proxy restart).
 pub const HOST_HANDED_OVER_MAX: usize = 1024;

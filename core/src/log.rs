@@ -410,6 +410,9 @@ pub enum LogRecord {
         /// The new horizon (above the old one).
         below: u64,
     },
+    /// The directory node's membership (node ids, incarnations, boots): the machine ignores
+    /// it; `membership::Membership` reads it back.
+    Member(crate::membership::MemberRecord),
 }
 
 /// Appends `record` framed (length, CRC-32C, postcard body) to `buf`; returns the frame size.

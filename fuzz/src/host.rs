@@ -52,7 +52,7 @@
 //! undecided (answered here), or while the namespace may bind its source (until it is retired;
 //! published writes keep their leases until then). Anything else left is a leak.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use arbitrary::Arbitrary;
 use dataplane_core::arena::BLOB_HEADER_BYTES;
@@ -485,7 +485,8 @@ pub struct World {
     /// The directory and the nodes: their proxies, hosts and arenas.
     cluster: Cluster,
     /// Per node, every lease generation granted to a child.
-    generations: Vec<BTreeSet<u64>>,
+    /// Every generation granted on each node, with the write grant's place if it was one.
+    generations: Vec<BTreeMap<u64, Option<(u64, u64)>>>,
     sessions: Vec<SessionRec>,
     grants: Vec<Grant>,
     in_flight: Vec<Frame>,
@@ -525,7 +526,7 @@ impl World {
         let cluster = Cluster::new(NODES, setup, &mut sent);
         let mut w = World {
             cluster,
-            generations: vec![BTreeSet::new(); NODES],
+            generations: vec![BTreeMap::new(); NODES],
             sessions: Vec::new(),
             grants: Vec::new(),
             in_flight: Vec::new(),
@@ -618,11 +619,20 @@ impl World {
             "node {n}: a grant with generation {}",
             view.generation
         );
-        assert!(
-            self.generations[n].insert(view.generation),
-            "node {n}: generation {} granted twice",
-            view.generation
-        );
+        // A write grant's generation is fresh. A read may repeat one only to view a blob
+        // this host wrote itself: the writer's lease, at the writer's place.
+        let place = (view.offset, view.length);
+        match self.generations[n].get(&view.generation) {
+            None => {
+                self.generations[n].insert(view.generation, writable.then_some(place));
+            }
+            Some(first) => assert!(
+                !writable && *first == Some(place),
+                "node {n}: generation {} granted twice ({} grant at {place:?}, first {first:?})",
+                view.generation,
+                if writable { "write" } else { "read" },
+            ),
+        }
         let Some(session) = self.sessions.iter().position(|s| s.child == to) else {
             return;
         };

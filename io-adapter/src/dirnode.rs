@@ -14,16 +14,19 @@
 //! ([`Admission`]). Nothing from a connection reaches the machine before it is admitted, and an
 //! admitted one speaks only for its own node (`speaks_for`).
 //!
-//! The node also keeps the *membership*: hosts are identified by the address they listen on;
-//! the first host hello from an address assigns it a node id, and a hello with a new boot
-//! nonce (the host process restarted) raises its incarnation. The table is a small file
-//! written crash-atomically before the `Welcome` that announces it. Benchmark and test clients
-//! that only send calls say they are a client and get a transient node id.
+//! The node also keeps the *membership* (`dataplane_core::membership`, which decides it):
+//! hosts are identified by the address they listen on; the first host hello from an address
+//! assigns it a node id, and a hello with a new boot nonce (the host process restarted) raises
+//! its incarnation. Each change is a record in the directory's own log, appended and synced
+//! before the `Welcome` that announces it, and restated by every compaction; so is the boot
+//! count, before the directory's address (which carries it) is used. A membership file of an
+//! earlier version is imported into the log once and removed. Benchmark and test clients that
+//! only send calls say they are a client and get a transient node id.
 //!
 //! Nothing in the data directory is touched before the log holds its lock: a second directory
 //! process on the same directory is refused ([`NodeError::Refused`]) without writing a byte.
-//! The membership file is written only after the log is open, so its presence proves that the
-//! log was created: a data directory whose membership survives and whose log is gone is refused
+//! The `created` mark is written only after the log is open, so its presence proves that the
+//! log was created: a data directory with the mark and no log is refused
 //! ([`LogOptions::create`]), not started empty.
 //!
 //! **Logs and metrics.** Once the log is open (a refused start logs nothing: its one error is
@@ -33,7 +36,7 @@
 //! a failure that stops it (`error`). With [`DirectoryOptions::metrics_listen`] it serves
 //! [`DirectoryMetrics`].
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -53,12 +56,15 @@ use dataplane_core::wire::{Envelope, GoneScope, Message};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, error, info, warn};
 
-use crate::driver::{Barrier, Clock, read_state, write_state};
+use crate::driver::{Clock, read_state, write_state};
 use crate::log::{DurableLog, LogError, LogOptions, Recovered};
 use crate::metrics::{DirectoryMetrics, GAUGE_PERIOD, Refusal, gauge_value};
 use crate::net::{
     Acceptor, ClusterKey, ConnId, Limits, Link, NetEvent, Peer, Reactor, Who, fresh_nonce,
 };
+use dataplane_core::barrier::Barrier;
+use dataplane_core::membership::{Admitted, MemberRecord, Membership};
+use dataplane_core::routes::Routes;
 
 /// Transient node ids (clients that are not hosts) start here.
 pub const TRANSIENT_NODE_BASE: u64 = 1 << 40;
@@ -152,7 +158,9 @@ impl From<LogError> for NodeError {
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-struct Membership {
+/// The membership file of a data directory written by an earlier version (the table now lives
+/// in the log): read once, imported into the log, then removed.
+struct LegacyMembership {
     /// Directory boots so far (the directory's address carries it).
     boots: u64,
     next_node: u64,
@@ -188,7 +196,6 @@ struct DirectoryNode {
     log: DurableLog,
     compacted_at: u64,
     membership: Membership,
-    membership_path: PathBuf,
     net: Reactor,
     admission: Admission,
     conns: BTreeMap<ConnId, Stage>,
@@ -196,8 +203,10 @@ struct DirectoryNode {
     next_transient: u64,
     timer: Option<Instant>,
     barrier: Barrier,
-    watched: BTreeSet<Address>,
-    routes: VecDeque<(Address, bool)>,
+    /// Routability of the machine's watched targets, from the admitted connections.
+    routes: Routes,
+    /// Route changes to hand the machine (a reused buffer).
+    route_changes: Vec<(Address, bool)>,
     outbox: Outbox,
     /// With `--metrics-listen`: the metrics, when the gauges are next read, and when each
     /// mutating request of the batch not yet synced was handed to the machine.
@@ -206,17 +215,40 @@ struct DirectoryNode {
     awaiting_sync: Vec<WallInstant>,
 }
 
+/// A file in the data directory whose presence says its log was created (so a data directory
+/// whose log is gone is refused, not started empty). It holds the data directory's id.
+const CREATED_MARK: &str = "created";
+
+/// The records that restate an earlier version's membership file.
+fn import_legacy(legacy: &LegacyMembership) -> Vec<LogRecord> {
+    let mut records = vec![LogRecord::Member(MemberRecord::Booted {
+        boots: legacy.boots,
+    })];
+    records.extend(legacy.hosts.iter().map(|(listen, r)| {
+        LogRecord::Member(MemberRecord::Host {
+            listen: listen.clone(),
+            node: r.node,
+            incarnation: r.incarnation,
+            boot_nonce: r.boot_nonce,
+        })
+    }));
+    records
+}
+
 /// Runs a directory node until its log fails (it never returns `Ok` otherwise).
 pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
     let io = |what: &str, e: std::io::Error| NodeError::Io(format!("{what}: {e}"));
-    let membership_path = options.data_dir.join("membership");
+    let legacy_path = options.data_dir.join("membership");
+    let created_path = options.data_dir.join(CREATED_MARK);
     // Only looked at until the log's lock is held: a data directory that has booted before
-    // must have a log (the membership is first written after the log was created).
-    let booted = match std::fs::metadata(&membership_path) {
-        Ok(_) => true,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-        Err(e) => return Err(io("membership", e)),
+    // must have a log (the mark is first written after the log was created; earlier versions
+    // wrote their membership file then).
+    let exists = |path: &std::path::Path| match std::fs::metadata(path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io(&path.display().to_string(), e)),
     };
+    let booted = exists(&created_path)? || exists(&legacy_path)?;
     if !booted {
         std::fs::create_dir_all(&options.data_dir).map_err(|e| io("data directory", e))?;
     }
@@ -224,7 +256,7 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         create: !booted,
         repair: options.repair_log,
     };
-    let (log, recovered) = DurableLog::open_with(&options.data_dir.join("log"), log_options)
+    let (mut log, recovered) = DurableLog::open_with(&options.data_dir.join("log"), log_options)
         .map_err(|e| {
             if e.is_refusal() || matches!(e, LogError::Locked { .. }) {
                 NodeError::Refused(e)
@@ -233,14 +265,33 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
             }
         })?;
     log_recovery(&recovered, &log);
-    let mut membership: Membership = read_state(&membership_path)
-        .map_err(|e| io("membership", e))?
-        .unwrap_or_default();
-    membership.boots += 1;
-    membership.next_node = membership.next_node.max(1);
-    write_state(&membership_path, &membership).map_err(|e| io("membership", e))?;
+    let mut membership = Membership::recover(&recovered.records)
+        .map_err(|e| NodeError::Recovery(format!("membership: {e}")))?;
+    // An earlier version's membership file: imported into the log unless the log has a
+    // membership already (an import that crashed before removing the file).
+    let legacy: Option<LegacyMembership> =
+        read_state(&legacy_path).map_err(|e| io("membership", e))?;
+    if let Some(legacy) = &legacy
+        && membership.is_empty()
+    {
+        for record in import_legacy(legacy) {
+            log.append(&record)?;
+        }
+        membership = Membership::recover(&import_legacy(legacy))
+            .map_err(|e| NodeError::Recovery(format!("membership file: {e}")))?;
+    }
+    // The boot count rises durably before the directory's address (which carries it) is used.
+    log.append(&membership.boot())?;
+    log.sync()?;
+    if legacy.is_some() {
+        std::fs::remove_file(&legacy_path).map_err(|e| io("membership", e))?;
+        info!(path = %legacy_path.display(), "membership file imported into the log and removed");
+    }
+    if !exists(&created_path)? {
+        write_state(&created_path, &log.id().0).map_err(|e| io(CREATED_MARK, e))?;
+    }
     let clock = Clock::new();
-    let address = Address::new(NodeId(0), membership.boots, 0);
+    let address = Address::new(NodeId(0), membership.boots(), 0);
     let config = DirectoryConfig {
         address,
         retry_period: options.retry_period,
@@ -283,13 +334,14 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         listen = %options.listen,
         data_dir = %options.data_dir.display(),
         id = %log.id(),
-        boot = membership.boots,
+        boot = membership.boots(),
         retry_ms = options.retry_period.as_millis(),
         cluster_key = options.cluster_key.is_some(),
         repair_log = options.repair_log,
         "directory started"
     );
     let compacted_at = log.len_bytes();
+    let log_synced = log.synced();
     let mut node = DirectoryNode {
         cluster_key: options.cluster_key,
         clock,
@@ -298,7 +350,6 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         log,
         compacted_at,
         membership,
-        membership_path,
         net,
         admission: Admission::new(
             ADMISSION_DEADLINE,
@@ -309,9 +360,9 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         by_node: BTreeMap::new(),
         next_transient: TRANSIENT_NODE_BASE,
         timer: None,
-        barrier: Barrier::default(),
-        watched: BTreeSet::new(),
-        routes: VecDeque::new(),
+        barrier: Barrier::new(log_synced),
+        routes: Routes::new(),
+        route_changes: Vec::new(),
         outbox: Outbox::new(),
         metrics,
         gauges_due: Instant::ZERO,
@@ -412,13 +463,24 @@ impl DirectoryNode {
                     .handle_timer(now, Timer::DirectoryRetry, &mut self.outbox);
                 self.step_effects()?;
             }
-            while let Some((target, routable)) = self.routes.pop_front() {
-                if self.watched.contains(&target) {
-                    let now = self.clock.now();
-                    self.machine
-                        .handle_route(now, target, routable, &mut self.outbox);
-                    self.step_effects()?;
+            // A route report may make the machine watch more (WatchRoute): repeat until
+            // nothing changed.
+            loop {
+                let mut changes = std::mem::take(&mut self.route_changes);
+                self.routes.changes(&mut changes);
+                if changes.is_empty() {
+                    self.route_changes = changes;
+                    break;
                 }
+                for (target, routable) in changes.drain(..) {
+                    if self.routes.is_watched(&target) {
+                        let now = self.clock.now();
+                        self.machine
+                            .handle_route(now, target, routable, &mut self.outbox);
+                        self.step_effects()?;
+                    }
+                }
+                self.route_changes = changes;
             }
             self.commit()?;
             self.sample_gauges();
@@ -486,17 +548,19 @@ impl DirectoryNode {
                 }
             }
         }
-        if self.barrier.armed() {
-            let held = self.barrier.release();
-            for effect in held {
-                self.perform(effect);
-            }
+        let mut ready = Vec::new();
+        self.barrier.release(self.log.synced(), &mut ready);
+        for effect in ready {
+            self.perform(effect);
         }
         let len = self.log.len_bytes();
         if len >= COMPACT_MIN_BYTES && len >= self.compacted_at.saturating_mul(2) {
-            let snapshot: Vec<LogRecord> = self.machine.snapshot_records();
+            let mut snapshot: Vec<LogRecord> = self.machine.snapshot_records();
+            snapshot.extend(self.membership.snapshot_records());
             self.log.compact(&snapshot)?;
             self.compacted_at = self.log.len_bytes().max(1);
+            // Nothing waits (the batch was released above); positions restart in the new file.
+            self.barrier.clear(self.log.synced());
             info!(
                 generation = self.log.generation(),
                 records = snapshot.len(),
@@ -516,18 +580,23 @@ impl DirectoryNode {
     }
 
     fn execute(&mut self, effects: Vec<Effect>) -> Result<(), NodeError> {
-        for effect in effects {
-            if let Effect::Persist(record) = &effect {
-                self.log.append(record)?;
-                self.barrier.arm();
-                if let Some(metrics) = &self.metrics {
+        let mut ready = Vec::new();
+        let (log, metrics) = (&mut self.log, &self.metrics);
+        let synced = log.synced();
+        self.barrier.admit(
+            effects,
+            synced,
+            |record| {
+                let end = log.append(record)?;
+                if let Some(metrics) = metrics {
                     metrics.log_records.inc();
                 }
-                continue;
-            }
-            if let Some(effect) = self.barrier.hold(effect) {
-                self.perform(effect);
-            }
+                Ok::<u64, LogError>(end)
+            },
+            &mut ready,
+        )?;
+        for effect in ready {
+            self.perform(effect);
         }
         Ok(())
     }
@@ -538,24 +607,16 @@ impl DirectoryNode {
             Effect::SetTimer { at, .. } => self.timer = Some(at),
             Effect::CancelTimer { .. } => self.timer = None,
             Effect::WatchRoute { target } => {
-                self.watched.insert(target);
-                let routable = self.routable(target);
-                self.routes.push_back((target, routable));
+                self.routes.watch(target);
             }
             Effect::UnwatchRoute { target } => {
-                self.watched.remove(&target);
+                self.routes.unwatch(target);
             }
-            Effect::Persist(_) => {}
+            Effect::Persist(record) => {
+                // The barrier appends every record; one reaching here is a driver bug.
+                error!(?record, "a log record bypassed the barrier and was dropped");
+            }
         }
-    }
-
-    fn routable(&self, target: Address) -> bool {
-        self.by_node
-            .get(&target.node)
-            .and_then(|c| self.conns.get(c))
-            .is_some_and(|stage| {
-                matches!(stage, Stage::Admitted { incarnation, .. } if *incarnation == target.incarnation)
-            })
     }
 
     fn send(&mut self, to: Address, message: Message) {
@@ -596,7 +657,7 @@ impl DirectoryNode {
             && self.by_node.get(&node) == Some(&conn)
         {
             self.by_node.remove(&node);
-            self.report_node(node);
+            self.routes.disconnected(node);
         }
     }
 
@@ -727,33 +788,26 @@ impl DirectoryNode {
     fn admitted(&mut self, conn: ConnId, who: Who) -> Result<(), NodeError> {
         match who {
             Who::Host { listen, boot_nonce } => {
-                let record = match self.membership.hosts.get(&listen) {
-                    Some(r) if r.boot_nonce == boot_nonce => r.clone(),
-                    Some(r) => HostRecord {
-                        node: r.node,
-                        incarnation: r.incarnation + 1,
-                        boot_nonce,
-                    },
-                    None => {
-                        let node = NodeId(self.membership.next_node);
-                        self.membership.next_node += 1;
-                        HostRecord {
-                            node,
-                            incarnation: 1,
-                            boot_nonce,
-                        }
+                let (admitted, record) = match self.membership.admit(&listen, boot_nonce) {
+                    Ok(admitted) => admitted,
+                    Err(e) => {
+                        let reason = e.to_string();
+                        info!(conn, remote = %self.net.remote(conn), %listen, %reason, "host refused");
+                        self.count_refusal(Refusal::of(&HelloRefusal::Full));
+                        self.net.send(conn, Link::Refused { reason });
+                        self.net.close_after_flush(conn);
+                        self.forget(conn);
+                        return Ok(());
                     }
                 };
-                let changed = self
-                    .membership
-                    .hosts
-                    .get(&listen)
-                    .is_none_or(|r| r.boot_nonce != boot_nonce);
-                if changed {
-                    self.membership.hosts.insert(listen.clone(), record.clone());
-                    write_state(&self.membership_path, &self.membership)
-                        .map_err(|e| NodeError::Io(format!("membership: {e}")))?;
+                // The change is durable before the host hears it (a crash cannot take back an
+                // id or an incarnation anybody was told).
+                if let Some(record) = record {
+                    self.log.append(&record)?;
+                    self.log.sync()?;
                 }
+                let record = admitted.member();
+                let changed = !matches!(admitted, Admitted::Reconnected(_));
                 info!(
                     conn,
                     remote = %self.net.remote(conn),
@@ -810,32 +864,17 @@ impl DirectoryNode {
                 peers,
             },
         );
-        self.report_node(node);
-    }
-
-    /// Every watched target on `node` gets a fresh route report.
-    fn report_node(&mut self, node: NodeId) {
-        let targets: Vec<Address> = self
-            .watched
-            .iter()
-            .copied()
-            .filter(|a| a.node == node)
-            .collect();
-        for target in targets {
-            let routable = self.routable(target);
-            self.routes.push_back((target, routable));
-        }
+        self.routes.connected(node, incarnation);
     }
 
     fn peers(&self, except: Option<NodeId>) -> Vec<Peer> {
         self.membership
-            .hosts
-            .iter()
+            .hosts()
             .filter(|(_, r)| Some(r.node) != except && self.by_node.contains_key(&r.node))
             .map(|(listen, r)| Peer {
                 node: r.node,
                 incarnation: r.incarnation,
-                listen: listen.clone(),
+                listen: listen.to_owned(),
             })
             .collect()
     }
@@ -855,5 +894,49 @@ impl DirectoryNode {
             let peers = self.peers(Some(node));
             self.net.send(conn, Link::Peers(peers));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_legacy_membership_file_imports_as_the_same_table() {
+        let mut legacy = LegacyMembership {
+            boots: 4,
+            next_node: 3,
+            hosts: BTreeMap::new(),
+        };
+        for (listen, node, incarnation) in [("a:1", 1, 3), ("b:1", 2, 1)] {
+            legacy.hosts.insert(
+                listen.to_owned(),
+                HostRecord {
+                    node: NodeId(node),
+                    incarnation,
+                    boot_nonce: 9,
+                },
+            );
+        }
+        // What an earlier version wrote reads back, and restates as records.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("membership");
+        write_state(&path, &legacy).unwrap();
+        let read: LegacyMembership = read_state(&path).unwrap().unwrap();
+        let mut m = Membership::recover(&import_legacy(&read)).unwrap();
+        assert_eq!(m.boots(), 4);
+        let hosts: Vec<(String, u64, u64)> = m
+            .hosts()
+            .map(|(l, h)| (l.to_owned(), h.node.0, h.incarnation))
+            .collect();
+        assert_eq!(
+            hosts,
+            vec![("a:1".to_owned(), 1, 3), ("b:1".to_owned(), 2, 1)]
+        );
+        // The next boot and the next new host go on from the file's numbers.
+        m.boot();
+        assert_eq!(m.boots(), 5);
+        let (new, _) = m.admit("c:1", 1).unwrap();
+        assert_eq!(new.member().node, NodeId(3));
     }
 }

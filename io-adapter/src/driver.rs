@@ -6,7 +6,6 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::time::Instant as WallInstant;
 
-use dataplane_core::effect::Effect;
 use dataplane_core::time::{Duration, Instant};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -40,42 +39,6 @@ impl Clock {
 impl Default for Clock {
     fn default() -> Self {
         Clock::new()
-    }
-}
-
-/// Effects that must wait for the log: once a step persisted a record, every later effect of
-/// the batch waits until the sync that covers it (DESIGN §3).
-#[derive(Debug, Default)]
-pub struct Barrier {
-    held: Vec<Effect>,
-    armed: bool,
-}
-
-impl Barrier {
-    /// A `Persist` was appended: everything after it waits.
-    pub fn arm(&mut self) {
-        self.armed = true;
-    }
-
-    /// Whether `effect` must wait (it is then kept).
-    pub fn hold(&mut self, effect: Effect) -> Option<Effect> {
-        if self.armed {
-            self.held.push(effect);
-            None
-        } else {
-            Some(effect)
-        }
-    }
-
-    /// Whether anything waits for a sync.
-    pub fn armed(&self) -> bool {
-        self.armed
-    }
-
-    /// The log was synced: everything held may go, in order.
-    pub fn release(&mut self) -> Vec<Effect> {
-        self.armed = false;
-        std::mem::take(&mut self.held)
     }
 }
 

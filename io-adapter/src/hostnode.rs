@@ -56,6 +56,7 @@ use dataplane_core::admission::{
     ADMISSION_DEADLINE, Accepted, Admission, HANDSHAKE_MAGIC, HelloRefusal,
     PENDING_CONNECTIONS_MAX, PROTOCOL_VERSION, check_version,
 };
+use dataplane_core::agent::{Agent, AgentConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::error::AttachmentFailure;
 use dataplane_core::host::{Host, HostConfig, Phase, SessionConfig};
@@ -64,9 +65,7 @@ use dataplane_core::limits::{FRAME_BYTES_MAX, HOST_SESSIONS_MAX, PROXY_PENDING_M
 use dataplane_core::path::{DataPath, JobContext};
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
 use dataplane_core::time::{Duration, Instant};
-use dataplane_core::wire::{
-    Capability, ChildEvent, ChildRequest, Envelope, GoneScope, Message, decode_value,
-};
+use dataplane_core::wire::{Capability, ChildEvent, ChildRequest, Envelope, Message, decode_value};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, error, info, warn};
 
@@ -101,6 +100,8 @@ const PEERS_MAX: usize = 1024;
 const CHILDREN_PENDING_MAX: usize = 64;
 /// The longest backoff between two connection attempts to the directory.
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
+/// How often the node agent re-sends a gone report the directory has not acknowledged.
+const AGENT_PERIOD: Duration = Duration::from_secs(1);
 /// The longest the driver waits for an event (the metrics' gauges are read this often at
 /// least).
 const IDLE_WAIT: StdDuration = StdDuration::from_secs(1);
@@ -331,7 +332,9 @@ struct HostNode {
     next_session_generation: u64,
     proxy_timer: Option<Instant>,
     host_timer: Option<Instant>,
-    gone_report: Option<(GoneScope, Instant)>,
+    /// The node agent: gone reports after a restart, re-sent until acknowledged.
+    agent: Agent,
+    agent_timer: Option<Instant>,
     boot_nonce: u64,
     /// The directory refused this host (its reason); the node stops.
     refused: Option<String>,
@@ -554,6 +557,16 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     config.window = TRANSFER_WINDOW;
     config.call_guard = options.deadline.saturating_add(Duration::from_secs(5));
     let machine = Host::new(config, clock.now(), &mut outbox);
+    let mut agent_boot = Outbox::new();
+    let agent = Agent::boot(
+        AgentConfig {
+            address: Address::new(node, incarnation, AGENT_ACTOR),
+            directory: Address::new(NodeId(0), 0, 0),
+            period: AGENT_PERIOD,
+        },
+        clock.now(),
+        &mut agent_boot,
+    );
     let mut host = HostNode {
         options,
         clock,
@@ -587,8 +600,8 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         next_session_generation: 1,
         proxy_timer: None,
         host_timer: None,
-        gone_report: (incarnation > 1)
-            .then_some((GoneScope::NodeBefore { node, incarnation }, Instant::ZERO)),
+        agent,
+        agent_timer: None,
         boot_nonce,
         refused: None,
         _lock: lock,
@@ -599,7 +612,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     if let Some(metrics) = &host.metrics {
         metrics.directory_connected.set(1);
     }
-    host.execute_boot_effects();
+    host.execute_boot_effects(agent_boot);
     host.set_peers(peers);
     host.discovered(Some(Discovered {
         address: directory,
@@ -626,10 +639,11 @@ fn attach_refusal(failure: &AttachmentFailure) -> String {
 }
 
 impl HostNode {
-    fn execute_boot_effects(&mut self) {
-        let effects = self.outbox.take();
-        for effect in effects {
-            self.perform(effect);
+    fn execute_boot_effects(&mut self, mut agent_boot: Outbox) {
+        self.host_effects();
+        let from = self.agent.address();
+        for effect in agent_boot.take() {
+            self.perform(from, effect);
         }
     }
 
@@ -655,7 +669,7 @@ impl HostNode {
             let next = [
                 self.proxy_timer,
                 self.host_timer,
-                self.gone_report.map(|(_, at)| at),
+                self.agent_timer,
                 retry,
                 self.peer_admission.next_deadline(),
                 self.child_admission.next_deadline(),
@@ -797,16 +811,12 @@ impl HostNode {
                     .handle_timer(now, Timer::HostTick, &mut self.arena, &mut self.outbox);
             self.host_effects();
         }
-        if let Some((scope, at)) = self.gone_report
-            && at <= now
-        {
-            let agent = Address::new(self.node, self.incarnation, AGENT_ACTOR);
-            let message = Message::AddressGone {
-                scope,
-                reply_to: agent,
-            };
-            self.route(agent, Address::new(NodeId(0), 0, 0), message);
-            self.gone_report = Some((scope, now.saturating_add(Duration::from_secs(1))));
+        if self.agent_timer.is_some_and(|at| at <= now) {
+            self.agent_timer = None;
+            let _ = self
+                .agent
+                .handle_timer(now, Timer::AgentTick, &mut self.outbox);
+            self.agent_effects();
         }
     }
 
@@ -814,42 +824,60 @@ impl HostNode {
         let effects = self.outbox.take();
         let from = Address::new(self.node, self.incarnation, PROXY_ACTOR);
         for effect in effects {
-            match effect {
-                Effect::Send { to, message } => self.route(from, to, message),
-                Effect::SetTimer { at, .. } => self.proxy_timer = Some(at),
-                Effect::CancelTimer { .. } => self.proxy_timer = None,
-                _ => {}
-            }
+            self.perform(from, effect);
+        }
+    }
+
+    fn agent_effects(&mut self) {
+        let effects = self.outbox.take();
+        let from = self.agent.address();
+        for effect in effects {
+            self.perform(from, effect);
         }
     }
 
     fn host_effects(&mut self) {
         let effects = self.outbox.take();
+        let from = Address::new(self.node, self.incarnation, FIRST_HOST_ACTOR);
         for effect in effects {
-            self.perform(effect);
+            self.perform(from, effect);
         }
     }
 
-    fn perform(&mut self, effect: Effect) {
-        let from = Address::new(self.node, self.incarnation, FIRST_HOST_ACTOR);
+    /// One effect of the proxy or the host machine (`from` is the actor that emitted it).
+    fn perform(&mut self, from: Address, effect: Effect) {
+        fn timer(node: &mut HostNode, which: Timer) -> Option<&mut Option<Instant>> {
+            match which {
+                Timer::ProxyRetry => Some(&mut node.proxy_timer),
+                Timer::HostTick => Some(&mut node.host_timer),
+                Timer::AgentTick => Some(&mut node.agent_timer),
+                Timer::DirectoryRetry => None,
+            }
+        }
         match effect {
             Effect::Send { to, message } => self.route(from, to, message),
-            Effect::SetTimer {
-                timer: Timer::ProxyRetry,
-                at,
-            } => self.proxy_timer = Some(at),
-            Effect::SetTimer {
-                timer: Timer::HostTick,
-                at,
-            } => self.host_timer = Some(at),
-            Effect::CancelTimer {
-                timer: Timer::ProxyRetry,
-            } => self.proxy_timer = None,
-            Effect::CancelTimer {
-                timer: Timer::HostTick,
-            } => self.host_timer = None,
-            // Neither the proxy nor the host persists, watches routes or has other timers.
-            _ => {}
+            Effect::SetTimer { timer: which, at } => match timer(self, which) {
+                Some(slot) => *slot = Some(at),
+                None => error!(
+                    ?which,
+                    "a host node has no such timer: the effect was dropped"
+                ),
+            },
+            Effect::CancelTimer { timer: which } => match timer(self, which) {
+                Some(slot) => *slot = None,
+                None => error!(
+                    ?which,
+                    "a host node has no such timer: the effect was dropped"
+                ),
+            },
+            // Neither the proxy nor the host persists or watches routes: one that did would be
+            // a machine bug, said loudly rather than ignored.
+            Effect::Persist(record) => {
+                error!(?record, "a host node has no log: the record was dropped");
+            }
+            Effect::WatchRoute { target } | Effect::UnwatchRoute { target } => {
+                error!(%target, "a host node watches no routes: the effect was dropped");
+            }
         }
     }
 
@@ -951,15 +979,20 @@ impl HostNode {
             return;
         }
         if to.incarnation == self.incarnation && to.actor == AGENT_ACTOR {
-            if let Message::GoneAcknowledged { scope } = message
-                && self.gone_report.is_some_and(|(s, _)| s == scope)
+            let waiting = !self.agent.pending().is_empty();
+            if self
+                .agent
+                .handle_message(&message, &mut self.outbox)
+                .is_ok()
             {
-                info!(
-                    incarnation = self.incarnation,
-                    "the directory knows this host restarted: the blobs of its earlier \
-                     incarnations are lost"
-                );
-                self.gone_report = None;
+                self.agent_effects();
+                if waiting && self.agent.pending().is_empty() {
+                    info!(
+                        incarnation = self.incarnation,
+                        "the directory knows this host restarted: the blobs of its earlier \
+                         incarnations are lost"
+                    );
+                }
             }
             return;
         }

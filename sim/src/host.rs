@@ -9,11 +9,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use dataplane_core::agent::{Agent, AgentConfig, acknowledgement};
+use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::ids::{Address, NodeId};
-use dataplane_core::wire::{Capability, ChunkRefusal, GoneScope, Message};
+use dataplane_core::time::{Duration, Instant};
+use dataplane_core::wire::{Capability, Message};
 
 use crate::client::{Action, Client, Io};
 use crate::worker::{HOST_FIRST_ACTOR, WORKER_BASE, WORKER_LIMIT, Worker};
+use crate::world::DIRECTORY;
 
 /// The capability worker `global` presents (its session is created expecting it).
 pub fn capability(global: u32) -> Capability {
@@ -24,6 +28,16 @@ pub fn capability(global: u32) -> Capability {
 
 /// Actor number of the node agent.
 pub const AGENT: u64 = 0;
+/// How often the agent re-sends a gone report the directory has not acknowledged.
+pub const AGENT_PERIOD: Duration = Duration::from_secs(1);
+
+fn agent_config(node: NodeId, incarnation: u64) -> AgentConfig {
+    AgentConfig {
+        address: Address::new(node, incarnation, AGENT),
+        directory: DIRECTORY,
+        period: AGENT_PERIOD,
+    }
+}
 /// Actor numbers of successive proxy instances start here (a restarted proxy gets a new
 /// address, so late replies to its predecessor are recognisably stale).
 pub const PROXY_BASE: u64 = 500;
@@ -47,10 +61,10 @@ pub struct HostNode {
     pub endpoints: BTreeMap<u64, usize>,
     /// The next actor number to hand out.
     pub next_actor: u64,
-    /// Gone reports not yet acknowledged.
-    pub gone_reports: Vec<GoneScope>,
-    /// Whether the agent's re-send tick is scheduled.
-    pub agent_armed: bool,
+    /// The node agent of the current incarnation (core's, as `dataplane-node` runs it).
+    pub agent: Agent,
+    /// Arming of the agent's tick (a fired tick of an older arming is stale).
+    pub agent_timer_generation: u64,
     /// The node's proxy, while it runs.
     pub proxy: Option<dataplane_core::proxy::Proxy>,
     /// How many proxies this incarnation started (the current one's number).
@@ -80,7 +94,7 @@ pub struct HostOutput {
     /// Frames to send: (from, to, message).
     pub sends: Vec<(Address, Address, Message)>,
     /// Client wake-ups to schedule: (client index, generation, at).
-    pub wakes: Vec<(usize, u64, dataplane_core::time::Instant)>,
+    pub wakes: Vec<(usize, u64, Instant)>,
     /// Frames for actors of this node (delivered locally, in order): (from, to, message).
     pub local: Vec<(Address, Address, Message)>,
     /// Frames for the node's proxy, to be handled by the world.
@@ -90,7 +104,11 @@ pub struct HostOutput {
     /// Frames for workers: (worker slot, message).
     pub to_worker: Vec<(usize, Message)>,
     /// Frames to send later (slow acknowledgements): (delay, from, to, message).
-    pub delayed: Vec<(dataplane_core::time::Duration, Address, Address, Message)>,
+    pub delayed: Vec<(Duration, Address, Address, Message)>,
+    /// The agent's tick to schedule: (arming, at).
+    pub agent_tick: Option<(u64, Instant)>,
+    /// Effects a machine emitted that this node cannot perform (a checker failure).
+    pub unexpected: Vec<Effect>,
 }
 
 impl HostNode {
@@ -104,8 +122,8 @@ impl HostNode {
             sources: BTreeSet::new(),
             endpoints: BTreeMap::new(),
             next_actor: FIRST_SPAWNED,
-            gone_reports: Vec::new(),
-            agent_armed: false,
+            agent: Agent::boot(agent_config(node, 1), Instant::ZERO, &mut Outbox::new()),
+            agent_timer_generation: 0,
             proxy: None,
             proxy_generation: 0,
             discovery_version: 0,
@@ -142,8 +160,7 @@ impl HostNode {
         self.clients.clear();
         self.sources.clear();
         self.endpoints.clear();
-        self.gone_reports.clear();
-        self.agent_armed = false;
+        self.agent_timer_generation += 1;
         self.proxy = None;
         self.machine = None;
         self.mem = crate::memory::SimArena::default();
@@ -169,7 +186,7 @@ impl HostNode {
     }
 
     /// The node boots into its next incarnation and reports the previous one gone.
-    pub fn restart(&mut self, client_count: usize) {
+    pub fn restart(&mut self, now: Instant, client_count: usize, out: &mut HostOutput) {
         self.incarnation += 1;
         self.up = true;
         self.next_actor = FIRST_SPAWNED;
@@ -178,10 +195,34 @@ impl HostNode {
         self.proxy_generation = 0;
         self.discovery_version = 0;
         self.spawn_clients(client_count);
-        self.gone_reports = vec![GoneScope::NodeBefore {
-            node: self.node,
-            incarnation: self.incarnation,
-        }];
+        let mut boot = Outbox::new();
+        self.agent = Agent::boot(agent_config(self.node, self.incarnation), now, &mut boot);
+        self.agent_effects(boot.take(), out);
+    }
+
+    /// Performs the agent's effects: frames go out from its address, its tick is armed or
+    /// disarmed.
+    pub fn agent_effects(&mut self, effects: Vec<Effect>, out: &mut HostOutput) {
+        let from = self.agent.address();
+        for effect in effects {
+            match effect {
+                Effect::Send { to, message } => out.sends.push((from, to, message)),
+                Effect::SetTimer {
+                    timer: Timer::AgentTick,
+                    at,
+                } => {
+                    self.agent_timer_generation += 1;
+                    out.agent_tick = Some((self.agent_timer_generation, at));
+                }
+                Effect::CancelTimer {
+                    timer: Timer::AgentTick,
+                } => {
+                    self.agent_timer_generation += 1;
+                    out.agent_tick = None;
+                }
+                other => out.unexpected.push(other),
+            }
+        }
     }
 
     /// Whether `address` names a live actor of this node.
@@ -249,34 +290,7 @@ impl HostNode {
             return;
         }
         let incarnation = self.incarnation;
-        let ack = |message: &Message| match message {
-            Message::Retire { reply_to } => {
-                Some((*reply_to, Message::SourceRetired { source: to }))
-            }
-            Message::Displaced {
-                incarnation,
-                reply_to,
-            } => Some((
-                *reply_to,
-                Message::StreamDisplaced {
-                    endpoint: to,
-                    incarnation: *incarnation,
-                },
-            )),
-            // Client sources serve no bytes; a source of an earlier life is gone, and so are
-            // its bytes (they lived in that life's arena).
-            Message::ChunkRequest { reply_to, .. } => Some((
-                *reply_to,
-                Message::ChunkRefused {
-                    reason: if to.incarnation < incarnation {
-                        ChunkRefusal::IncarnationEnded
-                    } else {
-                        ChunkRefusal::Retired
-                    },
-                },
-            )),
-            _ => None,
-        };
+        let ack = |message: &Message| acknowledgement(incarnation, to, message);
         if to.incarnation != self.incarnation {
             // An actor of an earlier life: the agent acknowledges on its behalf.
             if let Some((reply_to, reply)) = ack(&message) {
@@ -305,8 +319,9 @@ impl HostNode {
         }
         match to.actor {
             AGENT => {
-                if let Message::GoneAcknowledged { scope } = message {
-                    self.gone_reports.retain(|s| *s != scope);
+                let mut agent_out = Outbox::new();
+                if self.agent.handle_message(&message, &mut agent_out).is_ok() {
+                    self.agent_effects(agent_out.take(), out);
                 }
             }
             n if (n as usize) <= self.clients.len() && n >= 1 => {
@@ -333,8 +348,7 @@ impl HostNode {
                 if let Some((reply_to, reply)) = ack(&message) {
                     let max = io.options.ack_delay_max.as_nanos();
                     if live && max > 0 {
-                        let delay =
-                            dataplane_core::time::Duration::from_nanos(io.rng.range(0, max));
+                        let delay = Duration::from_nanos(io.rng.range(0, max));
                         out.delayed.push((delay, to, reply_to, reply));
                     } else {
                         out.sends.push((to, reply_to, reply));

@@ -12,12 +12,14 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
+use dataplane_core::barrier::Barrier;
 use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::host::{Host, HostConfig, SessionConfig};
 use dataplane_core::ids::{Address, NodeId};
 use dataplane_core::log::{FRAME_HEADER_BYTES, append_record, decode_log, encode_log};
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
+use dataplane_core::routes::Routes;
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{Envelope, Message};
 
@@ -40,8 +42,6 @@ pub const EVENT_BUDGET: u64 = 20_000_000;
 const COMPACT_MIN_BYTES: usize = 64 * 1024;
 /// Latency of a frame between two actors of one node (reliable and in order).
 const LOCAL_LATENCY: Duration = Duration::from_micros(20);
-/// Period of a host agent's re-send of unacknowledged gone reports.
-const AGENT_PERIOD: Duration = Duration::from_secs(1);
 
 /// An input of a host machine (built once per step and consumed at once, like `DirInput`).
 #[allow(clippy::large_enum_variant)]
@@ -136,6 +136,7 @@ enum EventKind {
     AgentTick {
         host: usize,
         incarnation: u64,
+        arming: u64,
     },
     PartitionStart,
     PartitionEnd {
@@ -227,14 +228,19 @@ struct DirectoryNode {
     synced: usize,
     sync: Option<(u64, usize)>,
     sync_generation: u64,
-    held: VecDeque<(usize, Effect)>,
-    barrier: usize,
+    barrier: Barrier,
     unsynced_steps: VecDeque<(u64, usize)>,
     step: u64,
     timer_generation: u64,
     /// Watched targets: the routability last reported and the version of that report (only
     /// the newest report of a target is delivered, so reports never arrive out of order).
-    watched: BTreeMap<Address, (Option<bool>, u64)>,
+    /// Routability of the watched targets (core's, as `dataplane-node` decides it), fed
+    /// from the simulated connections: a host is connected while it is up and the
+    /// directory's link to it is.
+    routes: Routes,
+    /// The version of each watched target's newest report in flight (only the newest is
+    /// delivered, so reports never arrive out of order).
+    route_versions: BTreeMap<Address, u64>,
     route_version: u64,
     compacted_len: usize,
 }
@@ -333,12 +339,12 @@ impl World {
                 synced: 0,
                 sync: None,
                 sync_generation: 0,
-                held: VecDeque::new(),
-                barrier: 0,
+                barrier: Barrier::new(0),
                 unsynced_steps: VecDeque::new(),
                 step: 0,
                 timer_generation: 0,
-                watched: BTreeMap::new(),
+                routes: Routes::new(),
+                route_versions: BTreeMap::new(),
                 route_version: 0,
                 compacted_len: 0,
             },
@@ -496,7 +502,8 @@ impl World {
                 version,
             } => {
                 let d = &self.directory;
-                let newest = d.watched.get(&target).is_some_and(|(_, v)| *v == version);
+                let newest =
+                    d.routes.is_watched(&target) && d.route_versions.get(&target) == Some(&version);
                 if d.machine.is_some() && d.boot == boot && newest {
                     self.directory_input(DirInput::Route { target, routable });
                 }
@@ -564,25 +571,27 @@ impl World {
                     self.client_step(host, client, |c, io| c.wake(io));
                 }
             }
-            EventKind::AgentTick { host, incarnation } => {
+            EventKind::AgentTick {
+                host,
+                incarnation,
+                arming,
+            } => {
                 let h = &mut self.hosts[host];
-                if h.up && h.incarnation == incarnation {
-                    let from = h.agent();
-                    let reports = h.gone_reports.clone();
-                    h.agent_armed = !reports.is_empty();
-                    for scope in reports {
-                        self.send(
-                            from,
-                            DIRECTORY,
-                            Message::AddressGone {
-                                scope,
-                                reply_to: from,
-                            },
-                        );
+                if h.up && h.incarnation == incarnation && h.agent_timer_generation == arming {
+                    let mut out = HostOutput::default();
+                    if let Err(error) =
+                        h.agent
+                            .handle_timer(self.now, Timer::AgentTick, &mut self.outbox)
+                    {
+                        self.checker
+                            .fail(self.now, format!("the agent refused its tick: {error}"));
                     }
-                    if self.hosts[host].agent_armed {
-                        self.schedule_in(AGENT_PERIOD, EventKind::AgentTick { host, incarnation });
+                    let effects = self.outbox.take();
+                    if effects.iter().any(|e| matches!(e, Effect::Send { .. })) {
+                        self.checker.coverage.hit("agent.report_resent");
                     }
+                    self.hosts[host].agent_effects(effects, &mut out);
+                    self.host_output(host, out);
                 }
             }
             EventKind::PartitionStart => {
@@ -614,7 +623,7 @@ impl World {
                 self.report_routes();
             }
             EventKind::FlapStart => {
-                let watched: Vec<Address> = self.directory.watched.keys().copied().collect();
+                let watched: Vec<Address> = self.directory.routes.watched().copied().collect();
                 if !watched.is_empty() {
                     let target = *self.fault_rng.pick(&watched);
                     self.flapped.insert(target);
@@ -634,6 +643,7 @@ impl World {
             }
             EventKind::FlapEnd(target) => {
                 self.flapped.remove(&target);
+                self.directory.routes.set_lost(target, false);
                 self.report_routes();
             }
             EventKind::ActorDeath => {
@@ -924,6 +934,22 @@ impl World {
 
     fn host_output(&mut self, host: usize, out: HostOutput) {
         let incarnation = self.hosts[host].incarnation;
+        if let Some((arming, at)) = out.agent_tick {
+            self.schedule(
+                at,
+                EventKind::AgentTick {
+                    host,
+                    incarnation,
+                    arming,
+                },
+            );
+        }
+        for effect in &out.unexpected {
+            self.checker.fail(
+                self.now,
+                format!("host {host}'s agent emitted an effect it cannot perform: {effect:?}"),
+            );
+        }
         // Retention, seen by the callers: a client that heard OperationExpired for an
         // operation it still asks about says so.
         for client in &mut self.hosts[host].clients {
@@ -1206,29 +1232,27 @@ impl World {
     }
 
     fn execute_directory_effects(&mut self, mut effects: Vec<Effect>) {
-        for effect in effects.drain(..) {
-            match effect {
-                Effect::Persist(record) => {
-                    if let Err(error) = append_record(&mut self.directory.disk, &record) {
-                        self.checker
-                            .fail(self.now, format!("log record does not encode: {error}"));
-                    }
-                    self.directory.barrier = self.directory.disk.len();
-                    self.stats.log_bytes_max = self
-                        .stats
-                        .log_bytes_max
-                        .max(self.directory.disk.len() as u64);
+        let mut ready = Vec::new();
+        let d = &mut self.directory;
+        let (disk, checker, now) = (&mut d.disk, &mut self.checker, self.now);
+        let admitted = d.barrier.admit(
+            effects.drain(..),
+            d.synced as u64,
+            |record| {
+                if let Err(error) = append_record(disk, record) {
+                    checker.fail(now, format!("log record does not encode: {error}"));
                 }
-                other => {
-                    let d = &self.directory;
-                    if d.held.is_empty() && d.synced >= d.barrier {
-                        self.execute_released(other);
-                    } else {
-                        let barrier = self.directory.barrier;
-                        self.directory.held.push_back((barrier, other));
-                    }
-                }
-            }
+                Ok::<u64, std::convert::Infallible>(disk.len() as u64)
+            },
+            &mut ready,
+        );
+        let Ok(()) = admitted;
+        self.stats.log_bytes_max = self
+            .stats
+            .log_bytes_max
+            .max(self.directory.disk.len() as u64);
+        for effect in ready {
+            self.execute_released(effect);
         }
         self.outbox.recycle(effects);
         let (step, end) = (self.directory.step, self.directory.disk.len());
@@ -1285,11 +1309,9 @@ impl World {
         if let Some(step) = durable_step {
             self.checker.directory_synced(step);
         }
-        while let Some((barrier, _)) = self.directory.held.front() {
-            if *barrier > target {
-                break;
-            }
-            let (_, effect) = self.directory.held.pop_front().expect("front exists");
+        let mut ready = Vec::new();
+        self.directory.barrier.release(target as u64, &mut ready);
+        for effect in ready {
             self.execute_released(effect);
         }
         if self.directory.disk.len() > self.directory.synced {
@@ -1306,7 +1328,7 @@ impl World {
     fn maybe_compact(&mut self) {
         let d = &self.directory;
         let threshold = (2 * d.compacted_len).max(COMPACT_MIN_BYTES);
-        if d.disk.len() < threshold || !d.unsynced_steps.is_empty() || !d.held.is_empty() {
+        if d.disk.len() < threshold || !d.unsynced_steps.is_empty() || d.barrier.waiting() {
             return;
         }
         let Some(machine) = d.machine.as_ref() else {
@@ -1317,7 +1339,7 @@ impl World {
                 let d = &mut self.directory;
                 d.disk = image;
                 d.synced = d.disk.len();
-                d.barrier = d.disk.len();
+                d.barrier.clear(d.disk.len() as u64);
                 d.compacted_len = d.disk.len();
                 self.checker.coverage.hit("disk.compacted");
             }
@@ -1334,51 +1356,86 @@ impl World {
                 self.checker.released(self.now, to, &message);
                 self.send(from, to, message);
             }
-            Effect::SetTimer { timer: _, at } => {
+            Effect::SetTimer {
+                timer: Timer::DirectoryRetry,
+                at,
+            } => {
                 self.directory.timer_generation += 1;
                 let (boot, generation) = (self.directory.boot, self.directory.timer_generation);
                 self.schedule(at, EventKind::DirTimer { boot, generation });
             }
-            Effect::CancelTimer { .. } => self.directory.timer_generation += 1,
+            Effect::CancelTimer {
+                timer: Timer::DirectoryRetry,
+            } => self.directory.timer_generation += 1,
             Effect::WatchRoute { target } => {
-                self.directory.watched.insert(target, (None, 0));
+                self.directory.routes.watch(target);
                 self.report_routes();
             }
             Effect::UnwatchRoute { target } => {
-                self.directory.watched.remove(&target);
+                self.directory.routes.unwatch(target);
+                self.directory.route_versions.remove(&target);
             }
-            Effect::Persist(_) => unreachable!("persists are never held"),
+            other => self.checker.fail(
+                self.now,
+                format!("the directory emitted an effect its node cannot perform: {other:?}"),
+            ),
         }
     }
 
-    fn routable(&self, target: &Address) -> bool {
-        let Some(host) = self.host_index(target.node) else {
-            return true;
-        };
-        let h = &self.hosts[host];
-        h.up && h.incarnation == target.incarnation
-            && self.link_up(DIRECTORY_NODE, target.node)
-            && !self.flapped.contains(target)
+    /// Whether the directory can reach `target` in the simulated world: its host is up in that
+    /// incarnation, the directory's link to it is up, and its route is not flapping.
+    fn route_truth(&self, target: &Address) -> bool {
+        self.host_index(target.node).is_some_and(|host| {
+            let h = &self.hosts[host];
+            h.up && h.incarnation == target.incarnation
+                && !self.blocked.contains(&(DIRECTORY_NODE, target.node))
+                && !self.flapped.contains(target)
+        })
     }
 
     /// Tells the directory about every watched target whose routability changed (after a
     /// registrar delay), including the initial observation of new watches.
     fn report_routes(&mut self) {
-        let changes: Vec<(Address, bool)> = self
+        for h in 0..self.hosts.len() {
+            let (node, up, incarnation) = (
+                self.hosts[h].node,
+                self.hosts[h].up,
+                self.hosts[h].incarnation,
+            );
+            if up && self.link_up(DIRECTORY_NODE, node) {
+                self.directory.routes.connected(node, incarnation);
+            } else {
+                self.directory.routes.disconnected(node);
+            }
+        }
+        for target in &self.flapped {
+            self.directory.routes.set_lost(*target, true);
+        }
+        let mut changes = Vec::new();
+        self.directory.routes.changes(&mut changes);
+        // Routability, restated from the simulated truth: what was reported must be it.
+        let wrong: Vec<(Address, bool)> = self
             .directory
-            .watched
-            .iter()
-            .filter_map(|(target, (last, _))| {
-                let now = self.routable(target);
-                (*last != Some(now)).then_some((*target, now))
+            .routes
+            .watched()
+            .filter_map(|t| {
+                let truth = self.route_truth(t);
+                (self.directory.routes.reported(t) != Some(truth)).then_some((*t, truth))
             })
             .collect();
+        for (target, truth) in wrong {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "routes: {target} is {} but the directory was told otherwise",
+                    if truth { "routable" } else { "unroutable" }
+                ),
+            );
+        }
         for (target, routable) in changes {
             self.directory.route_version += 1;
             let version = self.directory.route_version;
-            self.directory
-                .watched
-                .insert(target, (Some(routable), version));
+            self.directory.route_versions.insert(target, version);
             let delay = Duration::from_micros(self.net_rng.range(100, 20_000));
             let boot = self.directory.boot;
             self.schedule_in(
@@ -1398,9 +1455,9 @@ impl World {
         self.checker.coverage.hit("fault.directory_crash");
         let d = &mut self.directory;
         d.machine = None;
-        d.held.clear();
         d.sync = None;
-        d.watched.clear();
+        d.routes = Routes::new();
+        d.route_versions.clear();
         // What reaches the platter: everything synced, then each unsynced step with some
         // probability (in order), then possibly a torn fragment of the next record.
         let mut surviving = d.synced;
@@ -1425,7 +1482,7 @@ impl World {
             self.checker.coverage.hit("fault.torn_tail");
         }
         d.synced = d.disk.len();
-        d.barrier = d.disk.len();
+        d.barrier.clear(d.disk.len() as u64);
         self.checker.directory_crashed(surviving_step);
         // Discovery notices the crash only after a while: until then proxies keep sending to
         // (and accepting the epoch of) the dead instance.
@@ -1449,7 +1506,7 @@ impl World {
         }
         d.disk.truncate(decoded.valid_len);
         d.synced = d.disk.len();
-        d.barrier = d.disk.len();
+        d.barrier.clear(d.disk.len() as u64);
         d.timer_generation += 1;
         let config = DirectoryConfig {
             address: d.address(),
@@ -1768,7 +1825,9 @@ impl World {
             return;
         }
         let clients = self.options.clients_per_host[host] as usize;
-        self.hosts[host].restart(clients);
+        let mut out = HostOutput::default();
+        self.hosts[host].restart(self.now, clients, &mut out);
+        self.host_output(host, out);
         let incarnation = self.hosts[host].incarnation;
         for client in 0..clients {
             let delay = uniform(&mut self.work_rng, self.options.workload.think_mean);
@@ -1782,8 +1841,6 @@ impl World {
                 },
             );
         }
-        self.hosts[host].agent_armed = true;
-        self.schedule_in(Duration::ZERO, EventKind::AgentTick { host, incarnation });
         self.start_proxy(host);
         self.boot_machine(host);
         if self.phase == Phase::Healed {
@@ -1820,13 +1877,14 @@ impl World {
         self.stats.actor_deaths += 1;
         self.checker.coverage.hit("fault.actor_death");
         if report {
-            h.gone_reports
-                .push(dataplane_core::wire::GoneScope::Address(address));
-            if !h.agent_armed {
-                h.agent_armed = true;
-                let incarnation = h.incarnation;
-                self.schedule_in(Duration::ZERO, EventKind::AgentTick { host, incarnation });
+            let scope = dataplane_core::wire::GoneScope::Address(address);
+            if h.agent.report(self.now, scope, &mut self.outbox) {
+                self.checker.coverage.hit("agent.reported_actor");
             }
+            let effects = self.outbox.take();
+            let mut out = HostOutput::default();
+            self.hosts[host].agent_effects(effects, &mut out);
+            self.host_output(host, out);
         }
     }
 
@@ -1856,7 +1914,9 @@ impl World {
         self.phase = Phase::Healed;
         self.checker.healed(self.now);
         self.blocked.clear();
-        self.flapped.clear();
+        for target in std::mem::take(&mut self.flapped) {
+            self.directory.routes.set_lost(target, false);
+        }
         self.outages = 0;
         if self.directory.machine.is_none() {
             self.restart_directory();

@@ -238,6 +238,16 @@ impl Proc {
         self.child.as_ref().expect("running").id()
     }
 
+    /// Sends it `signal` (a name `kill` understands, e.g. `STOP` or `CONT`).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap_or_else(|e| panic!("kill -{signal} {}: {e}", self.name));
+        assert!(status.success(), "kill -{signal} {} failed", self.name);
+    }
+
     /// Kills it with SIGKILL and reaps it (nothing if it is not running).
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -629,6 +629,8 @@ impl DurableState {
                 self.issuers.entry(*issuer).or_default().horizon = *below;
                 self.prune_issuer(*issuer, *below);
             }
+            // The node's membership, not the machine's state.
+            LogRecord::Member(_) => {}
         }
         Ok(())
     }

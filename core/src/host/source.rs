@@ -86,31 +86,10 @@ impl Host {
     /// earlier incarnation of this node, whose bytes died with it; `Retired` for one of this
     /// incarnation). Everything else is dropped.
     pub(super) fn answer_for_the_dead(&self, to: Address, message: &Message, out: &mut Outbox) {
-        match message {
-            Message::Retire { reply_to } => {
-                out.send(*reply_to, Message::SourceRetired { source: to });
-            }
-            Message::Displaced {
-                incarnation,
-                reply_to,
-            } => {
-                out.send(
-                    *reply_to,
-                    Message::StreamDisplaced {
-                        endpoint: to,
-                        incarnation: *incarnation,
-                    },
-                );
-            }
-            Message::ChunkRequest { reply_to, .. } => {
-                let reason = if to.incarnation < self.config.incarnation {
-                    ChunkRefusal::IncarnationEnded
-                } else {
-                    ChunkRefusal::Retired
-                };
-                out.send(*reply_to, Message::ChunkRefused { reason });
-            }
-            _ => {}
+        if let Some((reply_to, reply)) =
+            crate::agent::acknowledgement(self.config.incarnation, to, message)
+        {
+            out.send(reply_to, reply);
         }
     }
 }

@@ -179,6 +179,8 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "host.read_shared",
     "fault.session_revoked",
     "host.session_revoked",
+    "agent.reported_actor",
+    "agent.report_resent",
 ];
 
 /// What `at_end` looks at.
@@ -1003,7 +1005,7 @@ impl Checker {
                     ));
                 }
             }
-            if !host.gone_reports.is_empty() {
+            if !host.agent.pending().is_empty() {
                 problems.push(format!("gone report of {} never acknowledged", host.node));
             }
         }

@@ -295,9 +295,13 @@ fn a_second_directory_on_a_data_directory_in_use_changes_no_file() {
     let host = HostProc::start(&dir, "host", &directory.listen, "4M");
     host.cli_stdin(&["put", "/data/locked", "-"], &pattern(1, 1000))
         .expect_code(0, "put");
+    // The running directory is stopped while the second one tries, so that every change to
+    // the files is the second one's (the first one writes on its own: horizons, sync marks).
+    directory.proc.signal("STOP");
     let before = tree(&directory.data_dir);
     let (code, output) = run_refused(&dir, "second", &directory.data_dir, &[]);
     let after = tree(&directory.data_dir);
+    directory.proc.signal("CONT");
     let changed: Vec<&PathBuf> = after
         .iter()
         .filter(|(name, bytes)| before.get(*name) != Some(*bytes))

@@ -9,6 +9,7 @@ mod kill_directory;
 mod kill_host;
 mod lease;
 mod log_damage;
+mod membership;
 mod ops;
 mod overload;
 mod soak;
