@@ -1,11 +1,12 @@
-//! Runs a workload against the directory and the reference model together and checks every
-//! step. After each one:
+//! Runs a workload against the directory and the reference model (`dataplane_model`, shared
+//! with the simulator) together and checks every step. After each one:
 //!
 //! * every reply the directory sent (to the caller, and to parked or held openers answered
 //!   later) equals the model's prediction, epoch included;
 //! * the Retire / Displaced / GoneAcknowledged frames equal the predicted ones;
-//! * the durable state (entries, operation table, reservations, obligations, node floors,
-//!   counters) equals the model's;
+//! * every durable field (epoch, next revision, entries, operation records, reservations,
+//!   obligations in persisted order with their fenced paths, node floors, issuer rows) equals
+//!   the model's (`dataplane_model::compare`);
 //! * the runtime rendezvous and fences sit on the predicted paths, and the watched routes are
 //!   exactly the targets that have obligations;
 //! * the write-ahead barrier holds: walking the step's effects in order, every reply and notice
@@ -15,8 +16,8 @@
 //!
 //! The first disagreement is returned as an `Err` that names the step; the caller decides how
 //! to fail (a failed proptest case, a fuzz crash). Programmer errors still panic: a refused
-//! input or a broken invariant inside [`Dir`], and the model's one-batch assertion
-//! ([`BeyondBatch::Assert`]); proptest and libFuzzer report a panic as a failure too.
+//! input or a broken invariant inside [`Dir`], and a retry pass with more obligations than one
+//! batch under [`BeyondBatch::Assert`]; proptest and libFuzzer report a panic as a failure too.
 
 use std::collections::BTreeMap;
 
@@ -24,18 +25,17 @@ use dataplane_core::directory::DirectoryLimits;
 use dataplane_core::directory::{DurableState, ObligationKey, Rendezvous};
 use dataplane_core::effect::Effect;
 use dataplane_core::error::NamespaceError;
-use dataplane_core::ids::{
-    Address, AuthorityEpoch, Issuer, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
-};
+use dataplane_core::ids::{Address, Issuer, OperationId, RequestId, Revision, StreamIncarnation};
 use dataplane_core::limits::RETRY_BATCH_MAX;
-use dataplane_core::log::{Entry, OperationRecord, Outcome, Reservation};
+use dataplane_core::log::Outcome;
 use dataplane_core::path::DataPath;
 use dataplane_core::wire::{
     DirectoryCall, DirectoryReply, DirectoryRequest, GoneScope, Message, ReplyBody,
 };
+use dataplane_model::rules::{issuer_of, rejection_error, sequence_of};
+use dataplane_model::{Model, Out, compare};
 
 use crate::dir::{CLIENT, DIRECTORY, Dir};
-use crate::model::{Caller, Model, Out};
 use crate::workload::{CLIENT2, HOST, Seen, Step, endpoint, request_of};
 
 /// Returns an `Err` naming `what` and both sides unless `left == right`.
@@ -64,10 +64,10 @@ pub enum BeyondBatch {
     Skip,
 }
 
-/// What a step actually sent, in comparable form.
+/// What a step sent, in comparable form (the model's coverage notes left out).
 #[derive(Debug, PartialEq, Eq)]
 struct Sent {
-    replies: Vec<(Address, RequestId, ReplyBody)>,
+    replies: Vec<(Address, DirectoryReply)>,
     retires: Vec<Address>,
     displaced: Vec<(Address, StreamIncarnation)>,
     gone_acks: Vec<(Address, GoneScope)>,
@@ -80,28 +80,21 @@ fn normalise(out: Out) -> Sent {
         displaced: out.displaced,
         gone_acks: out.gone_acks,
     };
-    s.replies.sort_by_key(|(to, id, _)| (*id, *to));
+    s.replies.sort_by_key(|(to, reply)| (reply.request_id, *to));
     s.retires.sort();
     s.displaced.sort();
     s.gone_acks.sort();
     s
 }
 
-fn collect(effects: &[Effect], epoch: AuthorityEpoch) -> Result<Out, String> {
+fn collect(effects: &[Effect]) -> Result<Out, String> {
     let mut out = Out::default();
     for effect in effects {
         let Effect::Send { to, message } = effect else {
             continue;
         };
         match message {
-            Message::Reply(DirectoryReply {
-                request_id,
-                epoch: e,
-                body,
-            }) => {
-                ensure_eq!(*e, epoch, "reply epoch");
-                out.replies.push((*to, *request_id, body.clone()));
-            }
+            Message::Reply(reply) => out.replies.push((*to, reply.clone())),
             Message::Retire { reply_to } => {
                 ensure_eq!(*reply_to, DIRECTORY, "reply_to of {message:?} to {to}");
                 out.retires.push(*to);
@@ -120,66 +113,10 @@ fn collect(effects: &[Effect], epoch: AuthorityEpoch) -> Result<Out, String> {
     Ok(out)
 }
 
-/// Obligations as (key, fenced path), sorted by key.
-type ObligationView = Vec<(ObligationKey, Option<DataPath>)>;
-
-fn durable_obligations(d: &DurableState) -> ObligationView {
-    let mut v: ObligationView = d
-        .obligations_in_order()
-        .map(|(key, fence)| (key, fence.cloned()))
-        .collect();
-    v.sort_by_key(|(key, _)| *key);
-    v
-}
-
-fn model_obligations(m: &Model) -> ObligationView {
-    let mut v: ObligationView = m
-        .retirements
-        .iter()
-        .map(|a| (ObligationKey::Retire(*a), None))
-        .chain(
-            m.displacements
-                .iter()
-                .map(|(e, i, f)| (ObligationKey::Displace(*e, *i), f.clone())),
-        )
-        .collect();
-    v.sort_by_key(|(key, _)| *key);
-    v
-}
-
 fn check_state(d: &Dir, m: &Model, seen: &Seen) -> Result<(), String> {
-    let durable = d.dir.durable();
-    ensure_eq!(durable.epoch(), m.epoch, "epoch");
-    ensure_eq!(
-        durable.next_revision(),
-        Revision(m.next_revision),
-        "next revision"
-    );
-    let entries: BTreeMap<DataPath, Entry> = durable
-        .entries()
-        .map(|(p, e)| (p.clone(), e.clone()))
-        .collect();
-    ensure_eq!(&entries, &m.entries, "entries");
-    let operations: BTreeMap<OperationId, OperationRecord> =
-        durable.operations().map(|(o, r)| (*o, r.clone())).collect();
-    ensure_eq!(&operations, &m.operations, "operation table");
-    let reservations: BTreeMap<DataPath, Reservation> = durable
-        .reservations()
-        .map(|(p, r)| (p.clone(), r.clone()))
-        .collect();
-    ensure_eq!(&reservations, &m.reservations, "reservations");
-    ensure_eq!(
-        durable_obligations(durable),
-        model_obligations(m),
-        "obligations"
-    );
-    let floors: BTreeMap<NodeId, u64> = durable.node_floors().map(|(n, f)| (*n, *f)).collect();
-    ensure_eq!(&floors, &m.floors, "node floors");
-    let issuers: BTreeMap<Issuer, (u64, usize)> = durable
-        .issuers()
-        .map(|(i, row)| (*i, (row.horizon, row.records)))
-        .collect();
-    ensure_eq!(&issuers, &m.issuer_rows(), "issuer rows (horizon, records)");
+    if let Some(difference) = compare::first_difference(d.dir.durable(), m) {
+        return Err(difference.to_string());
+    }
     let streams: Vec<(DataPath, bool)> = d
         .dir
         .rendezvous_all()
@@ -244,6 +181,18 @@ fn check_barrier(
     Ok(())
 }
 
+/// Whether `issuer`'s node incarnation ended in `state` (the rule restated, not
+/// `DurableState::is_issuer_gone`: the barrier check must not share the directory's predicate).
+fn issuer_gone(state: &DurableState, issuer: Issuer) -> bool {
+    issuer.incarnation < state.node_floor(issuer.node)
+}
+
+/// Whether `op` is expired in `state` (restated, like [`issuer_gone`]).
+fn expired(state: &DurableState, op: OperationId) -> bool {
+    let issuer = issuer_of(op);
+    issuer_gone(state, issuer) || sequence_of(op) < state.horizon(issuer)
+}
+
 fn reply_is_durable(
     state: &DurableState,
     requests: &BTreeMap<RequestId, DirectoryRequest>,
@@ -255,7 +204,7 @@ fn reply_is_durable(
     if let (DirectoryRequest::OperationsDone { issuer, .. }, ReplyBody::OperationsDone(Ok(h))) =
         (request, &reply.body)
     {
-        return state.is_issuer_gone(*issuer) || state.horizon(*issuer) >= *h;
+        return issuer_gone(state, *issuer) || state.horizon(*issuer) >= *h;
     }
     let Some(op) = request.operation() else {
         return true;
@@ -269,7 +218,7 @@ fn reply_is_durable(
         ReplyBody::BlobReserved(Ok(())) => outcome == Some(&Outcome::Reserved),
         // A release that ends the reservation of an expired operation also prunes its record.
         ReplyBody::StreamCancelled(Ok(())) | ReplyBody::BlobReservationReleased(Ok(())) => {
-            outcome.is_some() || state.is_expired(op)
+            outcome.is_some() || expired(state, op)
         }
         ReplyBody::Registered(Err(e))
         | ReplyBody::Unregistered(Err(e))
@@ -278,7 +227,7 @@ fn reply_is_durable(
             NamespaceError::PathExists(_)
             | NamespaceError::PathNotFound(_)
             | NamespaceError::StreamActive(_) => {
-                matches!(outcome, Some(Outcome::Rejected(x)) if x.error() == *e)
+                matches!(outcome, Some(Outcome::Rejected(x)) if rejection_error(x) == *e)
             }
             _ => true,
         },
@@ -288,7 +237,7 @@ fn reply_is_durable(
 
 /// The model's retry pass covers every obligation in one batch.
 fn within_batch(m: &Model) -> bool {
-    m.retirements.len() + m.displacements.len() <= RETRY_BATCH_MAX
+    m.obligation_count() <= RETRY_BATCH_MAX
 }
 
 /// Runs `steps` against a fresh directory ([`Dir`]) and a fresh model, checking each step
@@ -304,34 +253,43 @@ pub fn run_with_limits(
     limits: DirectoryLimits,
 ) -> Result<(), String> {
     let mut d = Dir::with_limits(limits);
-    let mut m = Model::with_limits(limits);
+    // The harness's directory booted (a recovery from an empty log) and every record it
+    // persists is durable at once: the model's journal is forgotten after every step.
+    let mut m = Model::new(limits);
+    m.recover(0);
+    m.forget_through(0);
+    let _ = m.take_out();
     let mut seen = Seen {
         next_request: 1,
         ..Seen::default()
     };
     check_state(&d, &m, &seen).map_err(|e| format!("at boot: {e}"))?;
     for (index, step) in steps.iter().enumerate() {
-        let mut expected = Out::default();
+        let at = index as u64 + 1;
         let before = d.dir.durable().clone();
+        let retry_pass = matches!(step, Step::Tick | Step::Restart);
+        if retry_pass && !within_batch(&m) {
+            match beyond_batch {
+                BeyondBatch::Skip => continue,
+                BeyondBatch::Assert => panic!(
+                    "step {index} ({step:?}): a retry pass over {} obligations, more than one batch",
+                    m.obligation_count()
+                ),
+            }
+        }
         let effects = match step {
             Step::Tick => {
-                if beyond_batch == BeyondBatch::Skip && !within_batch(&m) {
-                    continue;
-                }
-                m.retry_pass(&mut expected);
+                m.tick(at);
                 d.tick()
             }
             Step::Restart => {
-                if beyond_batch == BeyondBatch::Skip && !within_batch(&m) {
-                    continue;
-                }
-                m.restart(&mut expected);
+                m.recover(at);
                 seen.watched.clear();
                 d.restart()
             }
             Step::SourceRetired(i) => {
                 let source = seen.retired_source(*i);
-                m.source_retired(source);
+                m.source_retired(at, source);
                 d.deliver(Message::SourceRetired { source })
             }
             Step::StreamDisplaced(i) => {
@@ -339,14 +297,14 @@ pub fn run_with_limits(
                     (
                         endpoint(*i),
                         StreamIncarnation {
-                            epoch: m.epoch,
+                            epoch: m.epoch(),
                             revision: Revision(1),
                         },
                     )
                 } else {
                     seen.displaced[usize::from(*i) % seen.displaced.len()]
                 };
-                m.stream_displaced(endpoint, incarnation, &mut expected);
+                m.stream_displaced(at, endpoint, incarnation);
                 d.deliver(Message::StreamDisplaced {
                     endpoint,
                     incarnation,
@@ -356,19 +314,19 @@ pub fn run_with_limits(
                 let Some(target) = seen.watched_target(*target) else {
                     continue;
                 };
-                m.route(target, *routable, &mut expected);
+                m.route(at, target, *routable);
                 d.route(target, *routable)
             }
             Step::Gone(g) => {
                 let scope = g.scope();
-                m.gone(scope, HOST, &mut expected);
+                m.address_gone(at, scope, HOST);
                 d.deliver(Message::AddressGone {
                     scope,
                     reply_to: HOST,
                 })
             }
             _ => {
-                let Some(request) = request_of(step, &seen, m.epoch) else {
+                let Some(request) = request_of(step, &seen, m.epoch()) else {
                     continue;
                 };
                 let reply_to = match step {
@@ -378,27 +336,25 @@ pub fn run_with_limits(
                     Step::Done { who, .. } => crate::workload::done_caller(*who),
                     _ => CLIENT,
                 };
-                let caller = Caller {
-                    request_id: RequestId(seen.next_request),
-                    reply_to,
-                };
+                let request_id = RequestId(seen.next_request);
                 seen.next_request += 1;
                 seen.history.push(request.clone());
-                seen.requests.insert(caller.request_id, request.clone());
-                m.call(caller, request.clone(), &mut expected);
+                seen.requests.insert(request_id, request.clone());
+                m.call(at, request_id, reply_to, request.clone());
                 d.deliver(Message::Call(DirectoryCall {
-                    request_id: caller.request_id,
+                    request_id,
                     reply_to,
                     request,
                 }))
             }
         };
+        m.forget_through(at);
+        let expected = m.take_out();
         check_barrier(before, &effects, &seen.requests, d.dir.durable())
             .map_err(|e| format!("step {index} ({step:?}): {e}"))?;
-        let got =
-            collect(&effects, m.epoch).map_err(|e| format!("step {index} ({step:?}): {e}"))?;
-        for (_, _, body) in &got.replies {
-            seen.observe_reply(body);
+        let got = collect(&effects).map_err(|e| format!("step {index} ({step:?}): {e}"))?;
+        for (_, reply) in &got.replies {
+            seen.observe_reply(&reply.body);
         }
         seen.retires.extend(got.retires.iter().copied());
         seen.displaced.extend(got.displaced.iter().copied());

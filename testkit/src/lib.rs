@@ -6,8 +6,8 @@
 //! * [`hosts`]: a directory and nodes that each run a proxy, a host and its arena memory, whose
 //!   frames the caller carries (`core/tests/host_scenarios.rs`, the `host_session` target);
 //! * [`workload`]: the steps of a directory workload and how each becomes a request;
-//! * [`model`]: the directory's reference model, written from SPEC, not from `core/src`;
-//! * [`check`]: runs steps against the directory and the model and checks every step.
+//! * [`check`]: runs steps against the directory and the reference model (`dataplane_model`,
+//!   the one the simulator uses too) and checks every step.
 //!
 //! Deterministic, like the machines: no clock, no randomness, ordered maps only. The callers
 //! draw the steps (proptest strategies in `core/tests/model.rs`; `Arbitrary`, behind the
@@ -22,5 +22,4 @@
 pub mod check;
 pub mod dir;
 pub mod hosts;
-pub mod model;
 pub mod workload;

@@ -1,9 +1,12 @@
 //! Checkers, outside production code (STYLE.md rule 11).
 //!
-//! * **always** — after every directory step: the reference model's predicted replies and
-//!   fresh notices must equal what the directory emitted; the durable state must equal the
-//!   model's; the directory's own invariants hold; and the SPEC §13 safety properties that apply
-//!   at this layer (S3, S9, S15, S16, S22–S25) hold.
+//! * **always** — after every directory step: the reference model's (`dataplane_model`, the
+//!   one core's property tests and the fuzz targets use too) predicted replies and fresh
+//!   notices must equal what the directory emitted; every durable field must equal the model's
+//!   (after each step that changed either side, every [`DURABLE_COMPARE_EVERY`] steps, and
+//!   after every recovery: `dataplane_model::compare`); the directory's own invariants hold;
+//!   and the SPEC §13 safety properties that apply at this layer (S3, S9, S15, S16, S22–S25)
+//!   hold.
 //! * **host side** — after every host machine step: its own invariants (S28, S30, lease
 //!   bookkeeping) and S34 against the directory (also after every directory step); from what
 //!   workers report: S29, S31, S33, S36 and the content check (see the `host` module).
@@ -13,22 +16,21 @@
 //!   interesting path; a swarm reports the ones it never saw, and a run that saw no reply fails.
 
 mod host;
-mod journal;
-mod model;
 mod proxy;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use dataplane_core::directory::{Directory, ObligationKey, Rendezvous};
+use dataplane_core::directory::{Directory, DirectoryLimits, ObligationKey, Rendezvous};
 use dataplane_core::effect::Effect;
+use dataplane_core::error::Limit;
 use dataplane_core::ids::{Address, AuthorityEpoch, OperationId, StreamIncarnation};
-use dataplane_core::log::{Entry, Outcome};
+use dataplane_core::log::Entry;
 use dataplane_core::time::Instant;
 use dataplane_core::wire::{DirectoryReply, DirectoryRequest, Message, ReplyBody, StreamMatch};
+use dataplane_model::{Model, Out, compare};
 
 use crate::host::HostNode;
 use crate::options::Options;
-pub use model::{Expect, Model};
 pub use proxy::{ProxyChecker, ProxyId, ProxyInput};
 
 /// What the directory was fed in one step.
@@ -219,6 +221,11 @@ pub struct Checker {
 /// few operations and at the heal; a host on its tick).
 const RECORDS_PER_ISSUER_AT_END: usize = 16;
 
+/// Every durable field is compared after each step that changed either side's durable state,
+/// after every recovery, and also every this many directory steps whatever happened (a
+/// directory that changed its durable state without a record would show there).
+pub const DURABLE_COMPARE_EVERY: u64 = 32;
+
 /// Up to this many entries plus obligations the directory's invariants are walked every step.
 const INVARIANT_WALK_SMALL: usize = 48;
 /// Beyond that, every this many steps.
@@ -308,7 +315,8 @@ impl Checker {
     /// A checker for a run with `options`.
     pub fn new(options: &Options) -> Self {
         Checker {
-            model: Model::default(),
+            // The simulated directory runs with the default limits (`world.rs`).
+            model: Model::new(DirectoryLimits::default()),
             failure: None,
             coverage: Coverage::default(),
             released_epoch: AuthorityEpoch::NONE,
@@ -470,7 +478,9 @@ impl Checker {
         self.compare_full(now, dir);
         let sends = classify(effects);
         self.check_obligation_frames(now, &sends, dir, true);
-        let _ = self.model.take_expectations();
+        for note in self.model.take_out().notes {
+            self.coverage.hit(note);
+        }
     }
 
     /// One directory step: compare with the model, then check the safety properties.
@@ -513,6 +523,7 @@ impl Checker {
             DirInput::Message(_) => {}
             DirInput::Timer => self.model.tick(step),
             DirInput::Route { target, routable } => {
+                self.model.route(step, *target, *routable);
                 if *routable {
                     self.coverage.hit("input.route_routable");
                     self.told_unroutable.remove(target);
@@ -522,10 +533,10 @@ impl Checker {
                 }
             }
         }
-        for note in std::mem::take(&mut self.model.notes) {
+        let expected = self.model.take_out();
+        for note in &expected.notes {
             self.coverage.hit(note);
         }
-        let expected = self.model.take_expectations();
         let sends = classify(effects);
         self.compare_replies(now, input, &expected, &sends);
         if !self.failed() {
@@ -534,7 +545,8 @@ impl Checker {
         // The durable states can only part ways in a step where one of them changed: the
         // directory changes its durable state only through a Persist.
         let persisted = effects.iter().any(|e| matches!(e, Effect::Persist(_)));
-        if !self.failed() && (persisted || self.model.durable_writes() != model_writes) {
+        let changed = persisted || self.model.durable_writes() != model_writes;
+        if !self.failed() && (changed || step.is_multiple_of(DURABLE_COMPARE_EVERY)) {
             self.compare_durable(now, dir);
         } else if !self.failed() {
             self.compare_runtime(now, dir);
@@ -578,31 +590,18 @@ impl Checker {
         &mut self,
         now: Instant,
         input: &DirInput,
-        expected: &[Expect],
+        expected: &Out,
         sends: &StepSends,
     ) {
-        let want: Vec<(Address, DirectoryReply)> = expected
-            .iter()
-            .filter_map(|e| match e {
-                Expect::Reply(to, r) => Some((*to, r.clone())),
-                _ => None,
-            })
-            .collect();
-        let (missing, extra) = diff(&want, &sends.replies);
+        let (missing, extra) = diff(&expected.replies, &sends.replies);
         if !missing.is_empty() || !extra.is_empty() {
             self.fail(
                 now,
                 format!("model: replies differ for {input:?}\n  expected but not sent: {missing:?}\n  sent but not expected: {extra:?}"),
             );
         }
-        let want_acks: Vec<_> = expected
-            .iter()
-            .filter_map(|e| match e {
-                Expect::GoneAck(to, s) => Some((*to, *s)),
-                _ => None,
-            })
-            .collect();
-        if want_acks != sends.gone_acks {
+        let want_acks = &expected.gone_acks;
+        if *want_acks != sends.gone_acks {
             self.fail(
                 now,
                 format!(
@@ -619,7 +618,7 @@ impl Checker {
         &mut self,
         now: Instant,
         input: &DirInput,
-        expected: &[Expect],
+        expected: &Out,
         sends: &StepSends,
         dir: &Directory,
     ) {
@@ -647,22 +646,8 @@ impl Checker {
             }
             DirInput::Message(_) => {}
         }
-        let want_retire: Vec<Address> = expected
-            .iter()
-            .filter_map(|e| match e {
-                Expect::Retire(a) => Some(*a),
-                _ => None,
-            })
-            .collect();
-        let want_displaced: Vec<(Address, StreamIncarnation)> = expected
-            .iter()
-            .filter_map(|e| match e {
-                Expect::Displaced(a, i) => Some((*a, *i)),
-                _ => None,
-            })
-            .collect();
-        let (m1, x1) = diff(&want_retire, &sends.retires);
-        let (m2, x2) = diff(&want_displaced, &sends.displaced);
+        let (m1, x1) = diff(&expected.retires, &sends.retires);
+        let (m2, x2) = diff(&expected.displaced, &sends.displaced);
         if !(m1.is_empty() && x1.is_empty() && m2.is_empty() && x2.is_empty()) {
             self.fail(now, format!("model/S23: notices differ for {input:?}: retire missing {m1:?} extra {x1:?}; displaced missing {m2:?} extra {x2:?}"));
         }
@@ -792,7 +777,8 @@ impl Checker {
         }
         // S22a: never retire the source of a live binding.
         for a in &sends.retires {
-            if let Some((path, _)) = self.model.sources().iter().find(|(_, b)| b.source == *a) {
+            let live = self.model.live_sources().find(|(_, s)| s == a);
+            if let Some(path) = live.map(|(p, _)| p.clone()) {
                 self.fail(
                     now,
                     format!("S22a: Retire to {a}, the live source of {path}"),
@@ -840,8 +826,13 @@ impl Checker {
         let transient = matches!(
             body.err(),
             Some(E::OperationConflict(_) | E::Storage(_) | E::OperationExpired(_))
-        ) || body.err().is_some_and(E::left_no_trace)
-            || matches!(body.err(), Some(E::PathReplaced(_))) && !self.model.ops.contains(&op);
+        ) || matches!(
+            body.err(),
+            Some(E::LimitReached(
+                Limit::Operations | Limit::IssuerOperations | Limit::Issuers
+            ))
+        ) || matches!(body.err(), Some(E::PathReplaced(_)))
+            && !self.model.has_record(op);
         if transient {
             return;
         }
@@ -859,123 +850,36 @@ impl Checker {
         }
     }
 
+    /// Every durable field against the model's (`dataplane_model::compare` names the first
+    /// that differs), then which paths have a rendezvous or a fence.
     fn compare_durable(&mut self, now: Instant, dir: &Directory) {
-        let durable = dir.durable();
-        let m = &self.model;
-        // Both maps are in path order: one lockstep walk, no lookups.
-        let entries_equal = durable.entry_count() == m.entries.map().len()
-            && durable
-                .entries()
-                .zip(m.entries.map())
-                .all(|((p1, e1), (p2, e2))| {
-                    p1 == p2
-                        && match (e1, e2) {
-                            (
-                                Entry::Blob {
-                                    length,
-                                    revision,
-                                    recovery,
-                                },
-                                model::MEntry::Blob {
-                                    length: l,
-                                    revision: r,
-                                    recovery: rc,
-                                },
-                            ) => length == l && revision.0 == *r && recovery == rc,
-                            (Entry::Stream { revision }, model::MEntry::Stream { revision: r }) => {
-                                revision.0 == *r
-                            }
-                            _ => false,
-                        }
-                });
-        let reservations_equal = durable.reservation_count() == m.reservations.map().len()
-            && durable.reservations().zip(m.reservations.map()).all(
-                |((p1, r1), (p2, (op, owner)))| {
-                    p1 == p2 && r1.operation == *op && r1.owner == *owner
-                },
-            );
-        // Obligation keys are ordered retirements first (by address), then displacements (by
-        // address, incarnation): the model's two maps, chained, in the same order.
-        let model_keys = m
-            .retirements
-            .map()
-            .keys()
-            .map(|a| ObligationKey::Retire(*a))
-            .chain(
-                m.displacements
-                    .map()
-                    .keys()
-                    .map(|(a, i)| ObligationKey::Displace(*a, *i)),
-            );
-        let obligations_equal = durable.obligation_keys().copied().eq(model_keys);
-        let counters_equal =
-            durable.next_revision().0 == m.next_revision() && durable.epoch() == m.epoch();
-        let runtime_equal = dir.rendezvous_all().map(|(p, _)| p).eq(m.active_paths())
-            && dir.fences().map(|(p, _)| p).eq(m.fenced_paths());
-        if !(entries_equal
-            && reservations_equal
-            && obligations_equal
-            && counters_equal
-            && runtime_equal)
-        {
-            let obligations: Vec<&ObligationKey> = durable.obligation_keys().collect();
-            let detail = format!(
-                "entries {entries_equal}, reservations {reservations_equal}, obligations {:?} vs model retirements {:?} displacements {:?}, counters {counters_equal}, runtime {runtime_equal}",
-                obligations,
-                m.retirements.map().keys().collect::<Vec<_>>(),
-                m.displacements.map().keys().collect::<Vec<_>>()
-            );
+        if let Some(difference) = compare::first_difference(dir.durable(), &self.model) {
             self.fail(
                 now,
-                format!("model: durable state differs after step: {detail}"),
+                format!("model: durable state differs after step: {difference}"),
             );
+            return;
         }
+        self.compare_runtime(now, dir);
     }
 
     /// The runtime half of `compare_durable`: which paths have a rendezvous or a fence.
     fn compare_runtime(&mut self, now: Instant, dir: &Directory) {
         let m = &self.model;
-        let runtime_equal = dir.rendezvous_all().map(|(p, _)| p).eq(m.active_paths())
-            && dir.fences().map(|(p, _)| p).eq(m.fenced_paths());
+        let runtime_equal = dir
+            .rendezvous_all()
+            .map(|(p, _)| p)
+            .eq(m.rendezvous().map(|(p, _)| p))
+            && dir.fences().map(|(p, _)| p).eq(m.fenced());
         if !runtime_equal {
             self.fail(now, "model: rendezvous or fences differ after step".into());
         }
     }
 
+    /// After a recovery: every durable field, the runtime tables, and the directory's full
+    /// invariants.
     fn compare_full(&mut self, now: Instant, dir: &Directory) {
         self.compare_durable(now, dir);
-        let durable = dir.durable();
-        let ops_equal = durable.operations().count() == self.model.ops.map().len()
-            && durable.operations().zip(self.model.ops.map()).all(
-                |((o1, r1), (o2, (_, outcome)))| {
-                    o1 == o2
-                        && match (&r1.outcome, outcome) {
-                            (Outcome::Committed(r), model::MOutcome::Committed(m)) => r.0 == *m,
-                            (Outcome::Rejected(r), model::MOutcome::Rejected(e)) => r.error() == *e,
-                            (Outcome::Reserved, model::MOutcome::Reserved) => true,
-                            _ => false,
-                        }
-                },
-            );
-        if !ops_equal {
-            self.fail(now, "model: operation tables differ after recovery".into());
-        }
-        let live_horizons =
-            |i: &dataplane_core::ids::Issuer, h: u64| h > 0 && !durable.is_issuer_gone(*i);
-        let horizons_equal = durable
-            .issuers()
-            .filter(|(i, row)| live_horizons(i, row.horizon))
-            .map(|(i, row)| (*i, row.horizon))
-            .eq(self
-                .model
-                .horizons
-                .map()
-                .iter()
-                .filter(|(i, h)| live_horizons(i, **h))
-                .map(|(i, h)| (*i, *h)));
-        if !horizons_equal {
-            self.fail(now, "model: issuer horizons differ after recovery".into());
-        }
         if let Err(v) = dir.check_invariants() {
             self.fail(now, format!("directory invariant after recovery: {v}"));
         }

@@ -3,7 +3,8 @@
 //! The reference model changes its durable state step by step, like the directory. A crash
 //! keeps only the steps whose records reached the disk, so the model must be able to undo the
 //! others: every change records the old value under the step that made it; syncing forgets the
-//! undo entries of durable steps.
+//! undo entries of durable steps. A driver whose every step is durable at once (the testkit's
+//! in-memory directory) forgets each step as soon as it ends.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -51,6 +52,16 @@ impl<K: Ord + Clone, V: Clone> JMap<K, V> {
     /// The value at `key`.
     pub fn get(&self, key: &K) -> Option<&V> {
         self.map.get(key)
+    }
+
+    /// How many keys are present.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
     }
 
     /// Whether `key` is present.
