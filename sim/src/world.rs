@@ -933,6 +933,11 @@ impl World {
     fn deliver_to_host(&mut self, host: usize, from: Address, to: Address, message: Message) {
         let guard = self.guard();
         let mut out = HostOutput::default();
+        // ARCHITECTURE "Lost blobs": a live node answers at once for an actor of one of its
+        // earlier incarnations. Restated here from the frame, not asked of the agent.
+        let owed = (self.hosts[host].up && to.incarnation < self.hosts[host].incarnation)
+            .then(|| answer_owed_for_ended(to, &message))
+            .flatten();
         {
             let mut next_actor = self.hosts[host].next_actor;
             let mut io = Io {
@@ -946,6 +951,20 @@ impl World {
             };
             self.hosts[host].deliver(from, to, message, &mut io, &mut out);
             self.hosts[host].next_actor = self.hosts[host].next_actor.max(next_actor);
+        }
+        if let Some((reply_to, answer)) = owed
+            && !out
+                .sends
+                .iter()
+                .any(|(_, t, m)| *t == reply_to && *m == answer)
+        {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "ended actors: n{}.{} did not answer {answer:?} to {reply_to} for {to}, an actor of an earlier incarnation",
+                    self.hosts[host].node.0, self.hosts[host].incarnation
+                ),
+            );
         }
         self.host_output(host, out);
     }
@@ -2202,5 +2221,32 @@ impl World {
             self.maybe_probe(host);
         }
         self.report_routes();
+    }
+}
+
+/// The answer a live node owes, at once, for `message` sent to `to`, an actor of one of its
+/// earlier incarnations (ARCHITECTURE "Lost blobs" and "Gone reports"): a retirement and a
+/// displacement are acknowledged so the directory stops re-sending them, a transfer is refused
+/// because the bytes died with that incarnation. Every other frame is owed nothing.
+fn answer_owed_for_ended(to: Address, message: &Message) -> Option<(Address, Message)> {
+    match message {
+        Message::Retire { reply_to } => Some((*reply_to, Message::SourceRetired { source: to })),
+        Message::Displaced {
+            incarnation,
+            reply_to,
+        } => Some((
+            *reply_to,
+            Message::StreamDisplaced {
+                endpoint: to,
+                incarnation: *incarnation,
+            },
+        )),
+        Message::ChunkRequest { reply_to, .. } => Some((
+            *reply_to,
+            Message::ChunkRefused {
+                reason: dataplane_core::wire::ChunkRefusal::IncarnationEnded,
+            },
+        )),
+        _ => None,
     }
 }
