@@ -85,6 +85,9 @@ pub struct HostNode {
     pub next_worker_actor: u64,
     /// Whether this incarnation started its probe child (after the heal).
     pub probed: bool,
+    /// The boot nonce of the current (or next) start: the directory's membership tells a
+    /// restart from a reconnection by it, as `dataplane-node`'s hello carries it.
+    pub boot_nonce: u64,
     first_client_global: u32,
 }
 
@@ -134,6 +137,7 @@ impl HostNode {
             workers: Vec::new(),
             next_worker_actor: WORKER_BASE,
             probed: false,
+            boot_nonce: 1,
             first_client_global,
         };
         host.spawn_clients(clients as usize);
@@ -185,9 +189,16 @@ impl HostNode {
         )
     }
 
-    /// The node boots into its next incarnation and reports the previous one gone.
-    pub fn restart(&mut self, now: Instant, client_count: usize, out: &mut HostOutput) {
-        self.incarnation += 1;
+    /// The node boots into `incarnation`, the one the directory's membership admitted it
+    /// with, and reports the previous ones gone.
+    pub fn restart(
+        &mut self,
+        now: Instant,
+        incarnation: u64,
+        client_count: usize,
+        out: &mut HostOutput,
+    ) {
+        self.incarnation = incarnation;
         self.up = true;
         self.next_actor = FIRST_SPAWNED;
         self.next_worker_actor = WORKER_BASE;

@@ -19,6 +19,8 @@ use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::host::{Host, HostConfig, SessionConfig};
 use dataplane_core::ids::{Address, NodeId};
+use dataplane_core::log::LogRecord;
+use dataplane_core::membership::{Admitted, Membership};
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
 use dataplane_core::routes::Routes;
 use dataplane_core::storage::{self, FsErrorKind, LogStore, StorageError, StorageOptions};
@@ -272,6 +274,14 @@ struct DirectoryNode {
     /// delivered, so reports never arrive out of order).
     route_versions: BTreeMap<Address, u64>,
     route_version: u64,
+    /// Who the hosts are (core's, as `dataplane-node` keeps it in its log): boots, node ids
+    /// and incarnations, recovered from the log at every start.
+    membership: Membership,
+    /// The checker's own account, never read from `membership`: the highest boot any
+    /// instance has served with, and, per host, the incarnation its last durable admission
+    /// gave it (none before the first).
+    boots_used: u64,
+    admitted: Vec<Option<u64>>,
 }
 
 impl DirectoryNode {
@@ -383,6 +393,9 @@ impl World {
                 routes: Routes::new(),
                 route_versions: BTreeMap::new(),
                 route_version: 0,
+                membership: Membership::default(),
+                boots_used: 0,
+                admitted: vec![None; options.clients_per_host.len()],
             },
             hosts,
             blocked: BTreeSet::new(),
@@ -1410,7 +1423,8 @@ impl World {
         {
             return;
         }
-        let snapshot = machine.snapshot_records();
+        let mut snapshot = machine.snapshot_records();
+        snapshot.extend(d.membership.snapshot_records());
         if self.phase == Phase::Faulty && self.disk_rng.chance(self.options.disk.compaction_crash) {
             self.directory.fs.crash_before_step = Some(self.disk_rng.below(COMPACTION_STEPS));
         }
@@ -1708,7 +1722,6 @@ impl World {
 
     fn restart_directory(&mut self) {
         let d = &mut self.directory;
-        d.boot += 1;
         d.timer_generation += 1;
         // A data directory that has booted before must have a log (the real node knows it
         // from its membership file, written once the log is open).
@@ -1746,6 +1759,10 @@ impl World {
         d.booted = true;
         d.barrier.clear(log.synced());
         d.log = Some(log);
+        if !self.boot_membership(&recovered.records) {
+            return;
+        }
+        let d = &mut self.directory;
         let config = DirectoryConfig {
             address: d.address(),
             retry_period: self.options.directory_retry,
@@ -1811,6 +1828,111 @@ impl World {
         self.checker.coverage.hit("storage.recovery_failed");
         self.directory.fs.crash(None);
         self.schedule_in(RESTART_BACKOFF, EventKind::DirRestart);
+    }
+
+    /// The node's membership at a start, as `dataplane-node` runs it: recovered from the
+    /// log, the boot count raised, and every host that is up (or was never admitted) said
+    /// hello again; all of it durable before the instance serves. Checked against the
+    /// world's own account: a boot is never used twice, and a host that is up is admitted as
+    /// the node and incarnation it runs as. `false` if the node stopped.
+    fn boot_membership(&mut self, records: &[LogRecord]) -> bool {
+        let mut membership = match Membership::recover(records) {
+            Ok(membership) => membership,
+            Err(error) => {
+                self.checker.fail(
+                    self.now,
+                    format!("membership: recovery refused the log: {error}"),
+                );
+                return false;
+            }
+        };
+        let mut appended = vec![membership.boot()];
+        let boot = membership.boots();
+        if boot <= self.directory.boots_used {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "membership: the directory booted as boot {boot}, but boot {} was used \
+                     already (its address would be reused)",
+                    self.directory.boots_used
+                ),
+            );
+            return false;
+        }
+        let mut admitted = Vec::new();
+        for host in 0..self.hosts.len() {
+            let h = &self.hosts[host];
+            let known = self.directory.admitted[host];
+            if !h.up && known.is_some() {
+                continue;
+            }
+            let listen = host_listen(h.node);
+            let result = membership.admit(&listen, h.boot_nonce);
+            let expected = match known {
+                None => "a new node",
+                Some(_) => "a reconnection",
+            };
+            let fine = match &result {
+                Ok((Admitted::New(m), _)) => {
+                    known.is_none() && m.node == h.node && m.incarnation == h.incarnation
+                }
+                Ok((Admitted::Reconnected(m), None)) => {
+                    known == Some(h.incarnation)
+                        && m.node == h.node
+                        && m.incarnation == h.incarnation
+                }
+                _ => false,
+            };
+            if !fine {
+                self.checker.fail(
+                    self.now,
+                    format!(
+                        "membership: {listen} (node {}, {} in incarnation {}) said hello at \
+                         boot {boot} and was admitted as {result:?}, not as {expected}",
+                        h.node,
+                        if h.up { "up" } else { "down" },
+                        h.incarnation
+                    ),
+                );
+                return false;
+            }
+            if let Ok((a, record)) = result {
+                appended.extend(record);
+                admitted.push((host, a.member().incarnation));
+            }
+        }
+        self.directory.membership = membership;
+        if !self.persist_members(&appended) {
+            return false;
+        }
+        self.directory.boot = boot;
+        self.directory.boots_used = boot;
+        for (host, incarnation) in admitted {
+            self.directory.admitted[host] = Some(incarnation);
+        }
+        self.checker.coverage.hit("membership.booted");
+        true
+    }
+
+    /// Appends membership records and syncs them at once, as the real node does before the
+    /// host hears its answer. `false` if the storage failed (the node stopped).
+    fn persist_members(&mut self, records: &[LogRecord]) -> bool {
+        let d = &mut self.directory;
+        let Some(log) = d.log.as_mut() else {
+            return false;
+        };
+        let fs = &mut d.fs;
+        let result = records
+            .iter()
+            .try_for_each(|record| log.append(fs, record).map(drop))
+            .and_then(|()| log.sync(fs).map(drop));
+        if let Err(error) = result {
+            self.storage_failed(error);
+            return false;
+        }
+        self.check_disk();
+        self.check_synced("a membership change");
+        true
     }
 
     // ---------------------------------------------------------------- host machines
@@ -2097,9 +2219,48 @@ impl World {
         if self.hosts[host].up {
             return;
         }
+        // A host learns its incarnation from the directory's membership: while no directory
+        // serves, it keeps saying hello.
+        if self.directory.machine.is_none() || self.directory.log.is_none() {
+            self.schedule_in(RESTART_BACKOFF, EventKind::HostRestart(host));
+            return;
+        }
+        self.hosts[host].boot_nonce += 1;
+        let h = &self.hosts[host];
+        let listen = host_listen(h.node);
+        let before = self.directory.admitted[host];
+        let result = self.directory.membership.admit(&listen, h.boot_nonce);
+        let incarnation = match &result {
+            Ok((Admitted::Restarted(m), _))
+                if m.node == h.node
+                    && m.incarnation > h.incarnation
+                    && before.is_some_and(|b| m.incarnation > b) =>
+            {
+                m.incarnation
+            }
+            _ => {
+                self.checker.fail(
+                    self.now,
+                    format!(
+                        "membership: {listen} (node {}, last in incarnation {}, admitted as \
+                         {before:?}) restarted and was admitted as {result:?}, not as a \
+                         restart into a new incarnation",
+                        h.node, h.incarnation
+                    ),
+                );
+                return;
+            }
+        };
+        let records: Vec<LogRecord> = result.ok().and_then(|(_, r)| r).into_iter().collect();
+        if !self.persist_members(&records) {
+            self.schedule_in(RESTART_BACKOFF, EventKind::HostRestart(host));
+            return;
+        }
+        self.directory.admitted[host] = Some(incarnation);
+        self.checker.coverage.hit("membership.restarted");
         let clients = self.options.clients_per_host[host] as usize;
         let mut out = HostOutput::default();
-        self.hosts[host].restart(self.now, clients, &mut out);
+        self.hosts[host].restart(self.now, incarnation, clients, &mut out);
         self.host_output(host, out);
         let incarnation = self.hosts[host].incarnation;
         for client in 0..clients {
@@ -2249,4 +2410,9 @@ fn answer_owed_for_ended(to: Address, message: &Message) -> Option<(Address, Mes
         )),
         _ => None,
     }
+}
+
+/// The listen address a simulated host says hello with (its identity to the membership).
+fn host_listen(node: NodeId) -> String {
+    format!("sim-host-{}", node.0)
 }

@@ -162,6 +162,8 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "fault.rot",
     "storage.refused_damage",
     "disk.compacted",
+    "membership.booted",
+    "membership.restarted",
     "fault.host_crash",
     "fault.actor_death",
     "fault.partition",
