@@ -921,7 +921,13 @@ impl HostNode {
             Some(PeerConn::Outgoing { backlog, .. }) if backlog.len() < PEER_BACKLOG_MAX => {
                 backlog.push_back(frame);
             }
-            _ => {}
+            // Lost as the network may lose it: transfers ask again on their timeout.
+            Some(PeerConn::Outgoing { .. }) => {
+                debug!(node = %to.node, "peer backlog full: frame dropped");
+            }
+            Some(PeerConn::Incoming(_)) | None => {
+                debug!(node = %to.node, "no outgoing link to the peer: frame dropped");
+            }
         }
     }
 
@@ -1014,7 +1020,11 @@ impl HostNode {
                 Message::ToChild(event) => {
                     self.net.send(conn, event);
                 }
-                _ => {}
+                other => warn!(
+                    child = %to,
+                    frame = ?other,
+                    "a frame for a child that is not a child event: dropped"
+                ),
             }
             return;
         }
