@@ -25,7 +25,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::ids::{Address, NodeId};
 use crate::time::{Duration, Instant};
+use crate::wire::{Envelope, GoneScope, Message};
 
 /// Marks a hello of this protocol (the first value of every hello).
 pub const HANDSHAKE_MAGIC: u32 = 0x4450_4c4b;
@@ -283,6 +285,33 @@ impl Admission {
     }
 }
 
+/// Whether a frame that arrived on the connection of `node` speaks only for `node`: it comes
+/// from one of its addresses, a call's reply goes back to it, and what it reports retired,
+/// displaced or gone is its own. A connection may not act for another node: report another
+/// host's addresses gone (ending its incarnation), acknowledge retirements or displacements
+/// owed to another node's actors, or have the directory send replies elsewhere.
+///
+/// What a call names (a Register's source, a reservation's owner, an open's endpoint) is not
+/// checked: a node's proxy forwards calls for its callers, who may live elsewhere (the
+/// real-process stream test opens streams on two hosts' proxies from a third program).
+pub fn speaks_for(node: NodeId, envelope: &Envelope) -> bool {
+    let own = |a: &Address| a.node == node;
+    own(&envelope.from)
+        && match &envelope.message {
+            Message::Call(call) => own(&call.reply_to),
+            Message::AddressGone { scope, reply_to } => {
+                own(reply_to)
+                    && match scope {
+                        GoneScope::Address(address) => own(address),
+                        GoneScope::NodeBefore { node: gone, .. } => *gone == node,
+                    }
+            }
+            Message::SourceRetired { source } => own(source),
+            Message::StreamDisplaced { endpoint, .. } => own(endpoint),
+            _ => true,
+        }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,6 +351,54 @@ mod tests {
         assert!(!proofs_match(None, a.as_ref()));
         assert!(proofs_match(None, None));
         assert_eq!(acceptor_proof(None, hello, &nonce), None);
+    }
+
+    #[test]
+    fn a_connection_speaks_only_for_its_own_node() {
+        let (own, other) = (NodeId(1), NodeId(2));
+        let at = |node, actor| Address::new(node, 1, actor);
+        let frame = |from, message| Envelope {
+            from,
+            to: Address::new(NodeId(0), 1, 0),
+            message,
+        };
+        let gone = |scope| Message::AddressGone {
+            scope,
+            reply_to: at(own, 1),
+        };
+        // Its own reports and acknowledgements pass.
+        assert!(speaks_for(
+            own,
+            &frame(at(own, 1), gone(GoneScope::Address(at(own, 9))))
+        ));
+        let before = |node| GoneScope::NodeBefore {
+            node,
+            incarnation: 5,
+        };
+        assert!(speaks_for(own, &frame(at(own, 1), gone(before(own)))));
+        let retired = |source| Message::SourceRetired { source };
+        assert!(speaks_for(own, &frame(at(own, 9), retired(at(own, 9)))));
+        // Another node's addresses, incarnations, sources and endpoints do not.
+        assert!(!speaks_for(
+            own,
+            &frame(at(other, 1), gone(GoneScope::Address(at(own, 9))))
+        ));
+        assert!(!speaks_for(
+            own,
+            &frame(at(own, 1), gone(GoneScope::Address(at(other, 9))))
+        ));
+        assert!(!speaks_for(own, &frame(at(own, 1), gone(before(other)))));
+        let elsewhere = Message::AddressGone {
+            scope: before(own),
+            reply_to: at(other, 1),
+        };
+        assert!(!speaks_for(own, &frame(at(own, 1), elsewhere)));
+        assert!(!speaks_for(own, &frame(at(own, 9), retired(at(other, 9)))));
+        let displaced = Message::StreamDisplaced {
+            endpoint: at(other, 9),
+            incarnation: Default::default(),
+        };
+        assert!(!speaks_for(own, &frame(at(own, 9), displaced)));
     }
 
     #[test]

@@ -44,7 +44,7 @@ use std::time::Instant as WallInstant;
 
 use dataplane_cli::Exit;
 use dataplane_core::admission::{
-    ADMISSION_DEADLINE, Accepted, Admission, HelloRefusal, PENDING_CONNECTIONS_MAX,
+    self, ADMISSION_DEADLINE, Accepted, Admission, HelloRefusal, PENDING_CONNECTIONS_MAX,
 };
 use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
@@ -52,7 +52,7 @@ use dataplane_core::ids::{Address, NodeId};
 use dataplane_core::limits::FRAME_BYTES_MAX;
 use dataplane_core::log::LogRecord;
 use dataplane_core::time::{Duration, Instant};
-use dataplane_core::wire::{Envelope, GoneScope, Message};
+use dataplane_core::wire::{Envelope, Message};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, error, info, warn};
 
@@ -399,33 +399,6 @@ fn log_recovery(recovered: &Recovered, log: &DurableLog) {
     }
 }
 
-/// Whether a frame that arrived on the connection of `node` speaks only for `node`: it comes
-/// from one of its addresses, a call's reply goes back to it, and what it reports retired,
-/// displaced or gone is its own. A connection may not act for another node: report another
-/// host's addresses gone (ending its incarnation), acknowledge retirements or displacements
-/// owed to another node's actors, or have the directory send replies elsewhere.
-///
-/// What a call names (a Register's source, a reservation's owner, an open's endpoint) is not
-/// checked: a node's proxy forwards calls for its callers, who may live elsewhere (the
-/// real-process stream test opens streams on two hosts' proxies from a third program).
-fn speaks_for(node: NodeId, envelope: &Envelope) -> bool {
-    let own = |a: &Address| a.node == node;
-    own(&envelope.from)
-        && match &envelope.message {
-            Message::Call(call) => own(&call.reply_to),
-            Message::AddressGone { scope, reply_to } => {
-                own(reply_to)
-                    && match scope {
-                        GoneScope::Address(address) => own(address),
-                        GoneScope::NodeBefore { node: gone, .. } => *gone == node,
-                    }
-            }
-            Message::SourceRetired { source } => own(source),
-            Message::StreamDisplaced { endpoint, .. } => own(endpoint),
-            _ => true,
-        }
-}
-
 impl DirectoryNode {
     fn run(&mut self) -> Result<(), NodeError> {
         let mut events = Vec::new();
@@ -741,7 +714,7 @@ impl DirectoryNode {
                 self.conns.insert(conn, stage);
                 let link = dataplane_core::wire::decode_value::<Link>(payload, FRAME_BYTES_MAX);
                 match link {
-                    Ok(Link::Frame(envelope)) if speaks_for(node, &envelope) => {
+                    Ok(Link::Frame(envelope)) if admission::speaks_for(node, &envelope) => {
                         let now = self.clock.now();
                         let handed = WallInstant::now();
                         let written = self.log.written();

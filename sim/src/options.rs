@@ -196,6 +196,11 @@ pub struct Options {
     pub overload: Option<OverloadOptions>,
     /// The supervisor revokes a running worker's session (issue 17).
     pub revocations: Option<Recurring>,
+    /// A host sends the directory a frame that speaks for another node (a report of that
+    /// node's addresses or incarnations gone, an acknowledgement owed to its actors, a reply
+    /// sent its way), as a buggy or hostile node could: the directory must refuse it
+    /// (`core::admission::speaks_for`).
+    pub spoofs: Option<Recurring>,
     /// The long-life regime, in some seeds.
     pub long_life: Option<LongLifeOptions>,
 }
@@ -429,6 +434,8 @@ impl Options {
             disk.rot = rng.float(0.05, 0.3);
         }
         disk.full_disk = recurring(&mut rng, 0.25, (3_000, 30_000), (100, 5_000));
+        // Drawn last, so that every other draw of a seed stays.
+        let spoofs = recurring(&mut rng, 0.3, (1_000, 20_000), (0, 0));
         Options {
             seed,
             clients_per_host,
@@ -457,6 +464,7 @@ impl Options {
             host,
             overload,
             revocations,
+            spoofs,
             long_life,
         }
     }
@@ -493,7 +501,7 @@ impl Options {
         );
         let _ = writeln!(
             s,
-            "# faults: partitions={} directory_crashes={} host_crashes={} route_flaps={} actor_deaths={} proxy_restarts={} authority_outages={} revocations={}",
+            "# faults: partitions={} directory_crashes={} host_crashes={} route_flaps={} actor_deaths={} proxy_restarts={} authority_outages={} revocations={} spoofs={}",
             on(&self.partitions),
             on(&self.directory_crashes),
             on(&self.host_crashes),
@@ -502,6 +510,7 @@ impl Options {
             on(&self.proxy_restarts),
             on(&self.authority_outages),
             on(&self.revocations),
+            on(&self.spoofs),
         );
         let p = &self.proxy;
         let _ = writeln!(

@@ -26,6 +26,8 @@ pub enum Stream {
     /// The simulated file system's own draws: failed fsyncs, what a crash keeps, damage at
     /// rest, entropy for ids and salts.
     Storage = 6,
+    /// Which hostile frames the spoof fault sends.
+    Spoof = 7,
 }
 
 /// A deterministic random source for one subsystem.

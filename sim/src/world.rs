@@ -14,6 +14,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
+use dataplane_core::admission;
 use dataplane_core::barrier::Barrier;
 use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
@@ -160,6 +161,7 @@ enum EventKind {
     FlapEnd(Address),
     ActorDeath,
     Revocation,
+    Spoof,
     Heal,
     End,
 }
@@ -224,6 +226,8 @@ pub struct Stats {
     pub route_flaps: u64,
     /// Actors that died on their own.
     pub actor_deaths: u64,
+    /// Frames sent that speak for another node (the spoof fault).
+    pub spoofs: u64,
     /// Proxy restarts on running hosts.
     pub proxy_restarts: u64,
     /// Authority outages (discovery answering "none").
@@ -299,6 +303,7 @@ pub struct World {
     seq: u64,
     net_rng: SimRng,
     fault_rng: SimRng,
+    spoof_rng: SimRng,
     work_rng: SimRng,
     disk_rng: SimRng,
     directory: DirectoryNode,
@@ -369,6 +374,7 @@ impl World {
             seq: 0,
             net_rng: SimRng::new(seed, Stream::Network),
             fault_rng: SimRng::new(seed, Stream::Faults),
+            spoof_rng: SimRng::new(seed, Stream::Spoof),
             work_rng: SimRng::new(seed, Stream::Workload),
             disk_rng: SimRng::new(seed, Stream::Disk),
             directory: DirectoryNode {
@@ -514,6 +520,7 @@ impl World {
             (self.options.route_flaps, EventKind::FlapStart),
             (self.options.actor_deaths, EventKind::ActorDeath),
             (self.options.revocations, EventKind::Revocation),
+            (self.options.spoofs, EventKind::Spoof),
             (self.options.proxy_restarts, EventKind::ProxyCrash),
             (self.options.authority_outages, EventKind::OutageStart),
             (self.options.disk.full_disk, EventKind::DiskFull),
@@ -712,6 +719,14 @@ impl World {
                 self.revoke_random_session();
                 if let Some(f) = self.options.revocations {
                     self.schedule_next(f, EventKind::Revocation);
+                }
+            }
+            EventKind::Spoof => {
+                if self.phase == Phase::Faulty {
+                    self.spoof();
+                }
+                if let Some(f) = self.options.spoofs {
+                    self.schedule_next(f, EventKind::Spoof);
                 }
             }
             EventKind::Local {
@@ -925,6 +940,24 @@ impl World {
         }
         if envelope.to.node == DIRECTORY_NODE {
             if self.directory.machine.is_some() {
+                // The frame came over the link of the node it was sent from; what it may say
+                // is the directory node's decision, as `dataplane-node` takes it.
+                let link = envelope.from.node;
+                if !admission::speaks_for(link, &envelope) {
+                    self.checker.coverage.hit("admission.refused_foreign_frame");
+                    return;
+                }
+                if let Some(foreign) = speaks_for_another(link, &envelope) {
+                    self.checker.fail(
+                        self.now,
+                        format!(
+                            "admission: the directory took a frame on the link of {link} that \
+                             speaks for {foreign}: {:?}",
+                            envelope.message
+                        ),
+                    );
+                    return;
+                }
                 self.directory_input(DirInput::Message(envelope.message));
             }
             return;
@@ -2288,6 +2321,64 @@ impl World {
         self.report_routes();
     }
 
+    /// A random running host sends the directory a frame that speaks for another node (its
+    /// addresses, incarnations, sources or endpoints, or a reply sent its way).
+    fn spoof(&mut self) {
+        let up: Vec<usize> = (0..self.hosts.len())
+            .filter(|&h| self.hosts[h].up)
+            .collect();
+        if up.is_empty() || self.hosts.len() < 2 {
+            return;
+        }
+        let liar = *self.spoof_rng.pick(&up);
+        let others: Vec<usize> = (0..self.hosts.len()).filter(|&h| h != liar).collect();
+        let victim = *self.spoof_rng.pick(&others);
+        let (liar_node, liar_incarnation) = (self.hosts[liar].node, self.hosts[liar].incarnation);
+        let v = &self.hosts[victim];
+        let actor = v
+            .sources
+            .iter()
+            .chain(v.endpoints.keys())
+            .next()
+            .copied()
+            .unwrap_or(crate::host::FIRST_SPAWNED);
+        let victim_actor = Address::new(v.node, v.incarnation, actor);
+        let victim_agent = Address::new(v.node, v.incarnation, crate::host::AGENT);
+        let liar_agent = Address::new(liar_node, liar_incarnation, crate::host::AGENT);
+        use dataplane_core::wire::GoneScope;
+        let message = match self.spoof_rng.below(5) {
+            0 => Message::AddressGone {
+                scope: GoneScope::NodeBefore {
+                    node: v.node,
+                    incarnation: v.incarnation.saturating_add(1),
+                },
+                reply_to: liar_agent,
+            },
+            1 => Message::AddressGone {
+                scope: GoneScope::Address(victim_actor),
+                reply_to: liar_agent,
+            },
+            2 => Message::SourceRetired {
+                source: victim_actor,
+            },
+            3 => Message::StreamDisplaced {
+                endpoint: victim_actor,
+                incarnation: Default::default(),
+            },
+            _ => Message::AddressGone {
+                scope: GoneScope::NodeBefore {
+                    node: liar_node,
+                    incarnation: liar_incarnation,
+                },
+                reply_to: victim_agent,
+            },
+        };
+        self.stats.spoofs += 1;
+        self.checker.coverage.hit("fault.spoof");
+        let to = self.directory.address();
+        self.send(liar_agent, to, message);
+    }
+
     fn kill_random_actor(&mut self) {
         let up: Vec<usize> = (0..self.hosts.len())
             .filter(|&h| self.hosts[h].up)
@@ -2415,4 +2506,27 @@ fn answer_owed_for_ended(to: Address, message: &Message) -> Option<(Address, Mes
 /// The listen address a simulated host says hello with (its identity to the membership).
 fn host_listen(node: NodeId) -> String {
     format!("sim-host-{}", node.0)
+}
+
+/// The node a frame that came over `link`'s link speaks for, if it is not `link` (the rule of
+/// ARCHITECTURE "Admission" restated for the checker, not asked of `core::admission`): its
+/// sender, where a call or a gone report's answer goes, the addresses and incarnations a gone
+/// report ends, the source a retirement acknowledges, the endpoint a displacement does.
+fn speaks_for_another(link: NodeId, envelope: &Envelope) -> Option<NodeId> {
+    use dataplane_core::wire::GoneScope;
+    let mut nodes = vec![envelope.from.node];
+    match &envelope.message {
+        Message::Call(call) => nodes.push(call.reply_to.node),
+        Message::AddressGone { scope, reply_to } => {
+            nodes.push(reply_to.node);
+            nodes.push(match scope {
+                GoneScope::Address(address) => address.node,
+                GoneScope::NodeBefore { node, .. } => *node,
+            });
+        }
+        Message::SourceRetired { source } => nodes.push(source.node),
+        Message::StreamDisplaced { endpoint, .. } => nodes.push(endpoint.node),
+        _ => {}
+    }
+    nodes.into_iter().find(|node| *node != link)
 }

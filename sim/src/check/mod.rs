@@ -166,6 +166,8 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "membership.restarted",
     "fault.host_crash",
     "fault.actor_death",
+    "fault.spoof",
+    "admission.refused_foreign_frame",
     "fault.partition",
     "fault.route_flap",
     "fault.proxy_restart",
