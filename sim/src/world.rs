@@ -262,6 +262,13 @@ struct DirectoryNode {
     sync: Option<u64>,
     sync_generation: u64,
     barrier: Barrier,
+    /// The checker's own account of the barrier (issue 15, class 3): for every effect other
+    /// than a `Persist` handed to the barrier and not released yet, in the order the machine
+    /// emitted them, where the last record before it ends in the log.
+    release_after: VecDeque<u64>,
+    /// Where the last record appended to the log in use ends (0 when none was appended since
+    /// it was opened or written by a compaction: everything in it is durable).
+    last_record_end: u64,
     /// Steps not known durable: (step, where its records end, where its first record ends).
     unsynced_steps: VecDeque<(u64, usize, usize)>,
     /// A step whose appends failed, and where its first record ends.
@@ -392,6 +399,8 @@ impl World {
                 sync: None,
                 sync_generation: 0,
                 barrier: Barrier::new(0),
+                release_after: VecDeque::new(),
+                last_record_end: 0,
                 unsynced_steps: VecDeque::new(),
                 failed_step: None,
                 step: 0,
@@ -1348,16 +1357,40 @@ impl World {
         };
         let fs = &mut d.fs;
         let mut first_end = None;
+        let before = d.last_record_end;
+        let persists: Vec<bool> = effects
+            .iter()
+            .map(|e| matches!(e, Effect::Persist(_)))
+            .collect();
+        let mut ends = Vec::new();
         let admitted = d.barrier.admit(
             effects.drain(..),
             log.synced(),
             |record| {
                 let end = log.append(fs, record)?;
                 first_end.get_or_insert(end as usize);
+                ends.push(end);
                 Ok::<u64, storage::Error<SimFs>>(end)
             },
             &mut ready,
         );
+        // Every other effect may leave once the log is durable past the last record before it
+        // (or, with none in this step, past everything written before the step).
+        if let Some(&last) = ends.last() {
+            d.last_record_end = last;
+        }
+        let mut after = before;
+        let mut records = ends.iter();
+        for persist in persists {
+            if persist {
+                match records.next() {
+                    Some(&end) => after = end,
+                    None => break,
+                }
+            } else {
+                d.release_after.push_back(after);
+            }
+        }
         let (end, synced) = (log.written() as usize, log.synced() as usize);
         self.stats.log_bytes_max = self.stats.log_bytes_max.max(end as u64);
         self.outbox.recycle(effects);
@@ -1368,7 +1401,7 @@ impl World {
         }
         self.check_disk();
         for effect in ready {
-            self.execute_released(effect);
+            self.release_checked(effect);
         }
         let step = self.directory.step;
         if end > synced || !self.directory.unsynced_steps.is_empty() {
@@ -1432,7 +1465,7 @@ impl World {
         let mut ready = Vec::new();
         self.directory.barrier.release(synced as u64, &mut ready);
         for effect in ready {
-            self.execute_released(effect);
+            self.release_checked(effect);
         }
         if written > synced {
             self.start_sync();
@@ -1470,6 +1503,14 @@ impl World {
         match result {
             Ok(()) => {
                 d.barrier.clear(log.synced());
+                d.last_record_end = 0;
+                if !d.release_after.is_empty() {
+                    let left = d.release_after.len();
+                    self.checker.fail(
+                        self.now,
+                        format!("barrier: compacted while {left} effects were never released"),
+                    );
+                }
                 self.stats.compactions += 1;
                 self.checker.coverage.hit("disk.compacted");
                 self.check_disk();
@@ -1579,6 +1620,30 @@ impl World {
             }
             self.schedule_next(fault, EventKind::DiskFull);
         }
+    }
+
+    /// Executes an effect the barrier let go, after checking on the simulated disk's ground
+    /// truth (not the log's word) that the records before it are durable (issue 15, class 3).
+    fn release_checked(&mut self, effect: Effect) {
+        let d = &mut self.directory;
+        let needed = d.release_after.pop_front();
+        let name = d.log.as_ref().map(|log| log.log_name().to_owned());
+        let durable = name.as_deref().and_then(|name| d.fs.durable(name));
+        let fine = match (needed, durable) {
+            (Some(needed), Some((_, durable, true))) => durable as u64 >= needed,
+            _ => false,
+        };
+        if !fine {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "barrier: {effect:?} left the directory before the records it follows \
+                     were durable (needs {needed:?} bytes of {name:?} durable; durable, as \
+                     (length, durable, prefix): {durable:?})"
+                ),
+            );
+        }
+        self.execute_released(effect);
     }
 
     fn execute_released(&mut self, effect: Effect) {
@@ -1730,6 +1795,8 @@ impl World {
         d.unsynced_steps.clear();
         d.failed_step = None;
         d.barrier.clear(0);
+        d.release_after.clear();
+        d.last_record_end = 0;
         if self.phase == Phase::Faulty && self.disk_rng.chance(self.options.disk.rot) {
             d.rot = d.fs.rot();
             if d.rot.is_some() {
@@ -1791,6 +1858,8 @@ impl World {
         let d = &mut self.directory;
         d.booted = true;
         d.barrier.clear(log.synced());
+        d.release_after.clear();
+        d.last_record_end = 0;
         d.log = Some(log);
         if !self.boot_membership(&recovered.records) {
             return;
@@ -1955,9 +2024,10 @@ impl World {
             return false;
         };
         let fs = &mut d.fs;
+        let last = &mut d.last_record_end;
         let result = records
             .iter()
-            .try_for_each(|record| log.append(fs, record).map(drop))
+            .try_for_each(|record| log.append(fs, record).map(|end| *last = end))
             .and_then(|()| log.sync(fs).map(drop));
         if let Err(error) = result {
             self.storage_failed(error);
