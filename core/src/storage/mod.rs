@@ -41,7 +41,7 @@
 //! sync mark:   [ "DPMK" ][ CRC-32C of the next 16 bytes u32 ][ salt u64 ][ its own offset u64 ]
 //! ```
 //!
-//! A record frame is the core's ([`dataplane_core::log::append_record`]: length, CRC-32C,
+//! A record frame is the core's ([`crate::log::append_record`]: length, CRC-32C,
 //! postcard body). Positions ([`LogStore::append`], [`LogStore::synced`]) are byte offsets
 //! in the current log file.
 //!
