@@ -871,6 +871,12 @@ impl Client {
                 }
                 let request = if kind == OpKind::Replay {
                     old
+                } else if io.rng.chance(0.5)
+                    && let Some(varied) = vary_one_field(&old, io)
+                {
+                    // Same kind, same path, same op id: one other field differs (issue 15,
+                    // class 6). The model says which fields make it a conflict.
+                    varied
                 } else {
                     let Some(operation) = old.operation() else {
                         return self.idle(io);
@@ -894,4 +900,64 @@ impl Client {
             OpKind::Replay | OpKind::Conflict => self.idle(io),
         }
     }
+}
+
+/// `old` with exactly one field other than its kind, path and operation id changed, drawn
+/// among the fields of its kind (issue 15, class 6), or `None` for a kind with no such field
+/// this client may vary without changing what it runs (opens park and need their endpoint, so
+/// they are not varied here).
+fn vary_one_field(old: &DirectoryRequest, io: &mut Io<'_>) -> Option<DirectoryRequest> {
+    let mut request = old.clone();
+    match &mut request {
+        DirectoryRequest::Register {
+            source,
+            length,
+            recovery,
+            reservation,
+            ..
+        } => match io.rng.below(4) {
+            0 => *length = length.wrapping_add(io.rng.range(1, 4096)),
+            1 => *source = Address::new(source.node, source.incarnation, source.actor + 1),
+            2 => match recovery {
+                SourceRecovery::Actor { owner, .. } => {
+                    *owner = match owner {
+                        Some(_) => None,
+                        None => Some(*source),
+                    }
+                }
+                SourceRecovery::File { .. } => return None,
+            },
+            _ => *reservation = reservation.is_none().then(|| old.operation()).flatten(),
+        },
+        DirectoryRequest::Unregister {
+            expected_revision, ..
+        } => {
+            *expected_revision = match expected_revision {
+                Some(r) if io.rng.chance(0.5) => None,
+                Some(r) => Some(Revision(r.0 + 1)),
+                None => Some(Revision(io.rng.range(1, 8))),
+            }
+        }
+        DirectoryRequest::Rename {
+            source,
+            destination,
+            replace,
+            ..
+        } => {
+            if io.rng.chance(0.5) {
+                *replace = !*replace;
+            } else {
+                let other = io.rng.pick(io.paths).clone();
+                if other == *destination || other == *source {
+                    return None;
+                }
+                *destination = other;
+            }
+        }
+        DirectoryRequest::ReserveBlob { owner, .. } => {
+            *owner = Address::new(owner.node, owner.incarnation, owner.actor + 1);
+        }
+        _ => return None,
+    }
+    Some(request)
 }
