@@ -177,6 +177,7 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "proxy.timeout",
     "proxy.unavailable",
     "proxy.dropped_stale_reply",
+    "proxy.redispatched_on_discovery",
     "recovery.cut_torn_tail",
     "recovery.obligations_restored",
     "recovery.fence_restored",

@@ -61,6 +61,8 @@ pub struct ProxyChecker {
     live: BTreeMap<usize, ProxyId>,
     /// The retractions each proxy held after its last step, by the proxy's request id.
     retractions: BTreeMap<ProxyId, BTreeSet<RequestId>>,
+    /// What each proxy was last told by discovery (the checker's own record of its inputs).
+    discovery: BTreeMap<ProxyId, Option<Discovered>>,
 }
 
 impl ProxyChecker {
@@ -72,6 +74,7 @@ impl ProxyChecker {
             outstanding: BTreeMap::new(),
             live: BTreeMap::new(),
             retractions: BTreeMap::new(),
+            discovery: BTreeMap::new(),
         }
     }
 
@@ -84,6 +87,7 @@ impl ProxyChecker {
     pub fn stopped(&mut self, id: ProxyId) {
         self.outstanding.retain(|_, o| o.proxy != id);
         self.retractions.remove(&id);
+        self.discovery.remove(&id);
         if self.live.get(&id.0) == Some(&id) {
             self.live.remove(&id.0);
         }
@@ -195,6 +199,14 @@ impl ProxyChecker {
                 hits.push("proxy.dropped_stale_reply");
             }
         }
+        if let ProxyInput::Discovery(found) = input {
+            let before = self.discovery.insert(id, *found).flatten();
+            if let Some(new) = found
+                && before != Some(*new)
+            {
+                self.check_redispatch(id, new, effects, hits)?;
+            }
+        }
         self.check_retractions(id, input, effects, proxy)?;
         if *input == ProxyInput::Timer {
             let bound = self.deadline.saturating_add(self.retry_period);
@@ -213,6 +225,44 @@ impl ProxyChecker {
         proxy
             .check_invariants()
             .map_err(|e| format!("proxy invariant: {e}"))
+    }
+
+    /// Promptness (issue 15, class 7; ARCHITECTURE "Discovery"): when discovery names a new
+    /// authority, everything the proxy has pending (its callers' requests still unanswered and
+    /// the retractions it holds) is dispatched to it in that very step, not on the next tick.
+    fn check_redispatch(
+        &self,
+        id: ProxyId,
+        new: &Discovered,
+        effects: &[Effect],
+        hits: &mut Vec<&'static str>,
+    ) -> Result<(), String> {
+        // Callers' retractions are among the retractions the proxy holds: count them once.
+        let callers = self
+            .outstanding
+            .values()
+            .filter(|o| o.proxy == id && !o.kind.is_retraction())
+            .count();
+        let retractions = self.retractions.get(&id).map_or(0, BTreeSet::len);
+        let owed = callers + retractions;
+        let sent = effects
+            .iter()
+            .filter(|e| {
+                matches!(e, Effect::Send { to, message: Message::Call(_) } if *to == new.address)
+            })
+            .count();
+        if sent < owed {
+            return Err(format!(
+                "promptness: discovery named {} ({}), but the proxy dispatched {sent} of its \
+                 {owed} pending requests ({callers} of callers, {retractions} retractions) \
+                 at once",
+                new.address, new.epoch
+            ));
+        }
+        if owed > 0 {
+            hits.push("proxy.redispatched_on_discovery");
+        }
+        Ok(())
     }
 
     /// L8: retractions leave only with the directory's acknowledgement, and every dispatched
