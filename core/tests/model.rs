@@ -179,6 +179,7 @@ fn small_limits() -> impl Strategy<Value = DirectoryLimits> {
                     fences,
                     reservations: rendezvous + 1,
                     fence_held_opens: held,
+                    retry_batch: dataplane_core::limits::RETRY_BATCH_MAX,
                 }
             },
         )

@@ -138,6 +138,7 @@ const SMALL: DirectoryLimits = DirectoryLimits {
     fences: 1,
     reservations: 1,
     fence_held_opens: 1,
+    retry_batch: dataplane_core::limits::RETRY_BATCH_MAX,
 };
 
 /// The first [`STEPS_MAX`] of `steps`, each [`normalised`].

@@ -163,6 +163,9 @@ pub struct Options {
     pub paths: Vec<DataPath>,
     /// The directory's retry tick period.
     pub directory_retry: Duration,
+    /// Obligation frames one retry pass of the directory sends (core's default in most seeds;
+    /// 1–8 in one of three, so that storms beyond a pass are common: issue 15, class 9).
+    pub retry_batch: usize,
     /// How long faults are injected.
     pub fault_phase: Duration,
     /// How long after the heal every liveness property must hold.
@@ -436,11 +439,17 @@ impl Options {
         disk.full_disk = recurring(&mut rng, 0.25, (3_000, 30_000), (100, 5_000));
         // Drawn last, so that every other draw of a seed stays.
         let spoofs = recurring(&mut rng, 0.3, (1_000, 20_000), (0, 0));
+        let retry_batch = if rng.chance(1.0 / 3.0) {
+            rng.range(1, 9) as usize
+        } else {
+            dataplane_core::limits::RETRY_BATCH_MAX
+        };
         Options {
             seed,
             clients_per_host,
             paths,
             directory_retry,
+            retry_batch,
             fault_phase,
             // Long enough for a request admitted at the heal to expire and its retraction to
             // be acknowledged.
@@ -479,12 +488,13 @@ impl Options {
         let paths: Vec<&str> = self.paths.iter().map(DataPath::as_str).collect();
         let _ = writeln!(
             s,
-            "# seed={} hosts={} clients={:?} paths={:?} retry_tick={} faults_for={} liveness_bound={}",
+            "# seed={} hosts={} clients={:?} paths={:?} retry_tick={} retry_batch={} faults_for={} liveness_bound={}",
             self.seed,
             self.clients_per_host.len(),
             self.clients_per_host,
             paths,
             self.directory_retry,
+            self.retry_batch,
             self.fault_phase,
             self.liveness_bound,
         );

@@ -1868,7 +1868,10 @@ impl World {
         let config = DirectoryConfig {
             address: d.address(),
             retry_period: self.options.directory_retry,
-            limits: Default::default(),
+            limits: dataplane_core::directory::DirectoryLimits {
+                retry_batch: self.options.retry_batch,
+                ..Default::default()
+            },
         };
         let recovered = Directory::recover(
             config,

@@ -93,6 +93,10 @@ pub struct DirectoryLimits {
     pub reservations: usize,
     /// Opens one fence holds ([`crate::limits::FENCE_HELD_OPENS_MAX`]).
     pub fence_held_opens: usize,
+    /// Obligation frames one retry pass sends ([`crate::limits::RETRY_BATCH_MAX`]; at least
+    /// one). The simulator draws it small in some seeds so that storms of more obligations
+    /// than a pass sends are common (issue 15, class 9).
+    pub retry_batch: usize,
 }
 
 impl Default for DirectoryLimits {
@@ -108,6 +112,7 @@ impl Default for DirectoryLimits {
             fences: FENCES_MAX,
             reservations: RESERVATIONS_MAX,
             fence_held_opens: FENCE_HELD_OPENS_MAX,
+            retry_batch: RETRY_BATCH_MAX,
         }
     }
 }

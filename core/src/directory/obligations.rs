@@ -3,9 +3,10 @@
 //!
 //! An obligation is created by a durable record (a `Committed` with `retire`, or a
 //! `DisplacementQueued`), and its first frame is sent at once, whatever the route says. After
-//! that the only periodic re-drive is the retry tick, which sends at most
-//! [`RETRY_BATCH_MAX`] frames, skips targets the registrar reports unroutable, and rotates so
-//! that every routable target is reached within ⌈N/32⌉ ticks. A route becoming available wakes
+//! that the only periodic re-drive is the retry tick, which sends at most a batch of frames
+//! ([`crate::limits::RETRY_BATCH_MAX`], or the configured `retry_batch`), skips targets the
+//! registrar reports unroutable, and rotates so that every routable target is reached within
+//! ⌈N/batch⌉ ticks. A route becoming available wakes
 //! exactly that target. An obligation completes on its acknowledgement or when the owning host
 //! reports the address gone; completion is persisted before it is forgotten, and since storage
 //! failure is fail-stop there is no "acknowledged but not yet durable" state to retry.
@@ -19,7 +20,6 @@ use super::Directory;
 use super::durable::ObligationKey;
 use crate::effect::{Effect, Outbox};
 use crate::ids::{Address, StreamIncarnation};
-use crate::limits::RETRY_BATCH_MAX;
 use crate::log::LogRecord;
 use crate::path::DataPath;
 use crate::wire::{GoneScope, Message};
@@ -228,13 +228,15 @@ impl Directory {
         }
     }
 
-    /// One retry pass (SPEC §4.9 as amended by Q5): at most [`RETRY_BATCH_MAX`] frames, each
-    /// obligation examined at most once, unroutable targets skipped; then fences resume.
+    /// One retry pass (SPEC §4.9 as amended by Q5): at most the configured batch
+    /// ([`crate::limits::RETRY_BATCH_MAX`] by default) of frames, each obligation examined at most once,
+    /// unroutable targets skipped; then fences resume.
     pub(super) fn retry_pass(&mut self, out: &mut Outbox) {
         let n = self.engine.len();
+        let batch = self.config.limits.retry_batch.max(1);
         let mut examined = 0;
         let mut sent = 0;
-        while examined < n && sent < RETRY_BATCH_MAX {
+        while examined < n && sent < batch {
             let Some(key) = self.engine.rotate() else {
                 break;
             };

@@ -206,6 +206,8 @@ pub struct EndView<'a> {
 #[derive(Debug)]
 pub struct Checker {
     model: Model,
+    /// Obligation frames per retry pass (the seed's `retry_batch`).
+    retry_batch: usize,
     failure: Option<String>,
     /// "Sometimes" counters.
     pub coverage: Coverage,
@@ -213,7 +215,9 @@ pub struct Checker {
     matches: BTreeMap<StreamIncarnation, StreamMatch>,
     definitive: BTreeMap<OperationId, ReplyBody>,
     told_unroutable: BTreeSet<Address>,
-    ticks_without_frame: BTreeMap<ObligationKey, u64>,
+    /// Per pending obligation: retry passes since its last frame, and the most obligations
+    /// pending at any of those passes.
+    ticks_without_frame: BTreeMap<ObligationKey, (u64, u64)>,
     replies_released: u64,
     healed_at: Option<Instant>,
     call_ops: BTreeMap<(Address, dataplane_core::ids::RequestId), OperationId>,
@@ -320,8 +324,13 @@ impl Checker {
     /// A checker for a run with `options`.
     pub fn new(options: &Options) -> Self {
         Checker {
-            // The simulated directory runs with the default limits (`world.rs`).
-            model: Model::new(DirectoryLimits::default()),
+            // The simulated directory runs with the default limits but for the retry batch
+            // (`world.rs`).
+            model: Model::new(DirectoryLimits {
+                retry_batch: options.retry_batch,
+                ..DirectoryLimits::default()
+            }),
+            retry_batch: options.retry_batch,
             failure: None,
             coverage: Coverage::default(),
             released_epoch: AuthorityEpoch::NONE,
@@ -667,11 +676,11 @@ impl Checker {
                     .map(|(a, inc)| ObligationKey::Displace(*a, *inc)),
             )
         {
-            self.ticks_without_frame.insert(key, 0);
+            self.ticks_without_frame.insert(key, (0, 0));
         }
     }
 
-    /// Tick and recovery frames: at most 32, only to pending obligations, never to a target
+    /// Tick and recovery frames: at most a batch (32 unless the seed drew fewer), only to pending obligations, never to a target
     /// reported unroutable (tick), never to the source of a live binding; fair rotation.
     fn check_obligation_frames(
         &mut self,
@@ -681,14 +690,15 @@ impl Checker {
         recovery: bool,
     ) {
         let frames = sends.retires.len() + sends.displaced.len();
-        if frames > dataplane_core::limits::RETRY_BATCH_MAX {
+        let batch = self.retry_batch;
+        if frames > batch {
             self.fail(now, format!("S23: {frames} obligation frames in one pass"));
             return;
         }
-        if frames == dataplane_core::limits::RETRY_BATCH_MAX {
+        if frames == batch {
             self.coverage.hit("tick.batch_full");
         }
-        if dir.durable().obligation_count() > dataplane_core::limits::RETRY_BATCH_MAX {
+        if dir.durable().obligation_count() > batch {
             self.coverage.hit("tick.obligations_beyond_batch");
         }
         match dir.durable().obligation_count() {
@@ -728,24 +738,34 @@ impl Checker {
         if recovery {
             return;
         }
-        // S25: every routable obligation gets a frame within ⌈N/32⌉ ticks.
+        // S25: every routable obligation gets a frame within ⌈N/batch⌉ ticks, N the most
+        // obligations pending at any pass of its wait (the rotation reaches every one of them
+        // before it comes back).
         let n = durable.obligation_count() as u64;
-        let bound = n.div_ceil(dataplane_core::limits::RETRY_BATCH_MAX as u64);
         let keys: Vec<ObligationKey> = durable.obligations_in_order().map(|(k, _)| k).collect();
         let mut next = BTreeMap::new();
         for key in keys {
             if self.told_unroutable.contains(&key.target()) || sent.contains(&key) {
-                next.insert(key, 0);
+                next.insert(key, (0, 0));
                 continue;
             }
-            let waited = self.ticks_without_frame.get(&key).copied().unwrap_or(0) + 1;
+            let (waited, most) = self
+                .ticks_without_frame
+                .get(&key)
+                .copied()
+                .unwrap_or((0, 0));
+            let (waited, most) = (waited + 1, most.max(n));
+            let bound = most.div_ceil(batch as u64);
             if waited > bound {
                 self.fail(
                     now,
-                    format!("S25: {key:?} waited {waited} ticks with {n} obligations"),
+                    format!(
+                        "S25: {key:?} waited {waited} ticks with at most {most} obligations \
+                         (batch {batch})"
+                    ),
                 );
             }
-            next.insert(key, waited);
+            next.insert(key, (waited, most));
         }
         self.ticks_without_frame = next;
     }
