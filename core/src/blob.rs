@@ -38,6 +38,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::kinds::{BlobAccess, DigestKind};
+
 use crate::arena::{BLOB_ALIGNMENT, BLOB_HEADER_BYTES};
 use crate::error::BlobFailure;
 
@@ -79,24 +81,6 @@ pub enum BlobState {
     Aborted = 4,
     /// The host released the lease.
     Released = 5,
-}
-
-/// Who may write the payload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum BlobAccess {
-    /// A read lease: the child only reads.
-    ReadOnly,
-    /// A write lease: the child writes the payload.
-    Writable,
-}
-
-/// The content digest a header carries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum DigestKind {
-    /// No digest (the digest bytes are zero).
-    None,
-    /// BLAKE3-256 of the payload.
-    Blake3,
 }
 
 /// A parsed blob header.

@@ -8,23 +8,12 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::kinds::Timer;
+
 use crate::ids::Address;
 use crate::log::LogRecord;
 use crate::time::Instant;
 use crate::wire::Message;
-
-/// The timers a machine can arm. One deadline per timer: arming it again moves it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum Timer {
-    /// The directory's obligation retry tick (SPEC §4.9).
-    DirectoryRetry,
-    /// The proxy's re-dispatch and deadline tick (SPEC §5.2).
-    ProxyRetry,
-    /// The host's tick: transfer retries and deadlines, namespace call guards.
-    HostTick,
-    /// The node agent's gone-report re-send tick.
-    AgentTick,
-}
 
 /// One thing the driver must do.
 #[must_use = "effects must be executed by the driver"]

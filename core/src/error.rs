@@ -4,153 +4,11 @@
 use core::fmt;
 use serde::{Deserialize, Serialize};
 
-use crate::effect::Timer;
+pub use crate::kinds::{Limit, Reason, ReasonTooLong};
+
 use crate::ids::{OperationId, StreamIncarnation};
-use crate::limits::REASON_BYTES_MAX;
+use crate::kinds::{EntryKind, StreamRole, Timer};
 use crate::path::{DataPath, PathError};
-use crate::wire::{EntryKind, StreamRole};
-
-/// A short human-readable explanation, truncated to [`REASON_BYTES_MAX`] bytes.
-#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct Reason(String);
-
-impl Reason {
-    /// Builds a reason, cutting it at a character boundary if it is too long.
-    pub fn new(text: impl Into<String>) -> Self {
-        let mut text = text.into();
-        if text.len() > REASON_BYTES_MAX {
-            let mut cut = REASON_BYTES_MAX;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.truncate(cut);
-        }
-        Reason(text)
-    }
-
-    /// The reason as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-/// A reason decoded from a frame that is longer than the limit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReasonTooLong;
-
-impl fmt::Display for ReasonTooLong {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "reason longer than {REASON_BYTES_MAX} bytes")
-    }
-}
-
-impl TryFrom<String> for Reason {
-    type Error = ReasonTooLong;
-    fn try_from(value: String) -> Result<Self, Self::Error> {
-        if value.len() > REASON_BYTES_MAX {
-            Err(ReasonTooLong)
-        } else {
-            Ok(Reason(value))
-        }
-    }
-}
-
-impl From<Reason> for String {
-    fn from(value: Reason) -> Self {
-        value.0
-    }
-}
-
-impl fmt::Display for Reason {
-    /// The text, with control characters escaped (`\n`, `\u{1b}`): a reason may come from a
-    /// peer, and a message that prints it must stay one line.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for c in self.0.chars() {
-            if c.is_control() {
-                write!(f, "{}", c.escape_default())?;
-            } else {
-                fmt::Write::write_char(f, c)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Debug for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-/// A named limit that was reached.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Limit {
-    /// [`crate::limits::FENCE_HELD_OPENS_MAX`].
-    FenceHeldOpens,
-    /// [`crate::limits::RESERVATIONS_MAX`].
-    Reservations,
-    /// The proxy's pending-request bound.
-    PendingRequests,
-    /// Request ids of a proxy ran out.
-    RequestIds,
-    /// A host's bound on operations in progress over all its sessions
-    /// ([`crate::limits::HOST_OPERATIONS_MAX`] by default).
-    HostOperations,
-    /// A host's bound on operations in progress in one session
-    /// ([`crate::limits::HOST_SESSION_OPERATIONS_MAX`] by default).
-    SessionOperations,
-    /// The directory's operation table is full ([`crate::limits::OPERATIONS_MAX`]). Not
-    /// sticky: nothing was applied or remembered, and the same id may be sent again.
-    Operations,
-    /// One issuer holds too many operation records
-    /// ([`crate::limits::ISSUER_OPERATIONS_MAX`]). Not sticky, like `Operations`.
-    IssuerOperations,
-    /// The directory's issuer table is full ([`crate::limits::ISSUERS_MAX`]). Not sticky,
-    /// like `Operations`.
-    Issuers,
-    /// [`crate::limits::ENTRIES_MAX`] namespace entries.
-    Entries,
-    /// [`crate::limits::OBLIGATIONS_MAX`] retirement and displacement obligations.
-    Obligations,
-    /// [`crate::limits::RENDEZVOUS_MAX`] runtime rendezvous.
-    Rendezvous,
-    /// [`crate::limits::FENCES_MAX`] replacement fences.
-    Fences,
-}
-
-impl Limit {
-    /// Whether a refusal for this limit left no trace at the directory: the request was
-    /// neither applied nor remembered, so a copy sent later may still take effect. Callers
-    /// treat it like an unknown outcome (send the same request again later); every other
-    /// directory refusal is definitive.
-    pub fn left_no_trace(self) -> bool {
-        matches!(
-            self,
-            Limit::Operations | Limit::IssuerOperations | Limit::Issuers
-        )
-    }
-}
-
-impl fmt::Display for Limit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Limit::FenceHeldOpens => "too many opens held by a replacement fence",
-            Limit::Reservations => "too many blob reservations",
-            Limit::PendingRequests => "too many pending requests",
-            Limit::RequestIds => "request ids exhausted",
-            Limit::HostOperations => "too many operations in progress on this host",
-            Limit::SessionOperations => "too many operations in progress in this session",
-            Limit::Operations => "too many operations remembered by the directory",
-            Limit::IssuerOperations => "too many operations of one issuer remembered",
-            Limit::Issuers => "too many issuers remembered by the directory",
-            Limit::Entries => "too many namespace entries",
-            Limit::Obligations => "too many retirements and displacements outstanding",
-            Limit::Rendezvous => "too many stream rendezvous",
-            Limit::Fences => "too many replacement fences",
-        })
-    }
-}
 
 /// Errors of the namespace directory and its proxy.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -543,20 +401,6 @@ impl std::error::Error for InputError {}
 mod tests {
     use super::*;
 
-    #[test]
-    fn reasons_are_truncated_at_a_char_boundary() {
-        let long = "é".repeat(REASON_BYTES_MAX);
-        let reason = Reason::new(long);
-        assert!(reason.as_str().len() <= REASON_BYTES_MAX);
-        assert!(reason.as_str().chars().all(|c| c == 'é'));
-    }
-
-    #[test]
-    fn oversized_reasons_do_not_decode() {
-        let bytes = postcard::to_allocvec(&"x".repeat(REASON_BYTES_MAX + 1)).unwrap();
-        assert!(postcard::from_bytes::<Reason>(&bytes).is_err());
-    }
-
     /// Whether `text` looks like Rust debug output: a capitalised identifier followed by `(`
     /// or ` {` (`Blob(Digest)`, `LimitReached(PendingRequests)`, `Length { expected: 1 }`),
     /// or `Some(`/`None`.
@@ -830,13 +674,6 @@ mod tests {
         for (error, text) in cases {
             assert_eq!(error.to_string(), text);
         }
-    }
-
-    #[test]
-    fn reasons_from_peers_print_on_one_line() {
-        let reason = Reason::new("line one\nline two\u{1b}[2J");
-        assert_eq!(reason.to_string(), "line one\\nline two\\u{1b}[2J");
-        assert_eq!(reason.as_str(), "line one\nline two\u{1b}[2J");
     }
 
     #[test]

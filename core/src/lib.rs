@@ -48,6 +48,7 @@ pub mod effect;
 pub mod error;
 pub mod host;
 pub mod ids;
+pub mod kinds;
 pub mod limits;
 pub mod log;
 pub mod membership;

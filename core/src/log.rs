@@ -16,14 +16,14 @@
 use core::fmt;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Limit, NamespaceError};
+use crate::error::NamespaceError;
 use crate::ids::{
     Address, AuthorityEpoch, Issuer, NodeId, OperationId, Revision, StreamIncarnation,
 };
+use crate::kinds::{EntryKind, Limit, StreamRole};
 use crate::limits::LOG_RECORD_BYTES_MAX;
 use crate::path::DataPath;
 use crate::wire::{EncodeError, SourceRecovery};
-use crate::wire::{EntryKind, StreamRole};
 
 /// Bytes of framing before each record body.
 pub const FRAME_HEADER_BYTES: usize = 8;

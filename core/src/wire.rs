@@ -9,57 +9,14 @@ use core::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DataPlaneError, NamespaceError, Reason};
+pub use crate::kinds::{EntryKind, StreamRole};
+
+use crate::kinds::{BlobAccess, DigestKind};
 use crate::ids::{
     Address, AuthorityEpoch, Issuer, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
 };
 use crate::limits::{DESCRIPTOR_BYTES_MAX, FILE_REF_BYTES_MAX, FRAME_BYTES_MAX};
 use crate::path::DataPath;
-
-/// The two kinds of namespace entries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum EntryKind {
-    /// A fixed-length byte region served by a blob source.
-    Blob,
-    /// A rendezvous point for one writer and one reader.
-    Stream,
-}
-
-/// The two roles of a stream rendezvous.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum StreamRole {
-    /// The writer.
-    Source,
-    /// The reader.
-    Sink,
-}
-
-impl fmt::Display for EntryKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            EntryKind::Blob => "blob",
-            EntryKind::Stream => "stream",
-        })
-    }
-}
-
-impl fmt::Display for StreamRole {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            StreamRole::Source => "source (writer)",
-            StreamRole::Sink => "sink (reader)",
-        })
-    }
-}
-
-impl StreamRole {
-    /// The other role.
-    pub fn peer(self) -> StreamRole {
-        match self {
-            StreamRole::Source => StreamRole::Sink,
-            StreamRole::Sink => StreamRole::Source,
-        }
-    }
-}
 
 /// What `Lookup` reports about a path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -788,11 +745,11 @@ pub struct LeaseView {
     /// The lease's generation (in the header too).
     pub generation: u64,
     /// The digest the header carries (or must carry at seal).
-    pub digest: crate::blob::DigestKind,
+    pub digest: DigestKind,
     /// The access the header says: `Writable` for a write grant, and for a read of a blob
     /// this host publishes itself (the reader views the writer's sealed lease); `ReadOnly`
     /// for a read the host filled.
-    pub access: crate::blob::BlobAccess,
+    pub access: BlobAccess,
 }
 
 /// A child process → its host session (SPEC §7, with H4's reservations and expected revisions).
@@ -823,7 +780,7 @@ pub enum ChildRequest {
         /// Payload length.
         length: u64,
         /// The digest the child will store at seal.
-        digest: crate::blob::DigestKind,
+        digest: DigestKind,
         /// Create only: reserve the path first (fails `PathExists` if it is taken).
         exclusive: bool,
     },
