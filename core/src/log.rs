@@ -412,7 +412,28 @@ pub enum LogRecord {
     },
     /// The directory node's membership (node ids, incarnations, boots): the machine ignores
     /// it; `membership::Membership` reads it back.
-    Member(crate::membership::MemberRecord),
+    Member(MemberRecord),
+}
+
+/// One durable change of the membership.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MemberRecord {
+    /// The directory booted for the `boots`-th time.
+    Booted {
+        /// Boots so far, this one included.
+        boots: u64,
+    },
+    /// The host listening on `listen` is `node` at `incarnation`, started with `boot_nonce`.
+    Host {
+        /// Where the host listens (its identity).
+        listen: String,
+        /// Its node id.
+        node: NodeId,
+        /// Its incarnation.
+        incarnation: u64,
+        /// The boot nonce of the process that has this incarnation.
+        boot_nonce: u64,
+    },
 }
 
 /// Appends `record` framed (length, CRC-32C, postcard body) to `buf`; returns the frame size.

@@ -16,32 +16,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
-
 use crate::ids::NodeId;
 use crate::limits::{LISTEN_BYTES_MAX, MEMBERS_MAX};
 use crate::log::LogRecord;
-
-/// One durable change of the membership.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum MemberRecord {
-    /// The directory booted for the `boots`-th time.
-    Booted {
-        /// Boots so far, this one included.
-        boots: u64,
-    },
-    /// The host listening on `listen` is `node` at `incarnation`, started with `boot_nonce`.
-    Host {
-        /// Where the host listens (its identity).
-        listen: String,
-        /// Its node id.
-        node: NodeId,
-        /// Its incarnation.
-        incarnation: u64,
-        /// The boot nonce of the process that has this incarnation.
-        boot_nonce: u64,
-    },
-}
+pub use crate::log::MemberRecord;
 
 /// A host's identity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
