@@ -28,7 +28,7 @@
 //!
 //! ## Map
 //!
-//! * [`time`], [`ids`], [`path`], [`error`], [`limits`]: the shared vocabulary.
+//! * [`time`], [`ids`], [`path`], [`kinds`], [`error`], [`limits`]: the shared vocabulary.
 //! * [`wire`]: every message and the one `encode`/`decode` pair.
 //! * [`effect`]: effects, timers and the outbox.
 //! * [`log`]: durable log records and their framing.
@@ -37,6 +37,17 @@
 //! * [`proxy`]: the per-node namespace proxy between local callers and the directory.
 //! * [`arena`]: the ring-lease allocator over a host's blob arena.
 //! * [`blob`]: the 128-byte blob header on arena memory and its checks.
+//!
+//! ## Module order
+//!
+//! Modules import each other in one direction only, from the leaves up: `limits`, `time`,
+//! `ids` and `arena` import nothing from the crate; [`kinds`] and [`path`] import `limits`;
+//! [`error`] imports `ids`, `kinds` and `path` (never `wire` or `effect`); [`blob`] imports
+//! `arena`, `error` and `kinds`; [`wire`] imports `error`, `ids`, `kinds`, `limits` and `path`;
+//! [`log`] adds `wire`; [`effect`] imports `log` and `wire`; [`membership`] imports `log`; the
+//! machines (`storage`, `barrier`, `routes`, `admission`, `agent`, `proxy`, `directory`,
+//! `host`) come last. A type that a lower module needs from a higher one moves down to
+//! `kinds` instead of closing a circle.
 
 pub mod admission;
 pub mod agent;
