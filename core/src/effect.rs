@@ -23,7 +23,7 @@ pub enum Effect {
     Send {
         /// The recipient.
         to: Address,
-        /// The message.
+        /// What to send.
         message: Message,
     },
     /// Make `record` durable before executing any later effect.

@@ -63,7 +63,7 @@ pub enum EncodeError {
     TooLarge {
         /// Encoded size.
         len: usize,
-        /// The limit.
+        /// The limit it exceeds, in bytes.
         max: usize,
     },
     /// The serializer failed (a value that cannot be represented).
@@ -90,7 +90,7 @@ pub enum DecodeError {
     TooLarge {
         /// Frame size.
         len: usize,
-        /// The limit.
+        /// The limit it exceeds, in bytes.
         max: usize,
     },
     /// The frame ended before the value did.

@@ -142,7 +142,7 @@ pub enum SourceRecovery {
     },
     /// A file on the directory's node; the driver's recovery hook creates a new source.
     File {
-        /// The file.
+        /// Where the file lies on the directory's node.
         path: FileRef,
     },
 }
@@ -454,7 +454,7 @@ pub struct DirectoryCall {
     pub request_id: RequestId,
     /// Where the reply goes.
     pub reply_to: Address,
-    /// The request.
+    /// What the directory is asked to do.
     pub request: DirectoryRequest,
 }
 
@@ -465,7 +465,8 @@ pub struct DirectoryReply {
     pub request_id: RequestId,
     /// The epoch of the authority that produced the reply (0 for synthetic replies).
     pub epoch: AuthorityEpoch,
-    /// The result.
+    /// The outcome, in the variant of the request's kind, an error included (see
+    /// [`ReplyBody::error`]).
     pub body: ReplyBody,
 }
 
@@ -477,7 +478,7 @@ pub enum GoneScope {
     /// Every address of `node` created in an incarnation before `incarnation` (the node
     /// restarted).
     NodeBefore {
-        /// The node.
+        /// The node that restarted.
         node: NodeId,
         /// Its current incarnation.
         incarnation: u64,

@@ -64,7 +64,8 @@ pub enum Message {
     },
     /// A stream endpoint (or its host, for an endpoint it no longer knows) → the directory.
     StreamDisplaced {
-        /// The endpoint.
+        /// The endpoint whose displacement is acknowledged (not the sender when a host
+        /// answers for an endpoint it no longer knows).
         endpoint: Address,
         /// The displaced rendezvous.
         incarnation: StreamIncarnation,
@@ -88,7 +89,7 @@ pub enum Message {
     /// Its retractions are kept (and re-owned by the proxy); its waiting opens and reserves are
     /// retracted.
     ProxyCancel {
-        /// The caller.
+        /// The caller giving up: the `reply_to` its calls named.
         reply_to: Address,
     },
     /// A child process → its host session.
@@ -101,7 +102,7 @@ pub enum Message {
         offset: u64,
         /// How many bytes (at most [`CHUNK_BYTES_MAX`]).
         len: u32,
-        /// The transfer.
+        /// The destination transfer, which the chunk or the refusal goes to.
         reply_to: Address,
     },
     /// A blob source → a destination transfer: payload bytes.
@@ -112,7 +113,7 @@ pub enum Message {
         total: u64,
         /// The source's content digest, if it has one.
         digest: Option<[u8; 32]>,
-        /// The bytes.
+        /// The payload from `offset` on (at most [`CHUNK_BYTES_MAX`] bytes).
         bytes: ChunkBytes,
     },
     /// A blob source (or its host, for a source it does not know) → a destination transfer:
