@@ -70,3 +70,8 @@ pub const LISTEN_BYTES_MAX: usize = 512;
 pub const AGENT_REPORTS_MAX: usize = 1024;
 /// Most retractions a host remembers handing to its proxy (re-sent after a proxy restart).
 pub const HOST_HANDED_OVER_MAX: usize = 1024;
+
+/// In debug builds every machine re-checks all of its invariants at the end of each input
+/// while its state holds at most this many entries (so the check costs a bounded amount per
+/// step), and its cheap ones always. Release builds check nothing.
+pub const DEBUG_CHECK_STATE_MAX: usize = 256;

@@ -482,6 +482,12 @@ impl Proxy {
 
     fn debug_check(&self) {
         debug_assert!(self.pending.len() <= 2 * self.config.pending_max);
+        if cfg!(debug_assertions)
+            && self.pending.len() <= crate::limits::DEBUG_CHECK_STATE_MAX
+            && let Err(broken) = self.check_invariants()
+        {
+            panic!("proxy invariant broken after an input: {broken}");
+        }
     }
 
     /// The proxy's configuration.

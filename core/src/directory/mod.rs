@@ -464,6 +464,13 @@ impl Directory {
     fn debug_check_step(&self) {
         debug_assert_eq!(self.engine.len(), self.durable.obligation_count());
         debug_assert!(self.durable.epoch() > AuthorityEpoch::NONE);
+        if cfg!(debug_assertions)
+            && self.durable.entry_count() + self.durable.operation_count()
+                <= crate::limits::DEBUG_CHECK_STATE_MAX
+            && let Err(broken) = self.check_invariants()
+        {
+            panic!("directory invariant broken after a step: {broken}");
+        }
     }
 
     /// The authority epoch stamped on replies and incarnations.

@@ -512,6 +512,20 @@ impl Host {
         mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) -> Result<(), InputError> {
+        let result = self.message(now, from, to, message, mem, out);
+        self.debug_check();
+        result
+    }
+
+    fn message(
+        &mut self,
+        now: Instant,
+        from: Address,
+        to: Address,
+        message: Message,
+        mem: &mut dyn ArenaMemory,
+        out: &mut Outbox,
+    ) -> Result<(), InputError> {
         self.now = now;
         if to.node != self.config.node {
             return Err(InputError::UnexpectedMessage("a frame for another node"));
@@ -578,6 +592,18 @@ impl Host {
 
     /// The tick: transfer retries and deadlines, guards of namespace calls.
     pub fn handle_timer(
+        &mut self,
+        now: Instant,
+        timer: Timer,
+        mem: &mut dyn ArenaMemory,
+        out: &mut Outbox,
+    ) -> Result<(), InputError> {
+        let result = self.tick(now, timer, mem, out);
+        self.debug_check();
+        result
+    }
+
+    fn tick(
         &mut self,
         now: Instant,
         timer: Timer,
@@ -1009,6 +1035,18 @@ impl Host {
     /// The binding with actor number `actor`.
     pub fn binding(&self, actor: u64) -> Option<&Binding> {
         self.bindings.get(&actor)
+    }
+
+    /// In debug builds, every invariant after each input while the host is small enough for
+    /// that to be cheap ([`crate::limits::DEBUG_CHECK_STATE_MAX`]).
+    fn debug_check(&self) {
+        if cfg!(debug_assertions)
+            && self.bindings.len() + self.sessions.len() + self.sources.len()
+                <= crate::limits::DEBUG_CHECK_STATE_MAX
+            && let Err(broken) = self.check_invariants()
+        {
+            panic!("host invariant broken after an input: {broken}");
+        }
     }
 
     /// Checks the host's invariants (S28, S30 and lease bookkeeping). For tests and the
