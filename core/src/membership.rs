@@ -299,7 +299,13 @@ mod tests {
         let mut m = Membership::recover(&[]).unwrap();
         let long = "x".repeat(LISTEN_BYTES_MAX + 1);
         assert_eq!(m.admit(&long, 1), Err(MembershipError::ListenTooLong));
-        for i in 0..MEMBERS_MAX {
+        // The bound itself is allowed.
+        let longest = "y".repeat(LISTEN_BYTES_MAX);
+        assert!(matches!(
+            m.admit(&longest, 1),
+            Ok((Admitted::New(_), Some(_)))
+        ));
+        for i in 0..MEMBERS_MAX - 1 {
             m.admit(&format!("h{i}"), 1).unwrap();
         }
         let before = m.clone();
@@ -310,6 +316,19 @@ mod tests {
             m.admit("h0", 2),
             Ok((Admitted::Restarted(_), Some(_)))
         ));
+    }
+
+    #[test]
+    fn empty_only_before_the_first_boot_or_host() {
+        let fresh = Membership::recover(&[]).unwrap();
+        assert!(fresh.is_empty());
+        let mut booted = fresh.clone();
+        booted.boot();
+        assert!(!booted.is_empty());
+        let mut hosted = fresh;
+        hosted.admit("a:1", 1).unwrap();
+        assert!(!hosted.is_empty());
+        assert_eq!(hosted.hosts().count(), 1);
     }
 
     #[test]
