@@ -58,7 +58,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::driver::{Clock, read_state, write_state};
 use crate::log::{DurableLog, LogError, LogOptions, Recovered};
-use crate::metrics::{DirectoryMetrics, GAUGE_PERIOD, Refusal, gauge_value};
+use crate::metrics::{DirectoryMetrics, GaugeClock, Refusal, gauge_value};
 use crate::net::{
     Acceptor, ClusterKey, ConnId, Limits, Link, NetEvent, Peer, Reactor, Who, fresh_nonce,
 };
@@ -210,7 +210,7 @@ struct DirectoryNode {
     /// With `--metrics-listen`: the metrics, when the gauges are next read, and when each
     /// mutating request of the batch not yet synced was handed to the machine.
     metrics: Option<DirectoryMetrics>,
-    gauges_due: Instant,
+    gauges: GaugeClock,
     awaiting_sync: Vec<WallInstant>,
 }
 
@@ -362,7 +362,7 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         route_changes: Vec::new(),
         outbox: Outbox::new(),
         metrics,
-        gauges_due: Instant::ZERO,
+        gauges: GaugeClock::default(),
         awaiting_sync: Vec::new(),
     };
     let effects = outbox.take();
@@ -458,18 +458,14 @@ impl DirectoryNode {
     }
 
     /// Reads the gauges from the machine, the log and the admission (at most every
-    /// [`GAUGE_PERIOD`]).
+    /// [`crate::metrics::GAUGE_PERIOD`]).
     fn sample_gauges(&mut self) {
         let Some(metrics) = &self.metrics else {
             return;
         };
-        let now = self.clock.now();
-        if now < self.gauges_due {
+        if !self.gauges.due(self.clock.now()) {
             return;
         }
-        self.gauges_due = now.saturating_add(Duration::from_nanos(
-            u64::try_from(GAUGE_PERIOD.as_nanos()).unwrap_or(u64::MAX),
-        ));
         let durable = self.machine.durable();
         metrics.entries.set(gauge_value(durable.entry_count()));
         metrics

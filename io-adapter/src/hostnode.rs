@@ -71,7 +71,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::arena::SharedArena;
 use crate::driver::Clock;
-use crate::metrics::{GAUGE_PERIOD, HostMetrics, Refusal, gauge_value};
+use crate::metrics::{GaugeClock, HostMetrics, Refusal, gauge_value};
 use crate::net::{
     Acceptor, ClusterKey, ConnId, Connector, HandshakeError, Limits, Link, ListenerId, NetEvent,
     Outgoing, Overflow, Peer, Reactor, Who, fresh_nonce, handshake_blocking,
@@ -343,7 +343,7 @@ struct HostNode {
     /// With `--metrics-listen`: the metrics, when the gauges are next read, and the transfers
     /// (their destination bindings) seen asking another host for chunks and not yet over.
     metrics: Option<HostMetrics>,
-    gauges_due: Instant,
+    gauges: GaugeClock,
     transfers: BTreeSet<Address>,
 }
 
@@ -606,7 +606,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         refused: None,
         _lock: lock,
         metrics,
-        gauges_due: Instant::ZERO,
+        gauges: GaugeClock::default(),
         transfers: BTreeSet::new(),
     };
     if let Some(metrics) = &host.metrics {
@@ -692,18 +692,14 @@ impl HostNode {
         }
     }
 
-    /// Reads the gauges from the machines (at most every [`GAUGE_PERIOD`]).
+    /// Reads the gauges from the machines (at most every [`crate::metrics::GAUGE_PERIOD`]).
     fn sample_gauges(&mut self) {
         let Some(metrics) = &self.metrics else {
             return;
         };
-        let now = self.clock.now();
-        if now < self.gauges_due {
+        if !self.gauges.due(self.clock.now()) {
             return;
         }
-        self.gauges_due = now.saturating_add(Duration::from_nanos(
-            u64::try_from(GAUGE_PERIOD.as_nanos()).unwrap_or(u64::MAX),
-        ));
         let machine = &self.machine;
         metrics
             .proxy_pending

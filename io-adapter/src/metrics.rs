@@ -27,6 +27,24 @@ use prometheus::{
 
 /// Gauges are read from the machines at most this often.
 pub const GAUGE_PERIOD: StdDuration = StdDuration::from_millis(100);
+
+/// When a node's gauges are next due (both nodes sample at most every [`GAUGE_PERIOD`]).
+#[derive(Debug, Default)]
+pub struct GaugeClock {
+    due: dataplane_core::time::Instant,
+}
+
+impl GaugeClock {
+    /// Whether the gauges are due at `now`; if so, the next sample is a period later.
+    pub fn due(&mut self, now: dataplane_core::time::Instant) -> bool {
+        if now < self.due {
+            return false;
+        }
+        let period = u64::try_from(GAUGE_PERIOD.as_nanos()).unwrap_or(u64::MAX);
+        self.due = now.saturating_add(dataplane_core::time::Duration::from_nanos(period));
+        true
+    }
+}
 /// How long the listener waits for a request and for its answer to be taken.
 const SCRAPE_TIMEOUT: StdDuration = StdDuration::from_secs(2);
 /// The longest request head the listener reads.

@@ -1357,40 +1357,27 @@ impl World {
         };
         let fs = &mut d.fs;
         let mut first_end = None;
-        let before = d.last_record_end;
-        let persists: Vec<bool> = effects
-            .iter()
-            .map(|e| matches!(e, Effect::Persist(_)))
-            .collect();
-        let mut ends = Vec::new();
+        // The checker's account: every other effect may leave once the log is durable past
+        // the last record appended before it (in this step or an earlier one). The barrier
+        // pulls the effects one by one, appending each record before it pulls the next.
+        let last_record = std::cell::Cell::new(d.last_record_end);
+        let release_after = &mut d.release_after;
         let admitted = d.barrier.admit(
-            effects.drain(..),
+            effects.drain(..).inspect(|effect| {
+                if !matches!(effect, Effect::Persist(_)) {
+                    release_after.push_back(last_record.get());
+                }
+            }),
             log.synced(),
             |record| {
                 let end = log.append(fs, record)?;
                 first_end.get_or_insert(end as usize);
-                ends.push(end);
+                last_record.set(end);
                 Ok::<u64, storage::Error<SimFs>>(end)
             },
             &mut ready,
         );
-        // Every other effect may leave once the log is durable past the last record before it
-        // (or, with none in this step, past everything written before the step).
-        if let Some(&last) = ends.last() {
-            d.last_record_end = last;
-        }
-        let mut after = before;
-        let mut records = ends.iter();
-        for persist in persists {
-            if persist {
-                match records.next() {
-                    Some(&end) => after = end,
-                    None => break,
-                }
-            } else {
-                d.release_after.push_back(after);
-            }
-        }
+        d.last_record_end = last_record.get();
         let (end, synced) = (log.written() as usize, log.synced() as usize);
         self.stats.log_bytes_max = self.stats.log_bytes_max.max(end as u64);
         self.outbox.recycle(effects);

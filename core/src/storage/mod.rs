@@ -5,10 +5,10 @@
 //!
 //! Every decision is here; the file operations are not. [`LogStore`] runs the protocol over a
 //! [`FileSystem`], a small trait over one data directory (list, create, read, append, sync,
-//! rename, remove, sync the directory, draw entropy). The real node implements it with
-//! `std::fs` (`dataplane_io::log`), the simulator with a simulated file system that loses,
-//! tears and damages what a real disk may (`dataplane_sim`), so the simulator runs the very
-//! protocol production runs. Deterministic: the only randomness (ids and salts) and every
+//! rename, remove, sync the directory, draw entropy). The real node implements it with the
+//! operating system's files (`dataplane_io::log`), the simulator with a simulated file system
+//! that loses, tears and damages what a real disk may (`dataplane_sim`), so the simulator runs
+//! the very protocol production runs. Deterministic: the only randomness (ids and salts) and every
 //! effect on the world come through the trait.
 //!
 //! # File layout

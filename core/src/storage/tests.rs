@@ -1,7 +1,7 @@
 //! Decision tests of the storage protocol on an in-memory file system: what recovery chooses,
 //! what a compaction that dies at any step leaves, poisoning, a full disk, and when to compact.
-//! The real-file tests (`dataplane_io::log`) cover the same protocol on `std::fs`; the
-//! simulator runs it on a file system that loses and tears unsynced data.
+//! The real-file tests (`dataplane_io::log`) cover the same protocol on the operating
+//! system's files; the simulator runs it on a file system that loses and tears unsynced data.
 
 use std::collections::BTreeMap;
 
