@@ -26,6 +26,56 @@ pub struct NetOptions {
     pub reorder_delay_max: Duration,
 }
 
+/// How the simulated route registrar reports routability (SPEC §5.6: a callback on route
+/// changes, "possibly including an initial observation"). Prompt and in order in half the
+/// seeds; otherwise any mix of the legal but unhelpful manners below (issue 15, class 5).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RegistrarOptions {
+    /// Longest delay of a report: 20 ms when prompt, up to 3 s when late.
+    pub delay_max: Duration,
+    /// Per mille of reports delivered twice.
+    pub repeat_permille: u64,
+    /// Per mille of new watches whose initial observation is never reported (the directory
+    /// must count unknown routability as routable).
+    pub skip_initial_permille: u64,
+    /// Out of order: every report is delivered in the order its delay gives, stale ones and
+    /// ones for targets no longer watched included; the registrar re-announces every watched
+    /// target this often (a resync), so its last word is eventually the truth.
+    pub resync: Option<Duration>,
+}
+
+impl RegistrarOptions {
+    /// Prompt, in order, every report once, initial observations included.
+    pub const PROMPT: RegistrarOptions = RegistrarOptions {
+        delay_max: Duration::from_millis(20),
+        repeat_permille: 0,
+        skip_initial_permille: 0,
+        resync: None,
+    };
+
+    fn draw(rng: &mut SimRng) -> RegistrarOptions {
+        if rng.below(2) == 0 {
+            return RegistrarOptions::PROMPT;
+        }
+        let on = |rng: &mut SimRng| rng.below(2) == 0;
+        RegistrarOptions {
+            delay_max: if on(rng) {
+                ms(rng, 100, 3_000)
+            } else {
+                RegistrarOptions::PROMPT.delay_max
+            },
+            repeat_permille: if on(rng) { rng.range(100, 600) } else { 0 },
+            skip_initial_permille: if on(rng) { rng.range(200, 1_001) } else { 0 },
+            resync: on(rng).then(|| ms(rng, 500, 4_000)),
+        }
+    }
+
+    /// Whether every report is prompt, in order and delivered once.
+    pub fn is_prompt(&self) -> bool {
+        *self == RegistrarOptions::PROMPT
+    }
+}
+
 /// A recurring fault: mean time between occurrences and the longest duration of one.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Recurring {
@@ -207,6 +257,10 @@ pub struct Options {
     pub spoofs: Option<Recurring>,
     /// The long-life regime, in some seeds.
     pub long_life: Option<LongLifeOptions>,
+    /// The route registrar's manner.
+    pub registrar: RegistrarOptions,
+    /// Per mille of discovery answers a proxy is told twice (0 in half the seeds).
+    pub discovery_repeat_permille: u64,
 }
 
 const PATH_POOL: [&str; 8] = [
@@ -448,6 +502,13 @@ impl Options {
         } else {
             dataplane_core::limits::RETRY_BATCH_MAX
         };
+        // Drawn after everything else, so the draws above stay those of earlier commits.
+        let registrar = RegistrarOptions::draw(&mut rng);
+        let discovery_repeat_permille = if rng.below(2) == 0 {
+            0
+        } else {
+            rng.range(100, 600)
+        };
         Options {
             seed,
             clients_per_host,
@@ -479,6 +540,8 @@ impl Options {
             revocations,
             spoofs,
             long_life,
+            registrar,
+            discovery_repeat_permille,
         }
     }
 
@@ -529,8 +592,18 @@ impl Options {
         let p = &self.proxy;
         let _ = writeln!(
             s,
-            "# proxy: deadline={} retry={} discovery_lag<={}",
-            p.deadline, p.retry_period, p.discovery_lag_max
+            "# proxy: deadline={} retry={} discovery_lag<={} discovery_repeat={}/1000",
+            p.deadline, p.retry_period, p.discovery_lag_max, self.discovery_repeat_permille
+        );
+        let r = &self.registrar;
+        let _ = writeln!(
+            s,
+            "# registrar: delay<={} repeat={}/1000 skip_initial={}/1000 out_of_order={}",
+            r.delay_max,
+            r.repeat_permille,
+            r.skip_initial_permille,
+            r.resync
+                .map_or("no".to_owned(), |d| format!("yes (resync every {d})")),
         );
         let d = &self.disk;
         let _ = writeln!(

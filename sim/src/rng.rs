@@ -28,6 +28,9 @@ pub enum Stream {
     Storage = 6,
     /// Which hostile frames the spoof fault sends.
     Spoof = 7,
+    /// How the environment misbehaves within its contract: the route registrar's repeated,
+    /// skipped and late reports, discovery's repeats (issue 15, class 5).
+    Environment = 8,
 }
 
 /// A deterministic random source for one subsystem.

@@ -159,6 +159,8 @@ enum EventKind {
     },
     FlapStart,
     FlapEnd(Address),
+    /// The out-of-order registrar re-announces every watched target (its resync).
+    RouteResync,
     ActorDeath,
     Revocation,
     Spoof,
@@ -311,6 +313,7 @@ pub struct World {
     net_rng: SimRng,
     fault_rng: SimRng,
     spoof_rng: SimRng,
+    env_rng: SimRng,
     work_rng: SimRng,
     disk_rng: SimRng,
     directory: DirectoryNode,
@@ -357,6 +360,12 @@ fn uniform(rng: &mut SimRng, max: Duration) -> Duration {
     Duration::from_nanos(rng.range(0, max.as_nanos()))
 }
 
+/// True with probability `permille`/1000 (no draw when it is 0, so seeds without the
+/// behaviour draw nothing).
+fn permille(rng: &mut SimRng, permille: u64) -> bool {
+    permille > 0 && rng.below(1_000) < permille
+}
+
 impl World {
     /// Builds the world of `options`; `trace_text` keeps a readable event log.
     pub fn new(options: Options, trace_text: bool) -> World {
@@ -382,6 +391,7 @@ impl World {
             net_rng: SimRng::new(seed, Stream::Network),
             fault_rng: SimRng::new(seed, Stream::Faults),
             spoof_rng: SimRng::new(seed, Stream::Spoof),
+            env_rng: SimRng::new(seed, Stream::Environment),
             work_rng: SimRng::new(seed, Stream::Workload),
             disk_rng: SimRng::new(seed, Stream::Disk),
             directory: DirectoryNode {
@@ -539,6 +549,9 @@ impl World {
                 self.schedule_next(fault, kind);
             }
         }
+        if let Some(every) = self.options.registrar.resync {
+            self.schedule_in(every, EventKind::RouteResync);
+        }
         self.schedule(self.heal_at, EventKind::Heal);
         self.schedule(self.end_at, EventKind::End);
     }
@@ -568,10 +581,36 @@ impl World {
                 version,
             } => {
                 let d = &self.directory;
-                let newest =
-                    d.routes.is_watched(&target) && d.route_versions.get(&target) == Some(&version);
-                if d.machine.is_some() && d.boot == boot && newest {
+                let watched = d.routes.is_watched(&target);
+                let newest = watched && d.route_versions.get(&target) == Some(&version);
+                // An out-of-order registrar delivers every report: stale ones, and ones for
+                // targets whose watch has ended (the directory must ignore those).
+                let deliver = newest || self.options.registrar.resync.is_some();
+                if d.machine.is_some() && d.boot == boot && deliver {
+                    if !watched {
+                        self.checker.coverage.hit("registrar.unwatched_report");
+                    } else if !newest {
+                        self.checker.coverage.hit("registrar.stale_report");
+                    }
                     self.directory_input(DirInput::Route { target, routable });
+                }
+            }
+            EventKind::RouteResync => {
+                if self.directory.machine.is_some() {
+                    let watched: Vec<(Address, bool)> = self
+                        .directory
+                        .routes
+                        .watched()
+                        .filter_map(|t| self.directory.routes.reported(t).map(|r| (*t, r)))
+                        .collect();
+                    for (target, routable) in watched {
+                        self.send_route_report(target, routable);
+                    }
+                }
+                if let Some(every) = self.options.registrar.resync
+                    && self.now < self.end_at
+                {
+                    self.schedule_in(every, EventKind::RouteResync);
                 }
             }
             EventKind::DirCrash => {
@@ -806,6 +845,22 @@ impl World {
                 if current {
                     h.discovery_version = version;
                     self.proxy_input(host, ProxyInput::Discovery(found));
+                    // Discovery may tell a proxy the same answer again (a legal, unhelpful
+                    // repeat): nothing may change twice.
+                    if permille(&mut self.env_rng, self.options.discovery_repeat_permille) {
+                        self.checker.coverage.hit("discovery.repeated");
+                        let again = uniform(&mut self.env_rng, Duration::from_millis(500));
+                        self.schedule_in(
+                            again,
+                            EventKind::Discovery {
+                                host,
+                                incarnation,
+                                generation,
+                                version,
+                                found,
+                            },
+                        );
+                    }
                 }
             }
             EventKind::ProxyCrash => {
@@ -1717,21 +1772,49 @@ impl World {
             );
         }
         for (target, routable) in changes {
-            self.directory.route_version += 1;
-            let version = self.directory.route_version;
-            self.directory.route_versions.insert(target, version);
-            let delay = Duration::from_micros(self.net_rng.range(100, 20_000));
-            let boot = self.directory.boot;
-            self.schedule_in(
-                delay,
-                EventKind::DirRoute {
-                    boot,
-                    target,
-                    routable,
-                    version,
-                },
-            );
+            // SPEC §5.6: the initial observation of a new watch may be left out.
+            let initial = !self.directory.route_versions.contains_key(&target);
+            if initial
+                && permille(
+                    &mut self.env_rng,
+                    self.options.registrar.skip_initial_permille,
+                )
+            {
+                self.checker.coverage.hit("registrar.skipped_initial");
+                self.directory.route_version += 1;
+                let version = self.directory.route_version;
+                self.directory.route_versions.insert(target, version);
+                continue;
+            }
+            self.send_route_report(target, routable);
         }
+    }
+
+    /// The registrar reports `target`'s routability to the directory after its delay (twice
+    /// when it repeats itself).
+    fn send_route_report(&mut self, target: Address, routable: bool) {
+        self.directory.route_version += 1;
+        let version = self.directory.route_version;
+        self.directory.route_versions.insert(target, version);
+        let registrar = &self.options.registrar;
+        let delay = Duration::from_micros(
+            self.net_rng
+                .range(100, registrar.delay_max.as_nanos() / 1_000),
+        );
+        let repeat = permille(&mut self.env_rng, registrar.repeat_permille);
+        let again = repeat.then(|| uniform(&mut self.env_rng, registrar.delay_max));
+        let boot = self.directory.boot;
+        let report = EventKind::DirRoute {
+            boot,
+            target,
+            routable,
+            version,
+        };
+        if let Some(again) = again {
+            self.checker.coverage.hit("registrar.repeated");
+            self.schedule_in(again.max(Duration::from_micros(100)), report.clone());
+        }
+        self.schedule_in(delay, report);
     }
 
     fn crash_directory(&mut self) {

@@ -191,6 +191,12 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "host.session_revoked",
     "agent.reported_actor",
     "agent.report_resent",
+    "registrar.repeated",
+    "registrar.skipped_initial",
+    "registrar.stale_report",
+    "registrar.unwatched_report",
+    "input.route_unwatched",
+    "discovery.repeated",
 ];
 
 /// What `at_end` looks at.
@@ -537,8 +543,14 @@ impl Checker {
             DirInput::Message(_) => {}
             DirInput::Timer => self.model.tick(step),
             DirInput::Route { target, routable } => {
+                // SPEC §5.6: a report counts only while its target is watched, that is while
+                // an obligation toward it is outstanding (restated from the model, not read
+                // from the directory); a late report for an ended watch changes nothing.
+                let counted = self.model.obligation_targets().contains(target);
                 self.model.route(step, *target, *routable);
-                if *routable {
+                if !counted {
+                    self.coverage.hit("input.route_unwatched");
+                } else if *routable {
                     self.coverage.hit("input.route_routable");
                     self.told_unroutable.remove(target);
                 } else {
@@ -546,6 +558,12 @@ impl Checker {
                     self.told_unroutable.insert(*target);
                 }
             }
+        }
+        // Routability is forgotten with the target's last obligation: a later obligation
+        // toward it starts unknown, which counts as routable (ARCHITECTURE, routes).
+        if !self.told_unroutable.is_empty() {
+            let targets = self.model.obligation_targets();
+            self.told_unroutable.retain(|t| targets.contains(t));
         }
         let expected = self.model.take_out();
         for note in &expected.notes {
