@@ -97,6 +97,10 @@ pub enum Plan {
     Reserve {
         /// Register after the reservation (else release it).
         then_register: bool,
+        /// When the client walks away from a reserve still unanswered (cancels it through the
+        /// proxy and forgets it): the proxy's retraction alone must release it (issue 15,
+        /// class 8: a host releases its own reserves too, which hid a proxy that did not).
+        give_up_at: Option<Instant>,
     },
     /// Waiting for a stream peer.
     Open {
@@ -175,6 +179,10 @@ pub struct Client {
     abandoned: VecDeque<DirectoryRequest>,
     /// Retractions to send before any new operation.
     queued: VecDeque<DirectoryRequest>,
+    /// Reserves it walked away from (the request ids of their attempts, and their release):
+    /// the proxy retracts one it still holds, but an answer already on its way back is the
+    /// caller's to release (`ProxyCancel` retracts only what is waiting).
+    walked_away: VecDeque<(Vec<RequestId>, DirectoryRequest)>,
     /// Wake-ups are valid only for the current generation.
     pub wake_generation: u64,
     /// The horizon it last declared.
@@ -243,6 +251,7 @@ impl Client {
             reconnect: None,
             abandoned: VecDeque::new(),
             queued: VecDeque::new(),
+            walked_away: VecDeque::new(),
             wake_generation: 0,
             declared: 0,
             violations: Vec::new(),
@@ -416,6 +425,31 @@ impl Client {
                 request,
                 attempts,
             } => {
+                if let Plan::Reserve {
+                    give_up_at: Some(at),
+                    ..
+                } = plan
+                    && io.now >= *at
+                    && let DirectoryRequest::ReserveBlob {
+                        path, operation, ..
+                    } = request
+                {
+                    // Walk away: the proxy retracts the reserve if it still holds it; an answer
+                    // already on its way is released when it arrives.
+                    let release = DirectoryRequest::ReleaseBlobReservation {
+                        path: path.clone(),
+                        operation: *operation,
+                    };
+                    io.actions.push(Action::CancelPending);
+                    if self.walked_away.len() == ABANDONED_MAX {
+                        self.walked_away.pop_front();
+                    }
+                    self.walked_away
+                        .push_back((attempts.clone(), release.clone()));
+                    self.abandon(release);
+                    self.idle(io);
+                    return;
+                }
                 if let Plan::Open {
                     give_up_at,
                     endpoint,
@@ -481,6 +515,21 @@ impl Client {
 
     /// A directory reply addressed to this client.
     pub fn reply(&mut self, reply: &DirectoryReply, io: &mut Io<'_>) {
+        if let ReplyBody::BlobReserved(Ok(())) = &reply.body
+            && let Some(i) = self
+                .walked_away
+                .iter()
+                .position(|(ids, _)| ids.contains(&reply.request_id))
+            && let Some((_, release)) = self.walked_away.remove(i)
+        {
+            // The answer overtook the walk-away: the proxy no longer held the reserve, so
+            // the caller releases it itself.
+            self.queued.push_back(release);
+            if self.state == State::Idle {
+                io.actions.push(Action::WakeAt(io.now));
+            }
+            return;
+        }
         let State::Calling {
             plan,
             request,
@@ -608,7 +657,7 @@ impl Client {
             ) => {
                 io.actions.push(Action::StopSource(*source));
             }
-            (Plan::Reserve { then_register }, ReplyBody::BlobReserved(Ok(()))) => {
+            (Plan::Reserve { then_register, .. }, ReplyBody::BlobReserved(Ok(()))) => {
                 let DirectoryRequest::ReserveBlob {
                     path, operation, ..
                 } = &request
@@ -828,7 +877,23 @@ impl Client {
                     owner: self.address,
                 };
                 let then_register = kind == OpKind::ReserveRegister;
-                self.send(io, Plan::Reserve { then_register }, request);
+                let walk_away = io.options.reserve_walk_away_permille > 0
+                    && io.rng.below(1_000) < io.options.reserve_walk_away_permille;
+                let give_up_at = walk_away.then(|| {
+                    io.now
+                        .saturating_add(Duration::from_micros(io.rng.range(0, 30_000)))
+                });
+                self.send(
+                    io,
+                    Plan::Reserve {
+                        then_register,
+                        give_up_at,
+                    },
+                    request,
+                );
+                if let Some(at) = give_up_at {
+                    io.actions.push(Action::WakeAt(at));
+                }
             }
             OpKind::OpenStream => {
                 let role = if io.rng.chance(0.5) {

@@ -134,6 +134,9 @@ pub struct WorkloadOptions {
     /// Longest delay before a live source or endpoint acknowledges Retire or Displaced
     /// (slow acknowledgements keep obligations and fences open longer).
     pub ack_delay_max: Duration,
+    /// Per mille of reserves a client walks away from before their answer (0 in half the
+    /// seeds): only the proxy's retraction releases them.
+    pub reserve_walk_away_permille: u64,
 }
 
 /// The host side: workers (simulated child processes), the arena, transfers.
@@ -421,6 +424,7 @@ impl Options {
             open_wait: ms(&mut rng, 500, 20_000),
             hold_time: ms(&mut rng, 0, 5_000),
             ack_delay_max: Duration::ZERO,
+            reserve_walk_away_permille: 0,
         };
         // Swarm knobs that keep obligations and fences open longer.
         if rng.chance(0.4) {
@@ -509,6 +513,9 @@ impl Options {
         } else {
             rng.range(100, 600)
         };
+        if rng.below(2) == 0 {
+            workload.reserve_walk_away_permille = rng.range(100, 700);
+        }
         Options {
             seed,
             clients_per_host,
@@ -628,11 +635,12 @@ impl Options {
             .collect();
         let _ = writeln!(
             s,
-            "# workload: think={} open_wait={} hold={} ack_delay<={} mix=[{}]",
+            "# workload: think={} open_wait={} hold={} ack_delay<={} reserve_walk_away={}/1000 mix=[{}]",
             w.think_mean,
             w.open_wait,
             w.hold_time,
             w.ack_delay_max,
+            w.reserve_walk_away_permille,
             mix.join(" ")
         );
         let h = &self.host;

@@ -174,6 +174,7 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "fault.authority_outage",
     "proxy.forwarded",
     "proxy.cancel",
+    "proxy.cancel_reserve",
     "proxy.timeout",
     "proxy.unavailable",
     "proxy.dropped_stale_reply",

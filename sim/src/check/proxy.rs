@@ -120,6 +120,11 @@ impl ProxyChecker {
             }
             ProxyInput::Message(Message::ProxyCancel { reply_to }) => {
                 hits.push("proxy.cancel");
+                if self.outstanding.iter().any(|((caller, _), o)| {
+                    o.proxy == id && caller == reply_to && o.kind == RequestKind::ReserveBlob
+                }) {
+                    hits.push("proxy.cancel_reserve");
+                }
                 self.outstanding
                     .retain(|(caller, _), o| !(o.proxy == id && caller == reply_to));
             }
