@@ -405,6 +405,11 @@ impl Model {
         self.obligations.contains(obligation)
     }
 
+    /// The targets last reported unroutable while watched (forgotten when unwatched).
+    pub fn unroutable(&self) -> impl Iterator<Item = &Address> {
+        self.unroutable.iter()
+    }
+
     /// The targets of the outstanding obligations (the routes the directory must watch).
     pub fn obligation_targets(&self) -> BTreeSet<Address> {
         self.obligations.map().keys().map(|o| o.target()).collect()

@@ -9,6 +9,7 @@
 
 pub mod check;
 pub mod client;
+pub mod clock;
 pub mod disk;
 pub mod host;
 pub mod memory;

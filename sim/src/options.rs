@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use dataplane_core::path::DataPath;
 use dataplane_core::time::Duration;
 
+use crate::clock::NodeClock;
 use crate::rng::{SimRng, Stream};
 
 /// Rates of link faults (probabilities per frame).
@@ -264,6 +265,10 @@ pub struct Options {
     pub registrar: RegistrarOptions,
     /// Per mille of discovery answers a proxy is told twice (0 in half the seeds).
     pub discovery_repeat_permille: u64,
+    /// Each node's clock: the directory node's first, then the hosts' in order. All exact in
+    /// half the seeds; otherwise each node starts at its own origin and runs up to 5 % fast
+    /// or slow.
+    pub clocks: Vec<NodeClock>,
 }
 
 const PATH_POOL: [&str; 8] = [
@@ -516,6 +521,26 @@ impl Options {
         if rng.below(2) == 0 {
             workload.reserve_walk_away_permille = rng.range(100, 700);
         }
+        let skewed = rng.below(2) == 0;
+        let clocks = (0..=hosts)
+            .map(|_| {
+                if !skewed {
+                    return NodeClock::EXACT;
+                }
+                let offset = Duration::from_millis(rng.range(0, 1_000_000));
+                let magnitude = match rng.below(3) {
+                    0 => 0,
+                    1 => rng.range(1, 500),
+                    _ => rng.range(1_000, 50_001),
+                } as i32;
+                let ppm = if rng.below(2) == 0 {
+                    magnitude
+                } else {
+                    -magnitude
+                };
+                NodeClock { offset, ppm }
+            })
+            .collect();
         Options {
             seed,
             clients_per_host,
@@ -549,6 +574,7 @@ impl Options {
             long_life,
             registrar,
             discovery_repeat_permille,
+            clocks,
         }
     }
 
@@ -602,6 +628,12 @@ impl Options {
             "# proxy: deadline={} retry={} discovery_lag<={} discovery_repeat={}/1000",
             p.deadline, p.retry_period, p.discovery_lag_max, self.discovery_repeat_permille
         );
+        let clocks: Vec<String> = self
+            .clocks
+            .iter()
+            .map(|c| format!("+{}@{}ppm", c.offset, c.ppm))
+            .collect();
+        let _ = writeln!(s, "# clocks (directory, hosts): {}", clocks.join(" "));
         let r = &self.registrar;
         let _ = writeln!(
             s,

@@ -367,6 +367,26 @@ fn permille(rng: &mut SimRng, permille: u64) -> bool {
 }
 
 impl World {
+    /// The directory node's clock now (each node reads its own clock: `crate::clock`).
+    fn dir_now(&self) -> Instant {
+        self.options.clocks[0].local(self.now)
+    }
+
+    /// `host`'s clock now.
+    fn host_now(&self, host: usize) -> Instant {
+        self.options.clocks[host + 1].local(self.now)
+    }
+
+    /// When (global time) the directory node's clock reads `at`.
+    fn dir_at(&self, at: Instant) -> Instant {
+        self.options.clocks[0].global(at, self.now)
+    }
+
+    /// When (global time) `host`'s clock reads `at`.
+    fn host_at(&self, host: usize, at: Instant) -> Instant {
+        self.options.clocks[host + 1].global(at, self.now)
+    }
+
     /// Builds the world of `options`; `trace_text` keeps a readable event log.
     pub fn new(options: Options, trace_text: bool) -> World {
         let seed = options.seed;
@@ -687,12 +707,13 @@ impl World {
                 incarnation,
                 arming,
             } => {
+                let local = self.host_now(host);
                 let h = &mut self.hosts[host];
                 if h.up && h.incarnation == incarnation && h.agent_timer_generation == arming {
                     let mut out = HostOutput::default();
                     if let Err(error) =
                         h.agent
-                            .handle_timer(self.now, Timer::AgentTick, &mut self.outbox)
+                            .handle_timer(local, Timer::AgentTick, &mut self.outbox)
                     {
                         self.checker
                             .fail(self.now, format!("the agent refused its tick: {error}"));
@@ -1049,9 +1070,10 @@ impl World {
             .then(|| answer_owed_for_ended(to, &message))
             .flatten();
         {
+            let now = self.host_now(host);
             let mut next_actor = self.hosts[host].next_actor;
             let mut io = Io {
-                now: self.now,
+                now,
                 rng: &mut self.work_rng,
                 options: &self.options.workload,
                 paths: &self.options.paths,
@@ -1108,7 +1130,7 @@ impl World {
         let incarnation = self.hosts[host].incarnation;
         if let Some((arming, at)) = out.agent_tick {
             self.schedule(
-                at,
+                self.host_at(host, at),
                 EventKind::AgentTick {
                     host,
                     incarnation,
@@ -1170,7 +1192,7 @@ impl World {
         }
         for (client, generation, at) in out.wakes {
             self.schedule(
-                at,
+                self.host_at(host, at),
                 EventKind::ClientWake {
                     host,
                     incarnation,
@@ -1188,10 +1210,11 @@ impl World {
         f: impl FnOnce(&mut crate::client::Client, &mut Io<'_>),
     ) {
         let guard = self.guard();
+        let now = self.host_now(host);
         let mut next_actor = self.hosts[host].next_actor;
         let actions = {
             let mut io = Io {
-                now: self.now,
+                now,
                 rng: &mut self.work_rng,
                 options: &self.options.workload,
                 paths: &self.options.paths,
@@ -1228,7 +1251,11 @@ impl World {
                     o.proxy_pending_max
                 }),
         };
-        let proxy = Proxy::new(config, self.now, &mut self.outbox);
+        let proxy = Proxy::new(
+            config,
+            self.options.clocks[host + 1].local(self.now),
+            &mut self.outbox,
+        );
         let effects = self.outbox.take();
         let (incarnation, generation) = (h.incarnation, h.proxy_generation);
         h.proxy = Some(proxy);
@@ -1291,7 +1318,7 @@ impl World {
     }
 
     fn proxy_input(&mut self, host: usize, input: ProxyInput) {
-        let now = self.now;
+        let now = self.host_now(host);
         let h = &mut self.hosts[host];
         let Some(proxy) = h.proxy.as_mut() else {
             return;
@@ -1340,7 +1367,7 @@ impl World {
                     h.proxy_timer_generation += 1;
                     let arming = h.proxy_timer_generation;
                     self.schedule(
-                        at,
+                        self.host_at(host, at),
                         EventKind::ProxyTimer {
                             host,
                             incarnation,
@@ -1362,10 +1389,10 @@ impl World {
     // ---------------------------------------------------------------- directory
 
     fn directory_input(&mut self, input: DirInput) {
+        let now = self.dir_now();
         let Some(machine) = self.directory.machine.as_mut() else {
             return;
         };
-        let now = self.now;
         let result = match &input {
             DirInput::Message(m) => machine.handle_message(now, m.clone(), &mut self.outbox),
             DirInput::Timer => machine.handle_timer(now, Timer::DirectoryRetry, &mut self.outbox),
@@ -1701,7 +1728,7 @@ impl World {
             } => {
                 self.directory.timer_generation += 1;
                 let (boot, generation) = (self.directory.boot, self.directory.timer_generation);
-                self.schedule(at, EventKind::DirTimer { boot, generation });
+                self.schedule(self.dir_at(at), EventKind::DirTimer { boot, generation });
             }
             Effect::CancelTimer {
                 timer: Timer::DirectoryRetry,
@@ -1947,7 +1974,7 @@ impl World {
             config,
             &recovered.records,
             &mut ActorSources,
-            self.now,
+            self.dir_now(),
             &mut self.outbox,
         );
         match recovered {
@@ -2133,7 +2160,11 @@ impl World {
             config.operations_max = o.host_operations_max;
             config.session_operations_max = o.session_operations_max;
         }
-        let machine = Host::new(config, self.now, &mut self.outbox);
+        let machine = Host::new(
+            config,
+            self.options.clocks[host + 1].local(self.now),
+            &mut self.outbox,
+        );
         h.machine = Some(machine);
         h.mem = crate::memory::SimArena::new(o.arena_size as usize);
         h.workers.clear();
@@ -2178,7 +2209,7 @@ impl World {
         self.workers_started += 1;
         let arena_generation = machine.config().arena_generation;
         let mut io = WorkerIo {
-            now: self.now,
+            now: self.options.clocks[host + 1].local(self.now),
             rng: &mut self.work_rng,
             options: &self.options.host,
             paths: &self.options.paths,
@@ -2218,7 +2249,7 @@ impl World {
             return;
         };
         let mut io = WorkerIo {
-            now: self.now,
+            now: self.options.clocks[host + 1].local(self.now),
             rng: &mut self.work_rng,
             options: &self.options.host,
             paths: &self.options.paths,
@@ -2261,7 +2292,7 @@ impl World {
             worker.wake_generation += 1;
             let generation = worker.wake_generation;
             self.schedule(
-                at,
+                self.host_at(host, at),
                 EventKind::WorkerWake {
                     host,
                     incarnation,
@@ -2274,13 +2305,14 @@ impl World {
             self.local(host, incarnation, from, to, Message::FromChild(request));
         }
         for note in out.notes {
+            let now = self.host_now(host);
             self.checker
-                .host_note(self.now, note, self.directory.machine.as_ref());
+                .host_note(now, note, self.directory.machine.as_ref());
         }
     }
 
     fn machine_input(&mut self, host: usize, input: MachineInput) {
-        let now = self.now;
+        let now = self.host_now(host);
         let proxy = self.hosts[host].proxy_address();
         let h = &mut self.hosts[host];
         let Some(machine) = h.machine.as_mut() else {
@@ -2371,7 +2403,7 @@ impl World {
                     h.host_timer_generation += 1;
                     let arming = h.host_timer_generation;
                     self.schedule(
-                        at,
+                        self.host_at(host, at),
                         EventKind::HostTick {
                             host,
                             incarnation,
@@ -2436,7 +2468,8 @@ impl World {
         self.checker.coverage.hit("membership.restarted");
         let clients = self.options.clients_per_host[host] as usize;
         let mut out = HostOutput::default();
-        self.hosts[host].restart(self.now, incarnation, clients, &mut out);
+        let now = self.host_now(host);
+        self.hosts[host].restart(now, incarnation, clients, &mut out);
         self.host_output(host, out);
         let incarnation = self.hosts[host].incarnation;
         for client in 0..clients {
@@ -2539,6 +2572,7 @@ impl World {
         let actor = *self.fault_rng.pick(&actors);
         let address = Address::new(h.node, h.incarnation, actor);
         let report = self.fault_rng.chance(0.5);
+        let local = self.host_now(host);
         let h = &mut self.hosts[host];
         h.sources.remove(&actor);
         h.endpoints.remove(&actor);
@@ -2546,7 +2580,7 @@ impl World {
         self.checker.coverage.hit("fault.actor_death");
         if report {
             let scope = dataplane_core::wire::GoneScope::Address(address);
-            if h.agent.report(self.now, scope, &mut self.outbox) {
+            if h.agent.report(local, scope, &mut self.outbox) {
                 self.checker.coverage.hit("agent.reported_actor");
             }
             let effects = self.outbox.take();

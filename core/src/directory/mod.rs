@@ -513,6 +513,11 @@ impl Directory {
         self.sources.get(path)
     }
 
+    /// The watched targets the registrar last reported unroutable, in address order.
+    pub fn unroutable_targets(&self) -> impl Iterator<Item = &Address> {
+        self.engine.unroutable()
+    }
+
     /// Whether the registrar last reported `target` unroutable.
     pub fn is_routable(&self, target: &Address) -> bool {
         self.engine.is_routable(target)

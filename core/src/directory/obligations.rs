@@ -75,6 +75,11 @@ impl Engine {
         !self.unroutable.contains(target)
     }
 
+    /// The watched targets last reported unroutable, in address order.
+    pub(crate) fn unroutable(&self) -> impl Iterator<Item = &Address> {
+        self.unroutable.iter()
+    }
+
     pub(crate) fn is_watched(&self, target: &Address) -> bool {
         self.watched.contains_key(target)
     }

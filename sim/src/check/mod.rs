@@ -917,6 +917,19 @@ impl Checker {
             && dir.fences().map(|(p, _)| p).eq(m.fenced());
         if !runtime_equal {
             self.fail(now, "model: rendezvous or fences differ after step".into());
+            return;
+        }
+        // Routability marks live exactly as long as the watch: a mark kept past it is a table
+        // without a bound and a stale answer for a later watch (issue 15, class 5).
+        if !dir.unroutable_targets().eq(m.unroutable()) {
+            let dir_marks: Vec<&Address> = dir.unroutable_targets().collect();
+            let model_marks: Vec<&Address> = m.unroutable().collect();
+            self.fail(
+                now,
+                format!(
+                    "model: unroutable marks differ after step: directory {dir_marks:?}, model {model_marks:?}"
+                ),
+            );
         }
     }
 
