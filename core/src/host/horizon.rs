@@ -61,6 +61,11 @@ impl Host {
     }
 
     /// On the tick: declare the horizon if it rose, none is in flight and the period passed.
+    /// Whether a horizon report awaits its answer (its guard is timed by the tick).
+    pub(super) fn horizon_in_flight(&self) -> bool {
+        self.horizon.in_flight.is_some()
+    }
+
     pub(super) fn report_horizon(&mut self, now: Instant, out: &mut Outbox) {
         let guard = self.config.call_guard;
         if let Some((_, _, sent_at)) = self.horizon.in_flight

@@ -354,6 +354,12 @@ pub struct Host {
     horizon: horizon::Reporter,
     /// The time of the input being handled.
     now: Instant,
+    /// The tick runs only while there is timed work (a transfer, a queued open, a namespace
+    /// call, a horizon report in flight) or for one horizon period after the last input, so
+    /// an idle host arms no timer (issues 14 and 18); the next input arms it again.
+    tick_armed: bool,
+    /// When the last input other than the tick arrived.
+    last_input: Instant,
 }
 
 /// Maps a namespace error to what a child sees (SPEC §2.4, H4 column).
@@ -406,17 +412,35 @@ impl Host {
             next_handover_call: 1,
             horizon: horizon::Reporter::default(),
             now,
+            tick_armed: false,
+            last_input: now,
         };
+        let mut host = host;
         host.arm_tick(now, out);
         host
     }
 
-    fn arm_tick(&self, now: Instant, out: &mut Outbox) {
+    fn arm_tick(&mut self, now: Instant, out: &mut Outbox) {
         let at = now.saturating_add(self.config.tick);
+        self.tick_armed = true;
         out.push(Effect::SetTimer {
             timer: Timer::HostTick,
             at,
         });
+    }
+
+    /// An input other than the tick arrived: it may have started timed work, so the tick
+    /// runs (again) if it had stopped.
+    fn input_arrived(&mut self, now: Instant, out: &mut Outbox) {
+        self.last_input = now;
+        if !self.tick_armed {
+            self.arm_tick(now, out);
+        }
+    }
+
+    /// Whether the host has armed its tick (it stops when idle).
+    pub fn tick_armed(&self) -> bool {
+        self.tick_armed
     }
 
     /// The address of host actor `actor`.
@@ -513,6 +537,7 @@ impl Host {
         out: &mut Outbox,
     ) -> Result<(), InputError> {
         let result = self.message(now, from, to, message, mem, out);
+        self.input_arrived(now, out);
         self.debug_check();
         result
     }
@@ -624,6 +649,7 @@ impl Host {
             })
             .map(|(actor, _)| *actor)
             .collect();
+        let timed = !actors.is_empty();
         for actor in actors {
             self.allocation_tick(now, actor, mem, out);
             self.transfer_tick(now, actor, mem, out);
@@ -637,7 +663,15 @@ impl Host {
             }
         }
         self.report_horizon(now, out);
-        self.arm_tick(now, out);
+        // Idle once nothing is timed and a horizon period passed since the last input (the
+        // horizon report after the last completed operation has then been made).
+        let recent =
+            now.saturating_since(self.last_input) < HORIZON_PERIOD.saturating_add(self.config.tick);
+        if timed || self.horizon_in_flight() || recent {
+            self.arm_tick(now, out);
+        } else {
+            self.tick_armed = false;
+        }
         Ok(())
     }
 
@@ -672,6 +706,7 @@ impl Host {
     /// call in flight and every retraction handed over to it is sent again.
     pub fn proxy_restarted(&mut self, now: Instant, proxy: Address, out: &mut Outbox) {
         self.now = now;
+        self.input_arrived(now, out);
         self.config.proxy = proxy;
         self.horizon_proxy_restarted();
         let actors: Vec<u64> = self

@@ -369,7 +369,9 @@ impl Host {
         if matches!(s.state, SessionState::Closing | SessionState::Closed) {
             return false;
         }
-        if let Some(child) = s.child {
+        let child = s.child;
+        self.input_arrived(now, out);
+        if let Some(child) = child {
             self.send_child(child, ChildEvent::Revoked, out);
         }
         self.close(session.actor, mem, out);

@@ -1,0 +1,135 @@
+//! The host's tick runs only while there is timed work (issues 14 and 18): an idle host arms no
+//! timer, and the next input arms it again.
+
+use dataplane_core::effect::{Effect, Outbox, Timer};
+use dataplane_core::host::{Host, HostConfig, SessionConfig};
+use dataplane_core::ids::AuthorityEpoch;
+use dataplane_core::ids::{Address, NodeId};
+use dataplane_core::path::{DataPath, JobContext};
+use dataplane_core::time::{Duration, Instant};
+use dataplane_core::wire::{
+    Capability, ChildOp, ChildRequest, DirectoryReply, DirectoryRequest, Message, ReplyBody,
+};
+
+const NODE: NodeId = NodeId(1);
+const PROXY: Address = Address::new(NODE, 1, 5);
+const CHILD: Address = Address::new(NODE, 1, 100);
+
+/// The instant the host asked to be ticked at, if it did, and the horizon declarations
+/// (`OperationsDone`) it sent, answered as the directory would.
+fn armed(out: &mut Outbox) -> (Option<Instant>, Vec<(Address, DirectoryReply)>) {
+    let mut at = None;
+    let mut answers = Vec::new();
+    for effect in out.take() {
+        match effect {
+            Effect::SetTimer {
+                timer: Timer::HostTick,
+                at: when,
+            } => at = Some(when),
+            Effect::Send {
+                message: Message::ProxyCall(call),
+                ..
+            } => {
+                if let DirectoryRequest::OperationsDone { below, .. } = call.request {
+                    let reply = DirectoryReply {
+                        request_id: call.request_id,
+                        epoch: AuthorityEpoch(1),
+                        body: ReplyBody::OperationsDone(Ok(below)),
+                    };
+                    answers.push((call.reply_to, reply));
+                }
+            }
+            _ => {}
+        }
+    }
+    (at, answers)
+}
+
+/// Ticks the host at every instant it asks for until it stops asking (or `max` ticks),
+/// answering its horizon declarations; returns how many ticks ran.
+fn tick_until_idle(
+    host: &mut Host,
+    mem: &mut Vec<u8>,
+    mut at: Instant,
+    answer: bool,
+    max: usize,
+) -> usize {
+    let mut out = Outbox::new();
+    for ticks in 0..max {
+        host.handle_timer(at, Timer::HostTick, mem, &mut out)
+            .unwrap();
+        let (next, answers) = armed(&mut out);
+        let mut rearmed = None;
+        for (to, reply) in answers.into_iter().filter(|_| answer) {
+            host.handle_message(at, PROXY, to, Message::Reply(reply), mem, &mut out)
+                .unwrap();
+            rearmed = armed(&mut out).0;
+        }
+        match next.or(rearmed) {
+            Some(next) => at = next,
+            None => return ticks + 1,
+        }
+    }
+    max
+}
+
+fn job() -> JobContext {
+    let data = DataPath::new("/data").unwrap();
+    JobContext::new("r1", vec![data.clone()], vec![data]).unwrap()
+}
+
+#[test]
+fn an_idle_host_stops_ticking_and_an_input_starts_it_again() {
+    let config = HostConfig::new(NODE, 1, PROXY, 1 << 16);
+    let tick = config.tick;
+    let mut mem = vec![0u8; 1 << 16];
+    let mut out = Outbox::new();
+    let start = Instant::ZERO.saturating_add(Duration::from_secs(100));
+    let mut host = Host::new(config, start, &mut out);
+    let first = armed(&mut out).0.expect("a new host arms its tick");
+    assert!(host.tick_armed());
+
+    // Nothing to do but declare its (empty) horizon: the acknowledgement is an input, and the
+    // tick stops a horizon period (1 s, 10 ticks) and one more tick after it.
+    let ticks = tick_until_idle(&mut host, &mut mem, first, true, 1_000);
+    assert!(ticks <= 2 * 11 + 1, "an idle host ticked {ticks} times");
+    assert!(!host.tick_armed());
+
+    // A child attaches and asks to read: a namespace call is in flight, so the tick runs
+    // (its guard is timed) for as long as the call is unanswered.
+    let capability = Capability([7; 32]);
+    let session = host
+        .attach_new(
+            SessionConfig {
+                session_generation: 1,
+                capability,
+                job: job(),
+            },
+            CHILD,
+            1,
+            capability,
+            &mut out,
+        )
+        .unwrap();
+    out.take();
+    let later = start.saturating_add(Duration::from_secs(60));
+    let open = ChildRequest::OpenRead {
+        op: ChildOp(1),
+        path: "/data/x".into(),
+        expected_revision: None,
+    };
+    host.handle_message(
+        later,
+        CHILD,
+        session,
+        Message::FromChild(open),
+        &mut mem,
+        &mut out,
+    )
+    .unwrap();
+    let next = armed(&mut out).0.expect("an input arms the stopped tick");
+    assert_eq!(next, later.saturating_add(tick));
+    assert!(host.tick_armed());
+    let ticks = tick_until_idle(&mut host, &mut mem, next, false, 200);
+    assert_eq!(ticks, 200, "the tick stopped while a call was in flight");
+}
