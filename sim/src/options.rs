@@ -521,6 +521,12 @@ impl Options {
         if rng.below(2) == 0 {
             workload.reserve_walk_away_permille = rng.range(100, 700);
         }
+        // Patient openers (a third of the seeds): a stream opener waits for its peer twice
+        // the proxy's deadline, so the proxy's expiry, and its retraction of the expired
+        // open, must work alone (issue 15, class 8: openers that give up first cover for it).
+        if rng.below(3) == 0 {
+            workload.open_wait = proxy.deadline.saturating_mul(2);
+        }
         let skewed = rng.below(2) == 0;
         let clocks = (0..=hosts)
             .map(|_| {
