@@ -14,6 +14,7 @@ pub mod disk;
 pub mod host;
 pub mod memory;
 pub mod options;
+pub mod overrides;
 pub mod rng;
 pub mod swarm;
 pub mod trace;
@@ -23,6 +24,7 @@ pub mod world;
 use std::time::Instant as WallInstant;
 
 pub use options::Options;
+pub use overrides::Overrides;
 pub use world::{Outcome, Stats, World};
 
 /// The result of one seed.
@@ -47,8 +49,13 @@ pub struct RunReport {
 /// Runs seed `seed` to the end; a panic anywhere in the run (a core assertion, a simulator
 /// bug) becomes the seed's failure instead of taking the process down.
 pub fn run_seed_guarded(seed: u64, keep_trace: bool) -> RunReport {
+    run_seed_guarded_with(seed, &Overrides::default(), keep_trace)
+}
+
+/// [`run_seed_guarded`] with overrides applied to the seed's draw.
+pub fn run_seed_guarded_with(seed: u64, overrides: &Overrides, keep_trace: bool) -> RunReport {
     let started = WallInstant::now();
-    match std::panic::catch_unwind(|| run_seed(seed, keep_trace)) {
+    match std::panic::catch_unwind(|| run_seed_with(seed, overrides, keep_trace)) {
         Ok(report) => report,
         Err(payload) => {
             let message = payload
@@ -67,7 +74,7 @@ pub fn run_seed_guarded(seed: u64, keep_trace: bool) -> RunReport {
                 wall: started.elapsed(),
                 stats: Stats::default(),
                 coverage: check::Coverage::default(),
-                options: Options::draw(seed).describe(),
+                options: drawn(seed, overrides).1,
                 trace: None,
             }
         }
@@ -76,8 +83,23 @@ pub fn run_seed_guarded(seed: u64, keep_trace: bool) -> RunReport {
 
 /// Runs seed `seed` to the end.
 pub fn run_seed(seed: u64, keep_trace: bool) -> RunReport {
-    let options = Options::draw(seed);
-    let described = options.describe();
+    run_seed_with(seed, &Overrides::default(), keep_trace)
+}
+
+/// The options of `seed` with `overrides` applied, and their description.
+fn drawn(seed: u64, overrides: &Overrides) -> (Options, String) {
+    let mut options = Options::draw(seed);
+    overrides.apply(&mut options);
+    let mut described = options.describe();
+    if !overrides.is_empty() {
+        described.push_str(&format!("# overrides:{}\n", overrides.arguments()));
+    }
+    (options, described)
+}
+
+/// [`run_seed`] with overrides applied to the seed's draw.
+pub fn run_seed_with(seed: u64, overrides: &Overrides, keep_trace: bool) -> RunReport {
+    let (options, described) = drawn(seed, overrides);
     let started = WallInstant::now();
     let world = World::new(options, keep_trace);
     let (outcome, world) = world.run();

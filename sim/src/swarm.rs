@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration as WallDuration, Instant as WallInstant};
 
 use crate::check::{Coverage, EXPECTED_COVERAGE};
-use crate::{RunReport, run_seed_guarded};
+use crate::overrides::Overrides;
+use crate::{RunReport, run_seed_guarded_with};
 
 /// What to run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +25,8 @@ pub struct SwarmConfig {
     pub check_determinism: bool,
     /// Draw a progress bar on stderr.
     pub progress: bool,
+    /// Overrides applied to every seed's draw.
+    pub overrides: Overrides,
 }
 
 /// One failing seed.
@@ -100,22 +103,54 @@ impl SwarmReport {
     }
 }
 
-fn check_one(seed: u64, determinism: bool) -> (RunReport, Option<String>) {
-    let report = run_seed_guarded(seed, false);
+fn check_one(seed: u64, overrides: &Overrides, determinism: bool) -> (RunReport, Option<String>) {
+    let report = run_seed_guarded_with(seed, overrides, false);
     let mut failure = report.outcome.failure.clone();
     if failure.is_none() && determinism {
-        let again = run_seed_guarded(seed, false);
+        let again = run_seed_guarded_with(seed, overrides, false);
         if again.outcome != report.outcome {
             failure = Some(format!(
-                "nondeterministic: trace {:016x} then {:016x} (events {} then {})",
+                "nondeterministic: trace {:016x} then {:016x} (events {} then {}){}",
                 report.outcome.trace_hash,
                 again.outcome.trace_hash,
                 report.outcome.events,
-                again.outcome.events
+                again.outcome.events,
+                first_divergence(seed, overrides)
             ));
         }
     }
     (report, failure)
+}
+
+/// Runs `seed` twice more with readable traces and names the first event where they part
+/// ways (the hash alone says only that they did).
+fn first_divergence(seed: u64, overrides: &Overrides) -> String {
+    let first = run_seed_guarded_with(seed, overrides, true).trace;
+    let second = run_seed_guarded_with(seed, overrides, true).trace;
+    let (Some(first), Some(second)) = (first, second) else {
+        return "; no trace to compare (the run panicked)".to_owned();
+    };
+    divergence(&first, &second)
+}
+
+/// Where two traces part ways, as a sentence for the failure message.
+pub fn divergence(first: &[String], second: &[String]) -> String {
+    match first.iter().zip(second).position(|(a, b)| a != b) {
+        Some(i) => format!(
+            "; first divergence at trace line {}: `{}` then `{}`",
+            i + 1,
+            first[i],
+            second[i]
+        ),
+        None if first.len() != second.len() => format!(
+            "; the traces agree for {} lines, then one ends ({} and {} lines)",
+            first.len().min(second.len()),
+            first.len(),
+            second.len()
+        ),
+        None => "; the two traced runs agree (the divergence depends on the run, not the seed)"
+            .to_owned(),
+    }
 }
 
 /// Runs the swarm.
@@ -135,7 +170,8 @@ pub fn run_swarm(config: &SwarmConfig) -> SwarmReport {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&seed) = seeds.get(i) else { break };
-                    let (report, failure) = check_one(seed, config.check_determinism);
+                    let (report, failure) =
+                        check_one(seed, &config.overrides, config.check_determinism);
                     if failure.is_some() {
                         failed.fetch_add(1, Ordering::Relaxed);
                     }
@@ -197,4 +233,37 @@ fn draw_progress(done: u64, total: u64, failed: u64) {
     let mut err = std::io::stderr().lock();
     let _ = write!(err, "\r[{bar}] {done}/{total} failed={failed}");
     let _ = err.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(text: &[&str]) -> Vec<String> {
+        text.iter().map(|l| (*l).to_owned()).collect()
+    }
+
+    #[test]
+    fn divergence_names_the_first_line_that_differs() {
+        let a = lines(&["1 deliver x", "2 tick", "3 deliver y"]);
+        let b = lines(&["1 deliver x", "2 tick", "3 deliver z"]);
+        assert_eq!(
+            divergence(&a, &b),
+            "; first divergence at trace line 3: `3 deliver y` then `3 deliver z`"
+        );
+        let short = lines(&["1 deliver x"]);
+        assert!(divergence(&a, &short).contains("agree for 1 lines, then one ends (3 and 1"));
+        assert!(divergence(&a, &a).contains("the two traced runs agree"));
+    }
+
+    #[test]
+    fn a_seed_runs_the_same_twice_with_overrides() {
+        let overrides = Overrides {
+            no_faults: vec![crate::overrides::FaultKind::Loss],
+            settings: vec![],
+        };
+        let (report, failure) = check_one(3, &overrides, true);
+        assert_eq!(failure, None);
+        assert!(report.options.contains("# overrides: --no-fault loss"));
+    }
 }

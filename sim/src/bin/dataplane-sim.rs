@@ -3,8 +3,11 @@
 //! ```text
 //! dataplane-sim                                  a swarm of seeds 0..256
 //! dataplane-sim run --seed N [--trace FILE]      one run
-//! dataplane-sim swarm [--seeds A..B] [--jobs J] [--shard I/N] [--check-determinism] [--quiet]
+//! dataplane-sim swarm [--seeds A..B] [--jobs J] [--shard I/N] [--check-determinism]
+//!                     [--require-coverage] [--quiet]
 //! ```
+//!
+//! Both take `--no-fault KIND` and `--set KEY=VALUE` (repeatable) to override the draw.
 //!
 //! Exit statuses are the table the three binaries share (`--help` prints it): 0 every seed
 //! passed, 70 a seed failed, 1 the trace file could not be written, 64 usage.
@@ -35,14 +38,23 @@ macro_rules! outln {
 
 use clap::{Args, Parser, Subcommand};
 use dataplane_cli::Exit;
-use dataplane_sim::run_seed_guarded;
+use dataplane_sim::overrides::{FaultKind, Overrides, Setting};
+use dataplane_sim::run_seed_guarded_with;
 use dataplane_sim::swarm::{SwarmConfig, run_swarm};
 
 const AFTER_HELP: &str = "\
 run:    prints the options drawn from the seed, then
         `seed=N result=pass|fail events=E sim_time=S wall=W trace=HEX`.
 swarm:  runs the seeds across threads and prints the replay command of each failing seed.
-        A failing seed exits 70.";
+        A failing seed exits 70; so does --require-coverage when an expected coverage point
+        was never reached.
+--no-fault KIND turns one fault or unhelpful behaviour off (loss, duplication, reordering,
+        partitions, directory-crashes, host-crashes, route-flaps, actor-deaths,
+        proxy-restarts, authority-outages, discovery-lag, revocations, spoofs,
+        fsync-failures, compaction-crashes, full-disk, rot, hostile-children, dying-children,
+        registrar, discovery-repeats, clocks); --set KEY=VALUE pins one option
+        (fault_phase_ms, directory_retry_ms, retry_batch, deadline_ms, proxy_retry_ms,
+        loss_ppm, duplication_ppm, reordering_ppm). Every other draw of the seed stays.";
 
 /// The command line.
 #[derive(Debug, Parser)]
@@ -69,6 +81,8 @@ enum Command {
         /// Write a readable event log to FILE.
         #[arg(long, value_name = "FILE")]
         trace: Option<String>,
+        #[command(flatten)]
+        overrides: OverrideArgs,
     },
     /// Run many seeds across threads.
     Swarm(SwarmArgs),
@@ -88,9 +102,34 @@ struct SwarmArgs {
     /// Run every seed twice and fail on any trace-hash difference.
     #[arg(long)]
     check_determinism: bool,
+    /// Fail (exit 70) when an expected coverage point was never reached.
+    #[arg(long)]
+    require_coverage: bool,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    #[command(flatten)]
+    overrides: OverrideArgs,
+}
+
+/// Overrides of what a seed drew.
+#[derive(Debug, Default, Args)]
+struct OverrideArgs {
+    /// Turn one fault or unhelpful behaviour off (repeatable; see below for the kinds).
+    #[arg(long = "no-fault", value_name = "KIND")]
+    no_faults: Vec<FaultKind>,
+    /// Pin one option (repeatable; see below for the keys).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    settings: Vec<Setting>,
+}
+
+impl OverrideArgs {
+    fn into_overrides(self) -> Overrides {
+        Overrides {
+            no_faults: self.no_faults,
+            settings: self.settings,
+        }
+    }
 }
 
 impl Default for SwarmArgs {
@@ -100,7 +139,9 @@ impl Default for SwarmArgs {
             jobs: None,
             shard: None,
             check_determinism: false,
+            require_coverage: false,
             quiet: false,
+            overrides: OverrideArgs::default(),
         }
     }
 }
@@ -134,13 +175,17 @@ fn main() -> ExitCode {
     let cli: Cli = dataplane_cli::parse("dataplane-sim");
     match cli.command {
         None => swarm(SwarmArgs::default()),
-        Some(Command::Run { seed, trace }) => run(seed, trace),
+        Some(Command::Run {
+            seed,
+            trace,
+            overrides,
+        }) => run(seed, trace, &overrides.into_overrides()),
         Some(Command::Swarm(args)) => swarm(args),
     }
 }
 
-fn run(seed: u64, trace_file: Option<String>) -> ExitCode {
-    let report = run_seed_guarded(seed, trace_file.is_some());
+fn run(seed: u64, trace_file: Option<String>, overrides: &Overrides) -> ExitCode {
+    let report = run_seed_guarded_with(seed, overrides, trace_file.is_some());
     out!("{}", report.options);
     if let (Some(file), Some(lines)) = (&trace_file, &report.trace) {
         let mut text = report.options.clone();
@@ -209,14 +254,16 @@ fn swarm(args: SwarmArgs) -> ExitCode {
         check_determinism: args.check_determinism,
         // A progress bar only makes sense on a terminal.
         progress: !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        overrides: args.overrides.into_overrides(),
     };
     let report = run_swarm(&config);
     for failure in &report.failures {
         outln!("FAIL seed={}: {}", failure.seed, failure.message);
         outln!(
-            "  replay: cargo run --release -p dataplane-sim -- run --seed {} --trace seed-{}.trace",
+            "  replay: cargo run --release -p dataplane-sim -- run --seed {} --trace seed-{}.trace{}",
             failure.seed,
-            failure.seed
+            failure.seed,
+            config.overrides.arguments()
         );
     }
     for line in &report.long_life {
@@ -227,6 +274,14 @@ fn swarm(args: SwarmArgs) -> ExitCode {
         outln!("# never exercised by this swarm: {}", never.join(" "));
     }
     outln!("{}", report.summary_line());
+    if args.require_coverage && !never.is_empty() {
+        eprintln!(
+            "dataplane-sim: --require-coverage: {} expected coverage point(s) never reached: {}",
+            never.len(),
+            never.join(" ")
+        );
+        return ExitCode::from(Exit::Software);
+    }
     if report.failures.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -261,5 +316,27 @@ mod tests {
         let message = dataplane_cli::usage_message(&bad, &[]);
         assert!(message.contains("--seed"), "{message}");
         assert!(Cli::try_parse_from(["dataplane-sim", "swarm", "--seeds", "9..3"]).is_err());
+        let cli = Cli::try_parse_from([
+            "dataplane-sim",
+            "run",
+            "--seed",
+            "4",
+            "--no-fault",
+            "clocks",
+            "--set",
+            "deadline_ms=500",
+        ])
+        .unwrap();
+        match cli.command {
+            Some(Command::Run { overrides, .. }) => {
+                assert_eq!(
+                    overrides.into_overrides().arguments(),
+                    " --no-fault clocks --set deadline_ms=500"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(Cli::try_parse_from(["dataplane-sim", "swarm", "--set", "deadline_ms=0"]).is_err());
+        assert!(Cli::try_parse_from(["dataplane-sim", "swarm", "--require-coverage"]).is_ok());
     }
 }
