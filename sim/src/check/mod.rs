@@ -175,6 +175,7 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "proxy.forwarded",
     "proxy.cancel",
     "proxy.cancel_reserve",
+    "proxy.retracted_abandoned",
     "proxy.timeout",
     "proxy.unavailable",
     "proxy.dropped_stale_reply",

@@ -27,7 +27,7 @@ use dataplane_core::error::{Limit, NamespaceError};
 use dataplane_core::ids::{Address, AuthorityEpoch, RequestId};
 use dataplane_core::proxy::{Discovered, Proxy};
 use dataplane_core::time::{Duration, Instant};
-use dataplane_core::wire::{Message, RequestKind};
+use dataplane_core::wire::{DirectoryRequest, Message, RequestKind};
 
 /// What a proxy was fed in one step.
 #[allow(clippy::large_enum_variant)] // built once per step, passed by reference
@@ -50,6 +50,30 @@ struct Outstanding {
     kind: RequestKind,
     admitted_at: Instant,
     saw_directory: bool,
+    /// What undoes the request if its caller stops waiting for it (SPEC §5.1: an expired or
+    /// cancelled open is retracted with `CancelStream`, a reserve with
+    /// `ReleaseBlobReservation`), restated here from the request.
+    undo: Option<DirectoryRequest>,
+}
+
+/// The retraction that undoes `request` once nobody waits for it (restated from SPEC §5.1,
+/// not asked of the proxy).
+fn undo_of(request: &DirectoryRequest) -> Option<DirectoryRequest> {
+    match request {
+        DirectoryRequest::OpenStream {
+            path, operation, ..
+        } => Some(DirectoryRequest::CancelStream {
+            path: path.clone(),
+            operation: *operation,
+        }),
+        DirectoryRequest::ReserveBlob {
+            path, operation, ..
+        } => Some(DirectoryRequest::ReleaseBlobReservation {
+            path: path.clone(),
+            operation: *operation,
+        }),
+        _ => None,
+    }
 }
 
 /// The proxy checkers' state.
@@ -104,6 +128,9 @@ impl ProxyChecker {
         hits: &mut Vec<&'static str>,
     ) -> Result<(), String> {
         let discovered = proxy.directory();
+        // Retractions this step must leave the proxy holding: of the opens and reserves whose
+        // callers gave up (a cancel) or that expired (the tick).
+        let mut owed: Vec<DirectoryRequest> = Vec::new();
         match input {
             ProxyInput::Message(Message::ProxyCall(call)) => {
                 let key = (call.reply_to, call.request_id);
@@ -113,6 +140,7 @@ impl ProxyChecker {
                     kind,
                     admitted_at: now,
                     saw_directory: discovered.is_some(),
+                    undo: undo_of(&call.request),
                 };
                 if self.outstanding.insert(key, outstanding).is_some() {
                     return Err(format!("caller {} reused request id {}", key.0, key.1));
@@ -125,8 +153,13 @@ impl ProxyChecker {
                 }) {
                     hits.push("proxy.cancel_reserve");
                 }
-                self.outstanding
-                    .retain(|(caller, _), o| !(o.proxy == id && caller == reply_to));
+                self.outstanding.retain(|(caller, _), o| {
+                    let cancelled = o.proxy == id && caller == reply_to;
+                    if cancelled && let Some(undo) = &o.undo {
+                        owed.push(undo.clone());
+                    }
+                    !cancelled
+                });
             }
             ProxyInput::Discovery(Some(_)) => {
                 for o in self.outstanding.values_mut().filter(|o| o.proxy == id) {
@@ -160,6 +193,13 @@ impl ProxyChecker {
                     }
                     if reply.epoch == AuthorityEpoch::NONE {
                         self.check_synthetic(now, &o, reply.body.err(), hits)?;
+                        let expired = matches!(
+                            reply.body.err(),
+                            Some(NamespaceError::Timeout | NamespaceError::DirectoryUnavailable(_))
+                        );
+                        if expired && let Some(undo) = o.undo {
+                            owed.push(undo);
+                        }
                     } else {
                         let from_directory = matches!(
                             input,
@@ -211,6 +251,20 @@ impl ProxyChecker {
             {
                 self.check_redispatch(id, new, effects, hits)?;
             }
+        }
+        // Promptness (issue 15, classes 7 and 8): the retraction is taken on in that very step,
+        // whether or not the caller (or a host) also retracts.
+        for undo in owed {
+            let held = proxy
+                .pending()
+                .any(|(_, p)| p.is_retraction() && p.request == undo);
+            if !held {
+                return Err(format!(
+                    "L1/L4: an open or reserve nobody waits for any more was not retracted: \
+                     {undo:?} is not held"
+                ));
+            }
+            hits.push("proxy.retracted_abandoned");
         }
         self.check_retractions(id, input, effects, proxy)?;
         if *input == ProxyInput::Timer {
