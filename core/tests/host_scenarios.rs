@@ -1868,3 +1868,27 @@ fn a_closed_session_is_freed_and_a_refused_attach_creates_none() {
     assert_eq!(s.state, SessionState::Running);
     assert_eq!(s.child, Some(child));
 }
+
+#[test]
+fn a_remote_blob_is_never_served_from_a_local_source_with_the_same_actor_number() {
+    let mut w = World::new(2);
+    let (a, b) = (w.child(N1), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    let remote = bytes(5_000, 1);
+    let local = bytes(5_000, 2);
+    w.write(a, 1, "/data/x", &remote);
+    w.write(b, 1, "/data/y", &local);
+    // Both nodes number their actors from the same base and start at incarnation 1: the
+    // two sources differ only by node.
+    let source = |body: ReplyBody| match body {
+        ReplyBody::Resolved(Ok(binding)) => binding.source,
+        other => panic!("{other:?}"),
+    };
+    let (x, y) = (source(w.resolve("/data/x")), source(w.resolve("/data/y")));
+    assert_eq!((x.actor, x.incarnation), (y.actor, y.incarnation));
+    assert_ne!(x.node, y.node);
+    // A read on N2 of N1's blob is a transfer from N1, never a copy of N2's own source.
+    let (read, _) = w.read(b, 2, "/data/x").unwrap();
+    assert!(read == remote, "N2 read other bytes than N1 wrote at /data/x");
+}
