@@ -30,6 +30,8 @@ pub struct HostChecker {
     published_by: BTreeMap<Address, Revision>,
     /// The last namespace call each binding sent: (the proxy, the request).
     last_call: BTreeMap<Address, (Address, DirectoryRequest)>,
+    /// When each host's declarer (its horizon actor) last declared operations done.
+    declared_at: BTreeMap<Address, Instant>,
 }
 
 /// The sources `dir` binds that live on `host`'s current incarnation.
@@ -80,6 +82,34 @@ impl HostChecker {
     /// the same proxy) only on its tick. Any other input that re-sends one is a spin: a full
     /// proxy answers at once, and a host that re-sends at once never leaves the loop (issue
     /// 11). A proxy restart re-sends to the new proxy's address, which is not "the same".
+    /// ARCHITECTURE "Callers": a host declares its operations done at most once a horizon
+    /// period (measured on its own clock).
+    pub fn declarations_paced(&mut self, now: Instant, effects: &[Effect]) -> Result<(), String> {
+        let period = dataplane_core::host::HORIZON_PERIOD;
+        for effect in effects {
+            let Effect::Send {
+                message: Message::ProxyCall(call),
+                ..
+            } = effect
+            else {
+                continue;
+            };
+            if !matches!(call.request, DirectoryRequest::OperationsDone { .. }) {
+                continue;
+            }
+            if let Some(last) = self.declared_at.insert(call.reply_to, now)
+                && now.saturating_since(last) < period
+            {
+                return Err(format!(
+                    "horizon: {} declared again {} after its last declaration (at most once per {period})",
+                    call.reply_to,
+                    now.saturating_since(last)
+                ));
+            }
+        }
+        Ok(())
+    }
+
     pub fn calls_paced(&mut self, effects: &[Effect], on_tick: bool) -> Result<(), String> {
         for effect in effects {
             let Effect::Send {

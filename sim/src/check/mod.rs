@@ -382,6 +382,9 @@ impl Checker {
             result = self.hosts.calls_paced(effects, on_tick);
         }
         if result.is_ok() {
+            result = self.hosts.declarations_paced(now, effects);
+        }
+        if result.is_ok() {
             result = self.hosts.transfers_bounded(now, machine);
         }
         if let (Ok(()), Some(dir)) = (&result, dir) {
