@@ -860,3 +860,54 @@ impl DurableState {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::NodeId;
+
+    fn issuer() -> Issuer {
+        Issuer {
+            node: NodeId(1),
+            incarnation: 1,
+            lane: 0,
+        }
+    }
+
+    fn stream_open(state: &mut DurableState, op: OperationId, revision: Revision) {
+        // Kept in step with the issuer's count: only the scan of the operation table sees
+        // what is wrong with the record itself.
+        state.operations.insert(
+            op,
+            OperationRecord {
+                key: RequestKey::BindStream {
+                    path: DataPath::new("/s").unwrap(),
+                },
+                outcome: Outcome::Committed(revision),
+            },
+        );
+        state.issuers.entry(op.issuer()).or_default().records += 1;
+    }
+
+    #[test]
+    fn the_full_check_finds_a_record_of_a_revision_never_allocated() {
+        let mut state = DurableState::default();
+        assert_eq!(state.check(), Ok(()));
+        stream_open(&mut state, issuer().op(3), Revision(5));
+        assert_eq!(state.check_structure(), Ok(()));
+        let broken = state.check().unwrap_err();
+        assert!(broken.contains("out of range"), "{broken}");
+    }
+
+    #[test]
+    fn the_full_check_finds_a_record_kept_past_its_issuers_horizon() {
+        let mut state = DurableState::default();
+        state.next_revision = Revision(10);
+        stream_open(&mut state, issuer().op(3), Revision(5));
+        assert_eq!(state.check(), Ok(()));
+        state.issuers.entry(issuer()).or_default().horizon = 4;
+        assert_eq!(state.check_structure(), Ok(()));
+        let broken = state.check().unwrap_err();
+        assert!(broken.contains("expired but still recorded"), "{broken}");
+    }
+}
