@@ -1890,5 +1890,8 @@ fn a_remote_blob_is_never_served_from_a_local_source_with_the_same_actor_number(
     assert_ne!(x.node, y.node);
     // A read on N2 of N1's blob is a transfer from N1, never a copy of N2's own source.
     let (read, _) = w.read(b, 2, "/data/x").unwrap();
-    assert!(read == remote, "N2 read other bytes than N1 wrote at /data/x");
+    assert!(
+        read == remote,
+        "N2 read other bytes than N1 wrote at /data/x"
+    );
 }

@@ -901,8 +901,10 @@ mod tests {
 
     #[test]
     fn the_full_check_finds_a_record_kept_past_its_issuers_horizon() {
-        let mut state = DurableState::default();
-        state.next_revision = Revision(10);
+        let mut state = DurableState {
+            next_revision: Revision(10),
+            ..DurableState::default()
+        };
         stream_open(&mut state, issuer().op(3), Revision(5));
         assert_eq!(state.check(), Ok(()));
         state.issuers.entry(issuer()).or_default().horizon = 4;
