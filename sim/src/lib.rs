@@ -58,11 +58,7 @@ pub fn run_seed_guarded_with(seed: u64, overrides: &Overrides, keep_trace: bool)
     match std::panic::catch_unwind(|| run_seed_with(seed, overrides, keep_trace)) {
         Ok(report) => report,
         Err(payload) => {
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic without a message".to_owned());
+            let message = panic_message(&*payload);
             RunReport {
                 seed,
                 outcome: Outcome {
@@ -95,6 +91,62 @@ fn drawn(seed: u64, overrides: &Overrides) -> (Options, String) {
         described.push_str(&format!("# overrides:{}\n", overrides.arguments()));
     }
     (options, described)
+}
+
+/// Runs `seed` (with `overrides`) streaming its trace to `files` as it goes: the options
+/// first, then every event and note, then the violated check. A panic becomes the seed's
+/// failure; the files then hold everything up to the panic (the caller appends the failure).
+pub fn run_seed_traced(seed: u64, overrides: &Overrides, files: trace::TraceFiles) -> RunReport {
+    let started = WallInstant::now();
+    let (options, described) = drawn(seed, overrides);
+    let header = described.clone();
+    let run = std::panic::AssertUnwindSafe(move || {
+        let mut trace = trace::Trace::streaming(false, files);
+        trace.header(&header);
+        let world = World::with_trace(options, trace);
+        let (outcome, mut world) = world.run();
+        if let Some(failure) = &outcome.failure {
+            let at = dataplane_core::time::Instant::ZERO.saturating_add(outcome.sim_time);
+            world
+                .trace
+                .note(at, "check", || format!("violated: {failure}"));
+        }
+        world.trace.flush();
+        (outcome, world.stats.clone(), world.checker.coverage.clone())
+    });
+    match std::panic::catch_unwind(run) {
+        Ok((outcome, stats, coverage)) => RunReport {
+            seed,
+            outcome,
+            wall: started.elapsed(),
+            stats,
+            coverage,
+            options: described,
+            trace: None,
+        },
+        Err(payload) => RunReport {
+            seed,
+            outcome: Outcome {
+                failure: Some(format!("panicked: {}", panic_message(&payload))),
+                events: 0,
+                sim_time: dataplane_core::time::Duration::ZERO,
+                trace_hash: 0,
+            },
+            wall: started.elapsed(),
+            stats: Stats::default(),
+            coverage: check::Coverage::default(),
+            options: described,
+            trace: None,
+        },
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 /// [`run_seed`] with overrides applied to the seed's draw.

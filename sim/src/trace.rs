@@ -4,9 +4,18 @@
 //! Two runs of one seed must produce the same hash (`swarm --check-determinism` checks it).
 //! The hash covers event contents through their derived `Hash` impls, fed to a fixed hasher,
 //! so it is stable for a given binary.
+//!
+//! Besides the events, a traced run writes *notes* (issue 14): what happened without an event
+//! of its own — a frame lost, dropped by a full link, duplicated or held back, each fault with
+//! its target, each directory step's `Persist` records, each sync and what it covered, the
+//! violated check. Notes are not hashed (they follow from the events). Traces stream to their
+//! files as the run goes, readable (`--trace`) and one JSON object per line
+//! (`--trace-json`), so a run that panics leaves its trace up to the panic.
 
 use std::fmt::Debug;
+use std::fs::File;
 use std::hash::{Hash, Hasher};
+use std::io::{BufWriter, Write as _};
 
 use dataplane_core::time::Instant;
 
@@ -39,19 +48,88 @@ impl Hasher for Fnv64 {
     }
 }
 
+/// Files a traced run streams to.
+#[derive(Debug, Default)]
+pub struct TraceFiles {
+    /// The readable trace.
+    pub text: Option<BufWriter<File>>,
+    /// One JSON object per line: `{"t_ns", "at", "seq" (events only), "kind", "text"}`.
+    pub json: Option<BufWriter<File>>,
+}
+
 /// The trace of one run.
 #[derive(Debug)]
 pub struct Trace {
     hasher: Fnv64,
     text: Option<Vec<String>>,
+    files: TraceFiles,
+}
+
+/// The event's variant name (the first word of its `Debug` rendering).
+fn kind_of<E: Debug>(event: &E) -> String {
+    let debug = format!("{event:?}");
+    let end = debug
+        .find(|c: char| !c.is_alphanumeric() && c != '_')
+        .unwrap_or(debug.len());
+    debug[..end].to_owned()
 }
 
 impl Trace {
     /// A trace that keeps a readable log when `text` is set.
     pub fn new(text: bool) -> Self {
+        Trace::streaming(text, TraceFiles::default())
+    }
+
+    /// A trace that also streams to `files`.
+    pub fn streaming(text: bool, files: TraceFiles) -> Self {
         Trace {
             hasher: Fnv64::default(),
             text: text.then(Vec::new),
+            files,
+        }
+    }
+
+    /// Whether anything renders notes (so callers skip building them otherwise).
+    pub fn is_rendering(&self) -> bool {
+        self.text.is_some() || self.files.text.is_some() || self.files.json.is_some()
+    }
+
+    /// Writes a header line (the options) to the streamed files.
+    pub fn header(&mut self, text: &str) {
+        if let Some(file) = &mut self.files.text {
+            let _ = file.write_all(text.as_bytes());
+        }
+        if let Some(file) = &mut self.files.json {
+            for line in text.lines() {
+                let _ = writeln!(
+                    file,
+                    "{}",
+                    serde_json::json!({ "kind": "options", "text": line })
+                );
+            }
+        }
+    }
+
+    fn emit(&mut self, at: Instant, seq: Option<u64>, kind: &str, line: String) {
+        let readable = match seq {
+            Some(seq) => format!("{at} #{seq} {line}"),
+            None => format!("{at} {kind}: {line}"),
+        };
+        if let Some(file) = &mut self.files.text {
+            let _ = writeln!(file, "{readable}");
+        }
+        if let Some(file) = &mut self.files.json {
+            let object = serde_json::json!({
+                "t_ns": at.as_nanos(),
+                "at": at.to_string(),
+                "seq": seq,
+                "kind": kind,
+                "text": line,
+            });
+            let _ = writeln!(file, "{object}");
+        }
+        if let Some(text) = &mut self.text {
+            text.push(readable);
         }
     }
 
@@ -66,8 +144,29 @@ impl Trace {
         self.hasher.write_u64(at.as_nanos());
         self.hasher.write_u64(seq);
         event.hash(&mut self.hasher);
-        if let Some(text) = &mut self.text {
-            text.push(format!("{at} #{seq} {}", render(event)));
+        if self.is_rendering() {
+            let kind = kind_of(event);
+            let line = render(event);
+            self.emit(at, Some(seq), &kind, line);
+        }
+    }
+
+    /// A note of what happened without an event of its own (`kind`: `net`, `fault`, `disk`,
+    /// `persist`, `check`...), rendered only when the run is traced.
+    pub fn note(&mut self, at: Instant, kind: &str, render: impl FnOnce() -> String) {
+        if self.is_rendering() {
+            let line = render();
+            self.emit(at, None, kind, line);
+        }
+    }
+
+    /// Flushes the streamed files.
+    pub fn flush(&mut self) {
+        if let Some(file) = &mut self.files.text {
+            let _ = file.flush();
+        }
+        if let Some(file) = &mut self.files.json {
+            let _ = file.flush();
         }
     }
 

@@ -389,6 +389,11 @@ impl World {
 
     /// Builds the world of `options`; `trace_text` keeps a readable event log.
     pub fn new(options: Options, trace_text: bool) -> World {
+        World::with_trace(options, Trace::new(trace_text))
+    }
+
+    /// Builds the world of `options` with its trace (which may stream to files).
+    pub fn with_trace(options: Options, trace: Trace) -> World {
         let seed = options.seed;
         let mut first_global = 0;
         let hosts = options
@@ -457,7 +462,7 @@ impl World {
             outbox: Outbox::new(),
             stats: Stats::default(),
             checker,
-            trace: Trace::new(trace_text),
+            trace,
             options,
         }
     }
@@ -658,6 +663,10 @@ impl World {
                     .collect();
                 if !up.is_empty() {
                     let host = *self.fault_rng.pick(&up);
+                    let (node, incarnation) = (self.hosts[host].node, self.hosts[host].incarnation);
+                    self.trace.note(self.now, "fault", || {
+                        format!("host crash: node {node} incarnation {incarnation}")
+                    });
                     self.stop_proxy(host);
                     self.hosts[host].crash();
                     self.stats.host_crashes += 1;
@@ -741,6 +750,9 @@ impl World {
                 for (from, to) in pairs {
                     self.blocked.insert((from, to));
                     let length = uniform(&mut self.fault_rng, max);
+                    self.trace.note(self.now, "fault", || {
+                        format!("partition: {from} -> {to} cut for {length}")
+                    });
                     self.schedule_in(length, EventKind::PartitionEnd { from, to });
                 }
                 self.stats.partitions += 1;
@@ -766,6 +778,9 @@ impl World {
                         .route_flaps
                         .map_or(Duration::ZERO, |f| f.max_duration);
                     let length = uniform(&mut self.fault_rng, max);
+                    self.trace.note(self.now, "fault", || {
+                        format!("route flap: {target} unroutable for {length}")
+                    });
                     self.schedule_in(length, EventKind::FlapEnd(target));
                     self.report_routes();
                 }
@@ -899,6 +914,10 @@ impl World {
                         .map_or(Duration::ZERO, |f| f.max_duration);
                     let down = uniform(&mut self.fault_rng, max);
                     let incarnation = self.hosts[host].incarnation;
+                    let node = self.hosts[host].node;
+                    self.trace.note(self.now, "fault", || {
+                        format!("proxy restart: node {node}'s proxy down for {down}")
+                    });
                     self.schedule_in(down, EventKind::ProxyStart { host, incarnation });
                 }
                 if let Some(f) = self.options.proxy_restarts {
@@ -925,6 +944,9 @@ impl World {
                     .authority_outages
                     .map_or(Duration::ZERO, |f| f.max_duration);
                 let length = uniform(&mut self.fault_rng, max);
+                self.trace.note(self.now, "fault", || {
+                    format!("authority outage: discovery answers none for {length}")
+                });
                 self.schedule_in(length, EventKind::OutageEnd);
                 if let Some(f) = self.options.authority_outages {
                     self.schedule_next(f, EventKind::OutageStart);
@@ -970,31 +992,54 @@ impl World {
     fn send(&mut self, from: Address, to: Address, message: Message) {
         self.stats.frames += 1;
         let faulty = self.phase == Phase::Faulty;
-        if !self.link_up(from.node, to.node)
-            || (faulty && self.net_rng.chance(self.options.net.loss))
-        {
+        let link_down = !self.link_up(from.node, to.node);
+        if link_down || (faulty && self.net_rng.chance(self.options.net.loss)) {
             self.stats.lost += 1;
             self.checker.coverage.hit("fault.frame_lost");
+            self.trace.note(self.now, "net", || {
+                format!(
+                    "lost ({}) {from} -> {to}: {}",
+                    if link_down { "no link" } else { "loss" },
+                    crate::trace::describe(&message)
+                )
+            });
             return;
         }
         let mut delay = self.latency();
         if faulty && self.net_rng.chance(self.options.net.reorder) {
             self.stats.reordered += 1;
             self.checker.coverage.hit("fault.frame_reordered");
-            delay = delay.saturating_add(uniform(
-                &mut self.net_rng,
-                self.options.net.reorder_delay_max,
-            ));
+            let held = uniform(&mut self.net_rng, self.options.net.reorder_delay_max);
+            delay = delay.saturating_add(held);
+            self.trace.note(self.now, "net", || {
+                format!(
+                    "held back {held} {from} -> {to}: {}",
+                    crate::trace::describe(&message)
+                )
+            });
         }
         let envelope = Box::new(Envelope { from, to, message });
         if faulty && self.net_rng.chance(self.options.net.duplicate) && self.enqueue(from, to) {
             self.stats.duplicated += 1;
             self.checker.coverage.hit("fault.frame_duplicated");
             let again = self.latency().saturating_add(delay);
+            self.trace.note(self.now, "net", || {
+                format!(
+                    "duplicated {from} -> {to} (second copy in {again}): {}",
+                    crate::trace::describe(&envelope.message)
+                )
+            });
             self.schedule_in(again, EventKind::Deliver(envelope.clone()));
         }
         if self.enqueue(from, to) {
             self.schedule_in(delay, EventKind::Deliver(envelope));
+        } else {
+            self.trace.note(self.now, "net", || {
+                format!(
+                    "dropped (link queue full) {from} -> {to}: {}",
+                    crate::trace::describe(&envelope.message)
+                )
+            });
         }
     }
 
@@ -1030,6 +1075,12 @@ impl World {
                 let link = envelope.from.node;
                 if !admission::speaks_for(link, &envelope) {
                     self.checker.coverage.hit("admission.refused_foreign_frame");
+                    self.trace.note(self.now, "admission", || {
+                        format!(
+                            "refused a frame on the link of {link} that speaks for another node: {}",
+                            crate::trace::describe(&envelope.message)
+                        )
+                    });
                     return;
                 }
                 if let Some(foreign) = speaks_for_another(link, &envelope) {
@@ -1426,6 +1477,17 @@ impl World {
         if effects.iter().any(|e| matches!(e, Effect::Persist(_))) {
             // Bindings change only with a commit.
             self.checker.sources_backed(now, machine, &self.hosts);
+            let step = self.directory.step;
+            self.trace.note(self.now, "persist", || {
+                let records: Vec<String> = effects
+                    .iter()
+                    .filter_map(|e| match e {
+                        Effect::Persist(record) => Some(format!("{record:?}")),
+                        _ => None,
+                    })
+                    .collect();
+                format!("step {step}: {}", records.join("; "))
+            });
         }
         self.execute_directory_effects(effects);
     }
@@ -1533,6 +1595,13 @@ impl World {
         }
         let mut ready = Vec::new();
         self.directory.barrier.release(synced as u64, &mut ready);
+        let released = ready.len();
+        self.trace.note(self.now, "disk", || {
+            format!(
+                "sync: log durable to byte {synced} of {written}; steps through {} durable; {released} held effects released",
+                durable_step.map_or("none new".to_owned(), |s| s.to_string())
+            )
+        });
         for effect in ready {
             self.release_checked(effect);
         }
@@ -1685,6 +1754,9 @@ impl World {
                 d.fs.capacity = Some(d.fs.used() + room);
                 let episode = d.full_episode;
                 let lasts = uniform(&mut self.fault_rng, fault.max_duration);
+                self.trace.note(self.now, "fault", || {
+                    format!("full disk: {room} bytes of room for {lasts}")
+                });
                 self.schedule_in(lasts, EventKind::DiskFreed { episode });
             }
             self.schedule_next(fault, EventKind::DiskFull);
@@ -1900,6 +1972,17 @@ impl World {
                 self.checker.coverage.hit("fault.rot");
             }
         }
+        let (torn, rot) = (
+            pinned.as_ref().map(|(_, keep)| *keep),
+            d.rot.as_ref().map(|r| format!("{r:?}")),
+        );
+        self.trace.note(self.now, "fault", || {
+            format!(
+                "directory crash: steps through {surviving_step} survive (log kept to byte {}); damage at rest: {}",
+                torn.map_or("-".to_owned(), |k| k.to_string()),
+                rot.unwrap_or_else(|| "none".to_owned())
+            )
+        });
         self.checker.directory_crashed(surviving_step);
         // Discovery notices the crash only after a while: until then proxies keep sending to
         // (and accepting the epoch of) the dead instance.

@@ -12,7 +12,8 @@
 //! Exit statuses are the table the three binaries share (`--help` prints it): 0 every seed
 //! passed, 70 a seed failed, 1 the trace file could not be written, 64 usage.
 
-use std::io::Write as _;
+use std::fs::File;
+use std::io::{BufWriter, Write as _};
 use std::process::ExitCode;
 
 /// Writes to stdout; if the reader went away (`dataplane-sim run | head`), stop quietly
@@ -39,8 +40,9 @@ macro_rules! outln {
 use clap::{Args, Parser, Subcommand};
 use dataplane_cli::Exit;
 use dataplane_sim::overrides::{FaultKind, Overrides, Setting};
-use dataplane_sim::run_seed_guarded_with;
 use dataplane_sim::swarm::{SwarmConfig, run_swarm};
+use dataplane_sim::trace::TraceFiles;
+use dataplane_sim::{run_seed_guarded_with, run_seed_traced};
 
 const AFTER_HELP: &str = "\
 run:    prints the options drawn from the seed, then
@@ -78,9 +80,12 @@ enum Command {
         /// The seed.
         #[arg(long, value_name = "N")]
         seed: u64,
-        /// Write a readable event log to FILE.
+        /// Write a readable event log to FILE, as the run goes.
         #[arg(long, value_name = "FILE")]
         trace: Option<String>,
+        /// Write the trace to FILE as JSON lines (one object per event or note).
+        #[arg(long, value_name = "FILE")]
+        trace_json: Option<String>,
         #[command(flatten)]
         overrides: OverrideArgs,
     },
@@ -178,25 +183,48 @@ fn main() -> ExitCode {
         Some(Command::Run {
             seed,
             trace,
+            trace_json,
             overrides,
-        }) => run(seed, trace, &overrides.into_overrides()),
+        }) => run(seed, trace, trace_json, &overrides.into_overrides()),
         Some(Command::Swarm(args)) => swarm(args),
     }
 }
 
-fn run(seed: u64, trace_file: Option<String>, overrides: &Overrides) -> ExitCode {
-    let report = run_seed_guarded_with(seed, overrides, trace_file.is_some());
+fn create(file: &Option<String>) -> Result<Option<BufWriter<File>>, ExitCode> {
+    file.as_ref()
+        .map(|path| {
+            File::create(path)
+                .map(BufWriter::new)
+                .map_err(|e| fail(Exit::LocalFile, &format!("cannot write {path}: {e}")))
+        })
+        .transpose()
+}
+
+fn run(
+    seed: u64,
+    trace_file: Option<String>,
+    json_file: Option<String>,
+    overrides: &Overrides,
+) -> ExitCode {
+    let report = if trace_file.is_none() && json_file.is_none() {
+        run_seed_guarded_with(seed, overrides, false)
+    } else {
+        let files = match (create(&trace_file), create(&json_file)) {
+            (Ok(text), Ok(json)) => TraceFiles { text, json },
+            (Err(code), _) | (_, Err(code)) => return code,
+        };
+        let report = run_seed_traced(seed, overrides, files);
+        if report.outcome.events == 0
+            && let Some(failure) = &report.outcome.failure
+        {
+            // A panic: the trace streamed up to it; say so at its end.
+            if let Err(code) = append_failure(&trace_file, &json_file, failure) {
+                return code;
+            }
+        }
+        report
+    };
     out!("{}", report.options);
-    if let (Some(file), Some(lines)) = (&trace_file, &report.trace) {
-        let mut text = report.options.clone();
-        for line in lines {
-            text.push_str(line);
-            text.push('\n');
-        }
-        if let Err(e) = std::fs::write(file, text) {
-            return fail(Exit::LocalFile, &format!("cannot write {file}: {e}"));
-        }
-    }
     let s = &report.stats;
     outln!(
         "# stats: frames={} lost={} duplicated={} reordered={} directory_steps={} directory_crashes={} fsync_failures={} torn_tails={} host_crashes={} partitions={} route_flaps={} actor_deaths={}",
@@ -240,6 +268,29 @@ fn run(seed: u64, trace_file: Option<String>, overrides: &Overrides) -> ExitCode
     } else {
         ExitCode::from(Exit::Software)
     }
+}
+
+/// Appends a failure the run could not write itself (a panic) to the trace files.
+fn append_failure(
+    text: &Option<String>,
+    json: &Option<String>,
+    failure: &str,
+) -> Result<(), ExitCode> {
+    let append = |path: &String, line: String| {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .and_then(|mut f| writeln!(f, "{line}"))
+            .map_err(|e| fail(Exit::LocalFile, &format!("cannot write {path}: {e}")))
+    };
+    if let Some(path) = text {
+        append(path, format!("check: violated: {failure}"))?;
+    }
+    if let Some(path) = json {
+        let object = serde_json::json!({ "kind": "check", "text": format!("violated: {failure}") });
+        append(path, object.to_string())?;
+    }
+    Ok(())
 }
 
 fn swarm(args: SwarmArgs) -> ExitCode {
