@@ -133,3 +133,24 @@ fn an_idle_host_stops_ticking_and_an_input_starts_it_again() {
     let ticks = tick_until_idle(&mut host, &mut mem, next, false, 200);
     assert_eq!(ticks, 200, "the tick stopped while a call was in flight");
 }
+
+#[test]
+fn a_host_opens_at_most_its_session_bound() {
+    let config = HostConfig::new(NODE, 1, PROXY, 1 << 16);
+    let mut out = Outbox::new();
+    let mut host = Host::new(config, Instant::ZERO, &mut out);
+    let session = |generation: u64| SessionConfig {
+        session_generation: generation,
+        capability: Capability([7; 32]),
+        job: job(),
+    };
+    for generation in 1..=dataplane_core::limits::HOST_SESSIONS_MAX as u64 {
+        assert!(host.open_session(session(generation)).is_some());
+    }
+    let over = dataplane_core::limits::HOST_SESSIONS_MAX as u64 + 1;
+    assert_eq!(host.open_session(session(over)), None, "one past the bound");
+    assert_eq!(
+        host.sessions().count(),
+        dataplane_core::limits::HOST_SESSIONS_MAX
+    );
+}
