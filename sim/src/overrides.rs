@@ -144,10 +144,18 @@ pub enum SetKey {
     DuplicationPpm,
     /// Frame reordering, in parts per million.
     ReorderingPpm,
+    /// Host nodes (the first N of the draw).
+    Hosts,
+    /// Clients on each host, at most.
+    ClientsMax,
+    /// Workers on each host, at most.
+    WorkersMax,
+    /// Contended paths (the first N of the draw).
+    Paths,
 }
 
 impl SetKey {
-    const ALL: [(SetKey, &'static str); 8] = [
+    const ALL: [(SetKey, &'static str); 12] = [
         (SetKey::FaultPhaseMs, "fault_phase_ms"),
         (SetKey::DirectoryRetryMs, "directory_retry_ms"),
         (SetKey::RetryBatch, "retry_batch"),
@@ -156,6 +164,10 @@ impl SetKey {
         (SetKey::LossPpm, "loss_ppm"),
         (SetKey::DuplicationPpm, "duplication_ppm"),
         (SetKey::ReorderingPpm, "reordering_ppm"),
+        (SetKey::Hosts, "hosts"),
+        (SetKey::ClientsMax, "clients_max"),
+        (SetKey::WorkersMax, "workers_max"),
+        (SetKey::Paths, "paths"),
     ];
 
     fn name(self) -> &'static str {
@@ -173,6 +185,8 @@ impl SetKey {
             SetKey::RetryBatch => (1, dataplane_core::limits::RETRY_BATCH_MAX as u64),
             SetKey::DeadlineMs => (1, 3_600_000),
             SetKey::LossPpm | SetKey::DuplicationPpm | SetKey::ReorderingPpm => (0, 1_000_000),
+            SetKey::Hosts | SetKey::Paths => (1, 64),
+            SetKey::ClientsMax | SetKey::WorkersMax => (0, 64),
         }
     }
 }
@@ -292,6 +306,27 @@ impl Overrides {
                 SetKey::LossPpm => options.net.loss = ppm(value),
                 SetKey::DuplicationPpm => options.net.duplicate = ppm(value),
                 SetKey::ReorderingPpm => options.net.reorder = ppm(value),
+                SetKey::Hosts => {
+                    // Fewer hosts: every per-host draw keeps its first entries.
+                    let hosts = (value as usize).min(options.clients_per_host.len());
+                    options.clients_per_host.truncate(hosts);
+                    options.host.workers.truncate(hosts);
+                    options.clocks.truncate(hosts + 1);
+                }
+                SetKey::ClientsMax => {
+                    for clients in &mut options.clients_per_host {
+                        *clients = (*clients).min(value as u32);
+                    }
+                }
+                SetKey::WorkersMax => {
+                    for workers in &mut options.host.workers {
+                        *workers = (*workers).min(value as u32);
+                    }
+                }
+                SetKey::Paths => {
+                    let paths = (value as usize).min(options.paths.len());
+                    options.paths.truncate(paths);
+                }
             }
         }
     }

@@ -40,6 +40,7 @@ macro_rules! outln {
 use clap::{Args, Parser, Subcommand};
 use dataplane_cli::Exit;
 use dataplane_sim::overrides::{FaultKind, Overrides, Setting};
+use dataplane_sim::shrink::{parse_replay, shrink as shrink_seed};
 use dataplane_sim::swarm::{SwarmConfig, run_swarm};
 use dataplane_sim::trace::TraceFiles;
 use dataplane_sim::{run_seed_guarded_with, run_seed_traced};
@@ -91,6 +92,29 @@ enum Command {
     },
     /// Run many seeds across threads.
     Swarm(SwarmArgs),
+    /// Shrink a failing seed to the smallest run that still fails the same check, and write
+    /// a replay file.
+    Shrink {
+        /// The failing seed.
+        #[arg(long, value_name = "N")]
+        seed: u64,
+        /// Where to write the replay file.
+        #[arg(long, value_name = "FILE", default_value = "shrunk.replay")]
+        out: String,
+        #[command(flatten)]
+        overrides: OverrideArgs,
+    },
+    /// Run a replay file (from `shrink`).
+    Replay {
+        /// The replay file.
+        file: String,
+        /// Write a readable event log to FILE, as the run goes.
+        #[arg(long, value_name = "FILE")]
+        trace: Option<String>,
+        /// Write the trace to FILE as JSON lines.
+        #[arg(long, value_name = "FILE")]
+        trace_json: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -186,6 +210,25 @@ fn main() -> ExitCode {
             trace_json,
             overrides,
         }) => run(seed, trace, trace_json, &overrides.into_overrides()),
+        Some(Command::Shrink {
+            seed,
+            out,
+            overrides,
+        }) => shrink(seed, &out, &overrides.into_overrides()),
+        Some(Command::Replay {
+            file,
+            trace,
+            trace_json,
+        }) => {
+            let text = match std::fs::read_to_string(&file) {
+                Ok(text) => text,
+                Err(e) => return fail(Exit::LocalFile, &format!("cannot read {file}: {e}")),
+            };
+            match parse_replay(&text) {
+                Ok((seed, overrides)) => run(seed, trace, trace_json, &overrides),
+                Err(e) => fail(Exit::Usage, &format!("{file}: {e}")),
+            }
+        }
         Some(Command::Swarm(args)) => swarm(args),
     }
 }
@@ -268,6 +311,58 @@ fn run(
     } else {
         ExitCode::from(Exit::Software)
     }
+}
+
+fn shrink(seed: u64, out: &str, start: &Overrides) -> ExitCode {
+    let started = std::time::Instant::now();
+    let first = run_seed_guarded_with(seed, start, false);
+    let Some(original) = first.outcome.failure.clone() else {
+        outln!("seed={seed} passes: nothing to shrink");
+        return ExitCode::SUCCESS;
+    };
+    outln!("# shrinking seed {seed}: {original}");
+    let mut runner = |o: &Overrides| run_seed_guarded_with(seed, o, false).outcome.failure;
+    let Some(shrunk) = shrink_seed(seed, start, &mut runner) else {
+        // The first run failed; a second that passes means the seed is not deterministic.
+        return fail(
+            Exit::Software,
+            "the seed failed once and passed the next time: run swarm --check-determinism",
+        );
+    };
+    if let Err(e) = std::fs::write(out, shrunk.replay_file()) {
+        return fail(Exit::LocalFile, &format!("cannot write {out}: {e}"));
+    }
+    let last = run_seed_guarded_with(seed, &shrunk.overrides, true);
+    outln!("{}", last.options.trim_end());
+    outln!(
+        "# shrunk in {} runs ({:.1}s): {} events, was {}",
+        shrunk.runs,
+        started.elapsed().as_secs_f64(),
+        last.outcome.events,
+        first.outcome.events
+    );
+    outln!("# the same check fails: {}", shrunk.check);
+    if let Some(lines) = &last.trace {
+        outln!("# the last events before it:");
+        for line in lines
+            .iter()
+            .rev()
+            .take(12)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            outln!("  {}", line.chars().take(160).collect::<String>());
+        }
+    }
+    outln!("FAIL {}", shrunk.failure);
+    outln!("  replay file: {out}");
+    outln!("  replay: cargo run --release -p dataplane-sim -- replay {out} --trace {out}.trace");
+    outln!(
+        "  same as: cargo run --release -p dataplane-sim -- run --seed {seed}{}",
+        shrunk.overrides.arguments()
+    );
+    ExitCode::from(Exit::Software)
 }
 
 /// Appends a failure the run could not write itself (a panic) to the trace files.
