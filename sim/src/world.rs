@@ -488,6 +488,7 @@ impl World {
         }
         while let Some(event) = self.queue.pop() {
             self.now = event.at;
+            self.checker.set_time(event.at);
             self.stats.events += 1;
             self.trace
                 .event(event.at, event.seq, &event.kind, |kind| match kind {

@@ -232,6 +232,8 @@ pub struct Checker {
     proxies: ProxyChecker,
     steps_checked: u64,
     hosts: host::HostChecker,
+    /// The world's time of the event being handled.
+    world_time: Option<Instant>,
 }
 
 /// Most operation records one issuer may keep at the end of a run (a client declares every
@@ -352,6 +354,7 @@ impl Checker {
             proxies: ProxyChecker::new(options.proxy.deadline, options.proxy.retry_period),
             steps_checked: 0,
             hosts: host::HostChecker::default(),
+            world_time: None,
         }
     }
 
@@ -403,11 +406,19 @@ impl Checker {
         }
     }
 
-    /// Records a violation (the first one wins; the run stops).
+    /// Records a violation (the first one wins; the run stops). It is labelled with the
+    /// world's time (`set_time`), whatever node's clock `now` was read from, so a failure's
+    /// time is the one the trace shows; before the first event it is `now`.
     pub fn fail(&mut self, now: Instant, message: String) {
         if self.failure.is_none() {
-            self.failure = Some(format!("at {now}: {message}"));
+            let at = self.world_time.unwrap_or(now);
+            self.failure = Some(format!("at {at}: {message}"));
         }
+    }
+
+    /// The world's time of the event being handled (the nodes' clocks may differ from it).
+    pub fn set_time(&mut self, now: Instant) {
+        self.world_time = Some(now);
     }
 
     /// Whether a violation was found.
