@@ -890,6 +890,30 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_horizon_out_of_range_is_refused_with_its_reason() {
+        use crate::log::{LogRecord, SnapshotRecord};
+        for below in [0, OperationId::SEQUENCE_END + 1] {
+            let mut state = DurableState::default();
+            let record = LogRecord::Snapshot(SnapshotRecord::Horizon {
+                issuer: issuer(),
+                below,
+            });
+            let refused = state.apply(&record).unwrap_err();
+            assert_eq!(
+                refused.to_string(),
+                "inconsistent log record: horizon out of range"
+            );
+            assert_eq!(state, DurableState::default(), "a refused record changes nothing");
+        }
+        let mut state = DurableState::default();
+        let record = LogRecord::Snapshot(SnapshotRecord::Horizon {
+            issuer: issuer(),
+            below: OperationId::SEQUENCE_END,
+        });
+        assert_eq!(state.apply(&record), Ok(()));
+    }
+
+    #[test]
     fn the_full_check_finds_a_record_of_a_revision_never_allocated() {
         let mut state = DurableState::default();
         assert_eq!(state.check(), Ok(()));
