@@ -15,6 +15,7 @@ pub mod host;
 pub mod memory;
 pub mod options;
 pub mod overrides;
+pub mod picture;
 pub mod rng;
 pub mod shrink;
 pub mod swarm;

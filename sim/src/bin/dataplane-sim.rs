@@ -333,6 +333,13 @@ fn shrink(seed: u64, out: &str, start: &Overrides) -> ExitCode {
         return fail(Exit::LocalFile, &format!("cannot write {out}: {e}"));
     }
     let last = run_seed_guarded_with(seed, &shrunk.overrides, true);
+    let picture = format!("{out}.html");
+    if let Some(lines) = &last.trace {
+        let title = format!("seed {seed}, shrunk: {}", shrunk.failure);
+        if let Err(e) = std::fs::write(&picture, dataplane_sim::picture::html(&title, lines)) {
+            return fail(Exit::LocalFile, &format!("cannot write {picture}: {e}"));
+        }
+    }
     outln!("{}", last.options.trim_end());
     outln!(
         "# shrunk in {} runs ({:.1}s): {} events, was {}",
@@ -357,6 +364,7 @@ fn shrink(seed: u64, out: &str, start: &Overrides) -> ExitCode {
     }
     outln!("FAIL {}", shrunk.failure);
     outln!("  replay file: {out}");
+    outln!("  picture: {picture} (a sequence diagram of the shrunk run)");
     outln!("  replay: cargo run --release -p dataplane-sim -- replay {out} --trace {out}.trace");
     outln!(
         "  same as: cargo run --release -p dataplane-sim -- run --seed {seed}{}",
