@@ -106,13 +106,8 @@ pub fn run_seed_traced(seed: u64, overrides: &Overrides, files: trace::TraceFile
         let mut trace = trace::Trace::streaming(false, files);
         trace.header(&header);
         let world = World::with_trace(options, trace);
+        // The run notes the violated check at its end itself.
         let (outcome, mut world) = world.run();
-        if let Some(failure) = &outcome.failure {
-            let at = dataplane_core::time::Instant::ZERO.saturating_add(outcome.sim_time);
-            world
-                .trace
-                .note(at, "check", || format!("violated: {failure}"));
-        }
         world.trace.flush();
         (outcome, world.stats.clone(), world.checker.coverage.clone())
     });

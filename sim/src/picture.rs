@@ -236,7 +236,11 @@ pub fn html(title: &str, lines: &[String]) -> String {
             } => {
                 let (x1, x2) = (x(from), x(to));
                 let color = if fate.is_some() { "#c00" } else { "#333" };
-                let dash = if fate.is_some() { r#" stroke-dasharray="5 3""# } else { "" };
+                let dash = if fate.is_some() {
+                    r#" stroke-dasharray="5 3""#
+                } else {
+                    ""
+                };
                 if x1 == x2 {
                     let _ = writeln!(
                         svg,
@@ -246,7 +250,11 @@ pub fn html(title: &str, lines: &[String]) -> String {
                 } else {
                     // A lost frame ends halfway, in a cross.
                     let end = if fate.is_some() { (x1 + x2) / 2 } else { x2 };
-                    let marker = if fate.is_some() { "" } else { r#" marker-end="url(#head)""# };
+                    let marker = if fate.is_some() {
+                        ""
+                    } else {
+                        r#" marker-end="url(#head)""#
+                    };
                     let _ = writeln!(
                         svg,
                         r#"<line x1="{x1}" y1="{}" x2="{end}" y2="{}" stroke="{color}"{dash}{marker}/>"#,
@@ -265,7 +273,7 @@ pub fn html(title: &str, lines: &[String]) -> String {
                 let prefix = fate.as_ref().map(|f| format!("[{f}] ")).unwrap_or_default();
                 let _ = writeln!(
                     svg,
-                    r#"<text x="{lx}" y="{}" fill="{color}">{}</text></g>"#,
+                    r#"<text x="{lx}" y="{}" fill="{color}" stroke="white" stroke-width="3" paint-order="stroke">{}</text></g>"#,
                     y - 7,
                     escape(&shorten(&format!("{prefix}{label}"), 60))
                 );
@@ -331,7 +339,10 @@ mod tests {
         assert!(page.starts_with("<!DOCTYPE html>"));
         assert!(page.contains("✕"), "a lost frame is crossed");
         assert!(page.contains("host crash: node n1"));
-        assert!(page.contains("L4: /a still reserved &lt;by&gt; &quot;x&quot;"), "escaped");
+        assert!(
+            page.contains("L4: /a still reserved &lt;by&gt; &quot;x&quot;"),
+            "escaped"
+        );
         assert_eq!(page.matches("<svg").count(), 1);
     }
 
@@ -342,6 +353,8 @@ mod tests {
             .collect();
         let rows = parse(&many);
         assert_eq!(rows.len(), ROWS_MAX);
-        assert!(matches!(&rows[ROWS_MAX - 1], Row::Frame { label, .. } if label.ends_with(&format!("r{}", ROWS_MAX + 49))));
+        assert!(
+            matches!(&rows[ROWS_MAX - 1], Row::Frame { label, .. } if label.ends_with(&format!("r{}", ROWS_MAX + 49)))
+        );
     }
 }

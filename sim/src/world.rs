@@ -528,6 +528,11 @@ impl World {
                 break;
             }
         }
+        if let Some(failure) = self.checker.failure() {
+            let failure = failure.to_owned();
+            self.trace
+                .note(self.now, "check", || format!("violated: {failure}"));
+        }
         let outcome = Outcome {
             failure: self.checker.failure().map(str::to_owned),
             events: self.stats.events,
