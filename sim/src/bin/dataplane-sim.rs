@@ -87,6 +87,9 @@ enum Command {
         /// Write the trace to FILE as JSON lines (one object per event or note).
         #[arg(long, value_name = "FILE")]
         trace_json: Option<String>,
+        /// Write a sequence diagram of the run (its last rows) to FILE (HTML).
+        #[arg(long, value_name = "FILE")]
+        picture: Option<String>,
         #[command(flatten)]
         overrides: OverrideArgs,
     },
@@ -114,6 +117,9 @@ enum Command {
         /// Write the trace to FILE as JSON lines.
         #[arg(long, value_name = "FILE")]
         trace_json: Option<String>,
+        /// Write a sequence diagram of the run to FILE (HTML).
+        #[arg(long, value_name = "FILE")]
+        picture: Option<String>,
     },
 }
 
@@ -208,8 +214,15 @@ fn main() -> ExitCode {
             seed,
             trace,
             trace_json,
+            picture,
             overrides,
-        }) => run(seed, trace, trace_json, &overrides.into_overrides()),
+        }) => run(
+            seed,
+            trace,
+            trace_json,
+            picture,
+            &overrides.into_overrides(),
+        ),
         Some(Command::Shrink {
             seed,
             out,
@@ -219,13 +232,14 @@ fn main() -> ExitCode {
             file,
             trace,
             trace_json,
+            picture,
         }) => {
             let text = match std::fs::read_to_string(&file) {
                 Ok(text) => text,
                 Err(e) => return fail(Exit::LocalFile, &format!("cannot read {file}: {e}")),
             };
             match parse_replay(&text) {
-                Ok((seed, overrides)) => run(seed, trace, trace_json, &overrides),
+                Ok((seed, overrides)) => run(seed, trace, trace_json, picture, &overrides),
                 Err(e) => fail(Exit::Usage, &format!("{file}: {e}")),
             }
         }
@@ -243,12 +257,30 @@ fn create(file: &Option<String>) -> Result<Option<BufWriter<File>>, ExitCode> {
         .transpose()
 }
 
+/// Writes the picture of `seed`'s run (run again with its trace kept: runs are deterministic).
+fn write_picture(seed: u64, overrides: &Overrides, file: &str) -> Result<(), ExitCode> {
+    let report = run_seed_guarded_with(seed, overrides, true);
+    let title = match &report.outcome.failure {
+        Some(failure) => format!("seed {seed}: {failure}"),
+        None => format!("seed {seed}: passed"),
+    };
+    let lines = report.trace.unwrap_or_default();
+    std::fs::write(file, dataplane_sim::picture::html(&title, &lines))
+        .map_err(|e| fail(Exit::LocalFile, &format!("cannot write {file}: {e}")))
+}
+
 fn run(
     seed: u64,
     trace_file: Option<String>,
     json_file: Option<String>,
+    picture: Option<String>,
     overrides: &Overrides,
 ) -> ExitCode {
+    if let Some(file) = &picture
+        && let Err(code) = write_picture(seed, overrides, file)
+    {
+        return code;
+    }
     let report = if trace_file.is_none() && json_file.is_none() {
         run_seed_guarded_with(seed, overrides, false)
     } else {
