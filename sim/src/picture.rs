@@ -199,11 +199,10 @@ pub fn html(title: &str, lines: &[String]) -> String {
         svg,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" font-size="11">"#
     );
-    let _ = writeln!(
-        svg,
-        r#"<defs><marker id="head" markerWidth="8" markerHeight="8" refX="7" refY="4" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="{}"/></marker></defs>"#,
-        "#333"
+    svg.push_str(
+        r##"<defs><marker id="head" markerWidth="8" markerHeight="8" refX="7" refY="4" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#333"/></marker></defs>"##,
     );
+    svg.push('\n');
     for lane in &lanes {
         let cx = x(lane);
         let _ = writeln!(

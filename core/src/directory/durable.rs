@@ -903,7 +903,11 @@ mod tests {
                 refused.to_string(),
                 "inconsistent log record: horizon out of range"
             );
-            assert_eq!(state, DurableState::default(), "a refused record changes nothing");
+            assert_eq!(
+                state,
+                DurableState::default(),
+                "a refused record changes nothing"
+            );
         }
         let mut state = DurableState::default();
         let record = LogRecord::Snapshot(SnapshotRecord::Horizon {
