@@ -1254,3 +1254,54 @@ pub(crate) fn new_binding(
 pub(crate) fn reason(text: &str) -> Reason {
     Reason::new(text)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Capability;
+
+    /// The invariant walk itself must see a session that lists, as published, a binding of
+    /// another operation (a self-check that passes everything would hide every bug it is for).
+    #[test]
+    fn the_invariant_walk_sees_a_published_listing_of_another_operation() {
+        let proxy = Address::new(NodeId(1), 1, 5);
+        let mut out = Outbox::new();
+        let mut host = Host::new(
+            HostConfig::new(NodeId(1), 1, proxy, 1 << 16),
+            Instant::ZERO,
+            &mut out,
+        );
+        let capability = Capability([7; 32]);
+        let data = DataPath::new("/data").unwrap();
+        let job = JobContext::new("r1", vec![data.clone()], vec![data.clone()]).unwrap();
+        let config = SessionConfig {
+            session_generation: 1,
+            capability,
+            job,
+        };
+        let child = Address::new(NodeId(1), 1, 100);
+        let session = host
+            .attach_new(config, child, 1, capability, &mut out)
+            .unwrap();
+        assert_eq!(host.check_invariants(), Ok(()));
+        let actor = host.allocate_actor();
+        let mut binding = new_binding(
+            host.address(actor),
+            session.actor,
+            child,
+            ChildOp(1),
+            data,
+            Kind::Control,
+            Phase::Reading,
+        );
+        binding.tracked = false;
+        host.bindings.insert(actor, binding);
+        host.sessions
+            .get_mut(&session.actor)
+            .unwrap()
+            .published
+            .insert(ChildOp(2), actor);
+        let broken = host.check_invariants().unwrap_err();
+        assert!(broken.contains("as published, which it is not"), "{broken}");
+    }
+}
