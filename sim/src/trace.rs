@@ -252,19 +252,27 @@ fn describe_request(request: &dataplane_core::wire::DirectoryRequest) -> String 
     }
 }
 
-/// A one-line rendering of a message for the readable trace.
-pub fn describe(message: &dataplane_core::wire::Message) -> String {
+/// A one-line rendering of a message for the readable trace, sent to `to`. Request ids are
+/// numbered by each caller, so they are written with the caller that numbered them
+/// (`r16@n1.1/501`): one request's call, re-sends and reply share one unique name.
+pub fn describe(
+    message: &dataplane_core::wire::Message,
+    to: dataplane_core::ids::Address,
+) -> String {
     use dataplane_core::wire::{Message as M, ReplyBody as B};
     match message {
         M::Call(call) => {
             let what = describe_request(&call.request);
-            format!("call {} {what} reply_to={}", call.request_id, call.reply_to)
+            format!(
+                "call {}@{} {what} reply_to={}",
+                call.request_id, call.reply_to, call.reply_to
+            )
         }
         M::ProxyCall(call) => {
             let what = describe_request(&call.request);
             format!(
-                "proxy-call {} {what} caller={}",
-                call.request_id, call.reply_to
+                "proxy-call {}@{} {what} caller={}",
+                call.request_id, call.reply_to, call.reply_to
             )
         }
         M::ProxyCancel { reply_to } => format!("proxy-cancel caller={reply_to}"),
@@ -286,7 +294,7 @@ pub fn describe(message: &dataplane_core::wire::Message) -> String {
                 },
             };
             format!(
-                "reply {} {:?} {} {body}",
+                "reply {}@{to} {:?} {} {body}",
                 reply.request_id,
                 reply.body.kind(),
                 reply.epoch

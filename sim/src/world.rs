@@ -497,7 +497,7 @@ impl World {
                             "deliver {} -> {}: {}",
                             e.from,
                             e.to,
-                            crate::trace::describe(&e.message)
+                            crate::trace::describe(&e.message, e.to)
                         )
                     }
                     EventKind::Local { envelope: e, .. } => {
@@ -505,7 +505,7 @@ impl World {
                             "local {} -> {}: {}",
                             e.from,
                             e.to,
-                            crate::trace::describe(&e.message)
+                            crate::trace::describe(&e.message, e.to)
                         )
                     }
                     EventKind::HostSend { envelope: e, .. } => {
@@ -513,7 +513,7 @@ impl World {
                             "send {} -> {}: {}",
                             e.from,
                             e.to,
-                            crate::trace::describe(&e.message)
+                            crate::trace::describe(&e.message, e.to)
                         )
                     }
                     other => format!("{other:?}"),
@@ -1006,7 +1006,7 @@ impl World {
                 format!(
                     "lost ({}) {from} -> {to}: {}",
                     if link_down { "no link" } else { "loss" },
-                    crate::trace::describe(&message)
+                    crate::trace::describe(&message, to)
                 )
             });
             return;
@@ -1020,7 +1020,7 @@ impl World {
             self.trace.note(self.now, "net", || {
                 format!(
                     "held back {held} {from} -> {to}: {}",
-                    crate::trace::describe(&message)
+                    crate::trace::describe(&message, to)
                 )
             });
         }
@@ -1032,7 +1032,7 @@ impl World {
             self.trace.note(self.now, "net", || {
                 format!(
                     "duplicated {from} -> {to} (second copy in {again}): {}",
-                    crate::trace::describe(&envelope.message)
+                    crate::trace::describe(&envelope.message, envelope.to)
                 )
             });
             self.schedule_in(again, EventKind::Deliver(envelope.clone()));
@@ -1043,7 +1043,7 @@ impl World {
             self.trace.note(self.now, "net", || {
                 format!(
                     "dropped (link queue full) {from} -> {to}: {}",
-                    crate::trace::describe(&envelope.message)
+                    crate::trace::describe(&envelope.message, envelope.to)
                 )
             });
         }
@@ -1084,7 +1084,7 @@ impl World {
                     self.trace.note(self.now, "admission", || {
                         format!(
                             "refused a frame on the link of {link} that speaks for another node: {}",
-                            crate::trace::describe(&envelope.message)
+                            crate::trace::describe(&envelope.message, envelope.to)
                         )
                     });
                     return;
