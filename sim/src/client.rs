@@ -185,8 +185,12 @@ pub struct Client {
     walked_away: VecDeque<(Vec<RequestId>, DirectoryRequest)>,
     /// Wake-ups are valid only for the current generation.
     pub wake_generation: u64,
-    /// The horizon it last declared.
+    /// The horizon the directory acknowledged.
     declared: u64,
+    /// The declaration in flight: its request id and horizon. A refused or unanswered one is
+    /// made again (a full proxy refuses it at once; nothing else would ever re-send it once
+    /// the client has quiesced, and its records would stay forever).
+    declaring: Option<(RequestId, u64)>,
     /// Violations it saw (drained by the world into the checker).
     pub violations: Vec<String>,
 }
@@ -254,6 +258,7 @@ impl Client {
             walked_away: VecDeque::new(),
             wake_generation: 0,
             declared: 0,
+            declaring: None,
             violations: Vec::new(),
         }
     }
@@ -286,12 +291,12 @@ impl Client {
     fn declare_done(&mut self, io: &mut Io<'_>) {
         let below = self.horizon();
         let every = if self.quiescing { 1 } else { DONE_EVERY };
-        if below < self.declared + every {
+        if below < self.declared + every || self.declaring.is_some() {
             return;
         }
-        self.declared = below;
         let request_id = RequestId(self.next_request);
         self.next_request += 1;
+        self.declaring = Some((request_id, below));
         let call = DirectoryCall {
             request_id,
             reply_to: self.address,
@@ -344,6 +349,13 @@ impl Client {
         io.actions.push(Action::WakeAt(at));
     }
 
+    /// Gives up on everything pending at the proxy (`ProxyCancel`): the declaration in flight
+    /// goes too, so it will be made again.
+    fn cancel_pending(&mut self, io: &mut Io<'_>) {
+        io.actions.push(Action::CancelPending);
+        self.declaring = None;
+    }
+
     /// Remembers a retraction the proxy now owns.
     fn abandon(&mut self, retraction: DirectoryRequest) {
         if self.abandoned.len() == ABANDONED_MAX {
@@ -356,6 +368,8 @@ impl Client {
     /// every retraction it had been handed.
     pub fn proxy_restarted(&mut self, io: &mut Io<'_>) {
         self.queued.extend(self.abandoned.drain(..));
+        // The declaration in flight is lost with the proxy's table.
+        self.declaring = None;
         match self.state {
             State::Calling { .. } => self.attempt(io),
             State::Idle if !self.queued.is_empty() => io.actions.push(Action::WakeAt(io.now)),
@@ -394,6 +408,9 @@ impl Client {
                     self.send(io, Plan::Retract, retraction);
                 } else if !self.quiescing {
                     self.start(io);
+                } else {
+                    // Quiet: only a declaration that was refused is left to make.
+                    self.declare_done(io);
                 }
             }
             State::Holding {
@@ -415,7 +432,7 @@ impl Client {
                 if walk_away {
                     // The caller stops right after asking for the close: the proxy must keep it
                     // (and re-own it) until the directory acknowledges (N-D9).
-                    io.actions.push(Action::CancelPending);
+                    self.cancel_pending(io);
                     self.abandon(close);
                     self.idle(io);
                 }
@@ -440,12 +457,12 @@ impl Client {
                         path: path.clone(),
                         operation: *operation,
                     };
-                    io.actions.push(Action::CancelPending);
+                    let attempts = attempts.clone();
+                    self.cancel_pending(io);
                     if self.walked_away.len() == ABANDONED_MAX {
                         self.walked_away.pop_front();
                     }
-                    self.walked_away
-                        .push_back((attempts.clone(), release.clone()));
+                    self.walked_away.push_back((attempts, release.clone()));
                     self.abandon(release);
                     self.idle(io);
                     return;
@@ -468,7 +485,7 @@ impl Client {
                         operation: *operation,
                     };
                     io.actions.push(Action::StopEndpoint(*endpoint));
-                    io.actions.push(Action::CancelPending);
+                    self.cancel_pending(io);
                     self.abandon(cancel);
                     self.idle(io);
                     return;
@@ -515,6 +532,25 @@ impl Client {
 
     /// A directory reply addressed to this client.
     pub fn reply(&mut self, reply: &DirectoryReply, io: &mut Io<'_>) {
+        if let ReplyBody::OperationsDone(result) = &reply.body
+            && let Some((id, below)) = self.declaring
+            && id == reply.request_id
+        {
+            self.declaring = None;
+            if result.is_ok() {
+                self.declared = self.declared.max(below);
+                // Operations that finished while it was in flight are declared now (a
+                // quiesced client has nothing else that would declare them).
+                self.declare_done(io);
+            } else if self.state == State::Idle {
+                // Refused (a full proxy) or unanswered: declare again after a pause; a busy
+                // client declares again when it starts its next operation.
+                let pause = Duration::from_millis(50).saturating_add(io.jitter(BUSY_PAUSE));
+                io.actions
+                    .push(Action::WakeAt(io.now.saturating_add(pause)));
+            }
+            return;
+        }
         if let ReplyBody::BlobReserved(Ok(())) = &reply.body
             && let Some(i) = self
                 .walked_away

@@ -242,6 +242,8 @@ pub struct Stats {
     pub operations_per_node: Vec<u64>,
     /// The most operation records the directory held after any step.
     pub records_max: u64,
+    /// The most obligations the directory held after any step.
+    pub obligations_max: u64,
     /// The most bytes the simulated log held (compaction rewrites it as a snapshot).
     pub log_bytes_max: u64,
 }
@@ -522,7 +524,9 @@ impl World {
                 self.checker
                     .fail(self.now, "event budget exhausted (runaway run)".into());
             }
-            let end = event.kind == EventKind::End;
+            // The run ends at an End that checks the liveness properties (an earlier one may
+            // defer to the rotation's drain, see `drained_by`).
+            let end = event.kind == EventKind::End && self.now >= self.drained_by();
             self.handle(event.kind);
             if end || self.checker.failed() {
                 break;
@@ -969,6 +973,17 @@ impl World {
                 }
             }
             EventKind::Heal => self.heal(),
+            EventKind::End if self.now < self.drained_by() => {
+                // S25: a rotation reaches every obligation within ⌈N/batch⌉ retry ticks, N the
+                // most pending. A storm beyond one pass (a small batch, a long tick, and
+                // registrars that never report a target routable, so nothing wakes it) needs
+                // that long to drain after the heal; the liveness bound waits for it.
+                self.checker
+                    .coverage
+                    .hit("liveness.waited_for_the_rotation");
+                let at = self.drained_by();
+                self.schedule(at, EventKind::End);
+            }
             EventKind::End => {
                 let view = crate::check::EndView {
                     directory: self.directory.machine.as_ref(),
@@ -1478,6 +1493,8 @@ impl World {
         }
         let records = machine.durable().operation_count() as u64;
         self.stats.records_max = self.stats.records_max.max(records);
+        let obligations = machine.durable().obligation_count() as u64;
+        self.stats.obligations_max = self.stats.obligations_max.max(obligations);
         self.checker
             .directory_step(now, self.directory.step, &input, &effects, machine);
         if effects.iter().any(|e| matches!(e, Effect::Persist(_))) {
@@ -2699,6 +2716,17 @@ impl World {
         let (host, session) = *self.fault_rng.pick(&candidates);
         self.checker.coverage.hit("fault.session_revoked");
         self.machine_input(host, MachineInput::Revoke(session));
+    }
+
+    /// When every liveness property must hold: the liveness bound after the heal, and as many
+    /// retry ticks more as the rotation needs to reach the most obligations the run held.
+    fn drained_by(&self) -> Instant {
+        let passes = self
+            .stats
+            .obligations_max
+            .div_ceil(self.options.retry_batch.max(1) as u64);
+        self.end_at
+            .saturating_add(self.options.directory_retry.saturating_mul(passes))
     }
 
     fn heal(&mut self) {
