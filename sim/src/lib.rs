@@ -59,23 +59,30 @@ pub fn run_seed_guarded_with(seed: u64, overrides: &Overrides, keep_trace: bool)
     let started = WallInstant::now();
     match std::panic::catch_unwind(|| run_seed_with(seed, overrides, keep_trace)) {
         Ok(report) => report,
-        Err(payload) => {
-            let message = panic_message(&*payload);
-            RunReport {
-                seed,
-                outcome: Outcome {
-                    failure: Some(format!("panicked: {message}")),
-                    events: 0,
-                    sim_time: dataplane_core::time::Duration::ZERO,
-                    trace_hash: 0,
-                },
-                wall: started.elapsed(),
-                stats: Stats::default(),
-                coverage: check::Coverage::default(),
-                options: drawn(seed, overrides).1,
-                trace: None,
-            }
-        }
+        Err(payload) => panicked(seed, drawn(seed, overrides).1, started, &*payload),
+    }
+}
+
+/// The report of a run that panicked: the panic is its failure.
+fn panicked(
+    seed: u64,
+    options: String,
+    started: WallInstant,
+    payload: &(dyn std::any::Any + Send),
+) -> RunReport {
+    RunReport {
+        seed,
+        outcome: Outcome {
+            failure: Some(format!("panicked: {}", panic_message(payload))),
+            events: 0,
+            sim_time: dataplane_core::time::Duration::ZERO,
+            trace_hash: 0,
+        },
+        wall: started.elapsed(),
+        stats: Stats::default(),
+        coverage: check::Coverage::default(),
+        options,
+        trace: None,
     }
 }
 
@@ -121,20 +128,9 @@ pub fn run_seed_traced(seed: u64, overrides: &Overrides, files: trace::TraceFile
             options: described,
             trace: None,
         },
-        Err(payload) => RunReport {
-            seed,
-            outcome: Outcome {
-                failure: Some(format!("panicked: {}", panic_message(&payload))),
-                events: 0,
-                sim_time: dataplane_core::time::Duration::ZERO,
-                trace_hash: 0,
-            },
-            wall: started.elapsed(),
-            stats: Stats::default(),
-            coverage: check::Coverage::default(),
-            options: described,
-            trace: None,
-        },
+        // `&*payload`: the panic's own value, not the box around it (whose type is no
+        // string, so its message would be lost).
+        Err(payload) => panicked(seed, described, started, &*payload),
     }
 }
 
@@ -161,5 +157,20 @@ pub fn run_seed_with(seed: u64, overrides: &Overrides, keep_trace: bool) -> RunR
         coverage: world.checker.coverage.clone(),
         options: described,
         trace: world.trace.lines().map(<[String]>::to_vec),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_reports_its_own_message() {
+        let boxed: Box<dyn std::any::Any + Send> = Box::new("boom");
+        let report = panicked(3, String::new(), WallInstant::now(), &*boxed);
+        assert_eq!(report.outcome.failure.as_deref(), Some("panicked: boom"));
+        let formatted: Box<dyn std::any::Any + Send> = Box::new(format!("at {}", 7));
+        let report = panicked(3, String::new(), WallInstant::now(), &*formatted);
+        assert_eq!(report.outcome.failure.as_deref(), Some("panicked: at 7"));
     }
 }

@@ -642,8 +642,9 @@ impl World {
                         self.send_route_report(target, routable);
                     }
                 }
+                // Until the run ends (which may wait past `end_at` for the rotation's drain).
                 if let Some(every) = self.options.registrar.resync
-                    && self.now < self.end_at
+                    && self.now < self.drained_by()
                 {
                     self.schedule_in(every, EventKind::RouteResync);
                 }

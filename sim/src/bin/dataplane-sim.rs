@@ -81,15 +81,8 @@ enum Command {
         /// The seed.
         #[arg(long, value_name = "N")]
         seed: u64,
-        /// Write a readable event log to FILE, as the run goes.
-        #[arg(long, value_name = "FILE")]
-        trace: Option<String>,
-        /// Write the trace to FILE as JSON lines (one object per event or note).
-        #[arg(long, value_name = "FILE")]
-        trace_json: Option<String>,
-        /// Write a sequence diagram of the run (its last rows) to FILE (HTML).
-        #[arg(long, value_name = "FILE")]
-        picture: Option<String>,
+        #[command(flatten)]
+        output: OutputArgs,
         #[command(flatten)]
         overrides: OverrideArgs,
     },
@@ -111,16 +104,23 @@ enum Command {
     Replay {
         /// The replay file.
         file: String,
-        /// Write a readable event log to FILE, as the run goes.
-        #[arg(long, value_name = "FILE")]
-        trace: Option<String>,
-        /// Write the trace to FILE as JSON lines.
-        #[arg(long, value_name = "FILE")]
-        trace_json: Option<String>,
-        /// Write a sequence diagram of the run to FILE (HTML).
-        #[arg(long, value_name = "FILE")]
-        picture: Option<String>,
+        #[command(flatten)]
+        output: OutputArgs,
     },
+}
+
+/// What a single run writes besides its summary.
+#[derive(Debug, Args)]
+struct OutputArgs {
+    /// Write a readable event log to FILE, as the run goes.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<String>,
+    /// Write the trace to FILE as JSON lines (one object per event or note).
+    #[arg(long, value_name = "FILE")]
+    trace_json: Option<String>,
+    /// Write a sequence diagram of the run (its last rows) to FILE (HTML).
+    #[arg(long, value_name = "FILE")]
+    picture: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -212,34 +212,21 @@ fn main() -> ExitCode {
         None => swarm(SwarmArgs::default()),
         Some(Command::Run {
             seed,
-            trace,
-            trace_json,
-            picture,
+            output,
             overrides,
-        }) => run(
-            seed,
-            trace,
-            trace_json,
-            picture,
-            &overrides.into_overrides(),
-        ),
+        }) => run(seed, output, &overrides.into_overrides()),
         Some(Command::Shrink {
             seed,
             out,
             overrides,
         }) => shrink(seed, &out, &overrides.into_overrides()),
-        Some(Command::Replay {
-            file,
-            trace,
-            trace_json,
-            picture,
-        }) => {
+        Some(Command::Replay { file, output }) => {
             let text = match std::fs::read_to_string(&file) {
                 Ok(text) => text,
                 Err(e) => return fail(Exit::LocalFile, &format!("cannot read {file}: {e}")),
             };
             match parse_replay(&text) {
-                Ok((seed, overrides)) => run(seed, trace, trace_json, picture, &overrides),
+                Ok((seed, overrides)) => run(seed, output, &overrides),
                 Err(e) => fail(Exit::Usage, &format!("{file}: {e}")),
             }
         }
@@ -269,13 +256,12 @@ fn write_picture(seed: u64, overrides: &Overrides, file: &str) -> Result<(), Exi
         .map_err(|e| fail(Exit::LocalFile, &format!("cannot write {file}: {e}")))
 }
 
-fn run(
-    seed: u64,
-    trace_file: Option<String>,
-    json_file: Option<String>,
-    picture: Option<String>,
-    overrides: &Overrides,
-) -> ExitCode {
+fn run(seed: u64, output: OutputArgs, overrides: &Overrides) -> ExitCode {
+    let OutputArgs {
+        trace: trace_file,
+        trace_json: json_file,
+        picture,
+    } = output;
     if let Some(file) = &picture
         && let Err(code) = write_picture(seed, overrides, file)
     {
