@@ -33,7 +33,7 @@ use dataplane_core::wire::{
 };
 
 use crate::options::WorkloadOptions;
-use crate::rng::SimRng;
+use crate::rng::{SimRng, ratio};
 
 /// The operations a client picks from (weights per seed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -222,7 +222,7 @@ impl Io<'_> {
     }
 
     fn jitter(&mut self, mean: Duration) -> Duration {
-        Duration::from_nanos(self.rng.exponential(mean.as_nanos() as f64) as u64)
+        Duration::from_nanos(self.rng.exponential(mean.as_nanos()))
     }
 }
 
@@ -419,7 +419,7 @@ impl Client {
                 endpoint,
                 role,
             } => {
-                if !self.quiescing && io.rng.chance(0.5) {
+                if !self.quiescing && io.rng.chance(ratio(1, 2)) {
                     self.reconnect = Some((path.clone(), *role, incarnation.revision));
                 }
                 let close = DirectoryRequest::CloseStream {
@@ -427,7 +427,7 @@ impl Client {
                     incarnation: *incarnation,
                 };
                 io.actions.push(Action::StopEndpoint(*endpoint));
-                let walk_away = !self.quiescing && io.rng.chance(0.15);
+                let walk_away = !self.quiescing && io.rng.chance(ratio(3, 20));
                 self.send(io, Plan::Retract, close.clone());
                 if walk_away {
                     // The caller stops right after asking for the close: the proxy must keep it
@@ -844,7 +844,7 @@ impl Client {
             }
             OpKind::Unregister => {
                 // Sometimes a compare-and-delete of the revision last seen (Q19).
-                let expected_revision = if io.rng.chance(0.3) {
+                let expected_revision = if io.rng.chance(ratio(3, 10)) {
                     self.observed
                         .iter()
                         .find(|(p, _)| *p == path)
@@ -868,7 +868,7 @@ impl Client {
             }
             OpKind::Rename => {
                 let destination = io.rng.pick(io.paths).clone();
-                let replace = io.rng.chance(0.5);
+                let replace = io.rng.chance(ratio(1, 2));
                 let request = DirectoryRequest::Rename {
                     source: path,
                     destination,
@@ -932,12 +932,12 @@ impl Client {
                 }
             }
             OpKind::OpenStream => {
-                let role = if io.rng.chance(0.5) {
+                let role = if io.rng.chance(ratio(1, 2)) {
                     StreamRole::Source
                 } else {
                     StreamRole::Sink
                 };
-                let ensure = io.rng.chance(0.6);
+                let ensure = io.rng.chance(ratio(3, 5));
                 let expected_revision = if ensure {
                     None
                 } else {
@@ -947,7 +947,7 @@ impl Client {
                         .map(|(_, r)| *r)
                         .or_else(|| Some(Revision(io.rng.range(1, 8))))
                 };
-                let replace = io.rng.chance(0.25);
+                let replace = io.rng.chance(ratio(1, 4));
                 self.open(io, path, role, ensure, expected_revision, replace);
             }
             OpKind::Replay | OpKind::Conflict if !self.history.is_empty() => {
@@ -972,7 +972,7 @@ impl Client {
                 }
                 let request = if kind == OpKind::Replay {
                     old
-                } else if io.rng.chance(0.5)
+                } else if io.rng.chance(ratio(1, 2))
                     && let Some(varied) = vary_one_field(&old, io)
                 {
                     // Same kind, same path, same op id: one other field differs (issue 15,
@@ -1034,7 +1034,7 @@ fn vary_one_field(old: &DirectoryRequest, io: &mut Io<'_>) -> Option<DirectoryRe
             expected_revision, ..
         } => {
             *expected_revision = match expected_revision {
-                Some(r) if io.rng.chance(0.5) => None,
+                Some(r) if io.rng.chance(ratio(1, 2)) => None,
                 Some(r) => Some(Revision(r.0 + 1)),
                 None => Some(Revision(io.rng.range(1, 8))),
             }
@@ -1045,7 +1045,7 @@ fn vary_one_field(old: &DirectoryRequest, io: &mut Io<'_>) -> Option<DirectoryRe
             replace,
             ..
         } => {
-            if io.rng.chance(0.5) {
+            if io.rng.chance(ratio(1, 2)) {
                 *replace = !*replace;
             } else {
                 let other = io.rng.pick(io.paths).clone();

@@ -26,7 +26,7 @@ use std::fmt;
 
 use dataplane_core::storage::{FileSystem, FsErrorKind, crc32c};
 
-use crate::rng::SimRng;
+use crate::rng::{Ratio, SimRng, ratio};
 
 /// A failed file-system operation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,7 +152,7 @@ pub struct SimFs {
     exists: bool,
     rng: SimRng,
     /// Probability that an `fsync` fails.
-    pub fsync_failure: f64,
+    pub fsync_failure: Ratio,
     /// Bytes the disk holds at most (all files together); `None`: unlimited.
     pub capacity: Option<usize>,
     /// Fail the step that many `before` calls from now (the process dies before it).
@@ -168,6 +168,15 @@ impl SimFs {
     /// An empty disk whose own draws (failures, what survives a crash, entropy) come from
     /// `rng`.
     pub fn new(rng: SimRng) -> SimFs {
+        SimFs::with_rng(rng)
+    }
+
+    /// The raw draws of the file system's stream so far (empty unless recording).
+    pub fn take_record(&mut self) -> Vec<u64> {
+        self.rng.take_record()
+    }
+
+    fn with_rng(rng: SimRng) -> SimFs {
         SimFs {
             inodes: BTreeMap::new(),
             names: BTreeMap::new(),
@@ -176,7 +185,7 @@ impl SimFs {
             next_inode: 1,
             exists: false,
             rng,
-            fsync_failure: 0.0,
+            fsync_failure: Ratio::ZERO,
             capacity: None,
             crash_before_step: None,
             failed: None,
@@ -345,7 +354,7 @@ impl SimFs {
         };
         let inode = self.names[&name];
         let data = self.inodes[&inode].data.clone();
-        if self.rng.chance(0.2) {
+        if self.rng.chance(ratio(1, 5)) {
             self.names.remove(&name);
             self.durable_names.remove(&name);
             self.inodes.remove(&inode);

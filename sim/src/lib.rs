@@ -23,11 +23,53 @@ pub mod trace;
 pub mod worker;
 pub mod world;
 
+use std::sync::Arc;
 use std::time::Instant as WallInstant;
+
+use rng::{Entropy, Tape};
 
 pub use options::Options;
 pub use overrides::Overrides;
 pub use world::{Outcome, Stats, World};
+
+/// What to run: a seed, overrides on its draw, and optionally a decision tape to draw from
+/// instead of the seed's streams (issue 14).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunSpec {
+    /// The seed (with a tape, only the run's label and its options' `seed`).
+    pub seed: u64,
+    /// Overrides applied to the drawn options.
+    pub overrides: Overrides,
+    /// The draws to replay, if not the seed's.
+    pub tape: Option<Arc<Tape>>,
+}
+
+impl RunSpec {
+    /// The seed's own run.
+    pub fn seed(seed: u64) -> RunSpec {
+        RunSpec {
+            seed,
+            ..RunSpec::default()
+        }
+    }
+
+    /// The seed's run with `overrides`.
+    pub fn with_overrides(seed: u64, overrides: &Overrides) -> RunSpec {
+        RunSpec {
+            seed,
+            overrides: overrides.clone(),
+            tape: None,
+        }
+    }
+
+    fn entropy(&self, record: bool) -> Entropy {
+        Entropy {
+            seed: self.seed,
+            tape: self.tape.clone(),
+            record,
+        }
+    }
+}
 
 /// The result of one seed.
 #[derive(Clone, Debug)]
@@ -46,6 +88,8 @@ pub struct RunReport {
     pub options: String,
     /// The readable trace, if asked for.
     pub trace: Option<Vec<String>>,
+    /// Every raw draw the run made, if asked for (not for a run that panicked).
+    pub tape: Option<Tape>,
 }
 
 /// Runs seed `seed` to the end; a panic anywhere in the run (a core assertion, a simulator
@@ -56,10 +100,35 @@ pub fn run_seed_guarded(seed: u64, keep_trace: bool) -> RunReport {
 
 /// [`run_seed_guarded`] with overrides applied to the seed's draw.
 pub fn run_seed_guarded_with(seed: u64, overrides: &Overrides, keep_trace: bool) -> RunReport {
+    run_spec(&RunSpec::with_overrides(seed, overrides), keep_trace, false)
+}
+
+/// Runs `spec` to the end, keeping its readable trace and recording its tape when asked; a
+/// panic becomes the run's failure.
+pub fn run_spec(spec: &RunSpec, keep_trace: bool, record: bool) -> RunReport {
     let started = WallInstant::now();
-    match std::panic::catch_unwind(|| run_seed_with(seed, overrides, keep_trace)) {
-        Ok(report) => report,
-        Err(payload) => panicked(seed, drawn(seed, overrides).1, started, &*payload),
+    let (options, described) = drawn(spec, record);
+    let header = described.clone();
+    let run = std::panic::AssertUnwindSafe(move || {
+        let world = World::new(options, keep_trace);
+        let (outcome, mut world) = world.run();
+        let tape = record.then(|| world.take_tape());
+        (outcome, world, tape)
+    });
+    match std::panic::catch_unwind(run) {
+        Ok((outcome, world, tape)) => RunReport {
+            seed: spec.seed,
+            outcome,
+            wall: started.elapsed(),
+            stats: world.stats.clone(),
+            coverage: world.checker.coverage.clone(),
+            options: header,
+            trace: world.trace.lines().map(<[String]>::to_vec),
+            tape,
+        },
+        // `&*payload`: the panic's own value, not the box around it (whose type is no
+        // string, so its message would be lost).
+        Err(payload) => panicked(spec.seed, described, started, &*payload),
     }
 }
 
@@ -83,6 +152,7 @@ fn panicked(
         coverage: check::Coverage::default(),
         options,
         trace: None,
+        tape: None,
     }
 }
 
@@ -91,13 +161,16 @@ pub fn run_seed(seed: u64, keep_trace: bool) -> RunReport {
     run_seed_with(seed, &Overrides::default(), keep_trace)
 }
 
-/// The options of `seed` with `overrides` applied, and their description.
-fn drawn(seed: u64, overrides: &Overrides) -> (Options, String) {
-    let mut options = Options::draw(seed);
-    overrides.apply(&mut options);
+/// The options of `spec` with its overrides applied, and their description.
+fn drawn(spec: &RunSpec, record: bool) -> (Options, String) {
+    let mut options = Options::draw_from(&spec.entropy(record));
+    spec.overrides.apply(&mut options);
     let mut described = options.describe();
-    if !overrides.is_empty() {
-        described.push_str(&format!("# overrides:{}\n", overrides.arguments()));
+    if !spec.overrides.is_empty() {
+        described.push_str(&format!("# overrides:{}\n", spec.overrides.arguments()));
+    }
+    if spec.tape.is_some() {
+        described.push_str("# draws: from a tape, not the seed\n");
     }
     (options, described)
 }
@@ -106,8 +179,13 @@ fn drawn(seed: u64, overrides: &Overrides) -> (Options, String) {
 /// first, then every event and note, then the violated check. A panic becomes the seed's
 /// failure; the files then hold everything up to the panic (the caller appends the failure).
 pub fn run_seed_traced(seed: u64, overrides: &Overrides, files: trace::TraceFiles) -> RunReport {
+    run_spec_traced(&RunSpec::with_overrides(seed, overrides), files, false)
+}
+
+/// [`run_seed_traced`] for any [`RunSpec`], recording its tape when asked.
+pub fn run_spec_traced(spec: &RunSpec, files: trace::TraceFiles, record: bool) -> RunReport {
     let started = WallInstant::now();
-    let (options, described) = drawn(seed, overrides);
+    let (options, described) = drawn(spec, record);
     let header = described.clone();
     let run = std::panic::AssertUnwindSafe(move || {
         let mut trace = trace::Trace::streaming(false, files);
@@ -116,21 +194,28 @@ pub fn run_seed_traced(seed: u64, overrides: &Overrides, files: trace::TraceFile
         // The run notes the violated check at its end itself.
         let (outcome, mut world) = world.run();
         world.trace.flush();
-        (outcome, world.stats.clone(), world.checker.coverage.clone())
+        let tape = record.then(|| world.take_tape());
+        (
+            outcome,
+            world.stats.clone(),
+            world.checker.coverage.clone(),
+            tape,
+        )
     });
     match std::panic::catch_unwind(run) {
-        Ok((outcome, stats, coverage)) => RunReport {
-            seed,
+        Ok((outcome, stats, coverage, tape)) => RunReport {
+            seed: spec.seed,
             outcome,
             wall: started.elapsed(),
             stats,
             coverage,
             options: described,
             trace: None,
+            tape,
         },
         // `&*payload`: the panic's own value, not the box around it (whose type is no
         // string, so its message would be lost).
-        Err(payload) => panicked(seed, described, started, &*payload),
+        Err(payload) => panicked(spec.seed, described, started, &*payload),
     }
 }
 
@@ -142,9 +227,10 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
-/// [`run_seed`] with overrides applied to the seed's draw.
+/// [`run_seed`] with overrides applied to the seed's draw (a panic is not caught).
 pub fn run_seed_with(seed: u64, overrides: &Overrides, keep_trace: bool) -> RunReport {
-    let (options, described) = drawn(seed, overrides);
+    let spec = RunSpec::with_overrides(seed, overrides);
+    let (options, described) = drawn(&spec, false);
     let started = WallInstant::now();
     let world = World::new(options, keep_trace);
     let (outcome, world) = world.run();
@@ -157,6 +243,7 @@ pub fn run_seed_with(seed: u64, overrides: &Overrides, keep_trace: bool) -> RunR
         coverage: world.checker.coverage.clone(),
         options: described,
         trace: world.trace.lines().map(<[String]>::to_vec),
+        tape: None,
     }
 }
 

@@ -8,7 +8,7 @@ use dataplane_core::path::DataPath;
 use dataplane_core::time::Duration;
 
 use crate::clock::NodeClock;
-use crate::rng::{SimRng, Stream};
+use crate::rng::{Entropy, Ratio, SimRng, Stream, ratio};
 
 /// Rates of link faults (probabilities per frame).
 #[derive(Clone, Debug, PartialEq)]
@@ -18,11 +18,11 @@ pub struct NetOptions {
     /// Mean extra latency on top of the minimum (exponentially distributed).
     pub latency_jitter_mean: Duration,
     /// Probability a frame is lost.
-    pub loss: f64,
+    pub loss: Ratio,
     /// Probability a frame is delivered twice.
-    pub duplicate: f64,
+    pub duplicate: Ratio,
     /// Probability a frame is held back long enough to be overtaken.
-    pub reorder: f64,
+    pub reorder: Ratio,
     /// Longest extra delay of a reordered frame.
     pub reorder_delay_max: Duration,
 }
@@ -105,18 +105,18 @@ pub struct DiskOptions {
     /// Highest fsync latency.
     pub sync_max: Duration,
     /// Probability an fsync fails (the node then stops: fail-stop).
-    pub fsync_failure: f64,
+    pub fsync_failure: Ratio,
     /// Probability that a crash tears the unsynced tail (garbage after the last whole step).
-    pub torn_tail: f64,
+    pub torn_tail: Ratio,
     /// Probability that each unsynced step survives a crash anyway (it reached the platter).
-    pub unsynced_survives: f64,
+    pub unsynced_survives: Ratio,
     /// The log is compacted once it holds this many bytes and twice its snapshot.
     pub compact_min_bytes: u64,
     /// Probability that a compaction dies before one of its steps (drawn uniformly).
-    pub compaction_crash: f64,
+    pub compaction_crash: Ratio,
     /// Probability that a directory crash leaves damage at rest (a flipped bit or a lost file)
     /// where recovery must refuse; the operator then restores it from a backup.
-    pub rot: f64,
+    pub rot: Ratio,
     /// Full-disk episodes: writes fail `NoSpace` until the episode ends.
     pub full_disk: Option<Recurring>,
 }
@@ -166,11 +166,11 @@ pub struct HostOptions {
     /// How long a worker waits for a grant before cancelling.
     pub open_wait: Duration,
     /// Probability a worker aborts a published write instead of releasing it.
-    pub abort: f64,
+    pub abort: Ratio,
     /// Probability a worker corrupts its seal (a hostile child).
-    pub corrupt: f64,
+    pub corrupt: Ratio,
     /// Probability per step that a worker dies (closes with everything in flight).
-    pub abrupt_close: f64,
+    pub abrupt_close: Ratio,
 }
 
 /// The overload regime (issue 11): the bounds of the real nodes, shrunk so that ordinary
@@ -211,6 +211,10 @@ pub struct LongLifeOptions {
 pub struct Options {
     /// The seed everything derives from.
     pub seed: u64,
+    /// Where the run's draws come from (the seed's streams or a tape).
+    pub entropy: Entropy,
+    /// The options stream's raw draws, when recording.
+    pub options_draws: Vec<u64>,
     /// Clients on each host node (2–5 nodes, 1–4 clients each).
     pub clients_per_host: Vec<u32>,
     /// The contended paths.
@@ -288,7 +292,7 @@ fn ms(rng: &mut SimRng, lo: u64, hi: u64) -> Duration {
 
 fn recurring(
     rng: &mut SimRng,
-    p_on: f64,
+    p_on: Ratio,
     interval_ms: (u64, u64),
     duration_ms: (u64, u64),
 ) -> Option<Recurring> {
@@ -303,11 +307,11 @@ fn recurring(
 
 impl HostOptions {
     fn draw(rng: &mut SimRng, hosts: usize) -> HostOptions {
-        let none = rng.chance(0.1);
+        let none = rng.chance(ratio(1, 10));
         let workers = (0..hosts)
             .map(|_| if none { 0 } else { rng.range(0, 4) as u32 })
             .collect();
-        let blob_max = if rng.chance(0.3) {
+        let blob_max = if rng.chance(ratio(3, 10)) {
             rng.range(16, 4_096)
         } else {
             rng.range(4_096, 96 * 1024)
@@ -315,7 +319,7 @@ impl HostOptions {
         HostOptions {
             workers,
             // Sometimes small enough that requests queue (Q23, Q25).
-            arena_size: if rng.chance(0.3) {
+            arena_size: if rng.chance(ratio(3, 10)) {
                 rng.range(64, 256) * 1024
             } else {
                 rng.range(256, 2_048) * 1024
@@ -329,16 +333,16 @@ impl HostOptions {
             think_mean: ms(rng, 5, 1_500),
             hold_time: ms(rng, 0, 4_000),
             open_wait: ms(rng, 500, 30_000),
-            abort: rng.float(0.0, 0.4),
-            corrupt: if rng.chance(0.3) {
-                rng.float(0.01, 0.1)
+            abort: rng.ppm(0, 400_000),
+            corrupt: if rng.chance(ratio(3, 10)) {
+                rng.ppm(10_000, 100_000)
             } else {
-                0.0
+                Ratio::ZERO
             },
-            abrupt_close: if rng.chance(0.3) {
-                rng.float(0.005, 0.05)
+            abrupt_close: if rng.chance(ratio(3, 10)) {
+                rng.ppm(5_000, 50_000)
             } else {
-                0.0
+                Ratio::ZERO
             },
         }
     }
@@ -347,7 +351,13 @@ impl HostOptions {
 impl Options {
     /// Draws the options of run `seed`.
     pub fn draw(seed: u64) -> Options {
-        let mut rng = SimRng::new(seed, Stream::Options);
+        Options::draw_from(&Entropy::seed(seed))
+    }
+
+    /// Draws the options from `entropy` (a seed or a tape); the run draws from it too.
+    pub fn draw_from(entropy: &Entropy) -> Options {
+        let seed = entropy.seed;
+        let mut rng = entropy.rng(Stream::Options);
         let hosts = rng.range(2, 5) as usize;
         let clients_per_host = (0..hosts).map(|_| rng.range(1, 4) as u32).collect();
         let path_count = rng.range(2, PATH_POOL.len() as u64) as usize;
@@ -358,30 +368,30 @@ impl Options {
         let net = NetOptions {
             latency_min: Duration::from_micros(rng.range(100, 5_000)),
             latency_jitter_mean: Duration::from_micros(rng.range(0, 20_000)),
-            loss: if rng.chance(0.6) {
-                rng.float(0.002, 0.15)
+            loss: if rng.chance(ratio(3, 5)) {
+                rng.ppm(2_000, 150_000)
             } else {
-                0.0
+                Ratio::ZERO
             },
-            duplicate: if rng.chance(0.4) {
-                rng.float(0.002, 0.08)
+            duplicate: if rng.chance(ratio(2, 5)) {
+                rng.ppm(2_000, 80_000)
             } else {
-                0.0
+                Ratio::ZERO
             },
-            reorder: if rng.chance(0.5) {
-                rng.float(0.01, 0.2)
+            reorder: if rng.chance(ratio(1, 2)) {
+                rng.ppm(10_000, 200_000)
             } else {
-                0.0
+                Ratio::ZERO
             },
             reorder_delay_max: ms(&mut rng, 10, 3_000),
         };
-        let partitions = recurring(&mut rng, 0.4, (2_000, 30_000), (100, 15_000));
-        let mut directory_crashes = recurring(&mut rng, 0.5, (3_000, 40_000), (1, 5_000));
-        let host_crashes = recurring(&mut rng, 0.35, (5_000, 60_000), (1, 5_000));
-        let route_flaps = recurring(&mut rng, 0.35, (500, 10_000), (50, 8_000));
-        let actor_deaths = recurring(&mut rng, 0.3, (1_000, 20_000), (0, 0));
+        let partitions = recurring(&mut rng, ratio(2, 5), (2_000, 30_000), (100, 15_000));
+        let mut directory_crashes = recurring(&mut rng, ratio(1, 2), (3_000, 40_000), (1, 5_000));
+        let host_crashes = recurring(&mut rng, ratio(7, 20), (5_000, 60_000), (1, 5_000));
+        let route_flaps = recurring(&mut rng, ratio(7, 20), (500, 10_000), (50, 8_000));
+        let actor_deaths = recurring(&mut rng, ratio(3, 10), (1_000, 20_000), (0, 0));
         let proxy = ProxyOptions {
-            deadline: if rng.chance(0.1) {
+            deadline: if rng.chance(ratio(1, 10)) {
                 dataplane_core::proxy::DEFAULT_DEADLINE
             } else {
                 Duration::from_secs(rng.range(3, 30))
@@ -389,29 +399,30 @@ impl Options {
             retry_period: ms(&mut rng, 100, 2_000),
             discovery_lag_max: ms(&mut rng, 0, 3_000),
         };
-        let proxy_restarts = recurring(&mut rng, 0.3, (3_000, 40_000), (0, 2_000));
+        let proxy_restarts = recurring(&mut rng, ratio(3, 10), (3_000, 40_000), (0, 2_000));
         let outage_ms = proxy.deadline.as_millis() * 5 / 2;
-        let authority_outages = recurring(&mut rng, 0.35, (5_000, 60_000), (100, outage_ms));
+        let authority_outages =
+            recurring(&mut rng, ratio(7, 20), (5_000, 60_000), (100, outage_ms));
         let sync_min = Duration::from_micros(rng.range(50, 2_000));
         let mut disk = DiskOptions {
             sync_min,
             sync_max: sync_min.saturating_add(Duration::from_micros(rng.range(0, 10_000))),
-            fsync_failure: if rng.chance(0.25) {
-                rng.float(0.0005, 0.02)
+            fsync_failure: if rng.chance(ratio(1, 4)) {
+                rng.ppm(500, 20_000)
             } else {
-                0.0
+                Ratio::ZERO
             },
-            torn_tail: rng.float(0.0, 1.0),
-            unsynced_survives: rng.float(0.0, 0.7),
+            torn_tail: rng.ppm(0, 1_000_000),
+            unsynced_survives: rng.ppm(0, 700_000),
             compact_min_bytes: 64 * 1024,
-            compaction_crash: 0.0,
-            rot: 0.0,
+            compaction_crash: Ratio::ZERO,
+            rot: Ratio::ZERO,
             full_disk: None,
         };
         let kinds = crate::client::OpKind::ALL.len();
         let weights = (0..kinds)
             .map(|_| {
-                if rng.chance(0.85) {
+                if rng.chance(ratio(17, 20)) {
                     rng.range(1, 10) as u32
                 } else {
                     0
@@ -432,10 +443,10 @@ impl Options {
             reserve_walk_away_permille: 0,
         };
         // Swarm knobs that keep obligations and fences open longer.
-        if rng.chance(0.4) {
+        if rng.chance(ratio(2, 5)) {
             workload.ack_delay_max = ms(&mut rng, 1, 8_000);
         }
-        let paths = if rng.chance(0.15) {
+        let paths = if rng.chance(ratio(3, 20)) {
             // A wide namespace under a register storm: obligations pile up past one retry
             // batch (S23, S25 with N > 32).
             workload.think_mean = ms(&mut rng, 2, 30);
@@ -457,7 +468,7 @@ impl Options {
         let mut fault_phase = Duration::from_secs(rng.range(20, 90));
         // The regimes and the later fault kinds are drawn after everything else, so adding
         // one changes no earlier draw of any seed.
-        let overload = rng.chance(0.2).then(|| OverloadOptions {
+        let overload = rng.chance(ratio(1, 5)).then(|| OverloadOptions {
             proxy_pending_max: rng.range(2, 17) as usize,
             host_operations_max: rng.range(2, 13) as usize,
             session_operations_max: rng.range(1, 7) as usize,
@@ -465,7 +476,7 @@ impl Options {
             fresh_paths: rng.range(16, 97),
             link_frames_max: rng.range(4, 65) as usize,
         });
-        let revocations = recurring(&mut rng, 0.3, (2_000, 30_000), (0, 0));
+        let revocations = recurring(&mut rng, ratio(3, 10), (2_000, 30_000), (0, 0));
         if let Some(o) = &overload {
             // Every host needs a worker to pile up blobs, and an arena that holds them all
             // with room to spare: a probe's write must never find it full.
@@ -480,7 +491,7 @@ impl Options {
         }
         // Drawn after everything else, like the overload regime, and never with it (one
         // regime's cost at a time).
-        let long_life = (overload.is_none() && rng.chance(1.0 / 16.0)).then(|| LongLifeOptions {
+        let long_life = (overload.is_none() && rng.chance(ratio(1, 16))).then(|| LongLifeOptions {
             fault_phase: Duration::from_secs(rng.range(3_600, 2 * 3_600)),
             think_mean: ms(&mut rng, 100, 400),
         });
@@ -494,19 +505,19 @@ impl Options {
         }
         // The storage faults (issue 12), drawn last so that every other draw of a seed stays.
         disk.compact_min_bytes = rng.range(4 * 1024, 64 * 1024);
-        if rng.chance(0.5) {
-            disk.compaction_crash = rng.float(0.05, 0.5);
+        if rng.chance(ratio(1, 2)) {
+            disk.compaction_crash = rng.ppm(50_000, 500_000);
         }
-        if rng.chance(0.35) {
-            disk.rot = rng.float(0.05, 0.3);
+        if rng.chance(ratio(7, 20)) {
+            disk.rot = rng.ppm(50_000, 300_000);
         }
-        disk.full_disk = recurring(&mut rng, 0.25, (3_000, 30_000), (100, 5_000));
+        disk.full_disk = recurring(&mut rng, ratio(1, 4), (3_000, 30_000), (100, 5_000));
         // Drawn last, so that every other draw of a seed stays.
-        let spoofs = recurring(&mut rng, 0.3, (1_000, 20_000), (0, 0));
+        let spoofs = recurring(&mut rng, ratio(3, 10), (1_000, 20_000), (0, 0));
         // Register storms (a wide namespace) get a small batch most of the time: a storm
         // beyond one pass is what the rotation's fairness is about.
         let storm = paths.len() >= 40;
-        let retry_batch = if rng.chance(if storm { 0.75 } else { 1.0 / 3.0 }) {
+        let retry_batch = if rng.chance(if storm { ratio(3, 4) } else { ratio(1, 3) }) {
             rng.range(1, 9) as usize
         } else {
             dataplane_core::limits::RETRY_BATCH_MAX
@@ -549,6 +560,8 @@ impl Options {
             .collect();
         Options {
             seed,
+            options_draws: rng.take_record(),
+            entropy: entropy.clone(),
             clients_per_host,
             paths,
             directory_retry,
@@ -607,7 +620,7 @@ impl Options {
         let n = &self.net;
         let _ = writeln!(
             s,
-            "# net: latency={}+exp({}) loss={:.3} dup={:.3} reorder={:.3} (up to {})",
+            "# net: latency={}+exp({}) loss={} dup={} reorder={} (up to {})",
             n.latency_min,
             n.latency_jitter_mean,
             n.loss,
@@ -653,7 +666,7 @@ impl Options {
         let d = &self.disk;
         let _ = writeln!(
             s,
-            "# disk: fsync={}..{} fsync_failure={:.4} torn_tail={:.2} unsynced_survives={:.2} compact_min={} compaction_crash={:.2} rot={:.2} full_disk={}",
+            "# disk: fsync={}..{} fsync_failure={} torn_tail={} unsynced_survives={} compact_min={} compaction_crash={} rot={} full_disk={}",
             d.sync_min,
             d.sync_max,
             d.fsync_failure,
@@ -684,7 +697,7 @@ impl Options {
         let h = &self.host;
         let _ = writeln!(
             s,
-            "# host: workers={:?} arena={} blob<={} chunk={} window={} chunk_timeout={} attempts={} transfer_deadline={} think={} hold={} open_wait={} abort={:.2} corrupt={:.3} abrupt_close={:.3}",
+            "# host: workers={:?} arena={} blob<={} chunk={} window={} chunk_timeout={} attempts={} transfer_deadline={} think={} hold={} open_wait={} abort={} corrupt={} abrupt_close={}",
             h.workers,
             h.arena_size,
             h.blob_max,

@@ -10,6 +10,7 @@ use dataplane_core::time::Duration;
 
 use crate::clock::NodeClock;
 use crate::options::{Options, RegistrarOptions};
+use crate::rng::Ratio;
 
 /// A fault or unhelpful behaviour `--no-fault` can turn off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -266,9 +267,9 @@ impl Overrides {
     pub fn apply(&self, options: &mut Options) {
         for kind in &self.no_faults {
             match kind {
-                FaultKind::Loss => options.net.loss = 0.0,
-                FaultKind::Duplication => options.net.duplicate = 0.0,
-                FaultKind::Reordering => options.net.reorder = 0.0,
+                FaultKind::Loss => options.net.loss = Ratio::ZERO,
+                FaultKind::Duplication => options.net.duplicate = Ratio::ZERO,
+                FaultKind::Reordering => options.net.reorder = Ratio::ZERO,
                 FaultKind::Partitions => options.partitions = None,
                 FaultKind::DirectoryCrashes => options.directory_crashes = None,
                 FaultKind::HostCrashes => options.host_crashes = None,
@@ -279,12 +280,12 @@ impl Overrides {
                 FaultKind::DiscoveryLag => options.proxy.discovery_lag_max = Duration::ZERO,
                 FaultKind::Revocations => options.revocations = None,
                 FaultKind::Spoofs => options.spoofs = None,
-                FaultKind::FsyncFailures => options.disk.fsync_failure = 0.0,
-                FaultKind::CompactionCrashes => options.disk.compaction_crash = 0.0,
+                FaultKind::FsyncFailures => options.disk.fsync_failure = Ratio::ZERO,
+                FaultKind::CompactionCrashes => options.disk.compaction_crash = Ratio::ZERO,
                 FaultKind::FullDisk => options.disk.full_disk = None,
-                FaultKind::Rot => options.disk.rot = 0.0,
-                FaultKind::HostileChildren => options.host.corrupt = 0.0,
-                FaultKind::DyingChildren => options.host.abrupt_close = 0.0,
+                FaultKind::Rot => options.disk.rot = Ratio::ZERO,
+                FaultKind::HostileChildren => options.host.corrupt = Ratio::ZERO,
+                FaultKind::DyingChildren => options.host.abrupt_close = Ratio::ZERO,
                 FaultKind::Registrar => options.registrar = RegistrarOptions::PROMPT,
                 FaultKind::DiscoveryRepeats => options.discovery_repeat_permille = 0,
                 FaultKind::Clocks => {
@@ -294,7 +295,7 @@ impl Overrides {
                 }
             }
         }
-        let ppm = |v: u64| v as f64 / 1_000_000.0;
+        let ppm = Ratio::ppm;
         for Setting { key, value } in &self.settings {
             let value = *value;
             match key {
@@ -360,7 +361,7 @@ mod tests {
             settings: vec!["retry_batch=2".parse().unwrap()],
         };
         overrides.apply(&mut options);
-        assert_eq!(options.net.loss, 0.0);
+        assert_eq!(options.net.loss, Ratio::ZERO);
         assert!(options.clocks.iter().all(|c| *c == NodeClock::EXACT));
         assert_eq!(options.host_crashes, None);
         assert_eq!(options.retry_batch, 2);

@@ -1,16 +1,29 @@
-//! Seeded randomness for the simulator (STYLE.md rule 3).
+//! Seeded randomness for the simulator (STYLE.md rule 3), and the decision tape.
 //!
 //! One `u64` seed derives every draw of a run. Each subsystem draws from its own ChaCha8
 //! stream (same key, different stream number), so adding a draw in one subsystem never shifts
 //! the draws of another: the workload of seed 7 stays the same whether loss is on or off.
 //! Range helpers are written here (not taken from `rand`) so the mapping from seed to run is
-//! fixed by this crate alone.
+//! fixed by this crate alone, and no draw uses floating point (probabilities are integer
+//! [`Ratio`]s, as TigerBeetle's are; the exponential draw is fixed-point): a seed is the same
+//! run on every machine and libm.
+//!
+//! **The decision tape (issue 14).** Every draw consumes raw `u64`s from its stream. A run can
+//! record them ([`Entropy::record`]) and be replayed from the recording instead of the seed
+//! ([`Entropy::tape`]), bit-identically. A tape is also something to shrink: the mapping from
+//! raw values to results is monotone and a zero is the *least* draw (`below` gives 0, `chance`
+//! gives `false`, an exponential delay gives 0), and a stream whose tape has run out gives
+//! least draws from then on. So zeroing a stretch of the fault stream turns those faults off,
+//! and cutting the workload stream short leaves its clients doing the simplest thing.
+
+use std::fmt;
+use std::sync::Arc;
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 
 /// The independent random streams of a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u64)]
 pub enum Stream {
     /// Topology and option draws.
@@ -33,33 +46,276 @@ pub enum Stream {
     Environment = 8,
 }
 
+impl Stream {
+    /// Every stream, in number order.
+    pub const ALL: [Stream; 8] = [
+        Stream::Options,
+        Stream::Network,
+        Stream::Faults,
+        Stream::Workload,
+        Stream::Disk,
+        Stream::Storage,
+        Stream::Spoof,
+        Stream::Environment,
+    ];
+
+    fn index(self) -> usize {
+        self as usize - 1
+    }
+
+    /// The stream's name, as the tape and the shrinker print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stream::Options => "options",
+            Stream::Network => "network",
+            Stream::Faults => "faults",
+            Stream::Workload => "workload",
+            Stream::Disk => "disk",
+            Stream::Storage => "storage",
+            Stream::Spoof => "spoof",
+            Stream::Environment => "environment",
+        }
+    }
+}
+
+/// A probability as an integer ratio `numerator / denominator` (no floating point in draws).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ratio {
+    /// The numerator (at most the denominator).
+    pub numerator: u64,
+    /// The denominator (not zero).
+    pub denominator: u64,
+}
+
+/// `numerator / denominator`.
+pub const fn ratio(numerator: u64, denominator: u64) -> Ratio {
+    assert!(denominator > 0, "ratio with a zero denominator");
+    Ratio {
+        numerator,
+        denominator,
+    }
+}
+
+impl Ratio {
+    /// Never.
+    pub const ZERO: Ratio = ratio(0, 1);
+
+    /// `ppm` parts per million.
+    pub const fn ppm(ppm: u64) -> Ratio {
+        ratio(ppm, 1_000_000)
+    }
+
+    /// The ratio in parts per million, rounded down.
+    pub fn as_ppm(self) -> u64 {
+        (u128::from(self.numerator) * 1_000_000 / u128::from(self.denominator)) as u64
+    }
+
+    /// Whether it never happens.
+    pub fn is_zero(self) -> bool {
+        self.numerator == 0
+    }
+
+    /// Half as likely (`p / 2`).
+    pub fn halved(self) -> Ratio {
+        ratio(self.numerator, self.denominator.saturating_mul(2))
+    }
+}
+
+impl fmt::Display for Ratio {
+    /// As a percentage with four decimals, in integer arithmetic.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ppm = self.as_ppm();
+        write!(f, "{}.{:04}%", ppm / 10_000, ppm % 10_000)
+    }
+}
+
+/// The raw draws of one run, per stream: what [`Entropy::record`] recorded and
+/// [`Entropy::tape`] replays.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tape {
+    streams: [Vec<u64>; 8],
+}
+
+const TAPE_MAGIC: &[u8; 8] = b"DPTAPE1\n";
+/// The most raw draws a tape file may claim per stream (a bad file is refused, not allocated).
+const TAPE_STREAM_MAX: u64 = 1 << 28;
+
+impl Tape {
+    /// The raw draws of `stream`.
+    pub fn stream(&self, stream: Stream) -> &[u64] {
+        &self.streams[stream.index()]
+    }
+
+    /// Replaces the raw draws of `stream`.
+    pub fn set_stream(&mut self, stream: Stream, values: Vec<u64>) {
+        self.streams[stream.index()] = values;
+    }
+
+    /// Raw draws in all streams.
+    pub fn len(&self) -> usize {
+        self.streams.iter().map(Vec::len).sum()
+    }
+
+    /// Whether no stream has a draw.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The tape as a file: a magic line, then per stream its count and its draws (little
+    /// endian).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(8 + 8 * (8 + self.len()));
+        bytes.extend_from_slice(TAPE_MAGIC);
+        for values in &self.streams {
+            bytes.extend_from_slice(&(values.len() as u64).to_le_bytes());
+            for v in values {
+                bytes.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        bytes
+    }
+
+    /// Reads a tape file written by [`Tape::encode`].
+    pub fn decode(bytes: &[u8]) -> Result<Tape, String> {
+        let rest = bytes
+            .strip_prefix(TAPE_MAGIC)
+            .ok_or("not a dataplane-sim tape (bad magic)")?;
+        let mut words = rest.chunks(8);
+        let mut word = |what: &str| -> Result<u64, String> {
+            let chunk = words
+                .next()
+                .filter(|c| c.len() == 8)
+                .ok_or_else(|| format!("tape ends inside {what}"))?;
+            Ok(u64::from_le_bytes(chunk.try_into().expect("eight bytes")))
+        };
+        let mut tape = Tape::default();
+        for stream in Stream::ALL {
+            let count = word("a stream's count")?;
+            if count > TAPE_STREAM_MAX {
+                return Err(format!(
+                    "stream {} claims {count} draws (at most {TAPE_STREAM_MAX})",
+                    stream.name()
+                ));
+            }
+            let values = (0..count)
+                .map(|_| word(stream.name()))
+                .collect::<Result<Vec<_>, _>>()?;
+            tape.set_stream(stream, values);
+        }
+        if word("trailing bytes").is_ok() {
+            return Err("trailing bytes after the last stream".to_owned());
+        }
+        Ok(tape)
+    }
+}
+
+/// Where a run's draws come from: its seed's streams or a tape, and whether to record them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entropy {
+    /// The seed (the label of a run replayed from a tape).
+    pub seed: u64,
+    /// Replay these draws instead of the seed's.
+    pub tape: Option<Arc<Tape>>,
+    /// Record every draw (see [`SimRng::take_record`]).
+    pub record: bool,
+}
+
+impl Entropy {
+    /// The seed's own draws, not recorded.
+    pub fn seed(seed: u64) -> Entropy {
+        Entropy {
+            seed,
+            tape: None,
+            record: false,
+        }
+    }
+
+    /// The random source of `stream`.
+    pub fn rng(&self, stream: Stream) -> SimRng {
+        let source = match &self.tape {
+            None => Source::Seed(Box::new(chacha(self.seed, stream))),
+            Some(tape) => Source::Tape {
+                tape: Arc::clone(tape),
+                stream,
+                next: 0,
+            },
+        };
+        SimRng {
+            source,
+            record: self.record.then(Vec::new),
+        }
+    }
+}
+
+fn chacha(seed: u64, stream: Stream) -> ChaCha8Rng {
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    key[8..16].copy_from_slice(b"dataplan");
+    let mut inner = ChaCha8Rng::from_seed(key);
+    inner.set_stream(stream as u64);
+    inner
+}
+
+#[derive(Clone, Debug)]
+enum Source {
+    Seed(Box<ChaCha8Rng>),
+    Tape {
+        tape: Arc<Tape>,
+        stream: Stream,
+        next: usize,
+    },
+}
+
 /// A deterministic random source for one subsystem.
 #[derive(Clone, Debug)]
 pub struct SimRng {
-    inner: ChaCha8Rng,
+    source: Source,
+    record: Option<Vec<u64>>,
 }
+
+/// ln 2 in Q32 fixed point.
+const LN2_Q32: u128 = 2_977_044_472;
 
 impl SimRng {
     /// The stream `stream` of the run `seed`.
     pub fn new(seed: u64, stream: Stream) -> Self {
-        let mut key = [0u8; 32];
-        key[..8].copy_from_slice(&seed.to_le_bytes());
-        key[8..16].copy_from_slice(b"dataplan");
-        let mut inner = ChaCha8Rng::from_seed(key);
-        inner.set_stream(stream as u64);
-        SimRng { inner }
+        Entropy::seed(seed).rng(stream)
     }
 
-    /// A uniform `u64`.
+    /// The draws recorded so far (empty unless recording), leaving the record empty.
+    pub fn take_record(&mut self) -> Vec<u64> {
+        self.record.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// The next raw draw; `None` when replaying a tape that has run out.
+    fn raw(&mut self) -> Option<u64> {
+        let value = match &mut self.source {
+            Source::Seed(rng) => rng.next_u64(),
+            Source::Tape { tape, stream, next } => {
+                let value = *tape.stream(*stream).get(*next)?;
+                *next += 1;
+                value
+            }
+        };
+        if let Some(record) = &mut self.record {
+            record.push(value);
+        }
+        Some(value)
+    }
+
+    /// A uniform `u64` (0 once a replayed tape has run out).
     pub fn next_u64(&mut self) -> u64 {
-        self.inner.next_u64()
+        self.raw().unwrap_or(0)
     }
 
-    /// A uniform value in `0..n` (`n > 0`), without modulo bias (Lemire's method).
+    /// A uniform value in `0..n` (`n > 0`), without modulo bias (Lemire's method); monotone
+    /// in the raw draw, 0 for a zero draw or a tape that has run out.
     pub fn below(&mut self, n: u64) -> u64 {
         assert!(n > 0, "below(0)");
         loop {
-            let x = self.next_u64();
+            let Some(x) = self.raw() else {
+                return 0;
+            };
             let m = u128::from(x) * u128::from(n);
             let low = m as u64;
             if low >= n.wrapping_neg() % n {
@@ -74,30 +330,39 @@ impl SimRng {
         lo + self.below(hi - lo + 1)
     }
 
-    /// `true` with probability `p` (0.0..=1.0).
-    pub fn chance(&mut self, p: f64) -> bool {
-        if p <= 0.0 {
+    /// `true` with probability `p`; a certain or impossible `p` draws nothing. `false` for the
+    /// least draw.
+    pub fn chance(&mut self, p: Ratio) -> bool {
+        if p.numerator == 0 {
             return false;
         }
-        if p >= 1.0 {
+        if p.numerator >= p.denominator {
             return true;
         }
-        self.unit() < p
+        self.below(p.denominator) >= p.denominator - p.numerator
     }
 
-    /// A uniform float in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    /// A probability between `lo_ppm` and `hi_ppm` parts per million (inclusive).
+    pub fn ppm(&mut self, lo_ppm: u64, hi_ppm: u64) -> Ratio {
+        Ratio::ppm(self.range(lo_ppm, hi_ppm))
     }
 
-    /// A uniform float in `[lo, hi)`.
-    pub fn float(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * self.unit()
-    }
-
-    /// An exponentially distributed value with the given mean.
-    pub fn exponential(&mut self, mean: f64) -> f64 {
-        -mean * (1.0 - self.unit()).ln()
+    /// An exponentially distributed value with mean `mean`, in fixed point: `-mean · ln(1 - u)`
+    /// for a uniform `u` of 64 bits, with the logarithm computed to 32 fractional bits in
+    /// integer arithmetic. 0 for the least draw; at most about 44 × `mean`.
+    pub fn exponential(&mut self, mean: u64) -> u64 {
+        let Some(x) = self.raw() else {
+            return 0;
+        };
+        if x == 0 {
+            return 0;
+        }
+        // 1 - u = y / 2^64 with y = 2^64 - x in 1..2^64, so -ln(1 - u) = ln 2 · (64 - log2 y).
+        let y = x.wrapping_neg();
+        let minus_log2 = (64u128 << 32) - log2_q32(y);
+        // No overflow for any mean: below 2^102 at every step.
+        let value = (((u128::from(mean) * minus_log2) >> 32) * LN2_Q32) >> 32;
+        u64::try_from(value).unwrap_or(u64::MAX)
     }
 
     /// An index drawn with the given weights (not all zero).
@@ -118,6 +383,23 @@ impl SimRng {
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len() as u64) as usize]
     }
+}
+
+/// log2 of `y` (not zero) in Q32 fixed point: the integer part from the leading zeros, then
+/// 32 fractional bits by repeated squaring of the mantissa.
+fn log2_q32(y: u64) -> u128 {
+    let whole = 63 - u128::from(y.leading_zeros());
+    // The mantissa y / 2^whole in [1, 2) as Q62.
+    let mut m = (u128::from(y) << 62) >> whole;
+    let mut fraction = 0u128;
+    for bit in (0..32).rev() {
+        m = (m * m) >> 62;
+        if m >= 2 << 62 {
+            m >>= 1;
+            fraction |= 1 << bit;
+        }
+    }
+    (whole << 32) | fraction
 }
 
 #[cfg(test)]
@@ -157,5 +439,87 @@ mod tests {
         for _ in 0..1000 {
             assert_ne!(rng.weighted(&[3, 0, 1]), 1);
         }
+    }
+
+    #[test]
+    fn chance_follows_its_ratio() {
+        let mut rng = SimRng::new(3, Stream::Faults);
+        let hits = (0..100_000).filter(|_| rng.chance(ratio(1, 4))).count();
+        assert!((24_000..26_000).contains(&hits), "{hits} of 100000 at 1/4");
+        assert!(!rng.chance(Ratio::ZERO));
+        assert!(rng.chance(ratio(3, 3)));
+        assert_eq!(Ratio::ppm(1_500).to_string(), "0.1500%");
+        assert_eq!(ratio(1, 3).as_ppm(), 333_333);
+    }
+
+    #[test]
+    fn the_fixed_point_logarithm_is_exact_enough() {
+        for y in [1u64, 2, 3, 10, 1 << 20, 123_456_789, u64::MAX] {
+            let exact = (y as f64).log2();
+            let fixed = log2_q32(y) as f64 / (1u64 << 32) as f64;
+            assert!(
+                (exact - fixed).abs() < 1e-8,
+                "log2({y}): {fixed} vs {exact}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_exponential_draw_has_its_mean() {
+        let mut rng = SimRng::new(4, Stream::Network);
+        let n = 200_000u64;
+        let sum: u64 = (0..n).map(|_| rng.exponential(1_000_000)).sum();
+        let mean = sum / n;
+        assert!((980_000..1_020_000).contains(&mean), "mean {mean}");
+    }
+
+    #[test]
+    fn a_recorded_tape_replays_the_same_draws_and_a_short_one_gives_least_draws() {
+        let mut entropy = Entropy::seed(9);
+        entropy.record = true;
+        let mut rng = entropy.rng(Stream::Workload);
+        let draws: Vec<u64> = (0..100).map(|i| rng.below(1 + i % 7)).collect();
+        let mut tape = Tape::default();
+        tape.set_stream(Stream::Workload, rng.take_record());
+        let decoded = Tape::decode(&tape.encode()).expect("round trip");
+        assert_eq!(decoded, tape);
+        let replay = Entropy {
+            seed: 9,
+            tape: Some(Arc::new(decoded)),
+            record: false,
+        };
+        let mut again = replay.rng(Stream::Workload);
+        let replayed: Vec<u64> = (0..100).map(|i| again.below(1 + i % 7)).collect();
+        assert_eq!(replayed, draws);
+        // Past its end the tape gives the least draws.
+        assert_eq!(again.below(10), 0);
+        assert!(!again.chance(ratio(999, 1_000)));
+        assert_eq!(again.exponential(5), 0);
+        // A zero is the least draw too.
+        let mut zeros = Tape::default();
+        zeros.set_stream(Stream::Faults, vec![0; 4]);
+        let mut rng = Entropy {
+            seed: 0,
+            tape: Some(Arc::new(zeros)),
+            record: false,
+        }
+        .rng(Stream::Faults);
+        assert!(!rng.chance(ratio(1, 2)));
+        assert_eq!(rng.exponential(1_000), 0);
+    }
+
+    #[test]
+    fn a_damaged_tape_file_is_refused() {
+        let mut tape = Tape::default();
+        tape.set_stream(Stream::Network, vec![1, 2, 3]);
+        let bytes = tape.encode();
+        assert!(Tape::decode(&bytes[..bytes.len() - 3]).is_err());
+        assert!(Tape::decode(b"DPTAPE0\n").is_err());
+        let mut extra = bytes;
+        extra.extend_from_slice(&[0; 8]);
+        assert!(Tape::decode(&extra).is_err());
+        let mut huge = TAPE_MAGIC.to_vec();
+        huge.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert!(Tape::decode(&huge).unwrap_err().contains("claims"));
     }
 }

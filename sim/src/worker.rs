@@ -21,7 +21,7 @@ use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{ChildEvent, ChildOp, ChildRequest, LeaseView};
 
 use crate::options::{HostOptions, OverloadOptions};
-use crate::rng::SimRng;
+use crate::rng::{SimRng, ratio};
 
 /// Child actors of a node are numbered from here (below the proxies).
 pub const WORKER_BASE: u64 = 100;
@@ -389,7 +389,7 @@ pub struct WorkerIo<'a> {
 
 impl WorkerIo<'_> {
     fn wake_in(&mut self, mean: Duration) {
-        let delay = Duration::from_nanos(self.rng.exponential(mean.as_nanos() as f64) as u64);
+        let delay = Duration::from_nanos(self.rng.exponential(mean.as_nanos()));
         let at = self.now.saturating_add(delay);
         self.out.wake = Some(self.out.wake.map_or(at, |w| w.min(at)));
     }
@@ -432,10 +432,10 @@ impl Worker {
         };
         let capability = crate::host::capability(global);
         let mut worker = worker;
-        if io.rng.chance(0.2) {
+        if io.rng.chance(ratio(1, 5)) {
             // A confused child first presents the wrong arena or capability: refused, and the
             // session must be exactly as before (Q28), so the real attach below succeeds.
-            let bad = if io.rng.chance(0.5) {
+            let bad = if io.rng.chance(ratio(1, 2)) {
                 ChildRequest::Attach {
                     arena_generation: io.arena_generation.wrapping_add(1),
                     capability,
@@ -453,7 +453,7 @@ impl Worker {
             arena_generation: io.arena_generation,
             capability,
         });
-        if io.rng.chance(0.1) {
+        if io.rng.chance(ratio(1, 10)) {
             // ... or attaches twice: the second is refused and changes nothing.
             io.out.requests.push(ChildRequest::Attach {
                 arena_generation: io.arena_generation,
@@ -793,7 +793,7 @@ impl Worker {
 
     fn pick_path(&self, io: &mut WorkerIo<'_>) -> String {
         if let Some(o) = io.overload
-            && io.rng.chance(0.5)
+            && io.rng.chance(ratio(1, 2))
         {
             // Fresh paths pile up published blobs on the writer's host.
             return format!("/h/f/{}", io.rng.below(o.fresh_paths));
@@ -811,7 +811,7 @@ impl Worker {
         self.next_op += 1;
         let logical = self.pick_path(io);
         let path = self.job.resolve(&logical).ok();
-        if io.rng.chance(0.15) {
+        if io.rng.chance(ratio(3, 20)) {
             // A namespace query or mutation on the child's behalf.
             let request = match io.rng.below(4) {
                 0 | 1 => ChildRequest::Stat {
@@ -822,7 +822,7 @@ impl Worker {
                     op: ChildOp(op),
                     from: logical.clone(),
                     to: self.pick_path(io),
-                    replace: io.rng.chance(0.5),
+                    replace: io.rng.chance(ratio(1, 2)),
                 },
                 _ => ChildRequest::Remove {
                     op: ChildOp(op),
@@ -847,17 +847,17 @@ impl Worker {
             io.out.requests.push(request);
             return;
         }
-        let write = io.rng.chance(0.5);
+        let write = io.rng.chance(ratio(1, 2));
         let request = if write {
             let tag = (u64::from(self.global) << 32) | op;
-            let length = if io.rng.chance(0.6) {
+            let length = if io.rng.chance(ratio(3, 5)) {
                 io.rng.range(0, 2_048)
             } else {
                 io.rng.range(0, io.options.blob_max + 1)
             };
             let corrupt = io.rng.chance(io.options.corrupt);
-            let exclusive = io.rng.chance(0.2);
-            let digest = if io.rng.chance(0.7) {
+            let exclusive = io.rng.chance(ratio(1, 5));
+            let digest = if io.rng.chance(ratio(7, 10)) {
                 DigestKind::Blake3
             } else {
                 DigestKind::None
@@ -885,12 +885,12 @@ impl Worker {
             }
         } else {
             let expected_revision = match &path {
-                Some(p) if io.rng.chance(0.3) => self.seen.get(p).copied(),
+                Some(p) if io.rng.chance(ratio(3, 10)) => self.seen.get(p).copied(),
                 _ => None,
             };
             // Some reads are not cancelled before the heal: their transfer must end on its own,
             // within its deadline (Q26/H-D9; the host check bounds every running transfer).
-            let patient = io.rng.chance(0.2);
+            let patient = io.rng.chance(ratio(1, 5));
             self.ops.insert(
                 op,
                 Op {
@@ -1053,7 +1053,7 @@ impl Worker {
                         length,
                     });
                 }
-                if io.options.corrupt > 0.0 && io.rng.chance(0.5) {
+                if !io.options.corrupt.is_zero() && io.rng.chance(ratio(1, 2)) {
                     // A hostile child tries to change its blob now that it is published: the
                     // host froze it at the seal, so no write of ours may reach it.
                     io.out
@@ -1225,7 +1225,7 @@ impl Worker {
         }
         // Sometimes the child changes its mind at once: the abort follows the seal, and reaches
         // the host while the write publishes (H-D2). It must end Aborted (S36) or Failed.
-        let abort_now = !corrupt && io.rng.chance(io.options.abort * 0.5);
+        let abort_now = !corrupt && io.rng.chance(io.options.abort.halved());
         if let Some(o) = self.ops.get_mut(&op) {
             o.stage = if abort_now {
                 Stage::SealAborting(view)

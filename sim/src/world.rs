@@ -33,7 +33,7 @@ use crate::client::Io;
 use crate::disk::{Rot, SimFs};
 use crate::host::{HostNode, HostOutput};
 use crate::options::{Options, Recurring};
-use crate::rng::{SimRng, Stream};
+use crate::rng::{SimRng, Stream, ratio};
 use crate::trace::Trace;
 use crate::worker::{HOST_FIRST_ACTOR, Worker, WorkerIo, WorkerOut, WorkerState};
 
@@ -396,7 +396,6 @@ impl World {
 
     /// Builds the world of `options` with its trace (which may stream to files).
     pub fn with_trace(options: Options, trace: Trace) -> World {
-        let seed = options.seed;
         let mut first_global = 0;
         let hosts = options
             .clients_per_host
@@ -415,17 +414,17 @@ impl World {
             now: Instant::ZERO,
             queue: BinaryHeap::new(),
             seq: 0,
-            net_rng: SimRng::new(seed, Stream::Network),
-            fault_rng: SimRng::new(seed, Stream::Faults),
-            spoof_rng: SimRng::new(seed, Stream::Spoof),
-            env_rng: SimRng::new(seed, Stream::Environment),
-            work_rng: SimRng::new(seed, Stream::Workload),
-            disk_rng: SimRng::new(seed, Stream::Disk),
+            net_rng: options.entropy.rng(Stream::Network),
+            fault_rng: options.entropy.rng(Stream::Faults),
+            spoof_rng: options.entropy.rng(Stream::Spoof),
+            env_rng: options.entropy.rng(Stream::Environment),
+            work_rng: options.entropy.rng(Stream::Workload),
+            disk_rng: options.entropy.rng(Stream::Disk),
             directory: DirectoryNode {
                 machine: None,
                 boot: 0,
                 fs: {
-                    let mut fs = SimFs::new(SimRng::new(seed, Stream::Storage));
+                    let mut fs = SimFs::new(options.entropy.rng(Stream::Storage));
                     fs.fsync_failure = options.disk.fsync_failure;
                     fs
                 },
@@ -480,6 +479,20 @@ impl World {
 
     fn schedule_in(&mut self, delay: Duration, kind: EventKind) {
         self.schedule(self.now.saturating_add(delay), kind);
+    }
+
+    /// The raw draws of the run so far, per stream (empty unless its entropy records).
+    pub fn take_tape(&mut self) -> crate::rng::Tape {
+        let mut tape = crate::rng::Tape::default();
+        tape.set_stream(Stream::Options, self.options.options_draws.clone());
+        tape.set_stream(Stream::Network, self.net_rng.take_record());
+        tape.set_stream(Stream::Faults, self.fault_rng.take_record());
+        tape.set_stream(Stream::Spoof, self.spoof_rng.take_record());
+        tape.set_stream(Stream::Environment, self.env_rng.take_record());
+        tape.set_stream(Stream::Workload, self.work_rng.take_record());
+        tape.set_stream(Stream::Disk, self.disk_rng.take_record());
+        tape.set_stream(Stream::Storage, self.directory.fs.take_record());
+        tape
     }
 
     /// Runs to the end and returns how it went.
@@ -592,8 +605,8 @@ impl World {
     }
 
     fn schedule_next(&mut self, fault: Recurring, kind: EventKind) {
-        let mean = fault.mean_interval.as_nanos() as f64;
-        let delay = Duration::from_nanos(self.fault_rng.exponential(mean) as u64);
+        let delay =
+            Duration::from_nanos(self.fault_rng.exponential(fault.mean_interval.as_nanos()));
         if self.now.saturating_add(delay) < self.heal_at {
             self.schedule_in(delay, kind);
         }
@@ -1003,11 +1016,8 @@ impl World {
 
     fn latency(&mut self) -> Duration {
         let n = &self.options.net;
-        let jitter = self
-            .net_rng
-            .exponential(n.latency_jitter_mean.as_nanos() as f64);
-        n.latency_min
-            .saturating_add(Duration::from_nanos(jitter as u64))
+        let jitter = self.net_rng.exponential(n.latency_jitter_mean.as_nanos());
+        n.latency_min.saturating_add(Duration::from_nanos(jitter))
     }
 
     /// Hands a frame to the network: it may be lost, duplicated or delayed past later frames.
@@ -2678,7 +2688,7 @@ impl World {
         }
         let actor = *self.fault_rng.pick(&actors);
         let address = Address::new(h.node, h.incarnation, actor);
-        let report = self.fault_rng.chance(0.5);
+        let report = self.fault_rng.chance(ratio(1, 2));
         let local = self.host_now(host);
         let h = &mut self.hosts[host];
         h.sources.remove(&actor);
@@ -2740,7 +2750,7 @@ impl World {
         self.outages = 0;
         // The disk heals too: room again, no more failed fsyncs.
         self.directory.fs.capacity = None;
-        self.directory.fs.fsync_failure = 0.0;
+        self.directory.fs.fsync_failure = crate::rng::Ratio::ZERO;
         if self.directory.machine.is_none() {
             self.restart_directory();
         }

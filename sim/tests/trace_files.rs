@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::BufWriter;
 
 use dataplane_sim::overrides::Overrides;
-use dataplane_sim::run_seed_traced;
+use dataplane_sim::{Options, run_seed_traced};
 use dataplane_sim::trace::TraceFiles;
 
 #[test]
@@ -16,11 +16,24 @@ fn a_traced_run_streams_events_and_notes_as_text_and_json() {
         text: Some(BufWriter::new(File::create(&text_path).unwrap())),
         json: Some(BufWriter::new(File::create(&json_path).unwrap())),
     };
-    let report = run_seed_traced(7, &Overrides::default(), files);
+    // A seed that loses frames and crashes something, so every kind of note shows.
+    let seed = (0..64)
+        .find(|&s| {
+            let o = Options::draw(s);
+            !o.net.loss.is_zero()
+                && o.directory_crashes.is_some()
+                && o.host_crashes.is_some()
+                && o.long_life.is_none()
+        })
+        .expect("such a seed");
+    let report = run_seed_traced(seed, &Overrides::default(), files);
     assert_eq!(report.outcome.failure, None);
     let text = std::fs::read_to_string(&text_path).unwrap();
     let json = std::fs::read_to_string(&json_path).unwrap();
-    assert!(text.starts_with("# seed=7 "), "the options come first");
+    assert!(
+        text.starts_with(&format!("# seed={seed} ")),
+        "the options come first"
+    );
     let mut kinds = std::collections::BTreeMap::<String, usize>::new();
     let mut events = 0;
     for line in json.lines() {
