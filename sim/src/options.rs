@@ -349,6 +349,14 @@ impl HostOptions {
 }
 
 impl Options {
+    /// Actors of the run: the directory, each host's proxy, host machine and agent, and the
+    /// clients and workers.
+    pub fn actors(&self) -> u64 {
+        let clients: u64 = self.clients_per_host.iter().map(|&c| u64::from(c)).sum();
+        let workers: u64 = self.host.workers.iter().map(|&w| u64::from(w)).sum();
+        1 + 3 * self.clients_per_host.len() as u64 + clients + workers
+    }
+
     /// Draws the options of run `seed`.
     pub fn draw(seed: u64) -> Options {
         Options::draw_from(&Entropy::seed(seed))

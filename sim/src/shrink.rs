@@ -10,9 +10,11 @@
 //! replay FILE` runs.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use crate::options::Options;
 use crate::overrides::{FaultKind, Overrides, SetKey, Setting};
+use crate::rng::{Entropy, Stream, Tape};
 
 /// The check a failure message names: its first segment (`S25`, `model`, `barrier`,
 /// `horizon`…), with the property of a liveness failure (`liveness … L4`). Paths, addresses,
@@ -45,24 +47,50 @@ pub fn check_of(failure: &str) -> String {
     first
 }
 
+/// One run the shrinker tries: overrides on the seed's draw, and the draws themselves when
+/// shrinking the tape (`None`: the seed's own streams).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Candidate {
+    /// Overrides on the drawn options.
+    pub overrides: Overrides,
+    /// The decision tape to draw from.
+    pub tape: Option<Arc<Tape>>,
+}
+
+/// What a tried run did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Trial {
+    /// Its failure, if it failed.
+    pub failure: Option<String>,
+    /// Events it processed before it ended.
+    pub events: u64,
+    /// The draws it made (recorded), if it did not panic.
+    pub tape: Option<Tape>,
+}
+
 /// A shrunk failing run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Shrunk {
     /// The seed.
     pub seed: u64,
-    /// What the smallest failing run overrides.
-    pub overrides: Overrides,
+    /// The smallest failing run: its overrides and, after the tape passes, its draws.
+    pub best: Candidate,
     /// Its failure.
     pub failure: String,
+    /// Its events.
+    pub events: u64,
     /// The check both the original and the shrunk run fail.
     pub check: String,
     /// How many runs shrinking took.
     pub runs: usize,
+    /// Whether the runner stopped it (its time was up) before a pass changed nothing.
+    pub stopped: bool,
 }
 
 impl Shrunk {
-    /// The replay file.
-    pub fn replay_file(&self) -> String {
+    /// The replay file; `tape_file` names the file the tape is written to (relative to the
+    /// replay file), if the run has one.
+    pub fn replay_file(&self, tape_file: Option<&str>) -> String {
         let mut text = String::new();
         let _ = writeln!(
             text,
@@ -71,20 +99,36 @@ impl Shrunk {
         );
         let _ = writeln!(text, "# failure: {}", self.failure);
         let _ = writeln!(text, "seed={}", self.seed);
-        for kind in &self.overrides.no_faults {
+        for kind in &self.best.overrides.no_faults {
             let _ = writeln!(text, "no-fault={kind}");
         }
-        for setting in &self.overrides.settings {
+        for setting in &self.best.overrides.settings {
             let _ = writeln!(text, "set={setting}");
+        }
+        if let (Some(file), Some(_)) = (tape_file, &self.best.tape) {
+            let _ = writeln!(text, "tape={file}");
         }
         text
     }
 }
 
-/// Reads a replay file: its seed and overrides.
-pub fn parse_replay(text: &str) -> Result<(u64, Overrides), String> {
+/// What a replay file names: the seed, its overrides and the tape file (as written, relative
+/// to the replay file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replay {
+    /// The seed.
+    pub seed: u64,
+    /// The overrides.
+    pub overrides: Overrides,
+    /// The tape file, if the run draws from one.
+    pub tape: Option<String>,
+}
+
+/// Reads a replay file.
+pub fn parse_replay(text: &str) -> Result<Replay, String> {
     let mut seed = None;
     let mut overrides = Overrides::default();
+    let mut tape = None;
     for (number, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -104,66 +148,125 @@ pub fn parse_replay(text: &str) -> Result<(u64, Overrides), String> {
             }
             "no-fault" => overrides.no_faults.push(value.parse().map_err(bad)?),
             "set" => overrides.settings.push(value.parse().map_err(bad)?),
+            "tape" if !value.is_empty() => tape = Some(value.to_owned()),
             other => return Err(bad(format!("unknown key {other:?}"))),
         }
     }
-    Ok((seed.ok_or("no seed= line")?, overrides))
+    Ok(Replay {
+        seed: seed.ok_or("no seed= line")?,
+        overrides,
+        tape,
+    })
 }
 
-/// Shrinks `seed` (starting from `start`): `run` runs the seed under some overrides and
-/// returns its failure, if it failed. Returns `None` if the starting run passes.
-pub fn shrink(
+/// The streams the tape passes shrink, in order: what clients do first (fewer operations),
+/// then the faults, then everything else. The options stream is shrunk through overrides.
+const TAPE_STREAMS: [Stream; 7] = [
+    Stream::Workload,
+    Stream::Faults,
+    Stream::Network,
+    Stream::Spoof,
+    Stream::Environment,
+    Stream::Disk,
+    Stream::Storage,
+];
+
+/// The shrinker's state: the best failing run so far and the runner.
+struct Search<'a> {
     seed: u64,
-    start: &Overrides,
-    run: &mut dyn FnMut(&Overrides) -> Option<String>,
-) -> Option<Shrunk> {
-    let mut runs = 1;
-    let failure = run(start)?;
-    let check = check_of(&failure);
-    let mut best = start.clone();
-    let mut best_failure = failure;
-    let mut attempt = |candidate: Overrides,
-                       best: &mut Overrides,
-                       best_failure: &mut String,
-                       runs: &mut usize|
-     -> bool {
-        *runs += 1;
-        match run(&candidate) {
-            Some(f) if check_of(&f) == check => {
-                *best = candidate;
-                *best_failure = f;
+    check: String,
+    best: Candidate,
+    failure: String,
+    events: u64,
+    runs: usize,
+    stopped: bool,
+    run: &'a mut dyn FnMut(&Candidate) -> Option<Trial>,
+}
+
+impl Search<'_> {
+    /// Runs `candidate`; keeps it if it fails the same check with no more events. A candidate
+    /// with a tape is kept as the draws it actually made (the tape's unused end goes).
+    fn attempt(&mut self, candidate: Candidate) -> bool {
+        if self.stopped {
+            return false;
+        }
+        let Some(trial) = (self.run)(&candidate) else {
+            self.stopped = true;
+            return false;
+        };
+        self.runs += 1;
+        match trial.failure {
+            Some(failure) if check_of(&failure) == self.check && trial.events <= self.events => {
+                let tape = match (candidate.tape, trial.tape) {
+                    (Some(_), Some(drawn)) => Some(Arc::new(drawn)),
+                    (tape, _) => tape,
+                };
+                self.best = Candidate {
+                    overrides: candidate.overrides,
+                    tape,
+                };
+                self.failure = failure;
+                self.events = trial.events;
                 true
             }
             _ => false,
         }
-    };
-    // At most a few passes: each pass only removes, so it ends.
-    for _ in 0..4 {
+    }
+
+    /// The best run with `key` set to `value`.
+    fn with_setting(&self, key: SetKey, value: u64) -> Candidate {
+        Candidate {
+            overrides: with_setting(&self.best.overrides, key, value),
+            tape: self.best.tape.clone(),
+        }
+    }
+
+    /// The best run with `stream`'s draws replaced.
+    fn with_stream(&self, stream: Stream, values: Vec<u64>) -> Candidate {
+        let mut tape = self.best.tape.as_deref().cloned().unwrap_or_default();
+        tape.set_stream(stream, values);
+        Candidate {
+            overrides: self.best.overrides.clone(),
+            tape: Some(Arc::new(tape)),
+        }
+    }
+
+    fn stream(&self, stream: Stream) -> Vec<u64> {
+        self.best
+            .tape
+            .as_ref()
+            .map(|t| t.stream(stream).to_vec())
+            .unwrap_or_default()
+    }
+
+    /// One pass over the options: faults off one at a time, a smaller world, a shorter fault
+    /// phase. Whether anything changed.
+    fn options_pass(&mut self) -> bool {
         let mut changed = false;
-        // Faults, one at a time.
         for (kind, _) in FaultKind::ALL {
-            if best.no_faults.contains(&kind) {
+            if self.best.overrides.no_faults.contains(&kind) {
                 continue;
             }
-            let mut candidate = best.clone();
-            candidate.no_faults.push(kind);
-            changed |= attempt(candidate, &mut best, &mut best_failure, &mut runs);
+            let mut candidate = self.best.clone();
+            candidate.overrides.no_faults.push(kind);
+            changed |= self.attempt(candidate);
         }
         // A smaller world: the smallest count that still fails, counting up.
-        for (key, current) in [
-            (SetKey::Hosts, sizes(seed, &best).0),
-            (SetKey::ClientsMax, sizes(seed, &best).1),
-            (SetKey::WorkersMax, sizes(seed, &best).2),
-            (SetKey::Paths, sizes(seed, &best).3),
+        for key in [
+            SetKey::Hosts,
+            SetKey::ClientsMax,
+            SetKey::WorkersMax,
+            SetKey::Paths,
         ] {
-            let low = if matches!(key, SetKey::Hosts | SetKey::Paths) {
-                1
-            } else {
-                0
+            let (hosts, clients, workers, paths, _) = self.sizes();
+            let (low, current) = match key {
+                SetKey::Hosts => (1, hosts),
+                SetKey::ClientsMax => (0, clients),
+                SetKey::WorkersMax => (0, workers),
+                _ => (1, paths),
             };
             for value in low..current {
-                let candidate = with_setting(&best, key, value);
-                if attempt(candidate, &mut best, &mut best_failure, &mut runs) {
+                if self.attempt(self.with_setting(key, value)) {
                     changed = true;
                     break;
                 }
@@ -171,26 +274,135 @@ pub fn shrink(
         }
         // A shorter fault phase: halve it while it still fails.
         loop {
-            let phase = sizes(seed, &best).4;
-            if phase < 100 {
-                break;
-            }
-            let candidate = with_setting(&best, SetKey::FaultPhaseMs, phase / 2);
-            if !attempt(candidate, &mut best, &mut best_failure, &mut runs) {
+            let phase = self.sizes().4;
+            if phase < 100 || !self.attempt(self.with_setting(SetKey::FaultPhaseMs, phase / 2)) {
                 break;
             }
             changed = true;
         }
-        if !changed {
+        changed
+    }
+
+    /// One pass over the tape, stream by stream: cut it short (binary search on the shortest
+    /// prefix that still fails), then delete and then zero stretches of it, from halves down
+    /// to sixty-fourths. Whether anything changed.
+    fn tape_pass(&mut self) -> bool {
+        let mut changed = false;
+        for stream in TAPE_STREAMS {
+            let n = self.stream(stream).len();
+            if n == 0 {
+                continue;
+            }
+            // Cut short.
+            let (mut lo, mut hi) = (0, n);
+            while hi - lo > 1 && !self.stopped {
+                let mid = lo + (hi - lo) / 2;
+                let mut values = self.stream(stream);
+                values.truncate(mid);
+                if self.attempt(self.with_stream(stream, values)) {
+                    changed = true;
+                    hi = mid.min(self.stream(stream).len());
+                } else {
+                    lo = mid;
+                }
+            }
+            if lo == 0 && hi > 0 && self.attempt(self.with_stream(stream, Vec::new())) {
+                changed = true;
+                continue;
+            }
+            // Delete, then zero, stretches.
+            for parts in [2, 4, 8, 16, 32, 64] {
+                let size = self.stream(stream).len().div_ceil(parts);
+                if size == 0 {
+                    break;
+                }
+                let mut start = 0;
+                while start < self.stream(stream).len() && !self.stopped {
+                    let values = self.stream(stream);
+                    let end = (start + size).min(values.len());
+                    let mut deleted = values.clone();
+                    deleted.drain(start..end);
+                    if self.attempt(self.with_stream(stream, deleted)) {
+                        changed = true;
+                        continue;
+                    }
+                    if values[start..end].iter().any(|&v| v != 0) {
+                        let mut zeroed = values;
+                        zeroed[start..end].fill(0);
+                        changed |= self.attempt(self.with_stream(stream, zeroed));
+                    }
+                    start = end;
+                }
+            }
+        }
+        changed
+    }
+
+    /// The best run's hosts, most clients and workers on a host, paths, and fault phase (ms).
+    fn sizes(&self) -> (u64, u64, u64, u64, u64) {
+        sizes(self.seed, &self.best)
+    }
+}
+
+/// Shrinks `seed` (starting from `start`): `run` runs a candidate and says what it did
+/// (`None`: stop, the time is up). First the options (faults, world size, fault phase) on the
+/// seed's own draws, then the decision tape of the smallest run so far, then the options
+/// again on that tape, each repeated until a pass changes nothing. Returns `None` if the
+/// starting run passes.
+pub fn shrink(
+    seed: u64,
+    start: &Overrides,
+    run: &mut dyn FnMut(&Candidate) -> Option<Trial>,
+) -> Option<Shrunk> {
+    let first = Candidate {
+        overrides: start.clone(),
+        tape: None,
+    };
+    let trial = run(&first)?;
+    let failure = trial.failure?;
+    let mut search = Search {
+        seed,
+        check: check_of(&failure),
+        best: first,
+        failure,
+        events: trial.events,
+        runs: 1,
+        stopped: false,
+        run,
+    };
+    for _ in 0..4 {
+        if !search.options_pass() {
             break;
+        }
+    }
+    // The tape of the smallest run so far: record it by running it once more.
+    let from_seed = search.best.clone();
+    if let Some(Trial {
+        failure: Some(failure),
+        events,
+        tape: Some(tape),
+    }) = (search.run)(&from_seed)
+        && check_of(&failure) == search.check
+    {
+        search.runs += 1;
+        search.best.tape = Some(Arc::new(tape));
+        search.events = search.events.min(events);
+        for _ in 0..4 {
+            let tape_changed = search.tape_pass();
+            let options_changed = search.options_pass();
+            if !(tape_changed || options_changed) {
+                break;
+            }
         }
     }
     Some(Shrunk {
         seed,
-        overrides: best,
-        failure: best_failure,
-        check,
-        runs,
+        best: search.best,
+        failure: search.failure,
+        events: search.events,
+        check: search.check,
+        runs: search.runs,
+        stopped: search.stopped,
     })
 }
 
@@ -203,9 +415,13 @@ fn with_setting(overrides: &Overrides, key: SetKey, value: u64) -> Overrides {
 }
 
 /// The run's hosts, most clients and workers on a host, paths, and fault phase (ms).
-fn sizes(seed: u64, overrides: &Overrides) -> (u64, u64, u64, u64, u64) {
-    let mut options = Options::draw(seed);
-    overrides.apply(&mut options);
+fn sizes(seed: u64, candidate: &Candidate) -> (u64, u64, u64, u64, u64) {
+    let mut options = Options::draw_from(&Entropy {
+        seed,
+        tape: candidate.tape.clone(),
+        record: false,
+    });
+    candidate.overrides.apply(&mut options);
     let max = |v: &[u32]| u64::from(v.iter().copied().max().unwrap_or(0));
     (
         options.clients_per_host.len() as u64,
@@ -252,26 +468,94 @@ mod tests {
                 o.host_crashes.is_some() && o.clients_per_host.len() >= 3
             })
             .expect("a seed with host crashes and three hosts");
-        let mut run = |o: &Overrides| {
+        let mut run = |c: &Candidate| {
             let mut options = Options::draw(seed);
-            o.apply(&mut options);
-            if options.host_crashes.is_none() {
-                return Some("at 1s: model: something else".to_owned());
-            }
-            (options.clients_per_host.len() >= 2 && options.fault_phase.as_nanos() >= 5_000_000_000)
-                .then(|| "at 2s: S25: Retire(n1.1/5) waited 3 ticks".to_owned())
+            c.overrides.apply(&mut options);
+            let failure = if options.host_crashes.is_none() {
+                Some("at 1s: model: something else".to_owned())
+            } else {
+                (options.clients_per_host.len() >= 2
+                    && options.fault_phase.as_nanos() >= 5_000_000_000)
+                    .then(|| "at 2s: S25: Retire(n1.1/5) waited 3 ticks".to_owned())
+            };
+            Some(Trial {
+                failure,
+                events: 10,
+                tape: None,
+            })
         };
         let shrunk = shrink(seed, &Overrides::default(), &mut run).expect("it fails");
         assert_eq!(shrunk.check, "S25");
-        assert!(!shrunk.overrides.no_faults.contains(&FaultKind::HostCrashes));
-        assert!(shrunk.overrides.no_faults.contains(&FaultKind::Loss));
-        let (hosts, clients, workers, _, phase) = sizes(seed, &shrunk.overrides);
+        let overrides = &shrunk.best.overrides;
+        assert!(!overrides.no_faults.contains(&FaultKind::HostCrashes));
+        assert!(overrides.no_faults.contains(&FaultKind::Loss));
+        let (hosts, clients, workers, _, phase) = sizes(seed, &shrunk.best);
         assert_eq!((hosts, clients, workers), (2, 0, 0));
         assert!((5_000..10_000).contains(&phase), "fault phase {phase} ms");
-        let (replayed_seed, replayed) = parse_replay(&shrunk.replay_file()).unwrap();
-        assert_eq!((replayed_seed, &replayed), (seed, &shrunk.overrides));
+        let replay = parse_replay(&shrunk.replay_file(None)).unwrap();
+        assert_eq!((replay.seed, &replay.overrides), (seed, overrides));
+        assert_eq!(replay.tape, None);
         // A passing seed has nothing to shrink.
-        assert_eq!(shrink(seed, &Overrides::default(), &mut |_| None), None);
+        assert_eq!(
+            shrink(seed, &Overrides::default(), &mut |_| Some(Trial::default())),
+            None
+        );
+    }
+
+    #[test]
+    fn shrinking_the_tape_keeps_the_draws_the_failure_needs() {
+        // A made-up defect over the draws: the run fails when some workload draw is in the top
+        // eighth and some fault draw is odd; its events grow with the workload draws it makes
+        // (it stops at the failing one). Draws past a tape's end are least draws (0).
+        let seed = 1;
+        let recorded: Vec<u64> = {
+            let mut rng = crate::rng::SimRng::new(seed, Stream::Workload);
+            (0..500).map(|_| rng.next_u64()).collect()
+        };
+        let faults: Vec<u64> = (0..300).map(|i| i * 7 + 1).collect();
+        let mut run = |c: &Candidate| {
+            let (work, fault) = match &c.tape {
+                Some(t) => (
+                    t.stream(Stream::Workload).to_vec(),
+                    t.stream(Stream::Faults).to_vec(),
+                ),
+                None => (recorded.clone(), faults.clone()),
+            };
+            let hit = work.iter().position(|&v| v >= u64::MAX / 8 * 7);
+            let odd = fault.iter().any(|&v| v % 2 == 1);
+            let used = hit.map_or(work.len(), |i| i + 1);
+            let mut tape = Tape::default();
+            tape.set_stream(Stream::Workload, work[..used].to_vec());
+            tape.set_stream(Stream::Faults, fault);
+            Some(Trial {
+                failure: (hit.is_some() && odd).then(|| "at 1s: model: wrong".to_owned()),
+                events: used as u64,
+                tape: Some(tape),
+            })
+        };
+        let shrunk = shrink(seed, &Overrides::default(), &mut run).expect("it fails");
+        let tape = shrunk.best.tape.expect("the tape was shrunk");
+        assert_eq!(shrunk.events, 1, "one workload draw is enough");
+        assert_eq!(tape.stream(Stream::Workload).len(), 1);
+        assert_eq!(
+            tape.stream(Stream::Faults)
+                .iter()
+                .filter(|&&v| v != 0)
+                .count(),
+            1,
+            "one odd fault draw is enough: {:?}",
+            tape.stream(Stream::Faults)
+        );
+        assert_eq!(shrunk.check, "model");
+        // A runner out of time stops the shrink with what it has.
+        let mut calls = 0;
+        let mut limited = |c: &Candidate| {
+            calls += 1;
+            (calls <= 3).then(|| run(c)).flatten()
+        };
+        let stopped = shrink(seed, &Overrides::default(), &mut limited).expect("it fails");
+        assert!(stopped.stopped);
+        assert!(stopped.runs <= 3);
     }
 
     #[test]

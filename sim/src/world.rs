@@ -246,6 +246,32 @@ pub struct Stats {
     pub obligations_max: u64,
     /// The most bytes the simulated log held (compaction rewrites it as a snapshot).
     pub log_bytes_max: u64,
+    /// Actors of the run: the directory, each host's proxy, host machine and agent, and the
+    /// clients and workers.
+    pub actors: u64,
+}
+
+impl Stats {
+    /// The faults the run injected: frames lost, duplicated and held back, crashes, failed
+    /// syncs, torn tails, full-disk stops, partitions, route flaps, deaths, spoofs, restarts
+    /// and outages.
+    pub fn faults(&self) -> u64 {
+        self.lost
+            + self.duplicated
+            + self.reordered
+            + self.directory_crashes
+            + self.fsync_failures
+            + self.torn_tails
+            + self.compaction_crashes
+            + self.disk_full_stops
+            + self.host_crashes
+            + self.partitions
+            + self.route_flaps
+            + self.actor_deaths
+            + self.spoofs
+            + self.proxy_restarts
+            + self.authority_outages
+    }
 }
 
 /// The directory node: the machine, its log on its file system and the effects held behind
@@ -497,6 +523,7 @@ impl World {
 
     /// Runs to the end and returns how it went.
     pub fn run(mut self) -> (Outcome, World) {
+        self.stats.actors = self.options.actors();
         self.start();
         if self.options.long_life.is_some() {
             self.checker.coverage.hit("regime.long_life");

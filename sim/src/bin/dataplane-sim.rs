@@ -40,10 +40,12 @@ macro_rules! outln {
 use clap::{Args, Parser, Subcommand};
 use dataplane_cli::Exit;
 use dataplane_sim::overrides::{FaultKind, Overrides, Setting};
-use dataplane_sim::shrink::{parse_replay, shrink as shrink_seed};
+use dataplane_sim::rng::Tape;
+use dataplane_sim::shrink::{Candidate, Trial, parse_replay, shrink as shrink_seed};
 use dataplane_sim::swarm::{SwarmConfig, run_swarm};
 use dataplane_sim::trace::TraceFiles;
-use dataplane_sim::{run_seed_guarded_with, run_seed_traced};
+use dataplane_sim::{RunSpec, run_spec, run_spec_traced};
+use std::sync::Arc;
 
 const AFTER_HELP: &str = "\
 run:    prints the options drawn from the seed, then
@@ -81,6 +83,9 @@ enum Command {
         /// The seed.
         #[arg(long, value_name = "N")]
         seed: u64,
+        /// Draw from this decision tape instead of the seed's streams (see --record-tape).
+        #[arg(long, value_name = "FILE")]
+        tape: Option<String>,
         #[command(flatten)]
         output: OutputArgs,
         #[command(flatten)]
@@ -94,9 +99,13 @@ enum Command {
         /// The failing seed.
         #[arg(long, value_name = "N")]
         seed: u64,
-        /// Where to write the replay file.
+        /// Where to write the replay file (its tape goes to FILE.tape, its picture to
+        /// FILE.html).
         #[arg(long, value_name = "FILE", default_value = "shrunk.replay")]
         out: String,
+        /// Stop shrinking after this many seconds and keep the smallest run found so far.
+        #[arg(long, value_name = "SECONDS", default_value_t = 55)]
+        time_limit: u64,
         #[command(flatten)]
         overrides: OverrideArgs,
     },
@@ -121,6 +130,10 @@ struct OutputArgs {
     /// Write a sequence diagram of the run (its last rows) to FILE (HTML).
     #[arg(long, value_name = "FILE")]
     picture: Option<String>,
+    /// Record every random draw of the run to FILE (a decision tape: `run --tape FILE`
+    /// replays it bit-identically).
+    #[arg(long, value_name = "FILE")]
+    record_tape: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -212,23 +225,51 @@ fn main() -> ExitCode {
         None => swarm(SwarmArgs::default()),
         Some(Command::Run {
             seed,
+            tape,
             output,
             overrides,
-        }) => run(seed, output, &overrides.into_overrides()),
+        }) => {
+            let tape = match tape.map(|file| read_tape(&file)).transpose() {
+                Ok(tape) => tape,
+                Err(code) => return code,
+            };
+            let spec = RunSpec {
+                seed,
+                overrides: overrides.into_overrides(),
+                tape,
+            };
+            run(&spec, output)
+        }
         Some(Command::Shrink {
             seed,
             out,
+            time_limit,
             overrides,
-        }) => shrink(seed, &out, &overrides.into_overrides()),
+        }) => shrink(seed, &out, &overrides.into_overrides(), time_limit),
         Some(Command::Replay { file, output }) => {
             let text = match std::fs::read_to_string(&file) {
                 Ok(text) => text,
                 Err(e) => return fail(Exit::LocalFile, &format!("cannot read {file}: {e}")),
             };
-            match parse_replay(&text) {
-                Ok((seed, overrides)) => run(seed, output, &overrides),
-                Err(e) => fail(Exit::Usage, &format!("{file}: {e}")),
-            }
+            let replay = match parse_replay(&text) {
+                Ok(replay) => replay,
+                Err(e) => return fail(Exit::Usage, &format!("{file}: {e}")),
+            };
+            // A tape file is named relative to the replay file.
+            let tape = replay.tape.as_ref().map(|name| {
+                let base = std::path::Path::new(&file).parent().unwrap_or(std::path::Path::new(""));
+                read_tape(&base.join(name).to_string_lossy())
+            });
+            let tape = match tape.transpose() {
+                Ok(tape) => tape,
+                Err(code) => return code,
+            };
+            let spec = RunSpec {
+                seed: replay.seed,
+                overrides: replay.overrides,
+                tape,
+            };
+            run(&spec, output)
         }
         Some(Command::Swarm(args)) => swarm(args),
     }
@@ -244,9 +285,19 @@ fn create(file: &Option<String>) -> Result<Option<BufWriter<File>>, ExitCode> {
         .transpose()
 }
 
-/// Writes the picture of `seed`'s run (run again with its trace kept: runs are deterministic).
-fn write_picture(seed: u64, overrides: &Overrides, file: &str) -> Result<(), ExitCode> {
-    let report = run_seed_guarded_with(seed, overrides, true);
+/// Reads a decision tape file.
+fn read_tape(file: &str) -> Result<Arc<Tape>, ExitCode> {
+    let bytes = std::fs::read(file)
+        .map_err(|e| fail(Exit::LocalFile, &format!("cannot read {file}: {e}")))?;
+    Tape::decode(&bytes)
+        .map(Arc::new)
+        .map_err(|e| fail(Exit::Usage, &format!("{file}: {e}")))
+}
+
+/// Writes the picture of `spec`'s run (run again with its trace kept: runs are deterministic).
+fn write_picture(spec: &RunSpec, file: &str) -> Result<(), ExitCode> {
+    let seed = spec.seed;
+    let report = run_spec(spec, true, false);
     let title = match &report.outcome.failure {
         Some(failure) => format!("seed {seed}: {failure}"),
         None => format!("seed {seed}: passed"),
@@ -256,25 +307,28 @@ fn write_picture(seed: u64, overrides: &Overrides, file: &str) -> Result<(), Exi
         .map_err(|e| fail(Exit::LocalFile, &format!("cannot write {file}: {e}")))
 }
 
-fn run(seed: u64, output: OutputArgs, overrides: &Overrides) -> ExitCode {
+fn run(spec: &RunSpec, output: OutputArgs) -> ExitCode {
+    let seed = spec.seed;
     let OutputArgs {
         trace: trace_file,
         trace_json: json_file,
         picture,
+        record_tape,
     } = output;
     if let Some(file) = &picture
-        && let Err(code) = write_picture(seed, overrides, file)
+        && let Err(code) = write_picture(spec, file)
     {
         return code;
     }
+    let record = record_tape.is_some();
     let report = if trace_file.is_none() && json_file.is_none() {
-        run_seed_guarded_with(seed, overrides, false)
+        run_spec(spec, false, record)
     } else {
         let files = match (create(&trace_file), create(&json_file)) {
             (Ok(text), Ok(json)) => TraceFiles { text, json },
             (Err(code), _) | (_, Err(code)) => return code,
         };
-        let report = run_seed_traced(seed, overrides, files);
+        let report = run_spec_traced(spec, files, record);
         if report.outcome.events == 0
             && let Some(failure) = &report.outcome.failure
         {
@@ -285,6 +339,16 @@ fn run(seed: u64, output: OutputArgs, overrides: &Overrides) -> ExitCode {
         }
         report
     };
+    if let Some(file) = &record_tape {
+        match &report.tape {
+            Some(tape) => {
+                if let Err(e) = std::fs::write(file, tape.encode()) {
+                    return fail(Exit::LocalFile, &format!("cannot write {file}: {e}"));
+                }
+            }
+            None => eprintln!("dataplane-sim: the run panicked: no tape recorded to {file}"),
+        }
+    }
     out!("{}", report.options);
     let s = &report.stats;
     outln!(
@@ -331,15 +395,40 @@ fn run(seed: u64, output: OutputArgs, overrides: &Overrides) -> ExitCode {
     }
 }
 
-fn shrink(seed: u64, out: &str, start: &Overrides) -> ExitCode {
+/// How big a run is: its events, the faults it injected and its actors.
+fn size_of(report: &dataplane_sim::RunReport) -> (u64, u64, u64) {
+    (
+        report.outcome.events,
+        report.stats.faults(),
+        report.stats.actors,
+    )
+}
+
+fn shrink(seed: u64, out: &str, start: &Overrides, time_limit: u64) -> ExitCode {
     let started = std::time::Instant::now();
-    let first = run_seed_guarded_with(seed, start, false);
+    let first = run_spec(&RunSpec::with_overrides(seed, start), false, false);
     let Some(original) = first.outcome.failure.clone() else {
         outln!("seed={seed} passes: nothing to shrink");
         return ExitCode::SUCCESS;
     };
     outln!("# shrinking seed {seed}: {original}");
-    let mut runner = |o: &Overrides| run_seed_guarded_with(seed, o, false).outcome.failure;
+    let limit = std::time::Duration::from_secs(time_limit);
+    let mut runner = |candidate: &Candidate| {
+        if started.elapsed() > limit {
+            return None;
+        }
+        let spec = RunSpec {
+            seed,
+            overrides: candidate.overrides.clone(),
+            tape: candidate.tape.clone(),
+        };
+        let report = run_spec(&spec, false, true);
+        Some(Trial {
+            failure: report.outcome.failure,
+            events: report.outcome.events,
+            tape: report.tape,
+        })
+    };
     let Some(shrunk) = shrink_seed(seed, start, &mut runner) else {
         // The first run failed; a second that passes means the seed is not deterministic.
         return fail(
@@ -347,10 +436,25 @@ fn shrink(seed: u64, out: &str, start: &Overrides) -> ExitCode {
             "the seed failed once and passed the next time: run swarm --check-determinism",
         );
     };
-    if let Err(e) = std::fs::write(out, shrunk.replay_file()) {
+    let tape_file = format!("{out}.tape");
+    let tape_name = std::path::Path::new(&tape_file)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if let Some(tape) = &shrunk.best.tape
+        && let Err(e) = std::fs::write(&tape_file, tape.encode())
+    {
+        return fail(Exit::LocalFile, &format!("cannot write {tape_file}: {e}"));
+    }
+    if let Err(e) = std::fs::write(out, shrunk.replay_file(Some(&tape_name))) {
         return fail(Exit::LocalFile, &format!("cannot write {out}: {e}"));
     }
-    let last = run_seed_guarded_with(seed, &shrunk.overrides, true);
+    let spec = RunSpec {
+        seed,
+        overrides: shrunk.best.overrides.clone(),
+        tape: shrunk.best.tape.clone(),
+    };
+    let last = run_spec(&spec, true, false);
     let picture = format!("{out}.html");
     if let Some(lines) = &last.trace {
         let title = format!("seed {seed}, shrunk: {}", shrunk.failure);
@@ -359,12 +463,22 @@ fn shrink(seed: u64, out: &str, start: &Overrides) -> ExitCode {
         }
     }
     outln!("{}", last.options.trim_end());
+    let (before, after) = (size_of(&first), size_of(&last));
     outln!(
-        "# shrunk in {} runs ({:.1}s): {} events, was {}",
+        "# shrink: events={}->{} faults={}->{} actors={}->{} runs={} wall={:.1}s{}",
+        before.0,
+        after.0,
+        before.1,
+        after.1,
+        before.2,
+        after.2,
         shrunk.runs,
         started.elapsed().as_secs_f64(),
-        last.outcome.events,
-        first.outcome.events
+        if shrunk.stopped {
+            " (stopped at the time limit)"
+        } else {
+            ""
+        }
     );
     outln!("# the same check fails: {}", shrunk.check);
     if let Some(lines) = &last.trace {
@@ -381,13 +495,16 @@ fn shrink(seed: u64, out: &str, start: &Overrides) -> ExitCode {
         }
     }
     outln!("FAIL {}", shrunk.failure);
-    outln!("  replay file: {out}");
+    outln!(
+        "  replay file: {out}{}",
+        if shrunk.best.tape.is_some() {
+            format!(" (draws from {tape_file})")
+        } else {
+            String::new()
+        }
+    );
     outln!("  picture: {picture} (a sequence diagram of the shrunk run)");
     outln!("  replay: cargo run --release -p dataplane-sim -- replay {out} --trace {out}.trace");
-    outln!(
-        "  same as: cargo run --release -p dataplane-sim -- run --seed {seed}{}",
-        shrunk.overrides.arguments()
-    );
     ExitCode::from(Exit::Software)
 }
 
