@@ -16,6 +16,7 @@ pub mod memory;
 pub mod options;
 pub mod overrides;
 pub mod picture;
+pub mod results;
 pub mod rng;
 pub mod shrink;
 pub mod swarm;

@@ -155,6 +155,15 @@ pub fn divergence(first: &[String], second: &[String]) -> String {
 
 /// Runs the swarm.
 pub fn run_swarm(config: &SwarmConfig) -> SwarmReport {
+    run_swarm_reporting(config, &|_| {})
+}
+
+/// Runs the swarm, calling `on_failure` for each failing seed as soon as it fails (from the
+/// worker thread that ran it).
+pub fn run_swarm_reporting(
+    config: &SwarmConfig,
+    on_failure: &(dyn Fn(&SeedFailure) + Sync),
+) -> SwarmReport {
     let seeds: Vec<u64> = (config.first..config.end)
         .filter(|s| config.shard.is_none_or(|(index, count)| s % count == index))
         .collect();
@@ -172,8 +181,16 @@ pub fn run_swarm(config: &SwarmConfig) -> SwarmReport {
                     let Some(&seed) = seeds.get(i) else { break };
                     let (report, failure) =
                         check_one(seed, &config.overrides, config.check_determinism);
-                    if failure.is_some() {
+                    if let Some(message) = &failure {
                         failed.fetch_add(1, Ordering::Relaxed);
+                        if config.progress {
+                            // Off the progress bar's line.
+                            eprint!("\r\x1b[2K");
+                        }
+                        on_failure(&SeedFailure {
+                            seed,
+                            message: message.clone(),
+                        });
                     }
                     results
                         .lock()
@@ -181,7 +198,12 @@ pub fn run_swarm(config: &SwarmConfig) -> SwarmReport {
                         .push((report, failure));
                     let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
                     if config.progress {
-                        draw_progress(finished, total as u64, failed.load(Ordering::Relaxed));
+                        draw_progress(
+                            finished,
+                            total as u64,
+                            failed.load(Ordering::Relaxed),
+                            started.elapsed(),
+                        );
                     }
                 }
             });
@@ -224,15 +246,29 @@ pub fn run_swarm(config: &SwarmConfig) -> SwarmReport {
     report
 }
 
-fn draw_progress(done: u64, total: u64, failed: u64) {
+fn draw_progress(done: u64, total: u64, failed: u64, elapsed: WallDuration) {
     const WIDTH: u64 = 40;
     let filled = (done * WIDTH).checked_div(total).unwrap_or(WIDTH);
     let bar: String = (0..WIDTH)
         .map(|i| if i < filled { '#' } else { '.' })
         .collect();
     let mut err = std::io::stderr().lock();
-    let _ = write!(err, "\r[{bar}] {done}/{total} failed={failed}");
+    let _ = write!(
+        err,
+        "\r[{bar}] {done}/{total} failed={failed} {}",
+        eta(done, total, elapsed)
+    );
     let _ = err.flush();
+}
+
+/// The time left if the remaining seeds take as long as the finished ones did on average.
+pub fn eta(done: u64, total: u64, elapsed: WallDuration) -> String {
+    if done == 0 {
+        return "eta ?".to_owned();
+    }
+    let left = elapsed.as_millis() * u128::from(total.saturating_sub(done)) / u128::from(done);
+    let secs = u64::try_from(left / 1_000).unwrap_or(u64::MAX);
+    format!("eta {}:{:02}", secs / 60, secs % 60)
 }
 
 #[cfg(test)]
@@ -241,6 +277,13 @@ mod tests {
 
     fn lines(text: &[&str]) -> Vec<String> {
         text.iter().map(|l| (*l).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_eta_scales_the_time_so_far() {
+        assert_eq!(eta(0, 10, WallDuration::from_secs(5)), "eta ?");
+        assert_eq!(eta(1, 4, WallDuration::from_secs(20)), "eta 1:00");
+        assert_eq!(eta(4, 4, WallDuration::from_secs(20)), "eta 0:00");
     }
 
     #[test]

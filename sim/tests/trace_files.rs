@@ -5,8 +5,8 @@ use std::fs::File;
 use std::io::BufWriter;
 
 use dataplane_sim::overrides::Overrides;
-use dataplane_sim::{Options, run_seed_traced};
 use dataplane_sim::trace::TraceFiles;
+use dataplane_sim::{Options, run_seed_traced};
 
 #[test]
 fn a_traced_run_streams_events_and_notes_as_text_and_json() {

@@ -2,12 +2,18 @@
 //!
 //! ```text
 //! dataplane-sim                                  a swarm of seeds 0..256
-//! dataplane-sim run --seed N [--trace FILE]      one run
-//! dataplane-sim swarm [--seeds A..B] [--jobs J] [--shard I/N] [--check-determinism]
+//! dataplane-sim run --seed N [--trace FILE] [--trace-json FILE] [--picture FILE]
+//!                   [--record-tape FILE] [--tape FILE]
+//! dataplane-sim swarm [--seeds A..B] [--jobs J] [--shard I/N | --shard-from k8s|slurm
+//!                     [--shard-count N]] [--results FILE] [--check-determinism]
 //!                     [--require-coverage] [--quiet]
+//! dataplane-sim merge FILE... [--require-coverage]
+//! dataplane-sim shrink --seed N [--out FILE] [--time-limit SECONDS]
+//! dataplane-sim replay FILE
 //! ```
 //!
-//! Both take `--no-fault KIND` and `--set KEY=VALUE` (repeatable) to override the draw.
+//! `run`, `swarm` and `shrink` take `--no-fault KIND` and `--set KEY=VALUE` (repeatable) to
+//! override the draw.
 //!
 //! Exit statuses are the table the three binaries share (`--help` prints it): 0 every seed
 //! passed, 70 a seed failed, 1 the trace file could not be written, 64 usage.
@@ -40,9 +46,12 @@ macro_rules! outln {
 use clap::{Args, Parser, Subcommand};
 use dataplane_cli::Exit;
 use dataplane_sim::overrides::{FaultKind, Overrides, Setting};
+use dataplane_sim::results::{
+    ShardSource, merge as merge_results, replay_command, shard_from_env, to_json,
+};
 use dataplane_sim::rng::Tape;
 use dataplane_sim::shrink::{Candidate, Trial, parse_replay, shrink as shrink_seed};
-use dataplane_sim::swarm::{SwarmConfig, run_swarm};
+use dataplane_sim::swarm::{SwarmConfig, run_swarm_reporting};
 use dataplane_sim::trace::TraceFiles;
 use dataplane_sim::{RunSpec, run_spec, run_spec_traced};
 use std::sync::Arc;
@@ -50,9 +59,13 @@ use std::sync::Arc;
 const AFTER_HELP: &str = "\
 run:    prints the options drawn from the seed, then
         `seed=N result=pass|fail events=E sim_time=S wall=W trace=HEX`.
-swarm:  runs the seeds across threads and prints the replay command of each failing seed.
-        A failing seed exits 70; so does --require-coverage when an expected coverage point
-        was never reached.
+swarm:  runs the seeds across threads and prints each failing seed with its replay command
+        as it fails. A failing seed exits 70; so does --require-coverage when an expected
+        coverage point was never reached. --results FILE writes the shard's results as JSON;
+        merge combines the shards' files into one summary (exit 70 on a failing seed or a
+        missing shard).
+shrink: narrows a failing seed to the smallest run that fails the same check (options, then
+        the decision tape) and writes FILE, FILE.tape and FILE.html (a sequence diagram).
 --no-fault KIND turns one fault or unhelpful behaviour off (loss, duplication, reordering,
         partitions, directory-crashes, host-crashes, route-flaps, actor-deaths,
         proxy-restarts, authority-outages, discovery-lag, revocations, spoofs,
@@ -109,6 +122,15 @@ enum Command {
         #[command(flatten)]
         overrides: OverrideArgs,
     },
+    /// Merge the JSON results of a sharded swarm (`swarm --results`) into one summary.
+    Merge {
+        /// The shards' results files.
+        #[arg(required = true)]
+        files: Vec<String>,
+        /// Fail (exit 70) when an expected coverage point was never reached.
+        #[arg(long)]
+        require_coverage: bool,
+    },
     /// Run a replay file (from `shrink`).
     Replay {
         /// The replay file.
@@ -145,8 +167,19 @@ struct SwarmArgs {
     #[arg(long, value_name = "J", value_parser = clap::value_parser!(u64).range(1..))]
     jobs: Option<u64>,
     /// Run only the seeds s with s % N == I, so N machines can split one range.
-    #[arg(long, value_name = "I/N", value_parser = shard)]
+    #[arg(long, value_name = "I/N", value_parser = shard, conflicts_with = "shard_from")]
     shard: Option<(u64, u64)>,
+    /// Take the shard from the batch system that started this process: `k8s` (an Indexed
+    /// Job's JOB_COMPLETION_INDEX, with --shard-count) or `slurm` (SLURM_ARRAY_TASK_ID and
+    /// SLURM_ARRAY_TASK_COUNT).
+    #[arg(long, value_name = "ENGINE")]
+    shard_from: Option<ShardSource>,
+    /// The number of shards, with --shard-from (required for k8s).
+    #[arg(long, value_name = "N", requires = "shard_from")]
+    shard_count: Option<u64>,
+    /// Write this shard's results as JSON to FILE (`dataplane-sim merge` combines them).
+    #[arg(long, value_name = "FILE")]
+    results: Option<String>,
     /// Run every seed twice and fail on any trace-hash difference.
     #[arg(long)]
     check_determinism: bool,
@@ -186,6 +219,9 @@ impl Default for SwarmArgs {
             seeds: (0, 256),
             jobs: None,
             shard: None,
+            shard_from: None,
+            shard_count: None,
+            results: None,
             check_determinism: false,
             require_coverage: false,
             quiet: false,
@@ -257,7 +293,9 @@ fn main() -> ExitCode {
             };
             // A tape file is named relative to the replay file.
             let tape = replay.tape.as_ref().map(|name| {
-                let base = std::path::Path::new(&file).parent().unwrap_or(std::path::Path::new(""));
+                let base = std::path::Path::new(&file)
+                    .parent()
+                    .unwrap_or(std::path::Path::new(""));
                 read_tape(&base.join(name).to_string_lossy())
             });
             let tape = match tape.transpose() {
@@ -272,6 +310,10 @@ fn main() -> ExitCode {
             run(&spec, output)
         }
         Some(Command::Swarm(args)) => swarm(args),
+        Some(Command::Merge {
+            files,
+            require_coverage,
+        }) => merge(&files, require_coverage),
     }
 }
 
@@ -533,30 +575,57 @@ fn append_failure(
 
 fn swarm(args: SwarmArgs) -> ExitCode {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let shard = match args.shard_from {
+        None => args.shard,
+        Some(source) => {
+            match shard_from_env(source, args.shard_count, &|name| std::env::var(name).ok()) {
+                Ok(shard) => Some(shard),
+                Err(e) => return fail(Exit::Usage, &e),
+            }
+        }
+    };
     let config = SwarmConfig {
         first: args.seeds.0,
         end: args.seeds.1,
         jobs: args
             .jobs
             .map_or(cores, |j| usize::try_from(j).unwrap_or(usize::MAX)),
-        shard: args.shard,
+        shard,
         check_determinism: args.check_determinism,
         // A progress bar only makes sense on a terminal.
         progress: !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
         overrides: args.overrides.into_overrides(),
     };
-    let report = run_swarm(&config);
-    for failure in &report.failures {
-        outln!("FAIL seed={}: {}", failure.seed, failure.message);
+    if let Some((index, count)) = shard {
         outln!(
-            "  replay: cargo run --release -p dataplane-sim -- run --seed {} --trace seed-{}.trace{}",
-            failure.seed,
-            failure.seed,
-            config.overrides.arguments()
+            "# shard {index}/{count} of seeds {}..{}",
+            config.first,
+            config.end
         );
+    }
+    let overrides = config.overrides.arguments();
+    // Failing seeds print as they fail, not at the end.
+    let report = run_swarm_reporting(&config, &|failure| {
+        outln!("FAIL seed={}: {}", failure.seed, failure.message);
+        outln!("  replay: {}", replay_command(failure.seed, &overrides));
+    });
+    if !report.failures.is_empty() {
+        let seeds: Vec<String> = report.failures.iter().map(|f| f.seed.to_string()).collect();
+        outln!("# failing seeds: {}", seeds.join(" "));
     }
     for line in &report.long_life {
         outln!("{line}");
+    }
+    if let Some(file) = &args.results {
+        let value = to_json(
+            &report,
+            (config.first, config.end),
+            shard.unwrap_or((0, 1)),
+            &overrides,
+        );
+        if let Err(e) = std::fs::write(file, format!("{value}\n")) {
+            return fail(Exit::LocalFile, &format!("cannot write {file}: {e}"));
+        }
     }
     let never = report.never_exercised();
     if !never.is_empty() {
@@ -572,6 +641,48 @@ fn swarm(args: SwarmArgs) -> ExitCode {
         return ExitCode::from(Exit::Software);
     }
     if report.failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(Exit::Software)
+    }
+}
+
+fn merge(files: &[String], require_coverage: bool) -> ExitCode {
+    let mut texts = Vec::new();
+    for file in files {
+        match std::fs::read_to_string(file) {
+            Ok(text) => texts.push((file.clone(), text)),
+            Err(e) => return fail(Exit::LocalFile, &format!("cannot read {file}: {e}")),
+        }
+    }
+    let merged = match merge_results(&texts) {
+        Ok(merged) => merged,
+        Err(e) => return fail(Exit::Usage, &e),
+    };
+    out!("{}", merged.summary());
+    let never = merged.never_exercised();
+    if !merged.missing.is_empty() {
+        return fail(
+            Exit::Software,
+            &format!(
+                "{} of {} shards have no results: {:?}",
+                merged.missing.len(),
+                merged.shards,
+                merged.missing
+            ),
+        );
+    }
+    if require_coverage && !never.is_empty() {
+        return fail(
+            Exit::Software,
+            &format!(
+                "--require-coverage: {} expected coverage point(s) never reached: {}",
+                never.len(),
+                never.join(" ")
+            ),
+        );
+    }
+    if merged.failures.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(Exit::Software)
