@@ -43,6 +43,9 @@ pub struct RunSpec {
     pub overrides: Overrides,
     /// The draws to replay, if not the seed's.
     pub tape: Option<Arc<Tape>>,
+    /// Stop after this many events without judging the rest (liveness is not checked): a
+    /// run stopped so passes.
+    pub event_limit: Option<u64>,
 }
 
 impl RunSpec {
@@ -59,7 +62,7 @@ impl RunSpec {
         RunSpec {
             seed,
             overrides: overrides.clone(),
-            tape: None,
+            ..RunSpec::default()
         }
     }
 
@@ -166,6 +169,9 @@ pub fn run_seed(seed: u64, keep_trace: bool) -> RunReport {
 fn drawn(spec: &RunSpec, record: bool) -> (Options, String) {
     let mut options = Options::draw_from(&spec.entropy(record));
     spec.overrides.apply(&mut options);
+    if let Some(limit) = spec.event_limit {
+        options.event_limit = limit;
+    }
     let mut described = options.describe();
     if !spec.overrides.is_empty() {
         described.push_str(&format!("# overrides:{}\n", spec.overrides.arguments()));

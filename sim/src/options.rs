@@ -215,6 +215,9 @@ pub struct Options {
     pub entropy: Entropy,
     /// The options stream's raw draws, when recording.
     pub options_draws: Vec<u64>,
+    /// Stop the run, unjudged, after this many events (the shrinker: a candidate that has not
+    /// failed within the best run's events is no smaller). `u64::MAX` normally.
+    pub event_limit: u64,
     /// Clients on each host node (2–5 nodes, 1–4 clients each).
     pub clients_per_host: Vec<u32>,
     /// The contended paths.
@@ -569,6 +572,7 @@ impl Options {
         Options {
             seed,
             options_draws: rng.take_record(),
+            event_limit: u64::MAX,
             entropy: entropy.clone(),
             clients_per_host,
             paths,

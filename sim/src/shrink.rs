@@ -180,7 +180,7 @@ struct Search<'a> {
     events: u64,
     runs: usize,
     stopped: bool,
-    run: &'a mut dyn FnMut(&Candidate) -> Option<Trial>,
+    run: &'a mut dyn FnMut(&Candidate, u64) -> Option<Trial>,
 }
 
 impl Search<'_> {
@@ -190,7 +190,9 @@ impl Search<'_> {
         if self.stopped {
             return false;
         }
-        let Some(trial) = (self.run)(&candidate) else {
+        // A candidate that has not failed within the best run's events is no smaller: stop
+        // it there (most candidates pass, and a passing run would otherwise run to its end).
+        let Some(trial) = (self.run)(&candidate, self.events) else {
             self.stopped = true;
             return false;
         };
@@ -243,6 +245,17 @@ impl Search<'_> {
     /// phase. Whether anything changed.
     fn options_pass(&mut self) -> bool {
         let mut changed = false;
+        // Every fault off at once first: many defects need none.
+        let on: Vec<FaultKind> = FaultKind::ALL
+            .iter()
+            .map(|(kind, _)| *kind)
+            .filter(|kind| !self.best.overrides.no_faults.contains(kind))
+            .collect();
+        if on.len() > 1 {
+            let mut candidate = self.best.clone();
+            candidate.overrides.no_faults.extend(on.iter().copied());
+            changed |= self.attempt(candidate);
+        }
         for (kind, _) in FaultKind::ALL {
             if self.best.overrides.no_faults.contains(&kind) {
                 continue;
@@ -344,21 +357,21 @@ impl Search<'_> {
     }
 }
 
-/// Shrinks `seed` (starting from `start`): `run` runs a candidate and says what it did
-/// (`None`: stop, the time is up). First the options (faults, world size, fault phase) on the
+/// Shrinks `seed` (starting from `start`): `run` runs a candidate, stopping it unjudged after
+/// the given number of events, and says what it did (`None`: stop, the time is up). First the options (faults, world size, fault phase) on the
 /// seed's own draws, then the decision tape of the smallest run so far, then the options
 /// again on that tape, each repeated until a pass changes nothing. Returns `None` if the
 /// starting run passes.
 pub fn shrink(
     seed: u64,
     start: &Overrides,
-    run: &mut dyn FnMut(&Candidate) -> Option<Trial>,
+    run: &mut dyn FnMut(&Candidate, u64) -> Option<Trial>,
 ) -> Option<Shrunk> {
     let first = Candidate {
         overrides: start.clone(),
         tape: None,
     };
-    let trial = run(&first)?;
+    let trial = run(&first, u64::MAX)?;
     let failure = trial.failure?;
     let mut search = Search {
         seed,
@@ -381,7 +394,7 @@ pub fn shrink(
         failure: Some(failure),
         events,
         tape: Some(tape),
-    }) = (search.run)(&from_seed)
+    }) = (search.run)(&from_seed, search.events)
         && check_of(&failure) == search.check
     {
         search.runs += 1;
@@ -468,7 +481,7 @@ mod tests {
                 o.host_crashes.is_some() && o.clients_per_host.len() >= 3
             })
             .expect("a seed with host crashes and three hosts");
-        let mut run = |c: &Candidate| {
+        let mut run = |c: &Candidate, _limit: u64| {
             let mut options = Options::draw(seed);
             c.overrides.apply(&mut options);
             let failure = if options.host_crashes.is_none() {
@@ -497,7 +510,7 @@ mod tests {
         assert_eq!(replay.tape, None);
         // A passing seed has nothing to shrink.
         assert_eq!(
-            shrink(seed, &Overrides::default(), &mut |_| Some(Trial::default())),
+            shrink(seed, &Overrides::default(), &mut |_, _| Some(Trial::default())),
             None
         );
     }
@@ -513,7 +526,7 @@ mod tests {
             (0..500).map(|_| rng.next_u64()).collect()
         };
         let faults: Vec<u64> = (0..300).map(|i| i * 7 + 1).collect();
-        let mut run = |c: &Candidate| {
+        let mut run = |c: &Candidate, _limit: u64| {
             let (work, fault) = match &c.tape {
                 Some(t) => (
                     t.stream(Stream::Workload).to_vec(),
@@ -549,9 +562,9 @@ mod tests {
         assert_eq!(shrunk.check, "model");
         // A runner out of time stops the shrink with what it has.
         let mut calls = 0;
-        let mut limited = |c: &Candidate| {
+        let mut limited = |c: &Candidate, limit: u64| {
             calls += 1;
-            (calls <= 3).then(|| run(c)).flatten()
+            (calls <= 3).then(|| run(c, limit)).flatten()
         };
         let stopped = shrink(seed, &Overrides::default(), &mut limited).expect("it fails");
         assert!(stopped.stopped);

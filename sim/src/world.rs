@@ -568,7 +568,7 @@ impl World {
             // defer to the rotation's drain, see `drained_by`).
             let end = event.kind == EventKind::End && self.now >= self.drained_by();
             self.handle(event.kind);
-            if end || self.checker.failed() {
+            if end || self.checker.failed() || self.stats.events >= self.options.event_limit {
                 break;
             }
         }

@@ -273,6 +273,7 @@ fn main() -> ExitCode {
                 seed,
                 overrides: overrides.into_overrides(),
                 tape,
+                event_limit: None,
             };
             run(&spec, output)
         }
@@ -306,6 +307,7 @@ fn main() -> ExitCode {
                 seed: replay.seed,
                 overrides: replay.overrides,
                 tape,
+                event_limit: None,
             };
             run(&spec, output)
         }
@@ -455,7 +457,7 @@ fn shrink(seed: u64, out: &str, start: &Overrides, time_limit: u64) -> ExitCode 
     };
     outln!("# shrinking seed {seed}: {original}");
     let limit = std::time::Duration::from_secs(time_limit);
-    let mut runner = |candidate: &Candidate| {
+    let mut runner = |candidate: &Candidate, event_limit: u64| {
         if started.elapsed() > limit {
             return None;
         }
@@ -463,6 +465,7 @@ fn shrink(seed: u64, out: &str, start: &Overrides, time_limit: u64) -> ExitCode 
             seed,
             overrides: candidate.overrides.clone(),
             tape: candidate.tape.clone(),
+            event_limit: Some(event_limit),
         };
         let report = run_spec(&spec, false, true);
         Some(Trial {
@@ -495,6 +498,7 @@ fn shrink(seed: u64, out: &str, start: &Overrides, time_limit: u64) -> ExitCode 
         seed,
         overrides: shrunk.best.overrides.clone(),
         tape: shrunk.best.tape.clone(),
+        event_limit: None,
     };
     let last = run_spec(&spec, true, false);
     let picture = format!("{out}.html");
