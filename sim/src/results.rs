@@ -442,11 +442,7 @@ mod tests {
             "other.json".to_owned(),
             b.1.replace("--no-fault loss", "--no-fault rot"),
         );
-        assert!(
-            merge(&[a, other])
-                .unwrap_err()
-                .contains("another swarm")
-        );
+        assert!(merge(&[a, other]).unwrap_err().contains("another swarm"));
         assert!(
             merge(&[("x".into(), "{".into())])
                 .unwrap_err()

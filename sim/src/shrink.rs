@@ -510,7 +510,9 @@ mod tests {
         assert_eq!(replay.tape, None);
         // A passing seed has nothing to shrink.
         assert_eq!(
-            shrink(seed, &Overrides::default(), &mut |_, _| Some(Trial::default())),
+            shrink(seed, &Overrides::default(), &mut |_, _| Some(
+                Trial::default()
+            )),
             None
         );
     }

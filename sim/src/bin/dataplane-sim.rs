@@ -50,7 +50,7 @@ use dataplane_sim::results::{
     ShardSource, merge as merge_results, replay_command, shard_from_env, to_json,
 };
 use dataplane_sim::rng::Tape;
-use dataplane_sim::shrink::{Candidate, Trial, parse_replay, shrink as shrink_seed};
+use dataplane_sim::shrink::{Candidate, Trial, check_of, parse_replay, shrink as shrink_seed};
 use dataplane_sim::swarm::{SwarmConfig, run_swarm_reporting};
 use dataplane_sim::trace::TraceFiles;
 use dataplane_sim::{RunSpec, run_spec, run_spec_traced};
@@ -501,6 +501,17 @@ fn shrink(seed: u64, out: &str, start: &Overrides, time_limit: u64) -> ExitCode 
         event_limit: None,
     };
     let last = run_spec(&spec, true, false);
+    // The replay file must reproduce what the shrinker saw (or the run is not deterministic).
+    let replayed = last.outcome.failure.as_deref().map(check_of);
+    if replayed.as_deref() != Some(shrunk.check.as_str()) {
+        return fail(
+            Exit::Software,
+            &format!(
+                "the shrunk run, run again, fails {replayed:?} instead of {}: run swarm --check-determinism",
+                shrunk.check
+            ),
+        );
+    }
     let picture = format!("{out}.html");
     if let Some(lines) = &last.trace {
         let title = format!("seed {seed}, shrunk: {}", shrunk.failure);
