@@ -66,6 +66,42 @@ pub struct Trace {
 }
 
 /// The event's variant name (the first word of its `Debug` rendering).
+/// The parts of a frame line (`deliver A -> B: call r3@A Lookup /x …`) a JSON reader filters
+/// on: sender, receiver, the message's kind and its request id.
+#[derive(Debug, PartialEq, Eq)]
+struct FrameFields<'a> {
+    from: &'a str,
+    to: &'a str,
+    message: &'a str,
+    request: Option<&'a str>,
+}
+
+fn frame_fields(line: &str) -> Option<FrameFields<'_>> {
+    let (verb, rest) = line.split_once(' ')?;
+    if !matches!(verb, "deliver" | "local" | "send") {
+        return None;
+    }
+    let (from, rest) = rest.split_once(" -> ")?;
+    let (to, body) = rest.split_once(": ")?;
+    let mut words = body.split_whitespace();
+    let first = words.next()?;
+    // `call r3@n1.1/500 Lookup …` and `reply r3@… Lookup …` carry a request id.
+    let (message, request) = match first {
+        "call" | "reply" => {
+            let request = words.next();
+            (words.next().unwrap_or(first), request)
+        }
+        "child" | "to-child" => (words.next().unwrap_or(first), None),
+        _ => (first, None),
+    };
+    Some(FrameFields {
+        from,
+        to,
+        message,
+        request,
+    })
+}
+
 fn kind_of<E: Debug>(event: &E) -> String {
     let debug = format!("{event:?}");
     let end = debug
@@ -119,13 +155,21 @@ impl Trace {
             let _ = writeln!(file, "{readable}");
         }
         if let Some(file) = &mut self.files.json {
-            let object = serde_json::json!({
+            let mut object = serde_json::json!({
                 "t_ns": at.as_nanos(),
                 "at": at.to_string(),
                 "seq": seq,
                 "kind": kind,
                 "text": line,
             });
+            if let Some(frame) = frame_fields(&line) {
+                object["from"] = frame.from.into();
+                object["to"] = frame.to.into();
+                object["message"] = frame.message.into();
+                if let Some(request) = frame.request {
+                    object["request"] = request.into();
+                }
+            }
             let _ = writeln!(file, "{object}");
         }
         if let Some(text) = &mut self.text {
@@ -325,5 +369,33 @@ pub fn describe(
             ..
         } => format!("Chunk {offset}+{} of {total}", bytes.as_slice().len()),
         M::ChunkRefused { reason } => format!("ChunkRefused {reason}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_lines_give_their_fields() {
+        assert_eq!(
+            frame_fields("deliver n2.1/501 -> n0.1/0: call r1@n2.1/501 OpenStream /b Sink"),
+            Some(FrameFields {
+                from: "n2.1/501",
+                to: "n0.1/0",
+                message: "OpenStream",
+                request: Some("r1@n2.1/501"),
+            })
+        );
+        assert_eq!(
+            frame_fields("local n1.1/100 -> n1.1/1099511627776: child Stat { op: 1 }")
+                .map(|f| f.message),
+            Some("Stat")
+        );
+        assert_eq!(
+            frame_fields("deliver n1.1/0 -> n0.1/0: AddressGone NodeBefore").map(|f| f.message),
+            Some("AddressGone")
+        );
+        assert_eq!(frame_fields("DirSync { boot: 1 }"), None);
     }
 }

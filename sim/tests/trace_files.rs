@@ -42,6 +42,11 @@ fn a_traced_run_streams_events_and_notes_as_text_and_json() {
         if object["seq"].is_u64() {
             events += 1;
         }
+        if kind == "Deliver" {
+            // A frame's parts are fields of their own.
+            assert!(object["from"].is_string() && object["to"].is_string(), "{line}");
+            assert!(object["message"].is_string(), "{line}");
+        }
         *kinds.entry(kind).or_default() += 1;
     }
     assert_eq!(
