@@ -27,6 +27,9 @@ pub struct SwarmConfig {
     pub progress: bool,
     /// Overrides applied to every seed's draw.
     pub overrides: Overrides,
+    /// Stop at the lowest failing seed: seeds above the lowest failure found so far are not
+    /// started (the seeds below it still run, so the lowest failing seed is exact).
+    pub first_failure: bool,
 }
 
 /// One failing seed.
@@ -171,6 +174,7 @@ pub fn run_swarm_reporting(
     let next = AtomicUsize::new(0);
     let done = AtomicU64::new(0);
     let failed = AtomicU64::new(0);
+    let lowest_failure = AtomicU64::new(u64::MAX);
     let results: Mutex<Vec<(RunReport, Option<String>)>> = Mutex::new(Vec::new());
     let total = seeds.len();
     std::thread::scope(|scope| {
@@ -179,10 +183,14 @@ pub fn run_swarm_reporting(
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&seed) = seeds.get(i) else { break };
+                    if config.first_failure && seed > lowest_failure.load(Ordering::Relaxed) {
+                        break;
+                    }
                     let (report, failure) =
                         check_one(seed, &config.overrides, config.check_determinism);
                     if let Some(message) = &failure {
                         failed.fetch_add(1, Ordering::Relaxed);
+                        lowest_failure.fetch_min(seed, Ordering::Relaxed);
                         if config.progress {
                             // Off the progress bar's line.
                             eprint!("\r\x1b[2K");
@@ -215,7 +223,7 @@ pub fn run_swarm_reporting(
     let mut results = results.into_inner().expect("workers finished");
     results.sort_by_key(|(r, _)| r.seed);
     let mut report = SwarmReport {
-        seeds: total as u64,
+        seeds: results.len() as u64,
         wall: started.elapsed(),
         ..SwarmReport::default()
     };

@@ -183,6 +183,10 @@ struct SwarmArgs {
     /// Run every seed twice and fail on any trace-hash difference.
     #[arg(long)]
     check_determinism: bool,
+    /// Stop at the lowest failing seed (seeds above it are not run; the summary counts the
+    /// seeds that ran).
+    #[arg(long)]
+    first_failure: bool,
     /// Fail (exit 70) when an expected coverage point was never reached.
     #[arg(long)]
     require_coverage: bool,
@@ -223,6 +227,7 @@ impl Default for SwarmArgs {
             shard_count: None,
             results: None,
             check_determinism: false,
+            first_failure: false,
             require_coverage: false,
             quiet: false,
             overrides: OverrideArgs::default(),
@@ -610,6 +615,7 @@ fn swarm(args: SwarmArgs) -> ExitCode {
         // A progress bar only makes sense on a terminal.
         progress: !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
         overrides: args.overrides.into_overrides(),
+        first_failure: args.first_failure,
     };
     if let Some((index, count)) = shard {
         outln!(
