@@ -135,6 +135,76 @@ fn an_idle_host_stops_ticking_and_an_input_starts_it_again() {
 }
 
 #[test]
+fn a_busy_host_sleeps_until_its_next_deadline() {
+    let config = HostConfig::new(NODE, 1, PROXY, 1 << 16);
+    let (tick, guard) = (config.tick, config.call_guard);
+    let mut mem = vec![0u8; 1 << 16];
+    let mut out = Outbox::new();
+    let start = Instant::ZERO.saturating_add(Duration::from_secs(100));
+    let mut host = Host::new(config, start, &mut out);
+    let first = armed(&mut out).0.expect("armed");
+    tick_until_idle(&mut host, &mut mem, first, true, 1_000);
+    let capability = Capability([7; 32]);
+    let session = host
+        .attach_new(
+            SessionConfig {
+                session_generation: 1,
+                capability,
+                job: job(),
+            },
+            CHILD,
+            1,
+            capability,
+            &mut out,
+        )
+        .unwrap();
+    out.take();
+    let later = start.saturating_add(Duration::from_secs(60));
+    let open = ChildRequest::OpenRead {
+        op: ChildOp(1),
+        path: "/data/x".into(),
+        expected_revision: None,
+    };
+    host.handle_message(
+        later,
+        CHILD,
+        session,
+        Message::FromChild(open),
+        &mut mem,
+        &mut out,
+    )
+    .unwrap();
+    // The input arms the tick within one period; that tick sees only the call's guard (and
+    // the horizon report a period after the input) ahead, and sleeps until the first of them
+    // instead of ticking every period.
+    let soon = armed(&mut out).0.expect("armed by the input");
+    assert_eq!(soon, later.saturating_add(tick));
+    host.handle_timer(soon, Timer::HostTick, &mut mem, &mut out)
+        .unwrap();
+    let next = armed(&mut out).0.expect("still timed");
+    assert!(
+        next > soon.saturating_add(tick),
+        "slept only one period: {next} after {soon}"
+    );
+    assert!(next <= later.saturating_add(guard), "{next} past the guard");
+    // An input while it sleeps brings the tick back within one period.
+    host.handle_message(
+        soon,
+        CHILD,
+        session,
+        Message::FromChild(ChildRequest::OpenRead {
+            op: ChildOp(2),
+            path: "/data/y".into(),
+            expected_revision: None,
+        }),
+        &mut mem,
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(armed(&mut out).0, Some(soon.saturating_add(tick)));
+}
+
+#[test]
 fn a_host_opens_at_most_its_session_bound() {
     let config = HostConfig::new(NODE, 1, PROXY, 1 << 16);
     let mut out = Outbox::new();

@@ -44,7 +44,10 @@ fn a_traced_run_streams_events_and_notes_as_text_and_json() {
         }
         if kind == "Deliver" {
             // A frame's parts are fields of their own.
-            assert!(object["from"].is_string() && object["to"].is_string(), "{line}");
+            assert!(
+                object["from"].is_string() && object["to"].is_string(),
+                "{line}"
+            );
             assert!(object["message"].is_string(), "{line}");
         }
         *kinds.entry(kind).or_default() += 1;

@@ -60,12 +60,19 @@ impl Host {
         self.horizon.actor == Some(actor)
     }
 
-    /// On the tick: declare the horizon if it rose, none is in flight and the period passed.
-    /// Whether a horizon report awaits its answer (its guard is timed by the tick).
-    pub(super) fn horizon_in_flight(&self) -> bool {
-        self.horizon.in_flight.is_some()
+    /// When the horizon call in flight is given up (its guard), if one is.
+    pub(super) fn horizon_guard_at(&self) -> Option<Instant> {
+        self.horizon
+            .in_flight
+            .map(|(_, _, sent_at)| sent_at.saturating_add(self.config.call_guard))
     }
 
+    /// When the next horizon report is due.
+    pub(super) fn horizon_next_at(&self) -> Instant {
+        self.horizon.next_at
+    }
+
+    /// On the tick: declare the horizon if it rose, none is in flight and the period passed.
     pub(super) fn report_horizon(&mut self, now: Instant, out: &mut Outbox) {
         let guard = self.config.call_guard;
         if let Some((_, _, sent_at)) = self.horizon.in_flight

@@ -357,7 +357,9 @@ pub struct Host {
     /// The tick runs only while there is timed work (a transfer, a queued open, a namespace
     /// call, a horizon report in flight) or for one horizon period after the last input, so
     /// an idle host arms no timer (issues 14 and 18); the next input arms it again.
-    tick_armed: bool,
+    /// When the tick is armed for, if it is (it sleeps until the next deadline and stops
+    /// when nothing is timed).
+    tick_at: Option<Instant>,
     /// When the last input other than the tick arrived.
     last_input: Instant,
 }
@@ -412,7 +414,7 @@ impl Host {
             next_handover_call: 1,
             horizon: horizon::Reporter::default(),
             now,
-            tick_armed: false,
+            tick_at: None,
             last_input: now,
         };
         let mut host = host;
@@ -421,26 +423,65 @@ impl Host {
     }
 
     fn arm_tick(&mut self, now: Instant, out: &mut Outbox) {
-        let at = now.saturating_add(self.config.tick);
-        self.tick_armed = true;
+        self.arm_tick_at(now.saturating_add(self.config.tick), out);
+    }
+
+    fn arm_tick_at(&mut self, at: Instant, out: &mut Outbox) {
+        self.tick_at = Some(at);
         out.push(Effect::SetTimer {
             timer: Timer::HostTick,
             at,
         });
     }
 
-    /// An input other than the tick arrived: it may have started timed work, so the tick
-    /// runs (again) if it had stopped.
+    /// An input other than the tick arrived: it may have started timed work (or made a
+    /// resend due now), so the tick runs within one tick period, whether it had stopped or
+    /// was sleeping until a later deadline. The tick then works out the next deadline itself.
     fn input_arrived(&mut self, now: Instant, out: &mut Outbox) {
         self.last_input = now;
-        if !self.tick_armed {
-            self.arm_tick(now, out);
+        let soon = now.saturating_add(self.config.tick);
+        if self.tick_at.is_none_or(|at| at > soon) {
+            self.arm_tick_at(soon, out);
         }
     }
 
     /// Whether the host has armed its tick (it stops when idle).
     pub fn tick_armed(&self) -> bool {
-        self.tick_armed
+        self.tick_at.is_some()
+    }
+
+    /// When the tick is armed for.
+    pub fn tick_at(&self) -> Option<Instant> {
+        self.tick_at
+    }
+
+    /// The earliest instant something timed falls due: an allocation's deadline, a
+    /// transfer's deadline or a chunk's timeout, a call's resend, the horizon call's guard,
+    /// the next horizon report while a horizon period has not passed since the last input.
+    /// `None`: nothing is timed (the host is idle).
+    fn next_deadline(&self, now: Instant) -> Option<Instant> {
+        let c = &self.config;
+        let mut next: Option<Instant> = None;
+        let mut due = |at: Instant| next = Some(next.map_or(at, |n| n.min(at)));
+        for b in self.bindings.values() {
+            if b.queued.is_some() {
+                due(b.queued_since.saturating_add(c.allocation_deadline));
+            } else if let Phase::Filling(t) = &b.phase {
+                due(t.started.saturating_add(c.transfer_deadline));
+                for (sent_at, _) in t.in_flight.values() {
+                    due(sent_at.saturating_add(c.chunk_timeout));
+                }
+            }
+            if let Some(call) = &b.call {
+                due(call.resend_at);
+            }
+        }
+        if let Some(at) = self.horizon_guard_at() {
+            due(at);
+        } else if now.saturating_since(self.last_input) < HORIZON_PERIOD.saturating_add(c.tick) {
+            due(self.horizon_next_at());
+        }
+        next
     }
 
     /// The address of host actor `actor`.
@@ -639,6 +680,7 @@ impl Host {
             return Err(InputError::UnexpectedTimer(timer));
         }
         self.now = now;
+        self.tick_at = None;
         // Only bindings with something timed: a published write at rest costs the tick
         // nothing but this filter (a host may hold hundreds of thousands of them).
         let actors: Vec<u64> = self
@@ -649,7 +691,6 @@ impl Host {
             })
             .map(|(actor, _)| *actor)
             .collect();
-        let timed = !actors.is_empty();
         for actor in actors {
             self.allocation_tick(now, actor, mem, out);
             self.transfer_tick(now, actor, mem, out);
@@ -663,14 +704,12 @@ impl Host {
             }
         }
         self.report_horizon(now, out);
-        // Idle once nothing is timed and a horizon period passed since the last input (the
-        // horizon report after the last completed operation has then been made).
-        let recent =
-            now.saturating_since(self.last_input) < HORIZON_PERIOD.saturating_add(self.config.tick);
-        if timed || self.horizon_in_flight() || recent {
-            self.arm_tick(now, out);
-        } else {
-            self.tick_armed = false;
+        // Sleep until the next deadline, at most once per tick period (a deadline is met
+        // within one period, as with a fixed tick); idle once nothing is timed and a horizon
+        // period passed since the last input (the horizon report after the last completed
+        // operation has then been made). An input re-arms it (`input_arrived`).
+        if let Some(at) = self.next_deadline(now) {
+            self.arm_tick_at(at.max(now.saturating_add(self.config.tick)), out);
         }
         Ok(())
     }
