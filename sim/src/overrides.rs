@@ -153,10 +153,16 @@ pub enum SetKey {
     WorkersMax,
     /// Contended paths (the first N of the draw).
     Paths,
+    /// The log size past which the directory compacts, in bytes.
+    CompactMinBytes,
+    /// Mean pause between two operations of a client, in milliseconds.
+    ThinkMs,
+    /// Mean pause between two operations of a worker (child), in milliseconds.
+    WorkerThinkMs,
 }
 
 impl SetKey {
-    const ALL: [(SetKey, &'static str); 12] = [
+    const ALL: [(SetKey, &'static str); 15] = [
         (SetKey::FaultPhaseMs, "fault_phase_ms"),
         (SetKey::DirectoryRetryMs, "directory_retry_ms"),
         (SetKey::RetryBatch, "retry_batch"),
@@ -169,6 +175,9 @@ impl SetKey {
         (SetKey::ClientsMax, "clients_max"),
         (SetKey::WorkersMax, "workers_max"),
         (SetKey::Paths, "paths"),
+        (SetKey::CompactMinBytes, "compact_min_bytes"),
+        (SetKey::ThinkMs, "think_ms"),
+        (SetKey::WorkerThinkMs, "worker_think_ms"),
     ];
 
     fn name(self) -> &'static str {
@@ -188,6 +197,8 @@ impl SetKey {
             SetKey::LossPpm | SetKey::DuplicationPpm | SetKey::ReorderingPpm => (0, 1_000_000),
             SetKey::Hosts | SetKey::Paths => (1, 64),
             SetKey::ClientsMax | SetKey::WorkersMax => (0, 64),
+            SetKey::CompactMinBytes => (512, 1 << 30),
+            SetKey::ThinkMs | SetKey::WorkerThinkMs => (0, 600_000),
         }
     }
 }
@@ -328,6 +339,9 @@ impl Overrides {
                     let paths = (value as usize).min(options.paths.len());
                     options.paths.truncate(paths);
                 }
+                SetKey::CompactMinBytes => options.disk.compact_min_bytes = value,
+                SetKey::ThinkMs => options.workload.think_mean = Duration::from_millis(value),
+                SetKey::WorkerThinkMs => options.host.think_mean = Duration::from_millis(value),
             }
         }
     }

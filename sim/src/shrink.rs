@@ -293,12 +293,40 @@ impl Search<'_> {
             }
             changed = true;
         }
+        // Sooner: a smaller compaction threshold (a defect of compaction needs fewer
+        // mutations to show) and shorter pauses between operations, halved while it fails.
+        for (key, floor) in [
+            (SetKey::CompactMinBytes, 512),
+            (SetKey::ThinkMs, 1),
+            (SetKey::WorkerThinkMs, 1),
+        ] {
+            loop {
+                let current = self.setting(key);
+                let half = (current / 2).max(floor);
+                if half >= current || !self.attempt(self.with_setting(key, half)) {
+                    break;
+                }
+                changed = true;
+            }
+        }
         changed
     }
 
+    /// The best run's value of `key` (of the settings the shrinker halves).
+    fn setting(&self, key: SetKey) -> u64 {
+        let options = options_of(self.seed, &self.best);
+        match key {
+            SetKey::CompactMinBytes => options.disk.compact_min_bytes,
+            SetKey::ThinkMs => options.workload.think_mean.as_nanos() / 1_000_000,
+            SetKey::WorkerThinkMs => options.host.think_mean.as_nanos() / 1_000_000,
+            _ => 0,
+        }
+    }
+
     /// One pass over the tape, stream by stream: cut it short (binary search on the shortest
-    /// prefix that still fails), then delete and then zero stretches of it, from halves down
-    /// to sixty-fourths. Whether anything changed.
+    /// prefix that still fails), then delete, zero or halve stretches of it, from halves down
+    /// to sixty-fourths (halving the raw draws makes delays shorter and picks earlier
+    /// choices). Whether anything changed.
     fn tape_pass(&mut self) -> bool {
         let mut changed = false;
         for stream in TAPE_STREAMS {
@@ -340,9 +368,17 @@ impl Search<'_> {
                         continue;
                     }
                     if values[start..end].iter().any(|&v| v != 0) {
-                        let mut zeroed = values;
+                        let mut zeroed = values.clone();
                         zeroed[start..end].fill(0);
-                        changed |= self.attempt(self.with_stream(stream, zeroed));
+                        if self.attempt(self.with_stream(stream, zeroed)) {
+                            changed = true;
+                        } else {
+                            let mut halved = values;
+                            for v in &mut halved[start..end] {
+                                *v >>= 1;
+                            }
+                            changed |= self.attempt(self.with_stream(stream, halved));
+                        }
                     }
                     start = end;
                 }
@@ -427,14 +463,20 @@ fn with_setting(overrides: &Overrides, key: SetKey, value: u64) -> Overrides {
     candidate
 }
 
-/// The run's hosts, most clients and workers on a host, paths, and fault phase (ms).
-fn sizes(seed: u64, candidate: &Candidate) -> (u64, u64, u64, u64, u64) {
+/// The options `candidate` runs with.
+fn options_of(seed: u64, candidate: &Candidate) -> Options {
     let mut options = Options::draw_from(&Entropy {
         seed,
         tape: candidate.tape.clone(),
         record: false,
     });
     candidate.overrides.apply(&mut options);
+    options
+}
+
+/// The run's hosts, most clients and workers on a host, paths, and fault phase (ms).
+fn sizes(seed: u64, candidate: &Candidate) -> (u64, u64, u64, u64, u64) {
+    let options = options_of(seed, candidate);
     let max = |v: &[u32]| u64::from(v.iter().copied().max().unwrap_or(0));
     (
         options.clients_per_host.len() as u64,
