@@ -294,19 +294,21 @@ impl Search<'_> {
             changed = true;
         }
         // Sooner: a smaller compaction threshold (a defect of compaction needs fewer
-        // mutations to show) and shorter pauses between operations, halved while it fails.
+        // mutations to show) and shorter pauses between operations: the smallest of floor,
+        // 2 × floor, 4 × floor… below the current value that still fails.
         for (key, floor) in [
             (SetKey::CompactMinBytes, 512),
             (SetKey::ThinkMs, 1),
             (SetKey::WorkerThinkMs, 1),
         ] {
-            loop {
-                let current = self.setting(key);
-                let half = (current / 2).max(floor);
-                if half >= current || !self.attempt(self.with_setting(key, half)) {
+            let current = self.setting(key);
+            let mut value = floor;
+            while value < current {
+                if self.attempt(self.with_setting(key, value)) {
+                    changed = true;
                     break;
                 }
-                changed = true;
+                value = value.saturating_mul(2);
             }
         }
         changed
