@@ -301,7 +301,25 @@ impl ChildSession {
     }
 
     fn send(&mut self, request: &ChildRequest) -> Result<(), ChildError> {
-        write_frame(&mut self.stream, request).map_err(protocol)
+        match write_frame(&mut self.stream, request) {
+            Ok(()) => Ok(()),
+            Err(crate::frame::FrameError::Io(e))
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                // The host closed the connection. If it said why first (the supervisor
+                // revoked this session), say that; otherwise the host is gone.
+                while let Ok(Some((event, _))) = self.inbox.next_frame::<ChildEvent>() {
+                    if matches!(event, ChildEvent::Revoked | ChildEvent::Closed) {
+                        return Err(ChildError::Revoked);
+                    }
+                }
+                Err(ChildError::Disconnected)
+            }
+            Err(e) => Err(protocol(e)),
+        }
     }
 
     fn next_event(&mut self) -> Result<(ChildEvent, Option<OwnedFd>), ChildError> {

@@ -59,7 +59,7 @@ use dataplane_core::admission::{
 use dataplane_core::agent::{Agent, AgentConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::error::AttachmentFailure;
-use dataplane_core::host::{Host, HostConfig, Phase, SessionConfig};
+use dataplane_core::host::{Host, HostConfig, Phase, SessionConfig, SessionState};
 use dataplane_core::ids::{Address, NodeId};
 use dataplane_core::limits::{FRAME_BYTES_MAX, HOST_SESSIONS_MAX, PROXY_PENDING_MAX};
 use dataplane_core::path::{DataPath, JobContext};
@@ -70,6 +70,10 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, error, info, warn};
 
 use crate::arena::SharedArena;
+use crate::control::{
+    CONTROL_CONNECTIONS_MAX, CONTROL_FRAME_BYTES_MAX, CONTROL_VERSION, ControlCommand,
+    ControlReply, ControlRequest, SessionInfo, control_path,
+};
 use crate::driver::Clock;
 use crate::metrics::{GaugeClock, HostMetrics, Refusal, gauge_value};
 use crate::net::{
@@ -105,6 +109,13 @@ const AGENT_PERIOD: Duration = Duration::from_secs(1);
 /// The longest the driver waits for an event (the metrics' gauges are read this often at
 /// least).
 const IDLE_WAIT: StdDuration = StdDuration::from_secs(1);
+/// A control connection's bounds: small requests, room for the longest session list.
+const CONTROL_LIMITS: Limits = Limits {
+    frame_bytes: CONTROL_FRAME_BYTES_MAX,
+    queue_bytes: 4 << 20,
+    overflow: Overflow::Close,
+    pace: false,
+};
 /// A child connection's bounds once it attached: requests are small (paths of at most 4 KiB),
 /// and a child that does not read its events is closed rather than left without answers.
 const CHILD_LIMITS: Limits = Limits {
@@ -317,6 +328,9 @@ struct HostNode {
     net: Reactor,
     peer_listener: ListenerId,
     child_listener: ListenerId,
+    /// The control socket (`<socket>.ctl`) and its open connections.
+    control_listener: ListenerId,
+    controls: BTreeSet<ConnId>,
     peer_admission: Admission,
     child_admission: Admission,
     outbox: Outbox,
@@ -368,8 +382,14 @@ fn connect(address: &str, timeout: StdDuration) -> std::io::Result<TcpStream> {
     Err(last)
 }
 
-/// What [`claim_socket`] makes: the held lock, the bound socket and the capability.
-type Claimed = (fs::File, std::os::unix::net::UnixListener, Capability);
+/// What [`claim_socket`] makes: the held lock, the bound child socket, the bound control
+/// socket and the capability.
+type Claimed = (
+    fs::File,
+    std::os::unix::net::UnixListener,
+    std::os::unix::net::UnixListener,
+    Capability,
+);
 
 /// Takes `<socket>.lock`, then makes the socket and the capability file. Nothing is touched
 /// unless the lock is ours.
@@ -403,6 +423,12 @@ fn claim_socket(options: &HostOptions) -> Result<Claimed, HostError> {
         (0o600, 0o600)
     };
     let listener = crate::sys::bind_unix(socket, socket_mode).map_err(|e| err(socket, &e))?;
+    // The control socket is the host's user's alone, whatever the child socket's group.
+    let control = control_path(socket);
+    if crate::sys::is_socket(&control) {
+        fs::remove_file(&control).map_err(|e| err(&control, &e))?;
+    }
+    let control_listener = crate::sys::bind_unix(&control, 0o600).map_err(|e| err(&control, &e))?;
     let capability = Capability(random_bytes::<32>()?);
     let cap_path = capability_path(socket);
     let _ = fs::remove_file(&cap_path);
@@ -418,14 +444,14 @@ fn claim_socket(options: &HostOptions) -> Result<Claimed, HostError> {
             crate::sys::chown_group(path, gid).map_err(|e| err(path, &e))?;
         }
     }
-    Ok((lock, listener, capability))
+    Ok((lock, listener, control_listener, capability))
 }
 
 /// Runs a host node. Returns only on a setup failure or when the directory refuses this host.
 pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     let err = |what: &str, e: &dyn fmt::Display| HostError::Setup(format!("{what}: {e}"));
     // The socket first: a second host on it must change nothing, not even make an arena.
-    let (lock, children, capability) = claim_socket(&options)?;
+    let (lock, children, control, capability) = claim_socket(&options)?;
     let arena = match &options.arena_file {
         Some(path) => SharedArena::create_file(path, options.arena_size),
         None => SharedArena::create("dataplane-arena", options.arena_size),
@@ -442,6 +468,9 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     let child_listener = net
         .listen_unix(children, Limits::pending())
         .map_err(|e| err(&options.socket.display().to_string(), &e))?;
+    let control_listener = net
+        .listen_unix(control, CONTROL_LIMITS)
+        .map_err(|e| err(&control_path(&options.socket).display().to_string(), &e))?;
     let metrics = match &options.metrics_listen {
         Some(listen) => {
             let metrics = HostMetrics::new();
@@ -580,6 +609,8 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         net,
         peer_listener,
         child_listener,
+        control_listener,
+        controls: BTreeSet::new(),
         peer_admission: Admission::new(ADMISSION_DEADLINE, PENDING_CONNECTIONS_MAX, PEERS_MAX),
         child_admission: Admission::new(
             ADMISSION_DEADLINE,
@@ -1051,6 +1082,8 @@ impl HostNode {
                     self.directory_frame(conn, &payload);
                 } else if self.children.contains_key(&conn) {
                     self.child_frame(conn, &payload);
+                } else if self.controls.contains(&conn) {
+                    self.control_frame(conn, &payload);
                 } else if self.peer_conns.contains_key(&conn) {
                     self.peer_frame(conn, &payload);
                 }
@@ -1078,6 +1111,17 @@ impl HostNode {
                 self.children.remove(&oldest);
             }
             self.children.insert(conn, ChildConn::Pending);
+        } else if listener == self.control_listener {
+            if self.controls.len() >= CONTROL_CONNECTIONS_MAX {
+                warn!(
+                    conn,
+                    "control connection closed: {CONTROL_CONNECTIONS_MAX} are open already"
+                );
+                self.net.close(conn);
+            } else {
+                debug!(conn, "control connection accepted");
+                self.controls.insert(conn);
+            }
         } else if listener == self.peer_listener {
             debug!(conn, remote = %self.net.remote(conn), "host connection accepted");
             if let Accepted::PendingEvicting(oldest) = self.peer_admission.accepted(now, conn) {
@@ -1179,6 +1223,9 @@ impl HostNode {
                 }
                 self.discovered(None);
             }
+            return;
+        }
+        if self.controls.remove(&conn) {
             return;
         }
         if let Some(child) = self.children.remove(&conn) {
@@ -1417,6 +1464,77 @@ impl HostNode {
         self.net.close_after_flush(conn);
         self.peer_admission.closed(conn);
         self.peer_conns.remove(&conn);
+    }
+
+    /// One request on the control socket: answered at once, in order.
+    fn control_frame(&mut self, conn: ConnId, payload: &[u8]) {
+        let request = match decode_value::<ControlRequest>(payload, CONTROL_FRAME_BYTES_MAX) {
+            Ok(request) if request.version == CONTROL_VERSION => request,
+            Ok(request) => {
+                let reason = format!(
+                    "control protocol version {} (this host speaks {CONTROL_VERSION})",
+                    request.version
+                );
+                warn!(conn, %reason, "control request refused");
+                self.net.send(conn, ControlReply::Refused(reason));
+                self.net.close_after_flush(conn);
+                return;
+            }
+            Err(e) => {
+                warn!(conn, error = %e, "control request refused: not a request");
+                self.net.send(
+                    conn,
+                    ControlReply::Refused(format!("not a control request: {e}")),
+                );
+                self.net.close_after_flush(conn);
+                return;
+            }
+        };
+        let reply = match request.command {
+            ControlCommand::Sessions => ControlReply::Sessions(
+                self.machine
+                    .sessions()
+                    .map(|(_, s)| SessionInfo {
+                        session: s.address,
+                        child: s.child,
+                        state: match s.state {
+                            SessionState::AwaitingAttachment => "awaiting-attachment",
+                            SessionState::Running => "running",
+                            SessionState::Closing => "closing",
+                            SessionState::Closed => "closed",
+                        }
+                        .to_owned(),
+                        bindings: s.ops.len() as u64,
+                        published: s.published.len() as u64,
+                    })
+                    .collect(),
+            ),
+            ControlCommand::ArenaStats => ControlReply::ArenaStats(self.machine.arena_stats()),
+            ControlCommand::Revoke { session } => {
+                let now = self.clock.now();
+                let child = self
+                    .machine
+                    .sessions()
+                    .find(|(_, s)| s.address == session)
+                    .and_then(|(_, s)| s.child);
+                if self
+                    .machine
+                    .revoke_session(now, session, &mut self.arena, &mut self.outbox)
+                {
+                    info!(%session, child = ?child.map(|c| c.to_string()), "session revoked by the operator");
+                    // The child hears `Revoked` first (routed now), then its connection ends:
+                    // a revoked child can do nothing more (its views are gone, Q24).
+                    self.host_effects();
+                    if let Some(conn) = child.and_then(|c| self.child_by_address.get(&c).copied()) {
+                        self.net.close_after_flush(conn);
+                    }
+                    ControlReply::Revoked
+                } else {
+                    ControlReply::NoSuchSession
+                }
+            }
+        };
+        self.net.send(conn, reply);
     }
 
     fn child_frame(&mut self, conn: ConnId, payload: &[u8]) {

@@ -34,6 +34,7 @@
 pub mod alloc;
 pub mod arena;
 pub mod child;
+pub mod control;
 pub mod dirnode;
 pub mod driver;
 pub mod frame;

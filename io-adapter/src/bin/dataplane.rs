@@ -18,6 +18,7 @@ use dataplane_core::error::{BlobFailure, DataPlaneError};
 use dataplane_core::path::{DataPath, PathError};
 use dataplane_core::wire::EntryKind;
 use dataplane_io::child::{ChildError, ChildSession};
+use dataplane_io::control::{ControlError, HostControl, parse_session};
 
 /// The socket when neither `--socket` nor `$DATAPLANE_SOCKET` names one.
 const DEFAULT_SOCKET: &str = "/tmp/dataplane.sock";
@@ -86,6 +87,16 @@ enum Command {
         /// The data path.
         path: OsString,
     },
+    /// List the host's live sessions (its control socket, SOCKET.ctl: the host's user only).
+    Sessions,
+    /// Revoke a session (as `sessions` prints it, e.g. n1.1/1099511627777): its child is told
+    /// and disconnected, its operations end, the blobs it published stay.
+    Revoke {
+        /// The session's address.
+        session: String,
+    },
+    /// Print one consistent sample of the host's arena.
+    Arena,
 }
 
 /// A failure: its exit status and its one-line message.
@@ -187,8 +198,55 @@ fn data_path(arg: &OsStr) -> Result<&str, Failure> {
     Ok(path)
 }
 
+/// The failure of a control request.
+fn control(error: ControlError) -> Failure {
+    let code = match &error {
+        ControlError::Connect(..) | ControlError::Closed => Exit::Unavailable,
+        ControlError::NoSuchSession(_) => Exit::NotFound,
+        ControlError::Frame(_) | ControlError::Refused(_) | ControlError::Unexpected(_) => {
+            Exit::Software
+        }
+    };
+    (code, error.to_string())
+}
+
 fn run(socket: &Path, command: Command) -> Result<(), Failure> {
     match command {
+        Command::Sessions => {
+            let sessions = HostControl::connect(socket)
+                .and_then(|mut c| c.sessions())
+                .map_err(control)?;
+            for s in &sessions {
+                println!(
+                    "{} child={} state={} operations={} published={}",
+                    s.session,
+                    s.child.map_or_else(|| "-".to_owned(), |c| c.to_string()),
+                    s.state,
+                    s.bindings,
+                    s.published
+                );
+            }
+            eprintln!("{} live session(s)", sessions.len());
+            Ok(())
+        }
+        Command::Revoke { session } => {
+            let address = parse_session(&session).map_err(|e| (Exit::Invalid, e))?;
+            HostControl::connect(socket)
+                .and_then(|mut c| c.revoke(address))
+                .map_err(control)?;
+            eprintln!("{address}: revoked");
+            Ok(())
+        }
+        Command::Arena => {
+            let s = HostControl::connect(socket)
+                .and_then(|mut c| c.arena_stats())
+                .map_err(control)?;
+            println!(
+                "size={} used={} free={} largest_free={} leases={} queued={} refused={}",
+                s.size, s.used_bytes, s.free_bytes, s.largest_free, s.leases, s.queued, s.refused
+            );
+            Ok(())
+        }
         Command::Put { path, file } => {
             let path = data_path(&path)?;
             let mut session = connect(socket)?;

@@ -3,6 +3,7 @@
 
 mod cluster;
 mod cluster_key;
+mod control;
 mod garbage;
 mod hostile;
 mod kill_directory;

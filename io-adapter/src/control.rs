@@ -1,0 +1,241 @@
+//! The host's control socket (issue 17): what the program or the operator that runs a host
+//! can ask it, and the client that asks.
+//!
+//! A host serves `<socket>.ctl` next to its child socket, mode 0600 whatever the umask and
+//! `--socket-group`: only the host's own user (the operator, or the supervisor that started
+//! it) may connect; children, who may share a group with the child socket, may not. Each
+//! connection sends [`ControlRequest`] frames (postcard, the same framing as the child socket)
+//! and gets one [`ControlReply`] per request, in order:
+//!
+//! - [`ControlCommand::Sessions`]: the live sessions, their children and how many bindings
+//!   each still tracks.
+//! - [`ControlCommand::Revoke`]: end a session. Its child is told `Revoked`; every binding ends
+//!   as for a dying child (reads and unpublished writes let go, the child's connection is
+//!   closed once the event is out); its leases are reclaimed when no view of them is left;
+//!   the blobs it published stay.
+//! - [`ControlCommand::ArenaStats`]: one consistent sample of the arena.
+//!
+//! [`HostControl`] is the blocking client; `dataplane sessions`, `dataplane revoke SESSION` and
+//! `dataplane arena` use it.
+
+use std::fmt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration as StdDuration;
+
+use dataplane_core::arena::ArenaStats;
+use dataplane_core::ids::Address;
+use serde::{Deserialize, Serialize};
+
+use crate::frame::{FrameError, FrameReader, write_frame};
+use crate::net::Outgoing;
+
+/// The control protocol's version; a request of another version is answered
+/// [`ControlReply::Refused`].
+pub const CONTROL_VERSION: u16 = 1;
+/// The most control connections a host keeps open at once (a further one is closed at once).
+pub const CONTROL_CONNECTIONS_MAX: usize = 8;
+/// The largest control request frame, in bytes.
+pub const CONTROL_FRAME_BYTES_MAX: usize = 4 * 1024;
+/// How long the client waits for an answer.
+const CONTROL_TIMEOUT: StdDuration = StdDuration::from_secs(10);
+
+/// The control socket next to a host's child socket.
+pub fn control_path(socket: &Path) -> PathBuf {
+    let mut name = socket.as_os_str().to_owned();
+    name.push(".ctl");
+    PathBuf::from(name)
+}
+
+/// One request on the control socket.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlRequest {
+    /// [`CONTROL_VERSION`].
+    pub version: u16,
+    /// What to do.
+    pub command: ControlCommand,
+}
+
+/// What a control request asks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ControlCommand {
+    /// List the live sessions.
+    Sessions,
+    /// Revoke the session at this address.
+    Revoke {
+        /// The session (as [`SessionInfo::session`] names it).
+        session: Address,
+    },
+    /// Sample the arena.
+    ArenaStats,
+}
+
+/// One live session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    /// The session's address.
+    pub session: Address,
+    /// The attached child, if one is.
+    pub child: Option<Address>,
+    /// `awaiting-attachment`, `running` or `closing`.
+    pub state: String,
+    /// Operations the session still tracks.
+    pub bindings: u64,
+    /// Writes it published that it may still release.
+    pub published: u64,
+}
+
+/// The answer to one control request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ControlReply {
+    /// The live sessions.
+    Sessions(Vec<SessionInfo>),
+    /// The session was revoked.
+    Revoked,
+    /// No live session has that address (never was, or already ended).
+    NoSuchSession,
+    /// The arena's sample.
+    ArenaStats(ArenaStats),
+    /// The request was not understood (a bad frame or another version); the host closes.
+    Refused(String),
+}
+
+impl Outgoing for ControlReply {}
+
+/// Why a control request failed.
+#[derive(Debug)]
+pub enum ControlError {
+    /// The control socket could not be reached (no host, or not this user's).
+    Connect(PathBuf, std::io::Error),
+    /// The connection failed or the host answered nonsense.
+    Frame(FrameError),
+    /// The host closed the connection without an answer.
+    Closed,
+    /// The host refused the request.
+    Refused(String),
+    /// No live session has that address.
+    NoSuchSession(Address),
+    /// The host answered something that does not answer the request.
+    Unexpected(&'static str),
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ControlError::Connect(path, e) => {
+                write!(
+                    f,
+                    "cannot reach the host's control socket {}: {e}",
+                    path.display()
+                )
+            }
+            ControlError::Frame(e) => write!(f, "the control connection failed: {e}"),
+            ControlError::Closed => f.write_str("the host closed the control connection"),
+            ControlError::Refused(reason) => write!(f, "the host refused: {reason}"),
+            ControlError::NoSuchSession(session) => write!(f, "no live session {session}"),
+            ControlError::Unexpected(what) => write!(f, "the host answered {what}"),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {}
+
+impl From<FrameError> for ControlError {
+    fn from(e: FrameError) -> Self {
+        ControlError::Frame(e)
+    }
+}
+
+/// A blocking client of a host's control socket.
+#[derive(Debug)]
+pub struct HostControl {
+    reader: FrameReader<UnixStream>,
+}
+
+impl HostControl {
+    /// Connects to the control socket of the host serving `socket` (its child socket).
+    pub fn connect(socket: &Path) -> Result<HostControl, ControlError> {
+        let path = control_path(socket);
+        let stream = UnixStream::connect(&path).map_err(|e| ControlError::Connect(path, e))?;
+        let _ = stream.set_read_timeout(Some(CONTROL_TIMEOUT));
+        let _ = stream.set_write_timeout(Some(CONTROL_TIMEOUT));
+        Ok(HostControl {
+            reader: FrameReader::new(stream),
+        })
+    }
+
+    fn ask(&mut self, command: ControlCommand) -> Result<ControlReply, ControlError> {
+        let request = ControlRequest {
+            version: CONTROL_VERSION,
+            command,
+        };
+        let mut stream = self.reader.get_ref();
+        write_frame(&mut stream, &request)?;
+        match self.reader.read_frame::<ControlReply>()? {
+            None => Err(ControlError::Closed),
+            Some(ControlReply::Refused(reason)) => Err(ControlError::Refused(reason)),
+            Some(reply) => Ok(reply),
+        }
+    }
+
+    /// The live sessions.
+    pub fn sessions(&mut self) -> Result<Vec<SessionInfo>, ControlError> {
+        match self.ask(ControlCommand::Sessions)? {
+            ControlReply::Sessions(sessions) => Ok(sessions),
+            _ => Err(ControlError::Unexpected("something else than the sessions")),
+        }
+    }
+
+    /// Revokes `session`: its child is told, its bindings end, its published blobs stay.
+    pub fn revoke(&mut self, session: Address) -> Result<(), ControlError> {
+        match self.ask(ControlCommand::Revoke { session })? {
+            ControlReply::Revoked => Ok(()),
+            ControlReply::NoSuchSession => Err(ControlError::NoSuchSession(session)),
+            _ => Err(ControlError::Unexpected("something else than a revocation")),
+        }
+    }
+
+    /// One consistent sample of the arena.
+    pub fn arena_stats(&mut self) -> Result<ArenaStats, ControlError> {
+        match self.ask(ControlCommand::ArenaStats)? {
+            ControlReply::ArenaStats(stats) => Ok(stats),
+            _ => Err(ControlError::Unexpected(
+                "something else than arena statistics",
+            )),
+        }
+    }
+}
+
+/// Parses a session address as `dataplane sessions` prints it: `n<node>.<incarnation>/<actor>`
+/// (the `n` may be left out).
+pub fn parse_session(text: &str) -> Result<Address, String> {
+    let bad = || format!("{text:?} is not a session address (n<node>.<incarnation>/<actor>)");
+    let rest = text.strip_prefix('n').unwrap_or(text);
+    let (node, rest) = rest.split_once('.').ok_or_else(bad)?;
+    let (incarnation, actor) = rest.split_once('/').ok_or_else(bad)?;
+    let number = |s: &str| s.parse::<u64>().map_err(|_| bad());
+    Ok(Address::new(
+        dataplane_core::ids::NodeId(number(node)?),
+        number(incarnation)?,
+        number(actor)?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_addresses_parse_as_printed() {
+        let session = Address::new(dataplane_core::ids::NodeId(3), 2, 1 << 40);
+        assert_eq!(parse_session(&session.to_string()), Ok(session));
+        assert_eq!(parse_session("3.2/1099511627776"), Ok(session));
+        for bad in ["", "n3", "n3.2", "n3.x/1", "n3.2/-1", "n3.2/1/2"] {
+            assert!(parse_session(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            control_path(Path::new("/tmp/dp-a.sock")),
+            PathBuf::from("/tmp/dp-a.sock.ctl")
+        );
+    }
+}
