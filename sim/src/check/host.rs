@@ -32,6 +32,9 @@ pub struct HostChecker {
     last_call: BTreeMap<Address, (Address, DirectoryRequest)>,
     /// When each host's declarer (its horizon actor) last declared operations done.
     declared_at: BTreeMap<Address, Instant>,
+    /// The allocations each host machine (by its first actor's address) had refused when last
+    /// sampled: the count never goes down.
+    refused: BTreeMap<Address, u64>,
 }
 
 /// The sources `dir` binds that live on `host`'s current incarnation.
@@ -180,6 +183,59 @@ impl HostChecker {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Issue 17: the arena's statistics are what the host's leases make them. Restated from
+    /// the bindings (every lease belongs to one binding, and nothing else holds one): the
+    /// leases and queued requests are counted, the bytes used are the leases' footprints
+    /// (header plus payload, rounded up to the alignment), the free bytes are the rest, and the
+    /// largest free range is the largest gap between the leases sorted by offset. Refusals only
+    /// grow.
+    pub fn arena_accounted(&mut self, machine: &Host) -> Result<(), String> {
+        use dataplane_core::arena::{BLOB_ALIGNMENT, BLOB_HEADER_BYTES};
+        let stats = machine.arena_stats();
+        let footprint = |length: u64| (BLOB_HEADER_BYTES + length).div_ceil(BLOB_ALIGNMENT) * BLOB_ALIGNMENT;
+        let mut leases: Vec<(u64, u64)> = machine
+            .bindings()
+            .filter_map(|(_, b)| b.lease.as_ref())
+            .map(|slot| (slot.lease.offset, footprint(slot.lease.length)))
+            .collect();
+        leases.sort_unstable();
+        let queued = machine.bindings().filter(|(_, b)| b.queued.is_some()).count() as u64;
+        let (mut at, mut largest, mut used) = (0u64, 0u64, 0u64);
+        for &(offset, bytes) in &leases {
+            if offset < at {
+                return Err(format!(
+                    "arena: the lease at {offset} overlaps the one ending at {at}"
+                ));
+            }
+            largest = largest.max(offset - at);
+            at = offset + bytes;
+            used += bytes;
+        }
+        largest = largest.max(stats.size.saturating_sub(at));
+        let expected = (leases.len() as u64, used, stats.size.saturating_sub(used), largest, queued);
+        let reported = (
+            stats.leases,
+            stats.used_bytes,
+            stats.free_bytes,
+            stats.largest_free,
+            stats.queued,
+        );
+        if reported != expected {
+            return Err(format!(
+                "arena statistics (leases, used, free, largest free, queued) are {reported:?}, but the host's leases make {expected:?}"
+            ));
+        }
+        let last = self.refused.entry(machine.address(0)).or_insert(0);
+        if stats.refused < *last {
+            return Err(format!(
+                "arena statistics: refused allocations went down from {last} to {}",
+                stats.refused
+            ));
+        }
+        *last = stats.refused;
         Ok(())
     }
 

@@ -390,6 +390,9 @@ impl Checker {
         if result.is_ok() {
             result = self.hosts.transfers_bounded(now, machine);
         }
+        if result.is_ok() {
+            result = self.hosts.arena_accounted(machine);
+        }
         if let (Ok(()), Some(dir)) = (&result, dir) {
             result = self.hosts.sources_backed(dir, std::slice::from_ref(host));
         }
