@@ -345,8 +345,6 @@ impl Host {
         self.try_finish(actor, mem, out);
     }
 
-    /// Close (SPEC §7.2, H4): the child is gone; every tracked binding ends. Writes that are
-    /// publishing keep going until their outcome is known; published writes stay.
     /// The supervisor revokes session `session` (issue 17): the child is told `Revoked`, then
     /// the session closes as if the child had died (Q24: its views are gone; published writes
     /// stay). Nothing happens to a session that is closing already or unknown. Returns whether
@@ -378,6 +376,8 @@ impl Host {
         true
     }
 
+    /// Close (SPEC §7.2, H4): the child is gone; every tracked binding ends. Writes that are
+    /// publishing keep going until their outcome is known; published writes stay.
     fn close(&mut self, session: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
         let Some(s) = self.sessions.get_mut(&session) else {
             return;
