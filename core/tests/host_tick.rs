@@ -78,6 +78,34 @@ fn job() -> JobContext {
     JobContext::new("r1", vec![data.clone()], vec![data]).unwrap()
 }
 
+/// A child attaches and, at `at`, asks to read `/data/x` (a namespace call goes out); returns
+/// its session.
+fn attach_and_read(host: &mut Host, mem: &mut Vec<u8>, at: Instant, out: &mut Outbox) -> Address {
+    let capability = Capability([7; 32]);
+    let session = host
+        .attach_new(
+            SessionConfig {
+                session_generation: 1,
+                capability,
+                job: job(),
+            },
+            CHILD,
+            1,
+            capability,
+            out,
+        )
+        .unwrap();
+    out.take();
+    let open = ChildRequest::OpenRead {
+        op: ChildOp(1),
+        path: "/data/x".into(),
+        expected_revision: None,
+    };
+    host.handle_message(at, CHILD, session, Message::FromChild(open), mem, out)
+        .unwrap();
+    session
+}
+
 #[test]
 fn an_idle_host_stops_ticking_and_an_input_starts_it_again() {
     let config = HostConfig::new(NODE, 1, PROXY, 1 << 16);
@@ -97,36 +125,8 @@ fn an_idle_host_stops_ticking_and_an_input_starts_it_again() {
 
     // A child attaches and asks to read: a namespace call is in flight, so the tick runs
     // (its guard is timed) for as long as the call is unanswered.
-    let capability = Capability([7; 32]);
-    let session = host
-        .attach_new(
-            SessionConfig {
-                session_generation: 1,
-                capability,
-                job: job(),
-            },
-            CHILD,
-            1,
-            capability,
-            &mut out,
-        )
-        .unwrap();
-    out.take();
     let later = start.saturating_add(Duration::from_secs(60));
-    let open = ChildRequest::OpenRead {
-        op: ChildOp(1),
-        path: "/data/x".into(),
-        expected_revision: None,
-    };
-    host.handle_message(
-        later,
-        CHILD,
-        session,
-        Message::FromChild(open),
-        &mut mem,
-        &mut out,
-    )
-    .unwrap();
+    attach_and_read(&mut host, &mut mem, later, &mut out);
     let next = armed(&mut out).0.expect("an input arms the stopped tick");
     assert_eq!(next, later.saturating_add(tick));
     assert!(host.tick_armed());
@@ -144,36 +144,8 @@ fn a_busy_host_sleeps_until_its_next_deadline() {
     let mut host = Host::new(config, start, &mut out);
     let first = armed(&mut out).0.expect("armed");
     tick_until_idle(&mut host, &mut mem, first, true, 1_000);
-    let capability = Capability([7; 32]);
-    let session = host
-        .attach_new(
-            SessionConfig {
-                session_generation: 1,
-                capability,
-                job: job(),
-            },
-            CHILD,
-            1,
-            capability,
-            &mut out,
-        )
-        .unwrap();
-    out.take();
     let later = start.saturating_add(Duration::from_secs(60));
-    let open = ChildRequest::OpenRead {
-        op: ChildOp(1),
-        path: "/data/x".into(),
-        expected_revision: None,
-    };
-    host.handle_message(
-        later,
-        CHILD,
-        session,
-        Message::FromChild(open),
-        &mut mem,
-        &mut out,
-    )
-    .unwrap();
+    let session = attach_and_read(&mut host, &mut mem, later, &mut out);
     // The input arms the tick within one period; that tick sees only the call's guard (and
     // the horizon report a period after the input) ahead, and sleeps until the first of them
     // instead of ticking every period.

@@ -195,14 +195,18 @@ impl HostChecker {
     pub fn arena_accounted(&mut self, machine: &Host) -> Result<(), String> {
         use dataplane_core::arena::{BLOB_ALIGNMENT, BLOB_HEADER_BYTES};
         let stats = machine.arena_stats();
-        let footprint = |length: u64| (BLOB_HEADER_BYTES + length).div_ceil(BLOB_ALIGNMENT) * BLOB_ALIGNMENT;
+        let footprint =
+            |length: u64| (BLOB_HEADER_BYTES + length).div_ceil(BLOB_ALIGNMENT) * BLOB_ALIGNMENT;
         let mut leases: Vec<(u64, u64)> = machine
             .bindings()
             .filter_map(|(_, b)| b.lease.as_ref())
             .map(|slot| (slot.lease.offset, footprint(slot.lease.length)))
             .collect();
         leases.sort_unstable();
-        let queued = machine.bindings().filter(|(_, b)| b.queued.is_some()).count() as u64;
+        let queued = machine
+            .bindings()
+            .filter(|(_, b)| b.queued.is_some())
+            .count() as u64;
         let (mut at, mut largest, mut used) = (0u64, 0u64, 0u64);
         for &(offset, bytes) in &leases {
             if offset < at {
@@ -215,7 +219,13 @@ impl HostChecker {
             used += bytes;
         }
         largest = largest.max(stats.size.saturating_sub(at));
-        let expected = (leases.len() as u64, used, stats.size.saturating_sub(used), largest, queued);
+        let expected = (
+            leases.len() as u64,
+            used,
+            stats.size.saturating_sub(used),
+            largest,
+            queued,
+        );
         let reported = (
             stats.leases,
             stats.used_bytes,
