@@ -12,9 +12,10 @@
 //! record them ([`Entropy::record`]) and be replayed from the recording instead of the seed
 //! ([`Entropy::tape`]), bit-identically. A tape is also something to shrink: the mapping from
 //! raw values to results is monotone and a zero is the *least* draw (`below` gives 0, `chance`
-//! gives `false`, an exponential delay gives 0), and a stream whose tape has run out gives
-//! least draws from then on. So zeroing a stretch of the fault stream turns those faults off,
-//! and cutting the workload stream short leaves its clients doing the simplest thing.
+//! gives `false`, an exponential delay gives 0), so zeroing a stretch of the fault stream
+//! turns those faults off and deleting a stretch of the workload stream removes operations. A
+//! stream whose tape has run out goes on with the seed's own stream from that position (not
+//! with least draws: endless zero delays would spin a run that outlives its tape in place).
 
 use std::fmt;
 use std::sync::Arc;
@@ -236,8 +237,10 @@ impl Entropy {
             None => Source::Seed(Box::new(chacha(self.seed, stream))),
             Some(tape) => Source::Tape {
                 tape: Arc::clone(tape),
+                seed: self.seed,
                 stream,
                 next: 0,
+                past_the_end: None,
             },
         };
         SimRng {
@@ -261,8 +264,11 @@ enum Source {
     Seed(Box<ChaCha8Rng>),
     Tape {
         tape: Arc<Tape>,
+        seed: u64,
         stream: Stream,
         next: usize,
+        /// The seed's own stream, from where the tape ran out.
+        past_the_end: Option<Box<ChaCha8Rng>>,
     },
 }
 
@@ -287,39 +293,53 @@ impl SimRng {
         self.record.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
-    /// The next raw draw; `None` when replaying a tape that has run out.
-    fn raw(&mut self) -> Option<u64> {
+    /// The next raw draw.
+    fn raw(&mut self) -> u64 {
         let value = match &mut self.source {
             Source::Seed(rng) => rng.next_u64(),
-            Source::Tape { tape, stream, next } => {
-                let value = *tape.stream(*stream).get(*next)?;
-                *next += 1;
-                value
-            }
+            Source::Tape {
+                tape,
+                seed,
+                stream,
+                next,
+                past_the_end,
+            } => match tape.stream(*stream).get(*next) {
+                Some(&value) => {
+                    *next += 1;
+                    value
+                }
+                None => past_the_end
+                    .get_or_insert_with(|| {
+                        let mut rng = chacha(*seed, *stream);
+                        // Two 32-bit words per draw: the seed's stream at the tape's end.
+                        rng.set_word_pos(2 * *next as u128);
+                        Box::new(rng)
+                    })
+                    .next_u64(),
+            },
         };
         if let Some(record) = &mut self.record {
             record.push(value);
         }
-        Some(value)
+        value
     }
 
-    /// A uniform `u64` (0 once a replayed tape has run out).
+    /// A uniform `u64`.
     pub fn next_u64(&mut self) -> u64 {
-        self.raw().unwrap_or(0)
+        self.raw()
     }
 
-    /// A uniform value in `0..n` (`n > 0`), without modulo bias (Lemire's method); monotone
-    /// in the raw draw, 0 for a zero draw or a tape that has run out.
+    /// A uniform value in `0..n` (`n > 0`), without bias: the raw draw's bucket, of width
+    /// `⌊(2^64 − 1)/n⌋`; a draw past the last whole bucket (fewer than `n` of the 2^64) is
+    /// drawn again. Monotone in the raw draw, and a zero draw gives 0 at once (a rejection
+    /// method that refused zeros would make a tape of zeros spin through them).
     pub fn below(&mut self, n: u64) -> u64 {
         assert!(n > 0, "below(0)");
+        let width = u64::MAX / n;
         loop {
-            let Some(x) = self.raw() else {
-                return 0;
-            };
-            let m = u128::from(x) * u128::from(n);
-            let low = m as u64;
-            if low >= n.wrapping_neg() % n {
-                return (m >> 64) as u64;
+            let value = self.raw() / width;
+            if value < n {
+                return value;
             }
         }
     }
@@ -351,9 +371,7 @@ impl SimRng {
     /// for a uniform `u` of 64 bits, with the logarithm computed to 32 fractional bits in
     /// integer arithmetic. 0 for the least draw; at most about 44 × `mean`.
     pub fn exponential(&mut self, mean: u64) -> u64 {
-        let Some(x) = self.raw() else {
-            return 0;
-        };
+        let x = self.raw();
         if x == 0 {
             return 0;
         }
@@ -474,7 +492,7 @@ mod tests {
     }
 
     #[test]
-    fn a_recorded_tape_replays_the_same_draws_and_a_short_one_gives_least_draws() {
+    fn a_recorded_tape_replays_the_same_draws_and_a_short_one_goes_on_with_the_seed() {
         let mut entropy = Entropy::seed(9);
         entropy.record = true;
         let mut rng = entropy.rng(Stream::Workload);
@@ -491,10 +509,19 @@ mod tests {
         let mut again = replay.rng(Stream::Workload);
         let replayed: Vec<u64> = (0..100).map(|i| again.below(1 + i % 7)).collect();
         assert_eq!(replayed, draws);
-        // Past its end the tape gives the least draws.
-        assert_eq!(again.below(10), 0);
-        assert!(!again.chance(ratio(999, 1_000)));
-        assert_eq!(again.exponential(5), 0);
+        // Past its end the tape goes on with the seed's own stream from there.
+        let mut seed_stream = Entropy::seed(9).rng(Stream::Workload);
+        let seed_draws: Vec<u64> = (0..150).map(|_| seed_stream.next_u64()).collect();
+        let mut short = Tape::default();
+        short.set_stream(Stream::Workload, seed_draws[..40].to_vec());
+        let mut rng = Entropy {
+            seed: 9,
+            tape: Some(Arc::new(short)),
+            record: false,
+        }
+        .rng(Stream::Workload);
+        let drawn: Vec<u64> = (0..150).map(|_| rng.next_u64()).collect();
+        assert_eq!(drawn, seed_draws);
         // A zero is the least draw too.
         let mut zeros = Tape::default();
         zeros.set_stream(Stream::Faults, vec![0; 4]);

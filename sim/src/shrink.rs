@@ -131,7 +131,10 @@ impl Shrunk {
             "# dataplane-sim replay file: the smallest run found that fails {}",
             self.check
         );
-        let _ = writeln!(text, "# failure: {}", self.failure);
+        // A failure may run over several lines: each is a comment.
+        for line in self.failure.lines() {
+            let _ = writeln!(text, "# failure: {line}");
+        }
         let _ = writeln!(text, "seed={}", self.seed);
         for kind in &self.best.overrides.no_faults {
             let _ = writeln!(text, "no-fault={kind}");
@@ -359,32 +362,15 @@ impl Search<'_> {
         }
     }
 
-    /// One pass over the tape, stream by stream: cut it short (binary search on the shortest
-    /// prefix that still fails), then delete, zero or halve stretches of it, from halves down
-    /// to sixty-fourths (halving the raw draws makes delays shorter and picks earlier
+    /// One pass over the tape, stream by stream: delete, zero or halve stretches of it, from
+    /// halves down to sixty-fourths (deleting workload draws removes operations, zeroing fault
+    /// draws removes faults, halving raw draws makes delays shorter and picks earlier
     /// choices). Whether anything changed.
     fn tape_pass(&mut self) -> bool {
         let mut changed = false;
         for stream in TAPE_STREAMS {
             let n = self.stream(stream).len();
             if n == 0 {
-                continue;
-            }
-            // Cut short.
-            let (mut lo, mut hi) = (0, n);
-            while hi - lo > 1 && !self.stopped {
-                let mid = lo + (hi - lo) / 2;
-                let mut values = self.stream(stream);
-                values.truncate(mid);
-                if self.attempt(self.with_stream(stream, values)) {
-                    changed = true;
-                    hi = mid.min(self.stream(stream).len());
-                } else {
-                    lo = mid;
-                }
-            }
-            if lo == 0 && hi > 0 && self.attempt(self.with_stream(stream, Vec::new())) {
-                changed = true;
                 continue;
             }
             // Delete, then zero, stretches.
@@ -594,6 +580,9 @@ mod tests {
         assert_eq!((hosts, clients, workers), (2, 0, 0));
         assert!((5_000..10_000).contains(&phase), "fault phase {phase} ms");
         let replay = parse_replay(&shrunk.replay_file(None)).unwrap();
+        let mut multi_line = shrunk.clone();
+        multi_line.failure = "at 1s: model: differs\nexpected but not sent: [x]".to_owned();
+        assert!(parse_replay(&multi_line.replay_file(None)).is_ok());
         assert_eq!((replay.seed, &replay.overrides), (seed, overrides));
         assert_eq!(replay.tape, None);
         // A passing seed has nothing to shrink.
