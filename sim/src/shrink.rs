@@ -208,6 +208,21 @@ const TAPE_STREAMS: [Stream; 7] = [
     Stream::Storage,
 ];
 
+/// Whether tape `a` comes before tape `b` in shortlex order: fewer draws, or as many and the
+/// first stream that differs less, compared draw by draw.
+fn shortlex_less(a: &Tape, b: &Tape) -> bool {
+    if a.len() != b.len() {
+        return a.len() < b.len();
+    }
+    for stream in Stream::ALL {
+        match a.stream(stream).cmp(b.stream(stream)) {
+            std::cmp::Ordering::Equal => continue,
+            order => return order == std::cmp::Ordering::Less,
+        }
+    }
+    false
+}
+
 /// The shrinker's state: the best failing run so far and the runner.
 struct Search<'a> {
     seed: u64,
@@ -234,16 +249,18 @@ impl Search<'_> {
             return false;
         };
         self.runs += 1;
+        // Smaller: fewer events; or as many, and a tape that is shorter or, as long, less
+        // (shortlex, so the tape passes end); an options change is a reduction by itself.
+        let smaller = match (&candidate.tape, &self.best.tape) {
+            (Some(new), Some(old)) if new != old => {
+                trial.events < self.events
+                    || (trial.events == self.events && shortlex_less(new, old))
+            }
+            _ => trial.events <= self.events,
+        };
         match trial.failure {
-            Some(failure) if check_of(&failure) == self.check && trial.events <= self.events => {
-                let tape = match (candidate.tape, trial.tape) {
-                    (Some(_), Some(drawn)) => Some(Arc::new(drawn)),
-                    (tape, _) => tape,
-                };
-                self.best = Candidate {
-                    overrides: candidate.overrides,
-                    tape,
-                };
+            Some(failure) if check_of(&failure) == self.check && smaller => {
+                self.best = candidate;
                 self.failure = failure;
                 self.events = trial.events;
                 true
