@@ -473,7 +473,9 @@ fn shrink(seed: u64, out: &str, start: &Overrides, time_limit: u64) -> ExitCode 
             tape: candidate.tape.clone(),
             event_limit: Some(event_limit),
         };
-        let report = run_spec(&spec, false, true);
+        // Only a run from the seed's own streams needs its draws recorded (the shrinker takes
+        // the tape passes' starting tape from one); a tape candidate is kept as written.
+        let report = run_spec(&spec, false, candidate.tape.is_none());
         Some(Trial {
             failure: report.outcome.failure,
             events: report.outcome.events,
