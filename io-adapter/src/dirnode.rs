@@ -43,13 +43,11 @@ use std::path::PathBuf;
 use std::time::Instant as WallInstant;
 
 use dataplane_cli::Exit;
-use dataplane_core::admission::{
-    self, ADMISSION_DEADLINE, Accepted, Admission, HelloRefusal, PENDING_CONNECTIONS_MAX,
-};
+use dataplane_core::admission::{ADMISSION_DEADLINE, PENDING_CONNECTIONS_MAX};
+use dataplane_core::conns::{Accepts, Closing, ConnAction, DirHeard, DirectoryConns, Listener};
 use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::ids::{Address, NodeId};
-use dataplane_core::limits::FRAME_BYTES_MAX;
 use dataplane_core::log::LogRecord;
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{Envelope, Message};
@@ -59,9 +57,7 @@ use tracing::{debug, error, info, warn};
 use crate::driver::{Clock, read_state, write_state};
 use crate::log::{DurableLog, LogError, LogOptions, Recovered};
 use crate::metrics::{DirectoryMetrics, GaugeClock, Refusal, gauge_value};
-use crate::net::{
-    Acceptor, ClusterKey, ConnId, Limits, Link, NetEvent, Peer, Reactor, Who, fresh_nonce,
-};
+use crate::net::{ClusterKey, ConnId, Limits, Link, NetEvent, Reactor, fresh_nonce};
 use dataplane_core::barrier::Barrier;
 use dataplane_core::membership::{Admitted, MemberRecord, Membership};
 use dataplane_core::routes::Routes;
@@ -174,32 +170,17 @@ struct HostRecord {
     boot_nonce: u64,
 }
 
-/// Where a connection is in its handshake.
-enum Stage {
-    /// Accepted; its hello is awaited.
-    Hello,
-    /// Challenged; its proof is awaited.
-    Proof(Acceptor, Who),
-    /// Admitted: it speaks for `node` at `incarnation`.
-    Admitted {
-        node: NodeId,
-        incarnation: u64,
-        host: bool,
-    },
-}
-
 struct DirectoryNode {
-    cluster_key: Option<ClusterKey>,
     clock: Clock,
     address: Address,
     machine: Directory,
     log: DurableLog,
     membership: Membership,
     net: Reactor,
-    admission: Admission,
-    conns: BTreeMap<ConnId, Stage>,
-    by_node: BTreeMap<NodeId, ConnId>,
-    next_transient: u64,
+    /// Every connection's handshake, and the node each admitted one speaks for (core's).
+    conns: DirectoryConns,
+    /// What `conns` asked for, not yet done (a reused buffer).
+    actions: Vec<ConnAction>,
     timer: Option<Instant>,
     barrier: Barrier,
     /// Routability of the machine's watched targets, from the admitted connections.
@@ -341,21 +322,23 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
     );
     let log_synced = log.synced();
     let mut node = DirectoryNode {
-        cluster_key: options.cluster_key,
         clock,
         address,
         machine,
         log,
         membership,
         net,
-        admission: Admission::new(
-            ADMISSION_DEADLINE,
-            PENDING_CONNECTIONS_MAX,
-            ADMITTED_CONNECTIONS_MAX,
+        conns: DirectoryConns::new(
+            Listener::new(
+                options.cluster_key,
+                Accepts::HostsAndClients,
+                ADMISSION_DEADLINE,
+                PENDING_CONNECTIONS_MAX,
+                ADMITTED_CONNECTIONS_MAX,
+            ),
+            TRANSIENT_NODE_BASE,
         ),
-        conns: BTreeMap::new(),
-        by_node: BTreeMap::new(),
-        next_transient: TRANSIENT_NODE_BASE,
+        actions: Vec::new(),
         timer: None,
         barrier: Barrier::new(log_synced),
         routes: Routes::new(),
@@ -403,7 +386,7 @@ impl DirectoryNode {
     fn run(&mut self) -> Result<(), NodeError> {
         let mut events = Vec::new();
         loop {
-            let next = [self.timer, self.admission.next_deadline()]
+            let next = [self.timer, self.conns.next_deadline()]
                 .into_iter()
                 .flatten()
                 .min();
@@ -416,16 +399,8 @@ impl DirectoryNode {
                 self.handle(event)?;
             }
             let now = self.clock.now();
-            for conn in self.admission.expired(now) {
-                debug!(
-                    conn,
-                    remote = %self.net.remote(conn),
-                    "connection closed: not admitted within {ADMISSION_DEADLINE}"
-                );
-                self.count_refusal(Refusal::Expired);
-                self.net.close(conn);
-                self.conns.remove(&conn);
-            }
+            self.conns.expire(now, &mut self.actions);
+            self.conn_actions()?;
             if self.timer.is_some_and(|at| at <= now) {
                 self.timer = None;
                 let _ = self
@@ -478,17 +453,13 @@ impl DirectoryNode {
         metrics
             .log_generation
             .set(gauge_value(self.log.generation()));
-        let hosts = self
+        metrics
+            .hosts_connected
+            .set(gauge_value(self.conns.hosts_connected()));
+        let listener = self.conns.listener();
+        metrics
             .conns
-            .values()
-            .filter(|s| matches!(s, Stage::Admitted { host: true, .. }))
-            .count();
-        metrics.hosts_connected.set(gauge_value(hosts));
-        metrics.conns.set(
-            "nodes",
-            self.admission.pending_count(),
-            self.admission.admitted_count(),
-        );
+            .set("nodes", listener.pending_count(), listener.admitted_count());
     }
 
     fn count_refusal(&self, kind: Refusal) {
@@ -585,7 +556,7 @@ impl DirectoryNode {
     }
 
     fn send(&mut self, to: Address, message: Message) {
-        let Some(&conn) = self.by_node.get(&to.node) else {
+        let Some(conn) = self.conns.conn_of(to.node) else {
             return; // Unreachable now: obligations are re-sent, replies are re-asked.
         };
         let envelope = Envelope {
@@ -596,48 +567,86 @@ impl DirectoryNode {
         self.net.send(conn, Link::Frame(envelope));
     }
 
-    /// Refuses a connection: the reason goes out, then the connection closes.
-    fn refuse(&mut self, conn: ConnId, refusal: &HelloRefusal) {
-        info!(
-            conn,
-            remote = %self.net.remote(conn),
-            reason = %refusal,
-            "connection refused"
-        );
-        self.count_refusal(Refusal::of(refusal));
-        self.net.send(
-            conn,
-            Link::Refused {
-                reason: refusal.to_string(),
-            },
-        );
-        self.net.close_after_flush(conn);
-        self.forget(conn);
+    /// Does what the connections machine asked for, in order.
+    fn conn_actions(&mut self) -> Result<(), NodeError> {
+        let mut actions = std::mem::take(&mut self.actions);
+        let mut result = Ok(());
+        for action in actions.drain(..) {
+            if result.is_err() {
+                break;
+            }
+            match action {
+                ConnAction::Send(conn, link) => {
+                    // A frame a full queue drops is as lost as one the network drops.
+                    let _ = self.net.send(conn, link);
+                }
+                ConnAction::Resume(conn) => self.net.resume(conn),
+                ConnAction::Admitted(conn) => self.net.set_limits(conn, Limits::peer()),
+                ConnAction::Refuse { conn, why, reason } => {
+                    info!(conn, remote = %self.net.remote(conn), %reason, "connection refused");
+                    self.count_closing(why);
+                    self.net.send(conn, Link::Refused { reason });
+                    self.net.close_after_flush(conn);
+                }
+                ConnAction::Close(conn, why) => {
+                    let remote = self.net.remote(conn);
+                    match why {
+                        Closing::Evicted => info!(
+                            conn,
+                            %remote,
+                            "connection closed: {PENDING_CONNECTIONS_MAX} connections wait for \
+                             admission, and the oldest makes room for a new one"
+                        ),
+                        Closing::Expired => debug!(
+                            conn,
+                            %remote,
+                            "connection closed: not admitted within {ADMISSION_DEADLINE}"
+                        ),
+                        Closing::Replaced => {
+                            debug!(conn, "connection closed: its node connected again");
+                        }
+                        _ => warn!(
+                            conn,
+                            %remote,
+                            "connection closed: a frame out of protocol, or about another \
+                             node's addresses"
+                        ),
+                    }
+                    self.count_closing(why);
+                    self.net.close(conn);
+                }
+                // Membership changes are durable before the host hears them (a crash cannot
+                // take back an id or an incarnation anybody was told).
+                ConnAction::Persist(records) => {
+                    result = records
+                        .iter()
+                        .try_for_each(|record| self.log.append(record).map(drop))
+                        .and_then(|()| self.log.sync().map(drop))
+                        .map_err(NodeError::from);
+                }
+                ConnAction::Connect(node) => {
+                    error!(%node, "the directory connects to nobody: the action was dropped");
+                }
+            }
+        }
+        self.actions = actions;
+        result
     }
 
-    /// The connection is gone: its node is unroutable from now on.
-    fn forget(&mut self, conn: ConnId) {
-        self.admission.closed(conn);
-        if let Some(Stage::Admitted { node, .. }) = self.conns.remove(&conn)
-            && self.by_node.get(&node) == Some(&conn)
-        {
-            self.by_node.remove(&node);
-            self.routes.disconnected(node);
+    fn count_closing(&self, why: Closing) {
+        if let Some(kind) = Refusal::closing(why) {
+            self.count_refusal(kind);
         }
     }
 
     /// Logs a connection the peer closed (or that broke): hosts at `info`, the rest at `debug`.
     fn log_closed(&self, conn: ConnId, reason: &str) {
-        match self.conns.get(&conn) {
-            Some(&Stage::Admitted {
-                node,
-                incarnation,
-                host: true,
-            }) => info!(conn, %node, incarnation, reason, "host disconnected"),
-            Some(Stage::Admitted { node, .. }) => {
-                debug!(conn, %node, reason, "client disconnected");
+        match self.conns.attached(conn) {
+            Some(a) if a.host => {
+                info!(conn, node = %a.node, incarnation = a.incarnation, reason, "host disconnected");
             }
-            _ => debug!(conn, reason, "connection closed before admission"),
+            Some(a) => debug!(conn, node = %a.node, reason, "client disconnected"),
+            None => debug!(conn, reason, "connection closed before admission"),
         }
     }
 
@@ -645,24 +654,23 @@ impl DirectoryNode {
         match event {
             NetEvent::Accepted { conn, .. } => {
                 debug!(conn, remote = %self.net.remote(conn), "connection accepted");
-                if let Accepted::PendingEvicting(oldest) =
-                    self.admission.accepted(self.clock.now(), conn)
-                {
-                    info!(
-                        conn = oldest,
-                        remote = %self.net.remote(oldest),
-                        "connection closed: {PENDING_CONNECTIONS_MAX} connections wait for \
-                         admission, and the oldest makes room for a new one"
-                    );
-                    self.count_refusal(Refusal::Evicted);
-                    self.net.close(oldest);
-                    self.conns.remove(&oldest);
+                match fresh_nonce() {
+                    Ok(nonce) => {
+                        let now = self.clock.now();
+                        self.conns.accepted(now, conn, nonce, &mut self.actions);
+                        self.conn_actions()?;
+                    }
+                    Err(e) => {
+                        warn!(conn, error = %e, "connection closed: no nonce for its handshake");
+                        self.net.close(conn);
+                    }
                 }
-                self.conns.insert(conn, Stage::Hello);
             }
             NetEvent::Closed(conn, reason) => {
                 self.log_closed(conn, &reason);
-                self.forget(conn);
+                if let Some(node) = self.conns.closed(conn) {
+                    self.routes.disconnected(node);
+                }
             }
             NetEvent::Frame(conn, payload) => self.frame(conn, &payload)?,
             NetEvent::Connected(_) => {}
@@ -671,194 +679,71 @@ impl DirectoryNode {
     }
 
     fn frame(&mut self, conn: ConnId, payload: &[u8]) -> Result<(), NodeError> {
-        match self.conns.remove(&conn) {
-            Some(Stage::Hello) => {
-                let nonce = match fresh_nonce() {
-                    Ok(nonce) => nonce,
-                    Err(e) => {
-                        warn!(conn, error = %e, "connection closed: no nonce for its handshake");
-                        self.net.close(conn);
-                        self.forget(conn);
-                        return Ok(());
-                    }
-                };
-                match Acceptor::answer(payload, nonce, self.cluster_key.as_ref()) {
-                    Ok((_, Who::Peer { .. }, _)) => self.refuse(conn, &HelloRefusal::NotAHello),
-                    Ok((acceptor, who, challenge)) => {
-                        self.net.send(conn, challenge);
-                        self.conns.insert(conn, Stage::Proof(acceptor, who));
-                        self.net.resume(conn);
-                    }
-                    Err(refusal) => self.refuse(conn, &refusal),
-                }
-            }
-            Some(Stage::Proof(acceptor, who)) => {
-                let proof = dataplane_core::wire::decode_value::<Link>(payload, FRAME_BYTES_MAX);
-                let checked = proof
-                    .map_err(|_| HelloRefusal::NotAHello)
-                    .and_then(|p| acceptor.check(&p))
-                    .and_then(|()| self.admission.admit(conn));
-                match checked {
-                    Ok(()) => {
-                        self.net.set_limits(conn, Limits::peer());
-                        self.admitted(conn, who)?;
-                    }
-                    Err(refusal) => self.refuse(conn, &refusal),
-                }
-            }
-            Some(stage @ Stage::Admitted { node, .. }) => {
-                self.conns.insert(conn, stage);
-                let link = dataplane_core::wire::decode_value::<Link>(payload, FRAME_BYTES_MAX);
-                match link {
-                    Ok(Link::Frame(envelope)) if admission::speaks_for(node, &envelope) => {
-                        let now = self.clock.now();
-                        let handed = WallInstant::now();
-                        let written = self.log.written();
-                        if self
-                            .machine
-                            .handle_message(now, envelope.message, &mut self.outbox)
-                            .is_ok()
-                        {
-                            self.step_effects()?;
-                        }
-                        if self.log.written() > written
-                            && let Some(metrics) = &self.metrics
-                        {
-                            metrics.mutations.inc();
-                            self.awaiting_sync.push(handed);
-                        }
-                    }
-                    // A frame about another node's addresses, out of protocol or undecodable:
-                    // the peer is broken or hostile.
-                    _ => {
-                        warn!(
-                            conn,
-                            remote = %self.net.remote(conn),
-                            %node,
-                            "connection closed: a frame out of protocol, or about another \
-                             node's addresses"
-                        );
-                        self.count_refusal(Refusal::Protocol);
-                        self.net.close(conn);
-                        self.forget(conn);
-                    }
-                }
-            }
-            None => {}
-        }
-        Ok(())
-    }
-
-    /// A host or client proved itself: give it its identity.
-    fn admitted(&mut self, conn: ConnId, who: Who) -> Result<(), NodeError> {
-        match who {
-            Who::Host { listen, boot_nonce } => {
-                let (admitted, record) = match self.membership.admit(&listen, boot_nonce) {
-                    Ok(admitted) => admitted,
-                    Err(e) => {
-                        let reason = e.to_string();
-                        info!(conn, remote = %self.net.remote(conn), %listen, %reason, "host refused");
-                        self.count_refusal(Refusal::of(&HelloRefusal::Full));
-                        self.net.send(conn, Link::Refused { reason });
-                        self.net.close_after_flush(conn);
-                        self.forget(conn);
-                        return Ok(());
-                    }
-                };
-                // The change is durable before the host hears it (a crash cannot take back an
-                // id or an incarnation anybody was told).
-                if let Some(record) = record {
-                    self.log.append(&record)?;
-                    self.log.sync()?;
-                }
-                let record = admitted.member();
-                let changed = !matches!(admitted, Admitted::Reconnected(_));
+        let epoch = self.machine.epoch();
+        let heard = self.conns.frame(
+            conn,
+            payload,
+            &mut self.membership,
+            self.address,
+            epoch,
+            &mut self.actions,
+        );
+        self.conn_actions()?;
+        match heard {
+            DirHeard::Nothing => {}
+            DirHeard::Host {
+                conn,
+                listen,
+                admitted,
+            } => {
+                let m = admitted.member();
                 info!(
                     conn,
                     remote = %self.net.remote(conn),
-                    node = %record.node,
-                    incarnation = record.incarnation,
+                    node = %m.node,
+                    incarnation = m.incarnation,
                     %listen,
                     "host admitted{}",
-                    match (changed, record.incarnation) {
-                        (false, _) => " (reconnected)",
-                        (true, 1) => " (new)",
-                        (true, _) => " (restarted: a new incarnation)",
+                    match admitted {
+                        Admitted::Reconnected(_) => " (reconnected)",
+                        Admitted::New(_) => " (new)",
+                        Admitted::Restarted(_) => " (restarted: a new incarnation)",
                     }
                 );
-                self.attach(conn, record.node, record.incarnation, true);
-                self.broadcast_peers();
+                self.routes.connected(m.node, m.incarnation);
             }
-            Who::Client => {
-                let node = NodeId(self.next_transient);
-                self.next_transient += 1;
+            DirHeard::HostRefused {
+                conn,
+                listen,
+                reason,
+            } => {
+                info!(conn, remote = %self.net.remote(conn), %listen, %reason, "host refused");
+            }
+            DirHeard::Client { conn, node } => {
                 debug!(conn, remote = %self.net.remote(conn), %node, "client admitted");
-                self.attach(conn, node, 1, false);
+                self.routes.connected(node, 1);
             }
-            Who::Peer { .. } => self.refuse(conn, &HelloRefusal::NotAHello),
+            DirHeard::Envelope(envelope) => {
+                let now = self.clock.now();
+                let handed = WallInstant::now();
+                let written = self.log.written();
+                if self
+                    .machine
+                    .handle_message(now, envelope.message, &mut self.outbox)
+                    .is_ok()
+                {
+                    self.step_effects()?;
+                }
+                if self.log.written() > written
+                    && let Some(metrics) = &self.metrics
+                {
+                    metrics.mutations.inc();
+                    self.awaiting_sync.push(handed);
+                }
+            }
+            DirHeard::Protocol { node, .. } => self.routes.disconnected(node),
         }
         Ok(())
-    }
-
-    fn attach(&mut self, id: ConnId, node: NodeId, incarnation: u64, host: bool) {
-        if let Some(old) = self.by_node.insert(node, id)
-            && old != id
-        {
-            // The node's earlier connection: the new one replaces it.
-            debug!(conn = old, %node, "connection closed: its node connected again");
-            self.net.close(old);
-            self.admission.closed(old);
-            self.conns.remove(&old);
-        }
-        let peers = self.peers(Some(node));
-        self.conns.insert(
-            id,
-            Stage::Admitted {
-                node,
-                incarnation,
-                host,
-            },
-        );
-        self.net.send(
-            id,
-            Link::Welcome {
-                node,
-                incarnation,
-                directory: self.address,
-                epoch: self.machine.epoch(),
-                peers,
-            },
-        );
-        self.routes.connected(node, incarnation);
-    }
-
-    fn peers(&self, except: Option<NodeId>) -> Vec<Peer> {
-        self.membership
-            .hosts()
-            .filter(|(_, r)| Some(r.node) != except && self.by_node.contains_key(&r.node))
-            .map(|(listen, r)| Peer {
-                node: r.node,
-                incarnation: r.incarnation,
-                listen: listen.to_owned(),
-            })
-            .collect()
-    }
-
-    fn broadcast_peers(&mut self) {
-        let hosts: Vec<(ConnId, NodeId)> = self
-            .conns
-            .iter()
-            .filter_map(|(conn, stage)| match stage {
-                Stage::Admitted {
-                    node, host: true, ..
-                } => Some((*conn, *node)),
-                _ => None,
-            })
-            .collect();
-        for (conn, node) in hosts {
-            let peers = self.peers(Some(node));
-            self.net.send(conn, Link::Peers(peers));
-        }
     }
 }
 

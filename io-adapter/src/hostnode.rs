@@ -77,8 +77,11 @@ use crate::control::{
 use crate::driver::Clock;
 use crate::metrics::{GaugeClock, HostMetrics, Refusal, gauge_value};
 use crate::net::{
-    Acceptor, ClusterKey, ConnId, Connector, HandshakeError, Limits, Link, ListenerId, NetEvent,
-    Outgoing, Overflow, Peer, Reactor, Who, fresh_nonce, handshake_blocking,
+    ClusterKey, ConnId, HandshakeError, Limits, Link, ListenerId, NetEvent, Outgoing, Overflow,
+    Peer, Reactor, Who, fresh_nonce, handshake_blocking,
+};
+use dataplane_core::conns::{
+    Accepts, Closing, ConnAction, DirectoryLink, LinkHeard, Listener, PeerHeard, PeerLinks, Routed,
 };
 
 /// The node agent's actor number (gone reports).
@@ -95,15 +98,10 @@ pub const TRANSFER_CHUNK_BYTES: u32 = 256 * 1024;
 /// drivers, so the window must cover it; the `io` bench measured 64 KiB x 8 at 1.25 GiB/s and
 /// 256 KiB x 16 at 1.4-1.5 GiB/s.
 pub const TRANSFER_WINDOW: u32 = 16;
-/// Most frames waiting for another host's connection to finish its handshake; later ones are
-/// dropped (every protocol between hosts re-sends).
-const PEER_BACKLOG_MAX: usize = 4096;
 /// Most connections other hosts keep to this one.
 const PEERS_MAX: usize = 1024;
 /// Most children waiting to attach at once.
 const CHILDREN_PENDING_MAX: usize = 64;
-/// The longest backoff between two connection attempts to the directory.
-const RECONNECT_MAX: Duration = Duration::from_secs(2);
 /// How often the node agent re-sends a gone report the directory has not acknowledged.
 const AGENT_PERIOD: Duration = Duration::from_secs(1);
 /// The longest the driver waits for an event (the metrics' gauges are read this often at
@@ -257,55 +255,6 @@ impl fmt::Display for HostError {
 
 impl std::error::Error for HostError {}
 
-/// The connection to the directory node.
-enum DirLink {
-    /// None; the next attempt is at `retry_at`.
-    Down {
-        retry_at: Instant,
-        backoff: Duration,
-    },
-    /// Connecting, or in the handshake (the connector once the hello went out).
-    Handshake {
-        conn: ConnId,
-        connector: Option<Connector>,
-        backoff: Duration,
-    },
-    /// The proof went out; the `Welcome` is awaited.
-    Welcoming { conn: ConnId, backoff: Duration },
-    /// Welcomed: the directory is discoverable over it.
-    Up { conn: ConnId },
-}
-
-impl DirLink {
-    fn conn(&self) -> Option<ConnId> {
-        match self {
-            DirLink::Down { .. } => None,
-            DirLink::Handshake { conn, .. }
-            | DirLink::Welcoming { conn, .. }
-            | DirLink::Up { conn } => Some(*conn),
-        }
-    }
-}
-
-/// A connection to or from another host.
-enum PeerConn {
-    /// Made by another host: where it is in its handshake.
-    Incoming(Incoming),
-    /// Made by this host to `node`. Frames wait in `backlog` until the proof went out.
-    Outgoing {
-        node: NodeId,
-        connector: Option<Connector>,
-        proved: bool,
-        backlog: VecDeque<Link>,
-    },
-}
-
-enum Incoming {
-    Hello,
-    Proof(Acceptor, NodeId),
-    Admitted(NodeId),
-}
-
 /// A child connection.
 enum ChildConn {
     /// Its hello is awaited.
@@ -331,14 +280,15 @@ struct HostNode {
     /// The control socket (`<socket>.ctl`) and its open connections.
     control_listener: ListenerId,
     controls: BTreeSet<ConnId>,
-    peer_admission: Admission,
     child_admission: Admission,
     outbox: Outbox,
     local: VecDeque<(Address, Address, Message)>,
-    directory: DirLink,
-    peer_conns: BTreeMap<ConnId, PeerConn>,
-    /// This host's own connection to each other host.
-    outgoing: BTreeMap<NodeId, ConnId>,
+    /// The link to the directory node (core's: handshake, welcome, back-off).
+    directory: DirectoryLink,
+    /// Connections with other hosts (core's: handshakes, backlogs, who each speaks for).
+    peer_links: PeerLinks,
+    /// What the connection machines asked for, not yet done (a reused buffer).
+    actions: Vec<ConnAction>,
     peers: BTreeMap<NodeId, Peer>,
     children: BTreeMap<ConnId, ChildConn>,
     child_by_address: BTreeMap<Address, ConnId>,
@@ -349,7 +299,6 @@ struct HostNode {
     /// The node agent: gone reports after a restart, re-sent until acknowledged.
     agent: Agent,
     agent_timer: Option<Instant>,
-    boot_nonce: u64,
     /// The directory refused this host (its reason); the node stops.
     refused: Option<String>,
     /// Held for the life of the process: this host serves the socket.
@@ -596,6 +545,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         clock.now(),
         &mut agent_boot,
     );
+    let key = options.cluster_key;
     let mut host = HostNode {
         options,
         clock,
@@ -611,7 +561,6 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         child_listener,
         control_listener,
         controls: BTreeSet::new(),
-        peer_admission: Admission::new(ADMISSION_DEADLINE, PENDING_CONNECTIONS_MAX, PEERS_MAX),
         child_admission: Admission::new(
             ADMISSION_DEADLINE,
             CHILDREN_PENDING_MAX,
@@ -619,11 +568,20 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         ),
         outbox,
         local: VecDeque::new(),
-        directory: DirLink::Up {
-            conn: directory_conn,
-        },
-        peer_conns: BTreeMap::new(),
-        outgoing: BTreeMap::new(),
+        directory: DirectoryLink::welcomed(who, key, directory_conn, node, incarnation),
+        peer_links: PeerLinks::new(
+            node,
+            incarnation,
+            key,
+            Listener::new(
+                key,
+                Accepts::Peers,
+                ADMISSION_DEADLINE,
+                PENDING_CONNECTIONS_MAX,
+                PEERS_MAX,
+            ),
+        ),
+        actions: Vec::new(),
         peers: BTreeMap::new(),
         children: BTreeMap::new(),
         child_by_address: BTreeMap::new(),
@@ -633,7 +591,6 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         host_timer: None,
         agent,
         agent_timer: None,
-        boot_nonce,
         refused: None,
         _lock: lock,
         metrics,
@@ -693,16 +650,13 @@ impl HostNode {
             if let Some(reason) = self.refused.take() {
                 return Err(HostError::Refused(reason));
             }
-            let retry = match self.directory {
-                DirLink::Down { retry_at, .. } => Some(retry_at),
-                _ => None,
-            };
+            let retry = self.directory.next_deadline();
             let next = [
                 self.proxy_timer,
                 self.host_timer,
                 self.agent_timer,
                 retry,
-                self.peer_admission.next_deadline(),
+                self.peer_links.next_deadline(),
                 self.child_admission.next_deadline(),
             ]
             .into_iter()
@@ -769,8 +723,8 @@ impl HostNode {
         metrics.arena_refused.set(gauge_value(arena.refused));
         metrics.conns.set(
             "nodes",
-            self.peer_admission.pending_count(),
-            self.peer_admission.admitted_count(),
+            self.peer_links.listener().pending_count(),
+            self.peer_links.listener().admitted_count(),
         );
         metrics.conns.set(
             "children",
@@ -807,22 +761,16 @@ impl HostNode {
 
     fn timers(&mut self) {
         let now = self.clock.now();
-        for conn in self.peer_admission.expired(now) {
-            debug!(conn, remote = %self.net.remote(conn), "host connection closed: not admitted within {ADMISSION_DEADLINE}");
-            self.count_refusal(Refusal::Expired);
-            self.net.close(conn);
-            self.peer_conns.remove(&conn);
-        }
+        self.peer_links.expire(now, &mut self.actions);
+        self.conn_actions();
         for conn in self.child_admission.expired(now) {
             debug!(conn, remote = %self.net.remote(conn), "child connection closed: no hello within {ADMISSION_DEADLINE}");
             self.count_refusal(Refusal::Expired);
             self.net.close(conn);
             self.children.remove(&conn);
         }
-        if let DirLink::Down { retry_at, backoff } = self.directory
-            && retry_at <= now
-        {
-            self.connect_directory(now, backoff);
+        if self.directory.due(now) {
+            self.connect_directory(now);
         }
         if self.proxy_timer.is_some_and(|at| at <= now) {
             self.proxy_timer = None;
@@ -929,67 +877,42 @@ impl HostNode {
         }
         let frame = Link::Frame(Envelope { from, to, message });
         if to.node == NodeId(0) {
-            if let DirLink::Up { conn } = self.directory {
-                self.net.send(conn, frame);
+            if let Some(conn) = self.directory.up() {
+                let _ = self.net.send(conn, frame);
             }
             return;
         }
-        let conn = match self.outgoing.get(&to.node) {
-            Some(conn) => *conn,
-            None => match self.connect_peer(to.node) {
-                Some(conn) => conn,
-                None => return,
-            },
-        };
-        match self.peer_conns.get_mut(&conn) {
-            Some(PeerConn::Outgoing { proved: true, .. }) => {
-                self.net.send(conn, frame);
-            }
-            Some(PeerConn::Outgoing { backlog, .. }) if backlog.len() < PEER_BACKLOG_MAX => {
-                backlog.push_back(frame);
-            }
+        match self
+            .peer_links
+            .route(to.node, frame.clone(), &mut self.actions)
+        {
+            Some(Routed::Sent | Routed::Queued) => self.conn_actions(),
             // Lost as the network may lose it: transfers ask again on their timeout.
-            Some(PeerConn::Outgoing { .. }) => {
-                debug!(node = %to.node, "peer backlog full: frame dropped");
-            }
-            Some(PeerConn::Incoming(_)) | None => {
-                debug!(node = %to.node, "no outgoing link to the peer: frame dropped");
-            }
+            Some(Routed::Dropped) => debug!(node = %to.node, "peer backlog full: frame dropped"),
+            None => self.connect_peer(to.node, frame),
         }
     }
 
-    /// Starts this host's connection to `node` (frames wait for its handshake).
-    fn connect_peer(&mut self, node: NodeId) -> Option<ConnId> {
-        let address = resolve(&self.peers.get(&node)?.listen)?;
-        let conn = self.net.connect(address, Limits::peer()).ok()?;
-        self.peer_conns.insert(
-            conn,
-            PeerConn::Outgoing {
-                node,
-                connector: None,
-                proved: false,
-                backlog: VecDeque::new(),
-            },
-        );
-        self.outgoing.insert(node, conn);
-        Some(conn)
+    /// Starts this host's connection to `node`; `first` waits for its handshake.
+    fn connect_peer(&mut self, node: NodeId, first: Link) {
+        let conn = self
+            .peers
+            .get(&node)
+            .and_then(|peer| resolve(&peer.listen))
+            .and_then(|address| self.net.connect(address, Limits::peer()).ok());
+        match conn {
+            Some(conn) => self.peer_links.connecting(node, conn, first),
+            None => debug!(%node, "no connection to the peer: frame dropped"),
+        }
     }
 
-    fn connect_directory(&mut self, now: Instant, backoff: Duration) {
-        let next = backoff.saturating_mul(2).min(RECONNECT_MAX);
+    fn connect_directory(&mut self, now: Instant) {
         let conn = resolve(&self.options.directory)
             .and_then(|address| self.net.connect(address, Limits::peer()).ok());
-        self.directory = match conn {
-            Some(conn) => DirLink::Handshake {
-                conn,
-                connector: None,
-                backoff: next,
-            },
-            None => DirLink::Down {
-                retry_at: now.saturating_add(backoff),
-                backoff: next,
-            },
-        };
+        match conn {
+            Some(conn) => self.directory.connecting(conn),
+            None => self.directory.connect_failed(now),
+        }
     }
 
     fn drain_local(&mut self) {
@@ -1084,7 +1007,7 @@ impl HostNode {
                     self.child_frame(conn, &payload);
                 } else if self.controls.contains(&conn) {
                     self.control_frame(conn, &payload);
-                } else if self.peer_conns.contains_key(&conn) {
+                } else if self.peer_links.knows(conn) {
                     self.peer_frame(conn, &payload);
                 }
             }
@@ -1124,14 +1047,17 @@ impl HostNode {
             }
         } else if listener == self.peer_listener {
             debug!(conn, remote = %self.net.remote(conn), "host connection accepted");
-            if let Accepted::PendingEvicting(oldest) = self.peer_admission.accepted(now, conn) {
-                evicted(oldest, &self.net, "host", PENDING_CONNECTIONS_MAX);
-                self.count_refusal(Refusal::Evicted);
-                self.net.close(oldest);
-                self.peer_conns.remove(&oldest);
+            match fresh_nonce() {
+                Ok(nonce) => {
+                    self.peer_links
+                        .accepted(now, conn, nonce, &mut self.actions);
+                    self.conn_actions();
+                }
+                Err(e) => {
+                    warn!(conn, error = %e, "connection closed: no nonce for its handshake");
+                    self.net.close(conn);
+                }
             }
-            self.peer_conns
-                .insert(conn, PeerConn::Incoming(Incoming::Hello));
         } else {
             self.net.close(conn);
         }
@@ -1147,36 +1073,18 @@ impl HostNode {
                 return;
             }
         };
-        let key = self.options.cluster_key;
-        if let DirLink::Handshake {
-            conn: c, connector, ..
-        } = &mut self.directory
-            && *c == conn
-        {
-            let who = Who::Host {
-                listen: self.options.listen.clone(),
-                boot_nonce: self.boot_nonce,
-            };
-            let (handshake, hello) = Connector::new(who, nonce, key.as_ref());
-            *connector = Some(handshake);
-            self.net.send(conn, hello);
-            return;
+        if self.directory.conn() == Some(conn) {
+            self.directory.connected(conn, nonce, &mut self.actions);
+        } else {
+            self.peer_links.connected(conn, nonce, &mut self.actions);
         }
-        if let Some(PeerConn::Outgoing { connector, .. }) = self.peer_conns.get_mut(&conn) {
-            let who = Who::Peer {
-                node: self.node,
-                incarnation: self.incarnation,
-            };
-            let (handshake, hello) = Connector::new(who, nonce, key.as_ref());
-            *connector = Some(handshake);
-            self.net.send(conn, hello);
-        }
+        self.conn_actions();
     }
 
     /// A connection the peer closed, or that broke: logged, then forgotten.
     fn peer_closed(&mut self, conn: ConnId, reason: &str) {
         if self.directory.conn() == Some(conn) {
-            if matches!(self.directory, DirLink::Up { .. }) {
+            if self.directory.up().is_some() {
                 warn!(directory = %self.options.directory, reason, "lost the directory; reconnecting");
             } else {
                 debug!(directory = %self.options.directory, reason, "a connection attempt to the directory failed");
@@ -1190,38 +1098,21 @@ impl HostNode {
                     debug!(conn, reason, "child connection closed before its hello");
                 }
             }
-        } else if let Some(peer) = self.peer_conns.get(&conn) {
-            match peer {
-                PeerConn::Outgoing { node, .. } => {
-                    debug!(conn, %node, reason, "connection to a host closed");
-                }
-                PeerConn::Incoming(Incoming::Admitted(node)) => {
-                    debug!(conn, %node, reason, "connection from a host closed");
-                }
-                PeerConn::Incoming(_) => {
-                    debug!(conn, reason, "host connection closed before admission");
-                }
-            }
+        } else if let Some(node) = self.peer_links.outgoing_node(conn) {
+            debug!(conn, %node, reason, "connection to a host closed");
+        } else if let Some(node) = self.peer_links.incoming_node(conn) {
+            debug!(conn, %node, reason, "connection from a host closed");
+        } else if self.peer_links.knows(conn) {
+            debug!(conn, reason, "host connection closed before admission");
         }
         self.closed(conn);
     }
 
     fn closed(&mut self, conn: ConnId) {
         if self.directory.conn() == Some(conn) {
-            let backoff = match self.directory {
-                DirLink::Handshake { backoff, .. } | DirLink::Welcoming { backoff, .. } => backoff,
-                _ => Duration::from_millis(50),
-            };
-            let was_up = matches!(self.directory, DirLink::Up { .. });
-            self.directory = DirLink::Down {
-                retry_at: self.clock.now().saturating_add(backoff),
-                backoff,
-            };
-            if was_up {
-                if let Some(metrics) = &self.metrics {
-                    metrics.directory_connected.set(0);
-                }
-                self.discovered(None);
+            let now = self.clock.now();
+            if self.directory.closed(now, conn) == LinkHeard::Lost {
+                self.lost_directory();
             }
             return;
         }
@@ -1238,14 +1129,7 @@ impl HostNode {
             }
             return;
         }
-        if let Some(peer) = self.peer_conns.remove(&conn) {
-            self.peer_admission.closed(conn);
-            if let PeerConn::Outgoing { node, .. } = peer
-                && self.outgoing.get(&node) == Some(&conn)
-            {
-                self.outgoing.remove(&node);
-            }
-        }
+        self.peer_links.closed(conn);
     }
 
     /// Closes a connection this host gives up on (and forgets it).
@@ -1255,215 +1139,144 @@ impl HostNode {
     }
 
     fn directory_frame(&mut self, conn: ConnId, payload: &[u8]) {
-        let Ok(link) = decode_value::<Link>(payload, FRAME_BYTES_MAX) else {
-            warn!(directory = %self.options.directory, "the directory sent an undecodable frame; reconnecting");
-            self.drop_conn(conn);
-            return;
-        };
-        if let Link::Refused { reason } = &link {
-            // The directory does not take our key or version: a configuration error.
-            error!(directory = %self.options.directory, %reason, "the directory refused this host");
-            self.refused = Some(reason.clone());
-            return;
-        }
-        match std::mem::replace(&mut self.directory, DirLink::Up { conn }) {
-            DirLink::Handshake {
-                connector: Some(connector),
-                backoff,
+        let now = self.clock.now();
+        let heard = self.directory.frame(now, conn, payload, &mut self.actions);
+        self.conn_actions();
+        let directory = &self.options.directory;
+        match heard {
+            LinkHeard::Nothing => {}
+            LinkHeard::Welcomed {
+                directory: address,
+                epoch,
+                peers,
                 ..
-            } => match connector.answer(&link) {
-                Ok(proof) => {
-                    self.net.send(conn, proof);
-                    self.directory = DirLink::Welcoming { conn, backoff };
+            } => {
+                info!(
+                    directory_address = %address,
+                    epoch = epoch.0,
+                    "welcomed by the directory again"
+                );
+                if let Some(metrics) = &self.metrics {
+                    metrics.directory_connected.set(1);
                 }
-                Err(e) => {
-                    // The directory could not prove the key: not our cluster's directory.
-                    error!(directory = %self.options.directory, error = %e, "the directory failed its handshake");
-                    self.directory = DirLink::Handshake {
-                        conn,
-                        connector: None,
-                        backoff,
-                    };
-                    self.refused = Some(e.to_string());
-                }
-            },
-            DirLink::Welcoming { backoff, .. } => match link {
-                Link::Welcome {
-                    directory,
-                    epoch,
-                    peers,
-                    node,
-                    incarnation,
-                } if node == self.node && incarnation == self.incarnation => {
-                    info!(
-                        directory_address = %directory,
-                        epoch = epoch.0,
-                        "welcomed by the directory again"
-                    );
-                    if let Some(metrics) = &self.metrics {
-                        metrics.directory_connected.set(1);
-                    }
-                    self.set_peers(peers);
-                    self.discovered(Some(Discovered {
-                        address: directory,
-                        epoch,
-                    }));
-                }
-                other => {
-                    // The directory node lost its membership (we cannot be who it says), or
-                    // answered out of protocol: try again later.
-                    warn!(
-                        directory = %self.options.directory,
-                        answer = other.name(),
-                        "the directory did not welcome this host as node {} incarnation {}; \
-                         trying again",
-                        self.node,
-                        self.incarnation
-                    );
-                    self.directory = DirLink::Welcoming { conn, backoff };
-                    self.drop_conn(conn);
-                }
-            },
-            DirLink::Up { .. } => match link {
-                Link::Peers(peers) => self.set_peers(peers),
-                Link::Frame(envelope) if envelope.to.node == self.node => {
-                    self.deliver(envelope.from, envelope.to, envelope.message);
-                }
-                _ => self.drop_conn(conn),
-            },
-            other => {
-                self.directory = other;
-                self.drop_conn(conn);
+                self.set_peers(peers);
+                self.discovered(Some(Discovered { address, epoch }));
+            }
+            LinkHeard::Misnamed { node, incarnation } => warn!(
+                %directory,
+                "the directory welcomed this host as node {node} incarnation {incarnation}, not \
+                 as node {} incarnation {}; trying again",
+                self.node,
+                self.incarnation
+            ),
+            LinkHeard::Peers(peers) => self.set_peers(peers),
+            LinkHeard::Envelope(envelope) => {
+                self.deliver(envelope.from, envelope.to, envelope.message);
+            }
+            LinkHeard::Refused(reason) => {
+                // The directory does not take our key or version, or cannot prove the key:
+                // a configuration error.
+                error!(%directory, %reason, "the directory refused this host");
+                self.refused = Some(reason);
+            }
+            LinkHeard::Protocol => {
+                warn!(%directory, "the directory answered out of protocol; reconnecting");
+            }
+            LinkHeard::Lost => {
+                warn!(%directory, "the directory sent a frame out of protocol; reconnecting");
+                self.lost_directory();
             }
         }
+    }
+
+    /// The link to the directory was up and is lost: nobody serves until it is welcomed again.
+    fn lost_directory(&mut self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.directory_connected.set(0);
+        }
+        self.discovered(None);
     }
 
     fn peer_frame(&mut self, conn: ConnId, payload: &[u8]) {
-        let Some(peer) = self.peer_conns.remove(&conn) else {
-            return;
-        };
-        match peer {
-            PeerConn::Incoming(Incoming::Hello) => {
-                let Ok(nonce) = fresh_nonce() else {
-                    self.drop_conn(conn);
-                    return;
-                };
-                match Acceptor::answer(payload, nonce, self.options.cluster_key.as_ref()) {
-                    Ok((acceptor, Who::Peer { node, .. }, challenge)) => {
-                        self.net.send(conn, challenge);
-                        self.peer_conns
-                            .insert(conn, PeerConn::Incoming(Incoming::Proof(acceptor, node)));
-                        self.net.resume(conn);
-                    }
-                    Ok(_) => self.refuse_peer(conn, &HelloRefusal::NotAHello),
-                    Err(refusal) => self.refuse_peer(conn, &refusal),
-                }
+        let heard = self.peer_links.frame(conn, payload, &mut self.actions);
+        self.conn_actions();
+        match heard {
+            PeerHeard::Nothing => {}
+            PeerHeard::Admitted { conn, node } => {
+                debug!(conn, remote = %self.net.remote(conn), %node, "host admitted");
             }
-            PeerConn::Incoming(Incoming::Proof(acceptor, node)) => {
-                let checked = decode_value::<Link>(payload, FRAME_BYTES_MAX)
-                    .map_err(|_| HelloRefusal::NotAHello)
-                    .and_then(|proof| acceptor.check(&proof))
-                    .and_then(|()| self.peer_admission.admit(conn));
-                match checked {
-                    Ok(()) => {
-                        debug!(conn, remote = %self.net.remote(conn), %node, "host admitted");
-                        self.peer_conns
-                            .insert(conn, PeerConn::Incoming(Incoming::Admitted(node)));
-                        self.net.set_limits(conn, Limits::peer());
-                    }
-                    Err(refusal) => self.refuse_peer(conn, &refusal),
-                }
-            }
-            PeerConn::Incoming(Incoming::Admitted(node)) => {
-                self.peer_conns
-                    .insert(conn, PeerConn::Incoming(Incoming::Admitted(node)));
-                self.peer_core_frame(conn, node, payload);
-            }
-            PeerConn::Outgoing {
-                node,
-                connector,
-                proved,
-                backlog,
-            } => {
-                if proved {
-                    self.peer_conns.insert(
-                        conn,
-                        PeerConn::Outgoing {
-                            node,
-                            connector,
-                            proved,
-                            backlog,
-                        },
-                    );
-                    self.peer_core_frame(conn, node, payload);
-                    return;
-                }
-                let answer = decode_value::<Link>(payload, FRAME_BYTES_MAX)
-                    .ok()
-                    .zip(connector.as_ref())
-                    .map(|(link, c)| c.answer(&link));
-                let Some(Ok(proof)) = answer else {
-                    // The other host refused us or could not prove the key: its frames are
-                    // dropped (the protocols re-send; the next frame tries a new connection).
-                    info!(conn, %node, remote = %self.net.remote(conn), "a host refused this host's connection, or failed its handshake");
-                    self.outgoing.remove(&node);
-                    self.net.close(conn);
-                    return;
-                };
-                self.net.send(conn, proof);
-                for frame in backlog {
-                    self.net.send(conn, frame);
-                }
-                self.peer_conns.insert(
-                    conn,
-                    PeerConn::Outgoing {
-                        node,
-                        connector: None,
-                        proved: true,
-                        backlog: VecDeque::new(),
-                    },
-                );
-            }
-        }
-    }
-
-    /// A core frame from another host that proved the key: taken only if it speaks for that
-    /// host and is for this one.
-    fn peer_core_frame(&mut self, conn: ConnId, node: NodeId, payload: &[u8]) {
-        match decode_value::<Link>(payload, FRAME_BYTES_MAX) {
-            Ok(Link::Frame(envelope))
-                if envelope.from.node == node && envelope.to.node == self.node =>
-            {
+            PeerHeard::Envelope(envelope) => {
                 if let Message::Chunk { bytes, .. } = &envelope.message {
                     self.count_chunk("received", bytes.as_slice().len());
                 }
                 self.deliver(envelope.from, envelope.to, envelope.message);
             }
-            _ => {
-                warn!(
-                    conn,
-                    remote = %self.net.remote(conn),
-                    %node,
-                    "host connection closed: a frame out of protocol, or not from its node"
-                );
-                self.count_refusal(Refusal::Protocol);
-                self.drop_conn(conn);
-            }
+            PeerHeard::Protocol { conn, node } => warn!(
+                conn,
+                %node,
+                "host connection closed: a frame out of protocol, or not from its node"
+            ),
+            // Its frames are dropped (the protocols re-send; the next frame tries a new
+            // connection).
+            PeerHeard::Failed { conn, node } => info!(
+                conn,
+                %node,
+                "a host refused this host's connection, or failed its handshake"
+            ),
         }
     }
 
-    fn refuse_peer(&mut self, conn: ConnId, refusal: &HelloRefusal) {
-        info!(conn, remote = %self.net.remote(conn), reason = %refusal, "host connection refused");
-        self.count_refusal(Refusal::of(refusal));
-        self.net.send(
-            conn,
-            Link::Refused {
-                reason: refusal.to_string(),
-            },
-        );
-        self.net.close_after_flush(conn);
-        self.peer_admission.closed(conn);
-        self.peer_conns.remove(&conn);
+    /// Does what the connection machines asked for, in order.
+    fn conn_actions(&mut self) {
+        let mut actions = std::mem::take(&mut self.actions);
+        for action in actions.drain(..) {
+            match action {
+                ConnAction::Send(conn, link) => {
+                    // A frame a full queue drops is as lost as one the network drops.
+                    let _ = self.net.send(conn, link);
+                }
+                ConnAction::Resume(conn) => self.net.resume(conn),
+                ConnAction::Admitted(conn) => self.net.set_limits(conn, Limits::peer()),
+                ConnAction::Refuse { conn, why, reason } => {
+                    info!(conn, remote = %self.net.remote(conn), %reason, "host connection refused");
+                    self.count_closing(why);
+                    self.net.send(conn, Link::Refused { reason });
+                    self.net.close_after_flush(conn);
+                }
+                ConnAction::Close(conn, why) => {
+                    let remote = self.net.remote(conn);
+                    match why {
+                        Closing::Evicted => info!(
+                            conn,
+                            %remote,
+                            "host connection closed: {PENDING_CONNECTIONS_MAX} connections wait \
+                             for admission, and the oldest makes room for a new one"
+                        ),
+                        Closing::Expired => debug!(
+                            conn,
+                            %remote,
+                            "host connection closed: not admitted within {ADMISSION_DEADLINE}"
+                        ),
+                        _ => debug!(conn, %remote, ?why, "connection closed"),
+                    }
+                    self.count_closing(why);
+                    self.net.close(conn);
+                }
+                ConnAction::Persist(records) => {
+                    error!(?records, "a host node has no log: the records were dropped");
+                }
+                ConnAction::Connect(node) => {
+                    error!(%node, "an unexpected connect action was dropped");
+                }
+            }
+        }
+        self.actions = actions;
+    }
+
+    fn count_closing(&self, why: Closing) {
+        if let Some(kind) = Refusal::closing(why) {
+            self.count_refusal(kind);
+        }
     }
 
     /// One request on the control socket: answered at once, in order.

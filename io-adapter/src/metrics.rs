@@ -200,7 +200,22 @@ impl Refusal {
         }
     }
 
-    /// The kind of a handshake refusal.
+    /// The kind of a connection a machine closed or refused (none for one its node replaced).
+    pub fn closing(why: dataplane_core::conns::Closing) -> Option<Refusal> {
+        use dataplane_core::conns::Closing;
+        Some(match why {
+            Closing::NotAHello => Refusal::NotAHello,
+            Closing::Version => Refusal::Version,
+            Closing::WrongKey => Refusal::WrongKey,
+            Closing::Full => Refusal::Full,
+            Closing::Expired => Refusal::Expired,
+            Closing::Evicted => Refusal::Evicted,
+            Closing::Protocol => Refusal::Protocol,
+            Closing::Replaced => return None,
+        })
+    }
+
+    /// The kind of a refused hello.
     pub fn of(refusal: &dataplane_core::admission::HelloRefusal) -> Refusal {
         use dataplane_core::admission::HelloRefusal;
         match refusal {

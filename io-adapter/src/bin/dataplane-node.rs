@@ -193,8 +193,10 @@ fn init_logs() -> Result<(), String> {
 
 /// The key of `--cluster-key-file`, if given (exit 78 if the file is unusable).
 fn cluster_key(path: Option<&Path>) -> Result<Option<ClusterKey>, Failure> {
-    path.map(|path| ClusterKey::read(path).map_err(|e| (Exit::Config, e.to_string())))
-        .transpose()
+    path.map(|path| {
+        dataplane_io::net::read_cluster_key(path).map_err(|e| (Exit::Config, e.to_string()))
+    })
+    .transpose()
 }
 
 fn run(role: Role) -> Result<(), Failure> {

@@ -1,27 +1,24 @@
 //! Connections between nodes and to children: the [`reactor`] (one poll loop per node), the
-//! [`Link`] protocol between nodes, and its handshake.
+//! cluster key from its file, and blocking handshakes for programs that speak to nodes.
 //!
-//! Between nodes the frames are [`Link`]s: a handshake, then core envelopes. The connecting
-//! side says [`Link::Hello`] (a magic, the protocol version, a fresh nonce and who it is); the
-//! accepting side answers [`Link::Challenge`] (its own nonce and its proof of the cluster key
-//! over the hello); the connector checks that proof and answers [`Link::Proof`] (its own). Only
-//! then does anything reach a machine. The key never travels: a proof is a keyed BLAKE3 hash
-//! over both sides' fresh nonces ([`dataplane_core::admission`]), so a recorded handshake is
-//! worthless on another connection. A refused hello (another version, a wrong key) is answered
-//! [`Link::Refused`] with the reason and closed. Traffic after the handshake is **not**
-//! encrypted or authenticated frame by frame: see README.md.
+//! The [`Link`] protocol between nodes and the two halves of its handshake are core's
+//! ([`dataplane_core::link`], re-exported here), and so are the machines that sequence it per
+//! connection ([`dataplane_core::conns`]): the nodes run those over this reactor, and the
+//! simulator runs the same ones over simulated connections. Traffic after the handshake is
+//! **not** encrypted or authenticated frame by frame: see README.md.
 
 use std::fmt;
 use std::io;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 
-use dataplane_core::admission::{
-    self, HANDSHAKE_MAGIC, HelloRefusal, Nonce, PROTOCOL_VERSION, Proof,
+use dataplane_core::admission::Nonce;
+pub use dataplane_core::link::{
+    Acceptor, ClusterKey, Connector, HandshakeFailure, Link, Peer, SecretTooShort, Who,
+    hello_version,
 };
-use dataplane_core::ids::{Address, AuthorityEpoch, NodeId};
 use dataplane_core::wire::Envelope;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::frame::{FrameReader, encode_frame, write_frame};
 
@@ -29,80 +26,21 @@ pub mod reactor;
 
 pub use reactor::{ConnId, Limits, ListenerId, NetEvent, Overflow, Reactor, Remote};
 
-/// A peer host as the directory node announces it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Peer {
-    /// Its node id.
-    pub node: NodeId,
-    /// Its current incarnation.
-    pub incarnation: u64,
-    /// Where it accepts connections from other hosts.
-    pub listen: String,
-}
-
-/// The shared secret of a cluster: a BLAKE3 hash of the secret (so the secret file may hold
-/// any bytes), the key of the handshake's proofs. It never travels.
-///
-/// It keeps out programs that do not know the secret: a stray or hostile client cannot
-/// register, remove or read anything, or pose as a host, and watching a handshake teaches
-/// nothing about the key. It is **not** encryption: everything after the handshake travels in
-/// the clear and unauthenticated, so anyone who can watch the network sees the namespace and
-/// the blobs, and anyone who can rewrite it can hijack an admitted connection. Use it on a
-/// network you trust to keep traffic private (README.md says what would come next).
-#[derive(Clone, Copy)]
-pub struct ClusterKey([u8; 32]);
-
-impl ClusterKey {
-    /// The shortest secret accepted.
-    pub const SECRET_BYTES_MIN: usize = 16;
-
-    /// The key for `secret` (trailing ASCII whitespace, such as the newline an editor adds, is
-    /// not part of it).
-    pub fn from_secret(secret: &[u8]) -> Result<ClusterKey, KeyError> {
-        let secret = secret.trim_ascii_end();
-        if secret.len() < Self::SECRET_BYTES_MIN {
-            return Err(KeyError::TooShort { len: secret.len() });
-        }
-        let mut bytes = b"dataplane cluster key v1\n".to_vec();
-        bytes.extend_from_slice(secret);
-        Ok(ClusterKey(dataplane_core::blob::digest(&bytes)))
-    }
-
-    /// The key itself (what the proofs are keyed with; never sent anywhere).
-    pub fn bytes(&self) -> &[u8; 32] {
-        &self.0
-    }
-
-    /// The key for the secret in the file at `path`.
-    pub fn read(path: &Path) -> Result<ClusterKey, KeyError> {
-        let secret = std::fs::read(path).map_err(|error| KeyError::Io {
-            path: path.to_owned(),
-            error,
-        })?;
-        ClusterKey::from_secret(&secret).map_err(|e| match e {
-            KeyError::TooShort { len } => KeyError::FileTooShort {
-                path: path.to_owned(),
-                len,
-            },
-            other => other,
-        })
-    }
-}
-
-impl fmt::Debug for ClusterKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ClusterKey(..)")
-    }
+/// The key for the secret in the file at `path`.
+pub fn read_cluster_key(path: &Path) -> Result<ClusterKey, KeyError> {
+    let secret = std::fs::read(path).map_err(|error| KeyError::Io {
+        path: path.to_owned(),
+        error,
+    })?;
+    ClusterKey::from_secret(&secret).map_err(|SecretTooShort(len)| KeyError::FileTooShort {
+        path: path.to_owned(),
+        len,
+    })
 }
 
 /// Why a cluster key could not be made.
 #[derive(Debug)]
 pub enum KeyError {
-    /// The secret is shorter than [`ClusterKey::SECRET_BYTES_MIN`].
-    TooShort {
-        /// Its length (without trailing whitespace).
-        len: usize,
-    },
     /// The secret in a file is too short.
     FileTooShort {
         /// The file.
@@ -123,12 +61,6 @@ impl fmt::Display for KeyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let min = ClusterKey::SECRET_BYTES_MIN;
         match self {
-            KeyError::TooShort { len } => {
-                write!(
-                    f,
-                    "the cluster secret has {len} bytes; at least {min} are needed"
-                )
-            }
             KeyError::FileTooShort { path, len } => write!(
                 f,
                 "{}: the cluster secret has {len} bytes; at least {min} are needed",
@@ -140,196 +72,6 @@ impl fmt::Display for KeyError {
 }
 
 impl std::error::Error for KeyError {}
-
-/// What nodes say to each other over TCP. (Mostly `Frame`s: boxing them would cost an
-/// allocation per frame for the rare handshakes' sake.)
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Link {
-    /// A connecting node's first frame. It stays the first variant, and its first two fields
-    /// stay a magic and the version, so that any version can read another's version.
-    Hello {
-        /// [`HANDSHAKE_MAGIC`].
-        magic: u32,
-        /// [`PROTOCOL_VERSION`] of the sender.
-        version: u16,
-        /// Fresh per connection.
-        nonce: Nonce,
-        /// Who connects.
-        who: Who,
-    },
-    /// The accepting node's answer to a hello: its own fresh nonce and its proof of the key.
-    Challenge {
-        /// Fresh per connection.
-        nonce: Nonce,
-        /// [`admission::acceptor_proof`] over the hello's bytes and `nonce` (absent without
-        /// a key).
-        proof: Option<Proof>,
-    },
-    /// The connector's proof, once it checked the acceptor's.
-    Proof {
-        /// [`admission::connector_proof`] over its hello's bytes and the acceptor's nonce.
-        proof: Option<Proof>,
-    },
-    /// The directory node's answer to a host or client that proved itself: its node id and
-    /// incarnation, who serves, the peers.
-    Welcome {
-        /// The host's node id.
-        node: NodeId,
-        /// The host's incarnation (raised on every restart).
-        incarnation: u64,
-        /// The directory's address.
-        directory: Address,
-        /// Its authority epoch (replies from another epoch are not accepted).
-        epoch: AuthorityEpoch,
-        /// Every other host.
-        peers: Vec<Peer>,
-    },
-    /// The peer table changed.
-    Peers(Vec<Peer>),
-    /// The answer to a hello that is not admitted (another version, a wrong key, a full
-    /// node); the connection is closed right after it.
-    Refused {
-        /// Why, for the operator.
-        reason: String,
-    },
-    /// A core frame.
-    Frame(Envelope),
-}
-
-/// Who says hello.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Who {
-    /// A host, to the directory node: where it listens (its identity: the same address keeps
-    /// its node id), and a nonce that is new every time the host process starts (so a restart
-    /// is told from a reconnect).
-    Host {
-        /// Its listen address.
-        listen: String,
-        /// New per process start.
-        boot_nonce: u64,
-    },
-    /// A program that only sends calls (a benchmark, a test), to the directory node: it gets
-    /// a transient node id.
-    Client,
-    /// A host, to another host.
-    Peer {
-        /// The connecting host.
-        node: NodeId,
-        /// Its incarnation.
-        incarnation: u64,
-    },
-}
-
-/// A hello's magic and version, read from the front of a frame that may not decode as this
-/// version's [`Link`] at all (a hello of another version).
-pub fn hello_version(payload: &[u8]) -> Option<(u32, u16)> {
-    let ((variant, magic, version), _) =
-        postcard::take_from_bytes::<(u32, u32, u16)>(payload).ok()?;
-    (variant == 0).then_some((magic, version))
-}
-
-/// The connecting side of a handshake.
-#[derive(Clone, Debug)]
-pub struct Connector {
-    hello: Vec<u8>,
-    key: Option<[u8; 32]>,
-}
-
-impl Connector {
-    /// A handshake for `who`, with a fresh `nonce`; returns it and the hello to send first.
-    pub fn new(who: Who, nonce: Nonce, key: Option<&ClusterKey>) -> (Connector, Link) {
-        let hello = Link::Hello {
-            magic: HANDSHAKE_MAGIC,
-            version: PROTOCOL_VERSION,
-            nonce,
-            who,
-        };
-        let bytes = postcard::to_allocvec(&hello).unwrap_or_default();
-        let connector = Connector {
-            hello: bytes,
-            key: key.map(|k| k.0),
-        };
-        (connector, hello)
-    }
-
-    /// The acceptor's challenge: its proof is checked, and the answer is the proof to send.
-    pub fn answer(&self, challenge: &Link) -> Result<Link, HandshakeError> {
-        match challenge {
-            Link::Challenge { nonce, proof } => {
-                let expected = admission::acceptor_proof(self.key.as_ref(), &self.hello, nonce);
-                if !admission::proofs_match(expected.as_ref(), proof.as_ref()) {
-                    return Err(HandshakeError::Refused(HelloRefusal::WrongKey.to_string()));
-                }
-                Ok(Link::Proof {
-                    proof: admission::connector_proof(self.key.as_ref(), &self.hello, nonce),
-                })
-            }
-            Link::Refused { reason } => Err(HandshakeError::Refused(reason.clone())),
-            other => Err(HandshakeError::Protocol(format!(
-                "expected a Challenge, got {}",
-                other.name()
-            ))),
-        }
-    }
-}
-
-/// The accepting side of a handshake, after it answered a hello.
-#[derive(Clone, Debug)]
-pub struct Acceptor {
-    expected: Option<Proof>,
-}
-
-impl Acceptor {
-    /// Answers a hello (its frame's payload exactly as it arrived): the challenge to send, or
-    /// the refusal to send before closing. `key` is this node's cluster key.
-    pub fn answer(
-        payload: &[u8],
-        nonce: Nonce,
-        key: Option<&ClusterKey>,
-    ) -> Result<(Acceptor, Who, Link), HelloRefusal> {
-        let hello =
-            dataplane_core::wire::decode_value::<Link>(payload, admission::HELLO_FRAME_BYTES_MAX);
-        let Ok(Link::Hello {
-            magic,
-            version,
-            who,
-            ..
-        }) = hello
-        else {
-            // Another version's hello says so; anything else is not a hello.
-            return Err(match hello_version(payload) {
-                Some((magic, version)) => admission::check_version(magic, version)
-                    .err()
-                    .unwrap_or(HelloRefusal::NotAHello),
-                None => HelloRefusal::NotAHello,
-            });
-        };
-        admission::check_version(magic, version)?;
-        let key = key.map(|k| &k.0);
-        let challenge = Link::Challenge {
-            nonce,
-            proof: admission::acceptor_proof(key, payload, &nonce),
-        };
-        let acceptor = Acceptor {
-            expected: admission::connector_proof(key, payload, &nonce),
-        };
-        Ok((acceptor, who, challenge))
-    }
-
-    /// Checks the connector's proof.
-    pub fn check(&self, proof: &Link) -> Result<(), HelloRefusal> {
-        match proof {
-            Link::Proof { proof }
-                if admission::proofs_match(self.expected.as_ref(), proof.as_ref()) =>
-            {
-                Ok(())
-            }
-            Link::Proof { .. } => Err(HelloRefusal::WrongKey),
-            _ => Err(HelloRefusal::NotAHello),
-        }
-    }
-}
 
 /// Why a blocking handshake failed.
 #[derive(Debug)]
@@ -354,17 +96,11 @@ impl fmt::Display for HandshakeError {
 
 impl std::error::Error for HandshakeError {}
 
-impl Link {
-    /// The variant's name (for messages; never the contents).
-    pub fn name(&self) -> &'static str {
-        match self {
-            Link::Hello { .. } => "Hello",
-            Link::Challenge { .. } => "Challenge",
-            Link::Proof { .. } => "Proof",
-            Link::Welcome { .. } => "Welcome",
-            Link::Peers(_) => "Peers",
-            Link::Refused { .. } => "Refused",
-            Link::Frame(_) => "Frame",
+impl From<HandshakeFailure> for HandshakeError {
+    fn from(failure: HandshakeFailure) -> Self {
+        match failure {
+            HandshakeFailure::Refused(reason) => HandshakeError::Refused(reason),
+            HandshakeFailure::Protocol(what) => HandshakeError::Protocol(what),
         }
     }
 }
@@ -528,94 +264,6 @@ mod tests {
     use super::*;
     use dataplane_core::ids::{Address, NodeId};
     use dataplane_core::wire::{ChunkBytes, Message};
-
-    fn run(
-        connector_key: Option<&ClusterKey>,
-        acceptor_key: Option<&ClusterKey>,
-    ) -> Result<Who, String> {
-        let who = Who::Peer {
-            node: NodeId(3),
-            incarnation: 2,
-        };
-        let (connector, hello) = Connector::new(who, [1; 32], connector_key);
-        let payload = postcard::to_allocvec(&hello).unwrap();
-        let (acceptor, who, challenge) =
-            Acceptor::answer(&payload, [2; 32], acceptor_key).map_err(|e| e.to_string())?;
-        let proof = connector.answer(&challenge).map_err(|e| e.to_string())?;
-        acceptor.check(&proof).map_err(|e| e.to_string())?;
-        Ok(who)
-    }
-
-    #[test]
-    fn the_handshake_admits_exactly_the_same_key() {
-        let key = ClusterKey::from_secret(b"0123456789abcdef").unwrap();
-        // Trailing whitespace is not part of the secret; anything else is.
-        let same = ClusterKey::from_secret(b"0123456789abcdef \r\n").unwrap();
-        let other = ClusterKey::from_secret(b"0123456789abcdeg").unwrap();
-        assert!(run(Some(&key), Some(&same)).is_ok());
-        assert!(run(None, None).is_ok());
-        let wrong = "refused: wrong cluster key (see --cluster-key-file)";
-        // The connector sees the acceptor fail to prove the key.
-        assert_eq!(run(Some(&key), Some(&other)).unwrap_err(), wrong);
-        assert_eq!(run(Some(&key), None).unwrap_err(), wrong);
-        assert_eq!(run(None, Some(&key)).unwrap_err(), wrong);
-        assert!(matches!(
-            ClusterKey::from_secret(b"0123456789abcde\n"),
-            Err(KeyError::TooShort { len: 15 })
-        ));
-        assert_eq!(
-            format!("{key:?}"),
-            "ClusterKey(..)",
-            "Debug shows nothing of it"
-        );
-    }
-
-    #[test]
-    fn a_proof_is_worthless_on_another_connection_and_the_key_never_travels() {
-        let key = ClusterKey::from_secret(b"0123456789abcdef").unwrap();
-        let (connector, hello) = Connector::new(Who::Client, [1; 32], Some(&key));
-        let payload = postcard::to_allocvec(&hello).unwrap();
-        let (_, _, challenge) = Acceptor::answer(&payload, [2; 32], Some(&key)).unwrap();
-        let recorded = connector.answer(&challenge).unwrap();
-        // The same hello replayed to a new connection meets a new nonce.
-        let (acceptor, _, _) = Acceptor::answer(&payload, [3; 32], Some(&key)).unwrap();
-        assert_eq!(acceptor.check(&recorded), Err(HelloRefusal::WrongKey));
-        // Neither the key nor the secret appears in anything sent.
-        for link in [&hello, &challenge, &recorded] {
-            let bytes = postcard::to_allocvec(link).unwrap();
-            assert!(!bytes.windows(32).any(|w| w == key.0), "{link:?}");
-        }
-    }
-
-    #[test]
-    fn another_version_is_refused_by_name_and_garbage_is_not_a_hello() {
-        #[derive(Serialize)]
-        enum Future {
-            Hello {
-                magic: u32,
-                version: u16,
-                something: String,
-            },
-        }
-        let future = postcard::to_allocvec(&Future::Hello {
-            magic: HANDSHAKE_MAGIC,
-            version: 7,
-            something: "new".into(),
-        })
-        .unwrap();
-        let refusal = Acceptor::answer(&future, [0; 32], None).unwrap_err();
-        assert_eq!(
-            refusal.to_string(),
-            "protocol version 7 is not supported (this node speaks version 1)"
-        );
-        let refusal = Acceptor::answer(&[0xff, 0xff, 3], [0; 32], None).unwrap_err();
-        assert_eq!(refusal, HelloRefusal::NotAHello);
-        let frame = postcard::to_allocvec(&Link::Peers(Vec::new())).unwrap();
-        assert_eq!(
-            Acceptor::answer(&frame, [0; 32], None).unwrap_err(),
-            HelloRefusal::NotAHello
-        );
-    }
 
     fn chunk(len: usize) -> Link {
         let bytes: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();

@@ -76,7 +76,7 @@ fn only_nodes_with_the_cluster_key_are_admitted() {
     let dir = TestDir::new("cluster-key");
     let secret = dir.join("cluster.key");
     std::fs::write(&secret, b"correct horse battery staple\n").unwrap();
-    let key = ClusterKey::read(&secret).unwrap();
+    let key = dataplane_io::net::read_cluster_key(&secret).unwrap();
     let other = ClusterKey::from_secret(b"another secret of some length").unwrap();
 
     let directory = DirectoryProc::start_with(&dir, "directory", &key_option(&secret));

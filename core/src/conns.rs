@@ -1,0 +1,1190 @@
+//! A node's connections as machines both drivers run: where each connection is in its
+//! handshake, who it speaks for once admitted, the directory's table of admitted nodes and its
+//! membership answers, a host's link to the directory (with its reconnect back-off) and a
+//! host's links to other hosts (with the frames that wait for a handshake).
+//!
+//! The driver owns the sockets and numbers the connections ([`ConnId`]); it hands these
+//! machines what happened (a connection accepted or made, a frame's bytes, a close, the time)
+//! and executes the [`ConnAction`]s they append, in order. Nonces come from the driver too.
+//! `dataplane-io` runs them over TCP; the simulator runs the same machines over simulated
+//! connections, so hellos, proofs, admission, the waiting room and reconnects are simulated.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::admission::{self, Accepted, Admission, HelloRefusal, Nonce};
+use crate::ids::{Address, AuthorityEpoch, NodeId};
+use crate::limits::FRAME_BYTES_MAX;
+use crate::link::{Acceptor, ClusterKey, Connector, Link, Peer, Who};
+use crate::log::LogRecord;
+use crate::membership::{Admitted, Membership};
+use crate::time::{Duration, Instant};
+use crate::wire::{Envelope, decode_value};
+
+/// A connection, as the driver numbers it.
+pub type ConnId = u64;
+
+/// Why a machine closes or refuses a connection (for logs and metrics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closing {
+    /// Its first frame was not a hello of this protocol (or not one this listener takes).
+    NotAHello,
+    /// It speaks another protocol version.
+    Version,
+    /// It could not prove the cluster key.
+    WrongKey,
+    /// The node admits no more connections of its kind.
+    Full,
+    /// It was not admitted within the admission deadline.
+    Expired,
+    /// The waiting room was full: the oldest pending connection made room.
+    Evicted,
+    /// An admitted connection sent a frame out of protocol, or about another node.
+    Protocol,
+    /// Its node connected again: the newer connection replaces it.
+    Replaced,
+}
+
+impl Closing {
+    /// The closing of a refused hello.
+    pub fn of(refusal: &HelloRefusal) -> Closing {
+        match refusal {
+            HelloRefusal::NotAHello => Closing::NotAHello,
+            HelloRefusal::Version { .. } => Closing::Version,
+            HelloRefusal::WrongKey => Closing::WrongKey,
+            HelloRefusal::Full => Closing::Full,
+        }
+    }
+}
+
+/// What a connection machine asks its driver to do. Execute them in order.
+// Mostly frames: boxing them would cost an allocation per frame.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConnAction {
+    /// Send `link` on the connection.
+    Send(ConnId, Link),
+    /// Hand over the connection's next frame (one in its handshake is read a frame at a time).
+    Resume(ConnId),
+    /// The connection proved itself: it may carry frames of a node's size from now on.
+    Admitted(ConnId),
+    /// Send `Link::Refused { reason }`, then close the connection once that is flushed.
+    Refuse {
+        /// The connection.
+        conn: ConnId,
+        /// Why.
+        why: Closing,
+        /// What the peer is told.
+        reason: String,
+    },
+    /// Close the connection now.
+    Close(ConnId, Closing),
+    /// Make these records durable (append them, then sync) before any later action. If that
+    /// fails the node stops: nobody may hear an identity a crash could take back.
+    Persist(Vec<LogRecord>),
+    /// Start a connection to `node` (a host's link to another host).
+    Connect(NodeId),
+}
+
+/// Which hellos a listener takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accepts {
+    /// Hosts and clients (the directory node).
+    HostsAndClients,
+    /// Other hosts (a host's peer listener).
+    Peers,
+}
+
+#[derive(Clone, Debug)]
+enum Stage {
+    /// Accepted; its hello is awaited (the nonce its challenge will carry).
+    Hello(Nonce),
+    /// Challenged; its proof is awaited.
+    Proof(Acceptor, Who),
+    /// Admitted.
+    Admitted,
+}
+
+/// What a listener heard on a connection, beyond the actions it appended.
+// Mostly frames: boxing them would cost an allocation per frame.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Heard {
+    /// Nothing for the driver (a handshake step, a refusal, a close).
+    Nothing,
+    /// The connection proved itself as `who`.
+    Admitted(Who),
+    /// A frame on an admitted connection.
+    Link(Link),
+}
+
+/// The accepting side of a node's connections: the handshake of each, and the bounded
+/// waiting room ([`Admission`]) they pass through.
+#[derive(Clone, Debug)]
+pub struct Listener {
+    key: Option<ClusterKey>,
+    accepts: Accepts,
+    admission: Admission,
+    stages: BTreeMap<ConnId, Stage>,
+}
+
+impl Listener {
+    /// A listener taking `accepts`, with its cluster key and the waiting room's bounds.
+    pub fn new(
+        key: Option<ClusterKey>,
+        accepts: Accepts,
+        deadline: Duration,
+        pending_max: usize,
+        admitted_max: usize,
+    ) -> Listener {
+        Listener {
+            key,
+            accepts,
+            admission: Admission::new(deadline, pending_max, admitted_max),
+            stages: BTreeMap::new(),
+        }
+    }
+
+    /// A connection was accepted; `nonce` is fresh, for its challenge. The oldest waiting
+    /// connection may have to make room.
+    pub fn accepted(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        nonce: Nonce,
+        out: &mut Vec<ConnAction>,
+    ) {
+        if let Accepted::PendingEvicting(oldest) = self.admission.accepted(now, conn) {
+            self.stages.remove(&oldest);
+            out.push(ConnAction::Close(oldest, Closing::Evicted));
+        }
+        self.stages.insert(conn, Stage::Hello(nonce));
+    }
+
+    /// A frame arrived on `conn` (its payload exactly as it arrived).
+    pub fn frame(&mut self, conn: ConnId, payload: &[u8], out: &mut Vec<ConnAction>) -> Heard {
+        let Some(stage) = self.stages.remove(&conn) else {
+            return Heard::Nothing;
+        };
+        match stage {
+            Stage::Hello(nonce) => match Acceptor::answer(payload, nonce, self.key.as_ref()) {
+                Ok((acceptor, who, challenge)) if self.takes(&who) => {
+                    out.push(ConnAction::Send(conn, challenge));
+                    out.push(ConnAction::Resume(conn));
+                    self.stages.insert(conn, Stage::Proof(acceptor, who));
+                    Heard::Nothing
+                }
+                Ok(_) => self.refuse(conn, &HelloRefusal::NotAHello, out),
+                Err(refusal) => self.refuse(conn, &refusal, out),
+            },
+            Stage::Proof(acceptor, who) => {
+                let checked = decode_value::<Link>(payload, admission::HELLO_FRAME_BYTES_MAX)
+                    .map_err(|_| HelloRefusal::NotAHello)
+                    .and_then(|proof| acceptor.check(&proof))
+                    .and_then(|()| self.admission.admit(conn));
+                match checked {
+                    Ok(()) => {
+                        out.push(ConnAction::Admitted(conn));
+                        self.stages.insert(conn, Stage::Admitted);
+                        Heard::Admitted(who)
+                    }
+                    Err(refusal) => self.refuse(conn, &refusal, out),
+                }
+            }
+            Stage::Admitted => match decode_value::<Link>(payload, FRAME_BYTES_MAX) {
+                Ok(link) => {
+                    self.stages.insert(conn, Stage::Admitted);
+                    Heard::Link(link)
+                }
+                Err(_) => {
+                    self.close(conn, Closing::Protocol, out);
+                    Heard::Nothing
+                }
+            },
+        }
+    }
+
+    fn takes(&self, who: &Who) -> bool {
+        match self.accepts {
+            Accepts::HostsAndClients => matches!(who, Who::Host { .. } | Who::Client),
+            Accepts::Peers => matches!(who, Who::Peer { .. }),
+        }
+    }
+
+    /// Refuses `conn`: the reason goes out, then the connection closes.
+    pub fn refuse(
+        &mut self,
+        conn: ConnId,
+        refusal: &HelloRefusal,
+        out: &mut Vec<ConnAction>,
+    ) -> Heard {
+        self.refuse_with(conn, Closing::of(refusal), refusal.to_string(), out);
+        Heard::Nothing
+    }
+
+    /// Refuses `conn` with a reason of the caller's.
+    pub fn refuse_with(
+        &mut self,
+        conn: ConnId,
+        why: Closing,
+        reason: String,
+        out: &mut Vec<ConnAction>,
+    ) {
+        self.forget(conn);
+        out.push(ConnAction::Refuse { conn, why, reason });
+    }
+
+    /// Closes `conn` (the machine's owner gives up on it).
+    pub fn close(&mut self, conn: ConnId, why: Closing, out: &mut Vec<ConnAction>) {
+        self.forget(conn);
+        out.push(ConnAction::Close(conn, why));
+    }
+
+    /// The connection is gone (closed by the peer, or broke). `true` if it was admitted.
+    pub fn closed(&mut self, conn: ConnId) -> bool {
+        let admitted = matches!(self.stages.get(&conn), Some(Stage::Admitted));
+        self.forget(conn);
+        admitted
+    }
+
+    fn forget(&mut self, conn: ConnId) {
+        self.stages.remove(&conn);
+        self.admission.closed(conn);
+    }
+
+    /// Closes every connection not admitted within the deadline.
+    pub fn expire(&mut self, now: Instant, out: &mut Vec<ConnAction>) {
+        for conn in self.admission.expired(now) {
+            self.stages.remove(&conn);
+            out.push(ConnAction::Close(conn, Closing::Expired));
+        }
+    }
+
+    /// When the oldest waiting connection's deadline passes.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.admission.next_deadline()
+    }
+
+    /// Whether `conn` is known (in its handshake or admitted).
+    pub fn knows(&self, conn: ConnId) -> bool {
+        self.stages.contains_key(&conn)
+    }
+
+    /// Whether `conn` was admitted.
+    pub fn is_admitted(&self, conn: ConnId) -> bool {
+        matches!(self.stages.get(&conn), Some(Stage::Admitted))
+    }
+
+    /// Connections waiting to be admitted.
+    pub fn pending_count(&self) -> usize {
+        self.admission.pending_count()
+    }
+
+    /// Admitted connections still open.
+    pub fn admitted_count(&self) -> usize {
+        self.admission.admitted_count()
+    }
+
+    /// The waiting room's bounds hold, and it agrees with the stages.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.admission.check_invariants()?;
+        for (conn, stage) in &self.stages {
+            let fine = match stage {
+                Stage::Admitted => self.admission.is_admitted(*conn),
+                _ => self.admission.is_pending(*conn),
+            };
+            if !fine {
+                return Err(format!(
+                    "connection {conn}: its stage and the waiting room disagree"
+                ));
+            }
+        }
+        if self.stages.len() != self.admission.pending_count() + self.admission.admitted_count() {
+            return Err("the waiting room holds connections with no stage".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// An admitted connection of the directory node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attached {
+    /// The node it speaks for.
+    pub node: NodeId,
+    /// That node's incarnation.
+    pub incarnation: u64,
+    /// A host (`false`: a client with a transient node id).
+    pub host: bool,
+}
+
+/// What the directory node's connections heard, beyond the actions.
+// Mostly frames: boxing them would cost an allocation per frame.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DirHeard {
+    /// Nothing for the driver.
+    Nothing,
+    /// A host proved itself and was welcomed: how membership took its hello.
+    Host {
+        /// Its connection.
+        conn: ConnId,
+        /// Where it listens.
+        listen: String,
+        /// New, restarted or reconnected, with its identity.
+        admitted: Admitted,
+    },
+    /// A host proved itself but membership refused it (the reason went out to it).
+    HostRefused {
+        /// Its connection.
+        conn: ConnId,
+        /// Where it listens.
+        listen: String,
+        /// Why.
+        reason: String,
+    },
+    /// A client proved itself and was welcomed as a transient node.
+    Client {
+        /// Its connection.
+        conn: ConnId,
+        /// Its transient node id.
+        node: NodeId,
+    },
+    /// A frame for the directory machine from an admitted node, speaking only for it.
+    Envelope(Envelope),
+    /// An admitted node sent a frame out of protocol or about another node: closed.
+    Protocol {
+        /// Its connection.
+        conn: ConnId,
+        /// The node it spoke for.
+        node: NodeId,
+    },
+}
+
+/// The directory node's connections: the listener, the node each admitted connection speaks
+/// for, membership's answer to every host hello (durable before the `Welcome`), the peer table
+/// it announces, and "a connection speaks only for its own node" on every frame.
+#[derive(Clone, Debug)]
+pub struct DirectoryConns {
+    listener: Listener,
+    attached: BTreeMap<ConnId, Attached>,
+    by_node: BTreeMap<NodeId, ConnId>,
+    next_transient: u64,
+}
+
+impl DirectoryConns {
+    /// Connections of a directory node whose clients get node ids from `first_transient` on.
+    pub fn new(listener: Listener, first_transient: u64) -> DirectoryConns {
+        DirectoryConns {
+            listener,
+            attached: BTreeMap::new(),
+            by_node: BTreeMap::new(),
+            next_transient: first_transient,
+        }
+    }
+
+    /// A connection was accepted (see [`Listener::accepted`]).
+    pub fn accepted(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        nonce: Nonce,
+        out: &mut Vec<ConnAction>,
+    ) {
+        self.listener.accepted(now, conn, nonce, out);
+    }
+
+    /// A frame arrived on `conn`. `membership` answers host hellos; `directory` and `epoch`
+    /// go into the welcome.
+    pub fn frame(
+        &mut self,
+        conn: ConnId,
+        payload: &[u8],
+        membership: &mut Membership,
+        directory: Address,
+        epoch: AuthorityEpoch,
+        out: &mut Vec<ConnAction>,
+    ) -> DirHeard {
+        match self.listener.frame(conn, payload, out) {
+            Heard::Nothing => DirHeard::Nothing,
+            Heard::Admitted(Who::Host { listen, boot_nonce }) => {
+                match membership.admit(&listen, boot_nonce) {
+                    Ok((admitted, record)) => {
+                        if let Some(record) = record {
+                            out.push(ConnAction::Persist(vec![record]));
+                        }
+                        let m = admitted.member();
+                        self.attach(
+                            conn,
+                            m.node,
+                            m.incarnation,
+                            true,
+                            membership,
+                            directory,
+                            epoch,
+                            out,
+                        );
+                        self.broadcast_peers(membership, out);
+                        DirHeard::Host {
+                            conn,
+                            listen,
+                            admitted,
+                        }
+                    }
+                    Err(e) => {
+                        let reason = e.to_string();
+                        self.listener
+                            .refuse_with(conn, Closing::Full, reason.clone(), out);
+                        DirHeard::HostRefused {
+                            conn,
+                            listen,
+                            reason,
+                        }
+                    }
+                }
+            }
+            Heard::Admitted(Who::Client) => {
+                let node = NodeId(self.next_transient);
+                self.next_transient += 1;
+                self.attach(conn, node, 1, false, membership, directory, epoch, out);
+                DirHeard::Client { conn, node }
+            }
+            Heard::Admitted(Who::Peer { .. }) => {
+                // The listener takes no peer hellos; refused all the same if one got here.
+                self.listener.refuse(conn, &HelloRefusal::NotAHello, out);
+                DirHeard::Nothing
+            }
+            Heard::Link(link) => {
+                let Some(&Attached { node, .. }) = self.attached.get(&conn) else {
+                    self.listener.close(conn, Closing::Protocol, out);
+                    return DirHeard::Nothing;
+                };
+                match link {
+                    Link::Frame(envelope) if admission::speaks_for(node, &envelope) => {
+                        DirHeard::Envelope(envelope)
+                    }
+                    _ => {
+                        self.close(conn, Closing::Protocol, out);
+                        DirHeard::Protocol { conn, node }
+                    }
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attach(
+        &mut self,
+        conn: ConnId,
+        node: NodeId,
+        incarnation: u64,
+        host: bool,
+        membership: &Membership,
+        directory: Address,
+        epoch: AuthorityEpoch,
+        out: &mut Vec<ConnAction>,
+    ) {
+        if let Some(old) = self.by_node.insert(node, conn)
+            && old != conn
+        {
+            // The node's earlier connection: the new one replaces it.
+            self.attached.remove(&old);
+            self.listener.close(old, Closing::Replaced, out);
+        }
+        let peers = self.peers(membership, Some(node));
+        self.attached.insert(
+            conn,
+            Attached {
+                node,
+                incarnation,
+                host,
+            },
+        );
+        out.push(ConnAction::Send(
+            conn,
+            Link::Welcome {
+                node,
+                incarnation,
+                directory,
+                epoch,
+                peers,
+            },
+        ));
+    }
+
+    /// The hosts connected now, but `except`.
+    fn peers(&self, membership: &Membership, except: Option<NodeId>) -> Vec<Peer> {
+        membership
+            .hosts()
+            .filter(|(_, m)| Some(m.node) != except && self.by_node.contains_key(&m.node))
+            .map(|(listen, m)| Peer {
+                node: m.node,
+                incarnation: m.incarnation,
+                listen: listen.to_owned(),
+            })
+            .collect()
+    }
+
+    fn broadcast_peers(&self, membership: &Membership, out: &mut Vec<ConnAction>) {
+        for (&conn, a) in &self.attached {
+            if a.host {
+                out.push(ConnAction::Send(
+                    conn,
+                    Link::Peers(self.peers(membership, Some(a.node))),
+                ));
+            }
+        }
+    }
+
+    /// Closes `conn`; returns the node that became unreachable with it, if any.
+    pub fn close(
+        &mut self,
+        conn: ConnId,
+        why: Closing,
+        out: &mut Vec<ConnAction>,
+    ) -> Option<NodeId> {
+        self.listener.close(conn, why, out);
+        self.detach(conn)
+    }
+
+    /// The connection is gone; returns the node that became unreachable with it, if any.
+    pub fn closed(&mut self, conn: ConnId) -> Option<NodeId> {
+        self.listener.closed(conn);
+        self.detach(conn)
+    }
+
+    fn detach(&mut self, conn: ConnId) -> Option<NodeId> {
+        let a = self.attached.remove(&conn)?;
+        (self.by_node.get(&a.node) == Some(&conn)).then(|| {
+            self.by_node.remove(&a.node);
+            a.node
+        })
+    }
+
+    /// Closes every connection not admitted within the deadline.
+    pub fn expire(&mut self, now: Instant, out: &mut Vec<ConnAction>) {
+        self.listener.expire(now, out);
+    }
+
+    /// When the oldest waiting connection's deadline passes.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.listener.next_deadline()
+    }
+
+    /// The connection to `node`, if it is connected.
+    pub fn conn_of(&self, node: NodeId) -> Option<ConnId> {
+        self.by_node.get(&node).copied()
+    }
+
+    /// Who an admitted connection speaks for.
+    pub fn attached(&self, conn: ConnId) -> Option<&Attached> {
+        self.attached.get(&conn)
+    }
+
+    /// Hosts connected now.
+    pub fn hosts_connected(&self) -> usize {
+        self.attached.values().filter(|a| a.host).count()
+    }
+
+    /// The listener (its counts).
+    pub fn listener(&self) -> &Listener {
+        &self.listener
+    }
+
+    /// The tables agree: every node's connection is admitted and speaks for it.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.listener.check_invariants()?;
+        for (node, conn) in &self.by_node {
+            match self.attached.get(conn) {
+                Some(a) if a.node == *node && self.listener.is_admitted(*conn) => {}
+                _ => {
+                    return Err(format!(
+                        "node {node}'s connection {conn} is not admitted for it"
+                    ));
+                }
+            }
+        }
+        if self.attached.len() != self.by_node.len() {
+            return Err("an admitted connection is nobody's".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// The first back-off after a failed connection attempt to the directory.
+pub const RECONNECT_FIRST: Duration = Duration::from_millis(50);
+/// The longest back-off between two connection attempts to the directory.
+pub const RECONNECT_MAX: Duration = Duration::from_secs(2);
+
+#[derive(Clone, Debug)]
+enum LinkState {
+    /// No connection; the next attempt is at `retry_at`.
+    Down {
+        retry_at: Instant,
+        backoff: Duration,
+    },
+    /// The driver is connecting.
+    Connecting { conn: ConnId, backoff: Duration },
+    /// The hello went out; the challenge is awaited.
+    Proving {
+        conn: ConnId,
+        connector: Connector,
+        backoff: Duration,
+    },
+    /// The proof went out; the `Welcome` is awaited.
+    Welcoming { conn: ConnId, backoff: Duration },
+    /// Welcomed.
+    Up { conn: ConnId },
+}
+
+/// What a host's link to the directory heard, beyond the actions.
+// Mostly frames: boxing them would cost an allocation per frame.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LinkHeard {
+    /// Nothing for the driver.
+    Nothing,
+    /// Welcomed (the first time, or again after a reconnect as the same node and incarnation).
+    Welcomed {
+        /// This host's node id.
+        node: NodeId,
+        /// Its incarnation.
+        incarnation: u64,
+        /// Who serves.
+        directory: Address,
+        /// Its authority epoch.
+        epoch: AuthorityEpoch,
+        /// The other hosts.
+        peers: Vec<Peer>,
+    },
+    /// The directory welcomed this host as another node or incarnation than it runs as (the
+    /// directory lost its membership): closed, and tried again later.
+    Misnamed {
+        /// What the welcome said.
+        node: NodeId,
+        /// What the welcome said.
+        incarnation: u64,
+    },
+    /// The peer table changed.
+    Peers(Vec<Peer>),
+    /// A frame for this host.
+    Envelope(Envelope),
+    /// The directory refused this host, or could not prove the cluster key: a configuration
+    /// error, and the node stops.
+    Refused(String),
+    /// The directory sent something out of protocol: closed, tried again later.
+    Protocol,
+    /// The link was up and is lost: nobody serves until it is welcomed again.
+    Lost,
+}
+
+/// A host's link to the directory node: connect, hello, proof, welcome, then frames; on a
+/// failure, back off (doubling up to [`RECONNECT_MAX`]) and try again.
+#[derive(Clone, Debug)]
+pub struct DirectoryLink {
+    who: Who,
+    key: Option<ClusterKey>,
+    identity: Option<(NodeId, u64)>,
+    state: LinkState,
+}
+
+impl DirectoryLink {
+    /// A link that is down and tries at `now`. `who` is this host's hello; `identity` its node
+    /// and incarnation once known (a welcome must then name them).
+    pub fn new(who: Who, key: Option<ClusterKey>, now: Instant) -> DirectoryLink {
+        DirectoryLink {
+            who,
+            key,
+            identity: None,
+            state: LinkState::Down {
+                retry_at: now,
+                backoff: RECONNECT_FIRST,
+            },
+        }
+    }
+
+    /// A link already welcomed on `conn` as `node` at `incarnation` (by a blocking first
+    /// handshake).
+    pub fn welcomed(
+        who: Who,
+        key: Option<ClusterKey>,
+        conn: ConnId,
+        node: NodeId,
+        incarnation: u64,
+    ) -> DirectoryLink {
+        DirectoryLink {
+            who,
+            key,
+            identity: Some((node, incarnation)),
+            state: LinkState::Up { conn },
+        }
+    }
+
+    /// Whether a connection attempt is due at `now`.
+    pub fn due(&self, now: Instant) -> bool {
+        matches!(self.state, LinkState::Down { retry_at, .. } if retry_at <= now)
+    }
+
+    /// When the next attempt is due, while down.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        match self.state {
+            LinkState::Down { retry_at, .. } => Some(retry_at),
+            _ => None,
+        }
+    }
+
+    /// The driver started connection `conn` (it answers [`Self::connected`] or
+    /// [`Self::closed`]).
+    pub fn connecting(&mut self, conn: ConnId) {
+        let backoff = match self.state {
+            LinkState::Down { backoff, .. } => backoff,
+            _ => RECONNECT_FIRST,
+        };
+        self.state = LinkState::Connecting {
+            conn,
+            backoff: backoff.saturating_mul(2).min(RECONNECT_MAX),
+        };
+    }
+
+    /// The driver could not even start a connection: try again after the back-off.
+    pub fn connect_failed(&mut self, now: Instant) {
+        let backoff = match self.state {
+            LinkState::Down { backoff, .. } => backoff,
+            _ => RECONNECT_FIRST,
+        };
+        self.state = LinkState::Down {
+            retry_at: now.saturating_add(backoff),
+            backoff: backoff.saturating_mul(2).min(RECONNECT_MAX),
+        };
+    }
+
+    /// The connection is made: say hello (`nonce` is fresh).
+    pub fn connected(&mut self, conn: ConnId, nonce: Nonce, out: &mut Vec<ConnAction>) {
+        if let LinkState::Connecting { conn: c, backoff } = self.state
+            && c == conn
+        {
+            let (connector, hello) = Connector::new(self.who.clone(), nonce, self.key.as_ref());
+            out.push(ConnAction::Send(conn, hello));
+            self.state = LinkState::Proving {
+                conn,
+                connector,
+                backoff,
+            };
+        }
+    }
+
+    /// A frame arrived on the link's connection.
+    pub fn frame(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        payload: &[u8],
+        out: &mut Vec<ConnAction>,
+    ) -> LinkHeard {
+        if self.conn() != Some(conn) {
+            return LinkHeard::Nothing;
+        }
+        let Ok(link) = decode_value::<Link>(payload, FRAME_BYTES_MAX) else {
+            self.give_up(now, conn, out);
+            return LinkHeard::Protocol;
+        };
+        if let Link::Refused { reason } = link {
+            // The directory does not take our key or version: a configuration error.
+            return LinkHeard::Refused(reason);
+        }
+        let state = std::mem::replace(&mut self.state, LinkState::Up { conn });
+        match state {
+            LinkState::Proving {
+                connector, backoff, ..
+            } => match connector.answer(&link) {
+                Ok(proof) => {
+                    out.push(ConnAction::Send(conn, proof));
+                    self.state = LinkState::Welcoming { conn, backoff };
+                    LinkHeard::Nothing
+                }
+                Err(e) => {
+                    // The directory could not prove the key: not our cluster's directory.
+                    self.state = LinkState::Welcoming { conn, backoff };
+                    LinkHeard::Refused(e.to_string())
+                }
+            },
+            LinkState::Welcoming { backoff, .. } => match link {
+                Link::Welcome {
+                    node,
+                    incarnation,
+                    directory,
+                    epoch,
+                    peers,
+                } if self.identity.is_none_or(|id| id == (node, incarnation)) => {
+                    self.identity = Some((node, incarnation));
+                    LinkHeard::Welcomed {
+                        node,
+                        incarnation,
+                        directory,
+                        epoch,
+                        peers,
+                    }
+                }
+                Link::Welcome {
+                    node, incarnation, ..
+                } => {
+                    self.state = LinkState::Welcoming { conn, backoff };
+                    self.give_up(now, conn, out);
+                    LinkHeard::Misnamed { node, incarnation }
+                }
+                _ => {
+                    self.state = LinkState::Welcoming { conn, backoff };
+                    self.give_up(now, conn, out);
+                    LinkHeard::Protocol
+                }
+            },
+            LinkState::Up { .. } => match link {
+                Link::Peers(peers) => LinkHeard::Peers(peers),
+                Link::Frame(envelope)
+                    if self
+                        .identity
+                        .is_some_and(|(node, _)| envelope.to.node == node) =>
+                {
+                    LinkHeard::Envelope(envelope)
+                }
+                _ => {
+                    self.give_up(now, conn, out);
+                    LinkHeard::Lost
+                }
+            },
+            other => {
+                self.state = other;
+                self.give_up(now, conn, out);
+                LinkHeard::Protocol
+            }
+        }
+    }
+
+    /// Closes the connection and backs off.
+    fn give_up(&mut self, now: Instant, conn: ConnId, out: &mut Vec<ConnAction>) {
+        out.push(ConnAction::Close(conn, Closing::Protocol));
+        self.closed(now, conn);
+    }
+
+    /// The link's connection is gone: back off (from the start, if it was up). `Lost` if it
+    /// was up.
+    pub fn closed(&mut self, now: Instant, conn: ConnId) -> LinkHeard {
+        if self.conn() != Some(conn) {
+            return LinkHeard::Nothing;
+        }
+        let (backoff, lost) = match self.state {
+            LinkState::Connecting { backoff, .. }
+            | LinkState::Proving { backoff, .. }
+            | LinkState::Welcoming { backoff, .. } => (backoff, false),
+            LinkState::Up { .. } | LinkState::Down { .. } => (RECONNECT_FIRST, true),
+        };
+        self.state = LinkState::Down {
+            retry_at: now.saturating_add(backoff),
+            backoff,
+        };
+        if lost {
+            LinkHeard::Lost
+        } else {
+            LinkHeard::Nothing
+        }
+    }
+
+    /// The connection in use, if any.
+    pub fn conn(&self) -> Option<ConnId> {
+        match &self.state {
+            LinkState::Down { .. } => None,
+            LinkState::Connecting { conn, .. }
+            | LinkState::Proving { conn, .. }
+            | LinkState::Welcoming { conn, .. }
+            | LinkState::Up { conn } => Some(*conn),
+        }
+    }
+
+    /// The connection, if the link is welcomed.
+    pub fn up(&self) -> Option<ConnId> {
+        match self.state {
+            LinkState::Up { conn } => Some(conn),
+            _ => None,
+        }
+    }
+
+    /// Who this host is, once welcomed.
+    pub fn identity(&self) -> Option<(NodeId, u64)> {
+        self.identity
+    }
+}
+
+/// Most frames waiting for another host's connection to finish its handshake; later ones are
+/// dropped (every protocol between hosts re-sends).
+pub const PEER_BACKLOG_MAX: usize = 4096;
+
+#[derive(Clone, Debug)]
+struct OutgoingLink {
+    node: NodeId,
+    connector: Option<Connector>,
+    proved: bool,
+    backlog: VecDeque<Link>,
+}
+
+/// Where a frame for another host went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routed {
+    /// Sent on the connection.
+    Sent,
+    /// Waits for the connection's handshake.
+    Queued,
+    /// Dropped: the backlog is full, or the host is unknown (the protocols re-send).
+    Dropped,
+}
+
+/// What a host's peer connections heard, beyond the actions.
+// Mostly frames: boxing them would cost an allocation per frame.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerHeard {
+    /// Nothing for the driver.
+    Nothing,
+    /// Another host proved itself on an incoming connection.
+    Admitted {
+        /// Its connection.
+        conn: ConnId,
+        /// The host.
+        node: NodeId,
+    },
+    /// A frame from another host, from it and for this host.
+    Envelope(Envelope),
+    /// A host sent a frame out of protocol or not from itself: closed.
+    Protocol {
+        /// Its connection.
+        conn: ConnId,
+        /// The host.
+        node: NodeId,
+    },
+    /// Another host refused this host's connection or failed its handshake: closed (the next
+    /// frame tries a new connection).
+    Failed {
+        /// The connection.
+        conn: ConnId,
+        /// The host.
+        node: NodeId,
+    },
+}
+
+/// A host's connections with other hosts: the incoming ones through a [`Listener`] of peers,
+/// and its own outgoing one to each host, whose frames wait in a bounded backlog until its
+/// proof went out.
+#[derive(Clone, Debug)]
+pub struct PeerLinks {
+    me: NodeId,
+    incarnation: u64,
+    key: Option<ClusterKey>,
+    incoming: Listener,
+    /// Who each admitted incoming connection is.
+    from: BTreeMap<ConnId, NodeId>,
+    outgoing: BTreeMap<ConnId, OutgoingLink>,
+    to: BTreeMap<NodeId, ConnId>,
+}
+
+impl PeerLinks {
+    /// The peer links of host `me` at `incarnation`, with its incoming listener.
+    pub fn new(
+        me: NodeId,
+        incarnation: u64,
+        key: Option<ClusterKey>,
+        incoming: Listener,
+    ) -> PeerLinks {
+        PeerLinks {
+            me,
+            incarnation,
+            key,
+            incoming,
+            from: BTreeMap::new(),
+            outgoing: BTreeMap::new(),
+            to: BTreeMap::new(),
+        }
+    }
+
+    /// Sends `link` to host `node`: on its connection, or queued for it; when there is none,
+    /// the caller starts one with [`Self::connecting`] (this returns `None`).
+    pub fn route(&mut self, node: NodeId, link: Link, out: &mut Vec<ConnAction>) -> Option<Routed> {
+        let conn = *self.to.get(&node)?;
+        let Some(o) = self.outgoing.get_mut(&conn) else {
+            return Some(Routed::Dropped);
+        };
+        Some(if o.proved {
+            out.push(ConnAction::Send(conn, link));
+            Routed::Sent
+        } else if o.backlog.len() < PEER_BACKLOG_MAX {
+            o.backlog.push_back(link);
+            Routed::Queued
+        } else {
+            Routed::Dropped
+        })
+    }
+
+    /// The driver started `conn` to `node`; `first` waits for its handshake.
+    pub fn connecting(&mut self, node: NodeId, conn: ConnId, first: Link) {
+        let mut backlog = VecDeque::new();
+        backlog.push_back(first);
+        self.outgoing.insert(
+            conn,
+            OutgoingLink {
+                node,
+                connector: None,
+                proved: false,
+                backlog,
+            },
+        );
+        self.to.insert(node, conn);
+    }
+
+    /// An outgoing connection is made: say hello (`nonce` is fresh).
+    pub fn connected(&mut self, conn: ConnId, nonce: Nonce, out: &mut Vec<ConnAction>) {
+        if let Some(o) = self.outgoing.get_mut(&conn) {
+            let who = Who::Peer {
+                node: self.me,
+                incarnation: self.incarnation,
+            };
+            let (connector, hello) = Connector::new(who, nonce, self.key.as_ref());
+            o.connector = Some(connector);
+            out.push(ConnAction::Send(conn, hello));
+        }
+    }
+
+    /// Another host connected to this one (see [`Listener::accepted`]).
+    pub fn accepted(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        nonce: Nonce,
+        out: &mut Vec<ConnAction>,
+    ) {
+        self.incoming.accepted(now, conn, nonce, out);
+    }
+
+    /// A frame arrived on a peer connection.
+    pub fn frame(&mut self, conn: ConnId, payload: &[u8], out: &mut Vec<ConnAction>) -> PeerHeard {
+        if let Some(o) = self.outgoing.get_mut(&conn) {
+            let node = o.node;
+            if o.proved {
+                return self.core_frame(conn, node, payload, out);
+            }
+            let answer = decode_value::<Link>(payload, FRAME_BYTES_MAX)
+                .ok()
+                .zip(o.connector.as_ref())
+                .map(|(link, c)| c.answer(&link));
+            let Some(Ok(proof)) = answer else {
+                // The other host refused us or could not prove the key: its frames are
+                // dropped (the protocols re-send; the next frame tries a new connection).
+                self.forget_outgoing(conn);
+                out.push(ConnAction::Close(conn, Closing::WrongKey));
+                return PeerHeard::Failed { conn, node };
+            };
+            out.push(ConnAction::Send(conn, proof));
+            out.extend(o.backlog.drain(..).map(|link| ConnAction::Send(conn, link)));
+            o.connector = None;
+            o.proved = true;
+            return PeerHeard::Nothing;
+        }
+        match self.incoming.frame(conn, payload, out) {
+            Heard::Nothing => PeerHeard::Nothing,
+            Heard::Admitted(Who::Peer { node, .. }) => {
+                self.from.insert(conn, node);
+                PeerHeard::Admitted { conn, node }
+            }
+            Heard::Admitted(_) => {
+                self.incoming.close(conn, Closing::NotAHello, out);
+                PeerHeard::Nothing
+            }
+            Heard::Link(link) => {
+                let Some(&node) = self.from.get(&conn) else {
+                    self.incoming.close(conn, Closing::Protocol, out);
+                    return PeerHeard::Nothing;
+                };
+                self.core_link(conn, node, link, out)
+            }
+        }
+    }
+
+    fn core_frame(
+        &mut self,
+        conn: ConnId,
+        node: NodeId,
+        payload: &[u8],
+        out: &mut Vec<ConnAction>,
+    ) -> PeerHeard {
+        match decode_value::<Link>(payload, FRAME_BYTES_MAX) {
+            Ok(link) => self.core_link(conn, node, link, out),
+            Err(_) => self.protocol(conn, node, out),
+        }
+    }
+
+    /// A core frame from another host that proved the key: taken only if it speaks for that
+    /// host and is for this one.
+    fn core_link(
+        &mut self,
+        conn: ConnId,
+        node: NodeId,
+        link: Link,
+        out: &mut Vec<ConnAction>,
+    ) -> PeerHeard {
+        match link {
+            Link::Frame(envelope) if envelope.from.node == node && envelope.to.node == self.me => {
+                PeerHeard::Envelope(envelope)
+            }
+            _ => self.protocol(conn, node, out),
+        }
+    }
+
+    fn protocol(&mut self, conn: ConnId, node: NodeId, out: &mut Vec<ConnAction>) -> PeerHeard {
+        self.closed(conn);
+        out.push(ConnAction::Close(conn, Closing::Protocol));
+        PeerHeard::Protocol { conn, node }
+    }
+
+    fn forget_outgoing(&mut self, conn: ConnId) {
+        if let Some(o) = self.outgoing.remove(&conn)
+            && self.to.get(&o.node) == Some(&conn)
+        {
+            self.to.remove(&o.node);
+        }
+    }
+
+    /// A peer connection is gone.
+    pub fn closed(&mut self, conn: ConnId) {
+        self.forget_outgoing(conn);
+        self.from.remove(&conn);
+        self.incoming.closed(conn);
+    }
+
+    /// Closes every incoming connection not admitted within the deadline.
+    pub fn expire(&mut self, now: Instant, out: &mut Vec<ConnAction>) {
+        self.incoming.expire(now, out);
+    }
+
+    /// When the oldest waiting incoming connection's deadline passes.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.incoming.next_deadline()
+    }
+
+    /// Whether `conn` is one of these links.
+    pub fn knows(&self, conn: ConnId) -> bool {
+        self.outgoing.contains_key(&conn) || self.incoming.knows(conn)
+    }
+
+    /// The outgoing connection's host, if `conn` is one.
+    pub fn outgoing_node(&self, conn: ConnId) -> Option<NodeId> {
+        self.outgoing.get(&conn).map(|o| o.node)
+    }
+
+    /// The incoming connection's host, once admitted.
+    pub fn incoming_node(&self, conn: ConnId) -> Option<NodeId> {
+        self.from.get(&conn).copied()
+    }
+
+    /// The incoming listener (its counts).
+    pub fn listener(&self) -> &Listener {
+        &self.incoming
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,400 @@
+use super::*;
+use crate::membership::Member;
+use crate::wire::Message;
+
+const DIRECTORY: Address = Address {
+    node: NodeId(0),
+    incarnation: 1,
+    actor: 0,
+};
+
+fn t(ms: u64) -> Instant {
+    Instant::from_nanos(ms * 1_000_000)
+}
+
+fn bytes(link: &Link) -> Vec<u8> {
+    postcard::to_allocvec(link).unwrap()
+}
+
+fn directory(key: Option<ClusterKey>) -> DirectoryConns {
+    let listener = Listener::new(key, Accepts::HostsAndClients, Duration::from_secs(5), 2, 16);
+    DirectoryConns::new(listener, 1 << 40)
+}
+
+fn host_link(key: Option<ClusterKey>, boot_nonce: u64) -> DirectoryLink {
+    let who = Who::Host {
+        listen: "h1:1".to_owned(),
+        boot_nonce,
+    };
+    DirectoryLink::new(who, key, t(0))
+}
+
+/// The frames one side sent on `conn`.
+fn sent(out: &[ConnAction], conn: ConnId) -> Vec<Link> {
+    out.iter()
+        .filter_map(|a| match a {
+            ConnAction::Send(c, link) if *c == conn => Some(link.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs a host link's handshake with the directory on `conn` to its end; returns what the
+/// link heard last and every directory action.
+fn handshake(
+    dir: &mut DirectoryConns,
+    membership: &mut Membership,
+    link: &mut DirectoryLink,
+    conn: ConnId,
+    now: Instant,
+) -> (LinkHeard, Vec<ConnAction>) {
+    let (mut to_dir, mut dir_out) = (Vec::new(), Vec::new());
+    assert!(link.due(now));
+    link.connecting(conn);
+    dir.accepted(now, conn, [conn as u8; 32], &mut dir_out);
+    link.connected(conn, [9; 32], &mut to_dir);
+    let mut heard = LinkHeard::Nothing;
+    for _ in 0..4 {
+        let frames = sent(&to_dir, conn);
+        to_dir.clear();
+        if frames.is_empty() {
+            break;
+        }
+        let mark = dir_out.len();
+        for f in frames {
+            dir.frame(
+                conn,
+                &bytes(&f),
+                membership,
+                DIRECTORY,
+                AuthorityEpoch(1),
+                &mut dir_out,
+            );
+        }
+        for f in sent(&dir_out[mark..], conn) {
+            let h = link.frame(now, conn, &bytes(&f), &mut to_dir);
+            if heard == LinkHeard::Nothing {
+                heard = h;
+            }
+        }
+    }
+    (heard, dir_out)
+}
+
+#[test]
+fn a_host_is_welcomed_after_its_identity_is_durable_and_keeps_it_across_reconnects() {
+    let key = ClusterKey::from_secret(b"a cluster secret here").ok();
+    let (mut dir, mut membership) = (directory(key), Membership::default());
+    let mut link = host_link(key, 77);
+    let (heard, out) = handshake(&mut dir, &mut membership, &mut link, 1, t(0));
+    let LinkHeard::Welcomed {
+        node, incarnation, ..
+    } = heard
+    else {
+        panic!("{heard:?}");
+    };
+    assert_eq!((node, incarnation), (NodeId(1), 1));
+    // The record comes before the welcome.
+    let persist = out.iter().position(|a| matches!(a, ConnAction::Persist(_)));
+    let welcome = out
+        .iter()
+        .position(|a| matches!(a, ConnAction::Send(_, Link::Welcome { .. })));
+    assert!(persist.unwrap() < welcome.unwrap(), "{out:?}");
+    assert_eq!(link.up(), Some(1));
+    assert_eq!(dir.conn_of(NodeId(1)), Some(1));
+    dir.check_invariants().unwrap();
+
+    // The connection breaks: the link backs off from the start, then reconnects as the same
+    // node and incarnation, and nothing is persisted.
+    assert_eq!(dir.closed(1), Some(NodeId(1)));
+    assert_eq!(link.closed(t(10), 1), LinkHeard::Lost);
+    assert!(!link.due(t(10)));
+    assert_eq!(
+        link.next_deadline(),
+        Some(t(10).saturating_add(RECONNECT_FIRST))
+    );
+    let (heard, out) = handshake(&mut dir, &mut membership, &mut link, 2, t(100));
+    assert!(
+        matches!(
+            heard,
+            LinkHeard::Welcomed {
+                node: NodeId(1),
+                incarnation: 1,
+                ..
+            }
+        ),
+        "{heard:?}"
+    );
+    assert!(
+        !out.iter().any(|a| matches!(a, ConnAction::Persist(_))),
+        "{out:?}"
+    );
+
+    // A restarted process (a new boot nonce) is the same node in a new incarnation.
+    let mut restarted = host_link(key, 78);
+    let (heard, out) = handshake(&mut dir, &mut membership, &mut restarted, 3, t(200));
+    assert!(
+        matches!(
+            heard,
+            LinkHeard::Welcomed {
+                node: NodeId(1),
+                incarnation: 2,
+                ..
+            }
+        ),
+        "{heard:?}"
+    );
+    // It replaces the old connection.
+    assert!(
+        out.contains(&ConnAction::Close(2, Closing::Replaced)),
+        "{out:?}"
+    );
+    assert_eq!(dir.conn_of(NodeId(1)), Some(3));
+    dir.check_invariants().unwrap();
+    assert_eq!(
+        membership.hosts().map(|(_, m)| *m).collect::<Vec<_>>(),
+        vec![Member {
+            node: NodeId(1),
+            incarnation: 2,
+            boot_nonce: 78
+        }]
+    );
+}
+
+#[test]
+fn a_wrong_key_is_never_admitted_and_the_host_hears_why() {
+    let (mut dir, mut membership) = (
+        directory(ClusterKey::from_secret(b"the directory's secret").ok()),
+        Membership::default(),
+    );
+    let mut link = host_link(ClusterKey::from_secret(b"another secret entirely").ok(), 1);
+    let (heard, out) = handshake(&mut dir, &mut membership, &mut link, 1, t(0));
+    // The host finds the directory cannot prove its key: a configuration error.
+    assert!(matches!(heard, LinkHeard::Refused(_)), "{heard:?}");
+    assert!(
+        !out.iter().any(|a| matches!(a, ConnAction::Admitted(_))),
+        "{out:?}"
+    );
+    assert!(membership.is_empty());
+    // A host without a key is refused by a directory with one.
+    let mut keyless = host_link(None, 2);
+    let (heard, out) = handshake(&mut dir, &mut membership, &mut keyless, 2, t(0));
+    assert!(matches!(heard, LinkHeard::Refused(_)), "{heard:?}");
+    assert!(
+        !out.iter().any(|a| matches!(a, ConnAction::Admitted(_))),
+        "{out:?}"
+    );
+    // A connector that proves anyway, without the key, is refused by the directory.
+    let mut out = Vec::new();
+    let who = Who::Host {
+        listen: "h2:1".to_owned(),
+        boot_nonce: 3,
+    };
+    let (_, hello) = Connector::new(who, [5; 32], None);
+    dir.accepted(t(0), 3, [6; 32], &mut out);
+    dir.frame(
+        3,
+        &bytes(&hello),
+        &mut membership,
+        DIRECTORY,
+        AuthorityEpoch(1),
+        &mut out,
+    );
+    let heard = dir.frame(
+        3,
+        &bytes(&Link::Proof { proof: None }),
+        &mut membership,
+        DIRECTORY,
+        AuthorityEpoch(1),
+        &mut out,
+    );
+    assert_eq!(heard, DirHeard::Nothing);
+    assert!(
+        out.iter().any(|a| matches!(
+            a,
+            ConnAction::Refuse {
+                conn: 3,
+                why: Closing::WrongKey,
+                ..
+            }
+        )),
+        "{out:?}"
+    );
+    assert!(membership.is_empty());
+    assert_eq!(dir.conn_of(NodeId(1)), None);
+    dir.check_invariants().unwrap();
+}
+
+#[test]
+fn silent_connections_expire_and_the_oldest_makes_room() {
+    let mut dir = directory(None);
+    let mut out = Vec::new();
+    dir.accepted(t(0), 1, [1; 32], &mut out);
+    dir.accepted(t(1), 2, [2; 32], &mut out);
+    assert!(out.is_empty());
+    // The waiting room holds two: the third evicts the oldest.
+    dir.accepted(t(2), 3, [3; 32], &mut out);
+    assert_eq!(out, vec![ConnAction::Close(1, Closing::Evicted)]);
+    out.clear();
+    assert_eq!(
+        dir.next_deadline(),
+        Some(t(1).saturating_add(Duration::from_secs(5)))
+    );
+    dir.expire(t(5_001), &mut out);
+    assert_eq!(out, vec![ConnAction::Close(2, Closing::Expired)]);
+    dir.check_invariants().unwrap();
+    assert_eq!(dir.listener().pending_count(), 1);
+}
+
+#[test]
+fn a_connection_that_speaks_for_another_node_is_closed_and_its_node_unroutable() {
+    let (mut dir, mut membership) = (directory(None), Membership::default());
+    let mut link = host_link(None, 5);
+    handshake(&mut dir, &mut membership, &mut link, 1, t(0));
+    let mut out = Vec::new();
+    let own = Envelope {
+        from: Address::new(NodeId(1), 1, 7),
+        to: DIRECTORY,
+        message: Message::ProxyCancel {
+            reply_to: Address::new(NodeId(1), 1, 7),
+        },
+    };
+    let heard = dir.frame(
+        1,
+        &bytes(&Link::Frame(own.clone())),
+        &mut membership,
+        DIRECTORY,
+        AuthorityEpoch(1),
+        &mut out,
+    );
+    assert_eq!(heard, DirHeard::Envelope(own));
+    let foreign = Envelope {
+        from: Address::new(NodeId(2), 1, 7),
+        to: DIRECTORY,
+        message: Message::ProxyCancel {
+            reply_to: Address::new(NodeId(1), 1, 7),
+        },
+    };
+    let heard = dir.frame(
+        1,
+        &bytes(&Link::Frame(foreign)),
+        &mut membership,
+        DIRECTORY,
+        AuthorityEpoch(1),
+        &mut out,
+    );
+    assert_eq!(
+        heard,
+        DirHeard::Protocol {
+            conn: 1,
+            node: NodeId(1)
+        }
+    );
+    assert_eq!(out, vec![ConnAction::Close(1, Closing::Protocol)]);
+    assert_eq!(dir.conn_of(NodeId(1)), None);
+    dir.check_invariants().unwrap();
+}
+
+#[test]
+fn a_welcome_for_another_identity_is_closed_and_retried_with_a_growing_backoff() {
+    let (mut dir, mut membership) = (directory(None), Membership::default());
+    let mut link = host_link(None, 5);
+    handshake(&mut dir, &mut membership, &mut link, 1, t(0));
+    // The directory lost its membership: the same host is now someone else.
+    let (mut dir, mut membership) = (directory(None), Membership::default());
+    membership.admit("somebody:1", 1).unwrap();
+    link.closed(t(0), 1);
+    let (heard, _) = handshake(&mut dir, &mut membership, &mut link, 2, t(50));
+    assert_eq!(
+        heard,
+        LinkHeard::Misnamed {
+            node: NodeId(2),
+            incarnation: 1
+        }
+    );
+    assert_eq!(link.up(), None);
+    // Each failed attempt doubles the wait, up to the most.
+    let mut at = link.next_deadline().unwrap();
+    let mut waits = Vec::new();
+    for conn in 10..20 {
+        link.connecting(conn);
+        link.closed(at, conn);
+        let next = link.next_deadline().unwrap();
+        waits.push(next.saturating_since(at));
+        at = next;
+    }
+    assert!(waits.windows(2).all(|w| w[1] >= w[0]), "{waits:?}");
+    assert_eq!(*waits.last().unwrap(), RECONNECT_MAX);
+    let mut failed = host_link(None, 6);
+    failed.connect_failed(t(0));
+    assert_eq!(
+        failed.next_deadline(),
+        Some(t(0).saturating_add(RECONNECT_FIRST))
+    );
+}
+
+#[test]
+fn frames_for_another_host_wait_for_the_handshake_and_strangers_are_closed() {
+    let key = ClusterKey::from_secret(b"a cluster secret here").ok();
+    let peers = |me| {
+        let listener = Listener::new(key, Accepts::Peers, Duration::from_secs(5), 4, 4);
+        PeerLinks::new(NodeId(me), 1, key, listener)
+    };
+    let (mut a, mut b) = (peers(1), peers(2));
+    let frame = |n: u64| {
+        Link::Frame(Envelope {
+            from: Address::new(NodeId(1), 1, n),
+            to: Address::new(NodeId(2), 1, 5),
+            message: Message::ProxyCancel {
+                reply_to: Address::new(NodeId(1), 1, n),
+            },
+        })
+    };
+    let mut out = Vec::new();
+    assert_eq!(a.route(NodeId(2), frame(1), &mut out), None);
+    a.connecting(NodeId(2), 7, frame(1));
+    assert_eq!(a.route(NodeId(2), frame(2), &mut out), Some(Routed::Queued));
+    assert!(out.is_empty());
+    b.accepted(t(0), 7, [4; 32], &mut out);
+    a.connected(7, [3; 32], &mut out);
+    let mut delivered = Vec::new();
+    for _ in 0..3 {
+        let frames: Vec<ConnAction> = std::mem::take(&mut out);
+        for action in frames {
+            let ConnAction::Send(7, link) = action else {
+                continue;
+            };
+            // Frames from a go to b and back; both sides share conn id 7 here.
+            if matches!(link, Link::Challenge { .. }) {
+                assert_eq!(a.frame(7, &bytes(&link), &mut out), PeerHeard::Nothing);
+            } else {
+                match b.frame(7, &bytes(&link), &mut out) {
+                    PeerHeard::Envelope(e) => delivered.push(e.from.actor),
+                    PeerHeard::Admitted { node, .. } => assert_eq!(node, NodeId(1)),
+                    PeerHeard::Nothing => {}
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+    }
+    assert_eq!(delivered, vec![1, 2]);
+    assert_eq!(a.route(NodeId(2), frame(3), &mut out), Some(Routed::Sent));
+    // A frame on b's connection from 1 that claims to come from 3 closes it.
+    let forged = Link::Frame(Envelope {
+        from: Address::new(NodeId(3), 1, 1),
+        to: Address::new(NodeId(2), 1, 5),
+        message: Message::ProxyCancel {
+            reply_to: Address::new(NodeId(1), 1, 7),
+        },
+    });
+    out.clear();
+    assert_eq!(
+        b.frame(7, &bytes(&forged), &mut out),
+        PeerHeard::Protocol {
+            conn: 7,
+            node: NodeId(1)
+        }
+    );
+    assert_eq!(out, vec![ConnAction::Close(7, Closing::Protocol)]);
+    assert!(!b.knows(7));
+}
