@@ -45,11 +45,14 @@ pub enum Stream {
     /// How the environment misbehaves within its contract: the route registrar's repeated,
     /// skipped and late reports, discovery's repeats (issue 15, class 5).
     Environment = 8,
+    /// Connections between hosts and the directory: their latencies, handshake nonces and
+    /// the strangers that connect.
+    Conns = 9,
 }
 
 impl Stream {
     /// Every stream, in number order.
-    pub const ALL: [Stream; 8] = [
+    pub const ALL: [Stream; 9] = [
         Stream::Options,
         Stream::Network,
         Stream::Faults,
@@ -58,6 +61,7 @@ impl Stream {
         Stream::Storage,
         Stream::Spoof,
         Stream::Environment,
+        Stream::Conns,
     ];
 
     fn index(self) -> usize {
@@ -75,6 +79,7 @@ impl Stream {
             Stream::Storage => "storage",
             Stream::Spoof => "spoof",
             Stream::Environment => "environment",
+            Stream::Conns => "conns",
         }
     }
 }
@@ -137,7 +142,7 @@ pub struct Tape {
     streams: [Vec<u64>; 8],
 }
 
-const TAPE_MAGIC: &[u8; 8] = b"DPTAPE1\n";
+const TAPE_MAGIC: &[u8; 8] = b"DPTAPE2\n";
 /// The most raw draws a tape file may claim per stream (a bad file is refused, not allocated).
 const TAPE_STREAM_MAX: u64 = 1 << 28;
 

@@ -15,6 +15,8 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
 use dataplane_core::admission;
+use dataplane_core::conns::{ConnId, DirectoryConns};
+use dataplane_core::link::ClusterKey;
 use dataplane_core::barrier::Barrier;
 use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
@@ -36,6 +38,8 @@ use crate::options::{Options, Recurring};
 use crate::rng::{SimRng, Stream, ratio};
 use crate::trace::Trace;
 use crate::worker::{HOST_FIRST_ACTOR, Worker, WorkerIo, WorkerOut, WorkerState};
+
+mod conns;
 
 /// The directory's node.
 pub const DIRECTORY_NODE: NodeId = NodeId(0);
@@ -166,6 +170,30 @@ enum EventKind {
     Spoof,
     Heal,
     End,
+    /// A connection attempt reaches the directory's listener (or fails).
+    ConnOpen {
+        conn: ConnId,
+    },
+    /// A frame on a connection arrives.
+    ConnFrame {
+        conn: ConnId,
+        to_dir: bool,
+        bytes: Vec<u8>,
+    },
+    /// One side of a connection learns that the other closed it.
+    ConnClosed {
+        conn: ConnId,
+        to_dir: bool,
+    },
+    /// A host's link to the directory may try again (its process by boot nonce).
+    LinkRetry {
+        host: usize,
+        nonce: u64,
+    },
+    /// The directory's admission deadline passes.
+    DirConnsExpire {
+        boot: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -322,7 +350,12 @@ struct DirectoryNode {
     /// instance has served with, and, per host, the incarnation its last durable admission
     /// gave it (none before the first).
     boots_used: u64,
-    admitted: Vec<Option<u64>>,
+    /// Per host: the incarnation and boot nonce of its last durable admission.
+    admitted: Vec<Option<(u64, u64)>>,
+    /// The connections of the serving instance (core's machine; none while down).
+    conns: Option<DirectoryConns>,
+    /// When its admission deadline is armed.
+    expiry_armed: Option<Instant>,
 }
 
 impl DirectoryNode {
@@ -344,6 +377,17 @@ pub struct World {
     env_rng: SimRng,
     work_rng: SimRng,
     disk_rng: SimRng,
+    /// Connection latencies, nonces and strangers.
+    conn_rng: SimRng,
+    /// The cluster key every node of the run has.
+    cluster_key: ClusterKey,
+    /// Whether strangers connect during the fault phase (drawn from the conns stream).
+    strangers: bool,
+    /// Live simulated connections between hosts (or strangers) and the directory.
+    conns: BTreeMap<ConnId, conns::SimConn>,
+    next_conn: ConnId,
+    /// Each host process's link to the directory (none while the host is down).
+    links: Vec<Option<conns::HostLink>>,
     directory: DirectoryNode,
     hosts: Vec<HostNode>,
     blocked: BTreeSet<(NodeId, NodeId)>,
@@ -436,7 +480,16 @@ impl World {
         let heal_at = Instant::ZERO.saturating_add(options.fault_phase);
         let end_at = heal_at.saturating_add(options.liveness_bound);
         let checker = Checker::new(&options);
+        let mut conn_rng = options.entropy.rng(Stream::Conns);
+        let key = std::array::from_fn(|i| (conn_rng.next_u64() >> (i % 8)) as u8);
+        let strangers = conn_rng.chance(ratio(1, 3));
         World {
+            conn_rng,
+            cluster_key: ClusterKey::from_bytes(key),
+            strangers,
+            conns: BTreeMap::new(),
+            next_conn: 1,
+            links: (0..options.clients_per_host.len()).map(|_| None).collect(),
             now: Instant::ZERO,
             queue: BinaryHeap::new(),
             seq: 0,
@@ -473,6 +526,8 @@ impl World {
                 membership: Membership::default(),
                 boots_used: 0,
                 admitted: vec![None; options.clients_per_host.len()],
+                conns: None,
+                expiry_armed: None,
             },
             hosts,
             blocked: BTreeSet::new(),
@@ -518,6 +573,7 @@ impl World {
         tape.set_stream(Stream::Workload, self.work_rng.take_record());
         tape.set_stream(Stream::Disk, self.disk_rng.take_record());
         tape.set_stream(Stream::Storage, self.directory.fs.take_record());
+        tape.set_stream(Stream::Conns, self.conn_rng.take_record());
         tape
     }
 
@@ -591,6 +647,7 @@ impl World {
         for host in 0..self.hosts.len() {
             self.start_proxy(host);
             self.boot_machine(host);
+            self.start_link(host);
         }
         for host in 0..self.hosts.len() {
             for client in 0..self.hosts[host].clients.len() {
@@ -719,6 +776,7 @@ impl World {
                         format!("host crash: node {node} incarnation {incarnation}")
                     });
                     self.stop_proxy(host);
+                    self.stop_link(host);
                     self.hosts[host].crash();
                     self.stats.host_crashes += 1;
                     self.checker.host_crashed();
@@ -735,6 +793,15 @@ impl World {
                 }
             }
             EventKind::HostRestart(host) => self.restart_host(host),
+            EventKind::ConnOpen { conn } => self.conn_open(conn),
+            EventKind::ConnFrame {
+                conn,
+                to_dir,
+                bytes,
+            } => self.conn_frame(conn, to_dir, bytes),
+            EventKind::ConnClosed { conn, to_dir } => self.conn_closed(conn, to_dir),
+            EventKind::LinkRetry { host, nonce } => self.link_retry(host, nonce),
+            EventKind::DirConnsExpire { boot } => self.dir_conns_expire(boot),
             EventKind::HostSend {
                 host,
                 incarnation,
@@ -1980,8 +2047,11 @@ impl World {
     fn crash_directory(&mut self) {
         self.stats.directory_crashes += 1;
         self.checker.coverage.hit("fault.directory_crash");
+        self.break_dir_conns();
         let d = &mut self.directory;
         d.machine = None;
+        d.conns = None;
+        d.expiry_armed = None;
         d.sync = None;
         d.routes = Routes::new();
         d.route_versions.clear();
@@ -2132,6 +2202,8 @@ impl World {
                     epoch: machine.epoch(),
                 });
                 self.directory.machine = Some(machine);
+                self.directory.conns = Some(self.new_dir_conns());
+                self.directory.expiry_armed = None;
                 self.execute_directory_effects(effects);
                 self.publish_discovery();
             }
@@ -2205,46 +2277,32 @@ impl World {
             );
             return false;
         }
+        // The first boot provisions the hosts (in order, so node ids are the world's); later
+        // boots admit nobody: each host's link says hello again (`conns`).
         let mut admitted = Vec::new();
         for host in 0..self.hosts.len() {
-            let h = &self.hosts[host];
-            let known = self.directory.admitted[host];
-            if !h.up && known.is_some() {
+            if self.directory.admitted[host].is_some() {
                 continue;
             }
+            let h = &self.hosts[host];
             let listen = host_listen(h.node);
             let result = membership.admit(&listen, h.boot_nonce);
-            let expected = match known {
-                None => "a new node",
-                Some(_) => "a reconnection",
-            };
-            let fine = match &result {
-                Ok((Admitted::New(m), _)) => {
-                    known.is_none() && m.node == h.node && m.incarnation == h.incarnation
-                }
-                Ok((Admitted::Reconnected(m), None)) => {
-                    known == Some(h.incarnation)
-                        && m.node == h.node
-                        && m.incarnation == h.incarnation
-                }
-                _ => false,
-            };
+            let fine = matches!(&result, Ok((Admitted::New(m), _))
+                if m.node == h.node && m.incarnation == h.incarnation);
             if !fine {
                 self.checker.fail(
                     self.now,
                     format!(
-                        "membership: {listen} (node {}, {} in incarnation {}) said hello at \
-                         boot {boot} and was admitted as {result:?}, not as {expected}",
-                        h.node,
-                        if h.up { "up" } else { "down" },
-                        h.incarnation
+                        "membership: {listen} (node {}, never admitted) was provisioned at boot \
+                         {boot} as {result:?}, not as a new node",
+                        h.node
                     ),
                 );
                 return false;
             }
             if let Ok((a, record)) = result {
                 appended.extend(record);
-                admitted.push((host, a.member().incarnation));
+                admitted.push((host, (a.member().incarnation, h.boot_nonce)));
             }
         }
         self.directory.membership = membership;
@@ -2253,8 +2311,8 @@ impl World {
         }
         self.directory.boot = boot;
         self.directory.boots_used = boot;
-        for (host, incarnation) in admitted {
-            self.directory.admitted[host] = Some(incarnation);
+        for (host, account) in admitted {
+            self.directory.admitted[host] = Some(account);
         }
         self.checker.coverage.hit("membership.booted");
         true
@@ -2567,49 +2625,18 @@ impl World {
 
     // ---------------------------------------------------------------- hosts
 
+    /// A host process starts again (a new boot nonce): it learns its incarnation from the
+    /// directory's welcome (`conns`), and only then runs.
     fn restart_host(&mut self, host: usize) {
         if self.hosts[host].up {
             return;
         }
-        // A host learns its incarnation from the directory's membership: while no directory
-        // serves, it keeps saying hello.
-        if self.directory.machine.is_none() || self.directory.log.is_none() {
-            self.schedule_in(RESTART_BACKOFF, EventKind::HostRestart(host));
-            return;
-        }
         self.hosts[host].boot_nonce += 1;
-        let h = &self.hosts[host];
-        let listen = host_listen(h.node);
-        let before = self.directory.admitted[host];
-        let result = self.directory.membership.admit(&listen, h.boot_nonce);
-        let incarnation = match &result {
-            Ok((Admitted::Restarted(m), _))
-                if m.node == h.node
-                    && m.incarnation > h.incarnation
-                    && before.is_some_and(|b| m.incarnation > b) =>
-            {
-                m.incarnation
-            }
-            _ => {
-                self.checker.fail(
-                    self.now,
-                    format!(
-                        "membership: {listen} (node {}, last in incarnation {}, admitted as \
-                         {before:?}) restarted and was admitted as {result:?}, not as a \
-                         restart into a new incarnation",
-                        h.node, h.incarnation
-                    ),
-                );
-                return;
-            }
-        };
-        let records: Vec<LogRecord> = result.ok().and_then(|(_, r)| r).into_iter().collect();
-        if !self.persist_members(&records) {
-            self.schedule_in(RESTART_BACKOFF, EventKind::HostRestart(host));
-            return;
-        }
-        self.directory.admitted[host] = Some(incarnation);
-        self.checker.coverage.hit("membership.restarted");
+        self.start_link(host);
+    }
+
+    /// The restarted host was welcomed as `incarnation`: its machines start.
+    fn finish_restart(&mut self, host: usize, incarnation: u64) {
         let clients = self.options.clients_per_host[host] as usize;
         let mut out = HostOutput::default();
         let now = self.host_now(host);

@@ -1,0 +1,726 @@
+//! Connections between the hosts and the directory, run by core's connection machines
+//! ([`DirectoryConns`] on the directory, a [`DirectoryLink`] per host), as `dataplane-node`
+//! runs them over TCP: a host connects, says hello, proves the cluster key, is admitted by
+//! membership (its identity durable before the welcome) and welcomed; a connection that breaks
+//! is retried with core's back-off. A simulated connection is ordered and lossless while it
+//! lives (TCP); it breaks when either node crashes or a frame meets a partition.
+//!
+//! Strangers connect during the fault phase: silent ones (the admission deadline closes
+//! them), ones with another cluster key, garbage, and replays of a host's recorded handshake
+//! (a proof is worthless on another connection). None may ever be admitted, and a waiting
+//! room they fill makes room by closing the oldest.
+//!
+//! Checked against the world's own account (never read from `membership`): a host's hello is
+//! admitted as the node it runs as, a restart (a new boot nonce) into a higher incarnation, a
+//! reconnect (the nonce of its last durable admission) as that same incarnation; the welcome a
+//! host takes names the same.
+
+use dataplane_core::admission::Nonce;
+use dataplane_core::conns::{
+    Accepts, ConnAction, ConnId, DirHeard, DirectoryConns, DirectoryLink, LinkHeard, Listener,
+};
+use dataplane_core::link::{ClusterKey, Connector, Link, Who};
+use dataplane_core::membership::Admitted;
+
+use super::*;
+
+/// How long a connection may wait for admission in the simulation (shorter than the real
+/// nodes' 5 s, so runs see it).
+pub(super) const SIM_ADMISSION_DEADLINE: Duration = Duration::from_millis(1_500);
+/// The directory's waiting room in the simulation (small, so strangers fill it).
+const SIM_PENDING_MAX: usize = 4;
+/// Transient node ids of the simulation's clients (none connect: strangers never get one).
+const SIM_TRANSIENT_BASE: u64 = 1 << 40;
+/// How many strangers at most connect per host connection attempt.
+const STRANGERS_MAX: u64 = 3;
+
+/// What a stranger does on its connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Stranger {
+    /// Says nothing.
+    Silent,
+    /// Says hello and proves with another cluster key.
+    WrongKey,
+    /// Sends bytes that are no hello.
+    Garbage,
+    /// Replays a hello and a proof recorded on another connection of `host`.
+    Replay(usize),
+}
+
+/// A simulated connection between a host (or a stranger) and the directory.
+#[derive(Debug)]
+pub(super) struct SimConn {
+    /// The host that made it (for a stranger, the host whose attempt it came with).
+    pub host: usize,
+    /// The directory boot that accepted it (0 until accepted).
+    pub boot: u64,
+    /// Not a host: a stranger.
+    pub stranger: Option<Stranger>,
+    /// Either side closed it (frames still in flight arrive; nothing new is sent).
+    pub closing: bool,
+    /// When the directory accepted it (on the directory's clock), and whether it was
+    /// admitted since.
+    pub accepted_at: Option<Instant>,
+    pub admitted: bool,
+    /// When the last frame towards the directory, and towards the host, arrives (frames on a
+    /// connection arrive in order).
+    pub last_to_dir: Instant,
+    pub last_to_host: Instant,
+}
+
+/// A host's process-side link state.
+#[derive(Debug)]
+pub(super) struct HostLink {
+    pub link: DirectoryLink,
+    /// The boot nonce of the process the link belongs to.
+    pub boot_nonce: u64,
+    /// The last hello and proof this host sent (what a replaying stranger sends).
+    pub recorded: Option<(Link, Link)>,
+}
+
+impl World {
+    /// The directory's connection machine for a new instance.
+    pub(super) fn new_dir_conns(&self) -> DirectoryConns {
+        DirectoryConns::new(
+            Listener::new(
+                Some(self.cluster_key),
+                Accepts::HostsAndClients,
+                SIM_ADMISSION_DEADLINE,
+                SIM_PENDING_MAX,
+                64,
+            ),
+            SIM_TRANSIENT_BASE,
+        )
+    }
+
+    fn nonce(&mut self) -> Nonce {
+        let mut nonce = [0u8; 32];
+        for chunk in nonce.chunks_mut(8) {
+            chunk.copy_from_slice(&self.conn_rng.next_u64().to_le_bytes());
+        }
+        nonce
+    }
+
+    fn conn_latency(&mut self) -> Duration {
+        let n = &self.options.net;
+        let jitter = self.conn_rng.exponential(n.latency_jitter_mean.as_nanos());
+        n.latency_min.saturating_add(Duration::from_nanos(jitter))
+    }
+
+    /// A host process starts its link to the directory (at its start and at every restart).
+    pub(super) fn start_link(&mut self, host: usize) {
+        let h = &self.hosts[host];
+        let who = Who::Host {
+            listen: host_listen(h.node),
+            boot_nonce: h.boot_nonce,
+        };
+        let link = DirectoryLink::new(who, Some(self.cluster_key), self.host_now(host));
+        self.links[host] = Some(HostLink {
+            link,
+            boot_nonce: h.boot_nonce,
+            recorded: None,
+        });
+        self.link_step(host);
+    }
+
+    /// The host process is gone: its link with it, and the directory learns its connection
+    /// closed.
+    pub(super) fn stop_link(&mut self, host: usize) {
+        let Some(hl) = self.links[host].take() else {
+            return;
+        };
+        if let Some(conn) = hl.link.conn() {
+            self.close_conn(conn, false);
+        }
+    }
+
+    /// Connects if the link's back-off allows, else arms its retry.
+    fn link_step(&mut self, host: usize) {
+        let now = self.host_now(host);
+        let Some(hl) = self.links[host].as_mut() else {
+            return;
+        };
+        if hl.link.due(now) {
+            let conn = self.next_conn;
+            self.next_conn += 1;
+            hl.link.connecting(conn);
+            self.conns.insert(
+                conn,
+                SimConn {
+                    host,
+                    boot: 0,
+                    stranger: None,
+                    closing: false,
+                    accepted_at: None,
+                    admitted: false,
+                    last_to_dir: self.now,
+                    last_to_host: self.now,
+                },
+            );
+            let delay = self.conn_latency();
+            self.schedule_in(delay, EventKind::ConnOpen { conn });
+            if self.phase == Phase::Faulty && self.strangers {
+                self.strangers(host);
+            }
+        } else if let Some(at) = hl.link.next_deadline() {
+            let nonce = hl.boot_nonce;
+            let at = self.host_at(host, at);
+            self.schedule(at, EventKind::LinkRetry { host, nonce });
+        }
+    }
+
+    /// A link's retry is due.
+    pub(super) fn link_retry(&mut self, host: usize, nonce: u64) {
+        if self.links[host]
+            .as_ref()
+            .is_some_and(|hl| hl.boot_nonce == nonce)
+        {
+            self.link_step(host);
+        }
+    }
+
+    /// Strangers connect along with a host's attempt.
+    fn strangers(&mut self, host: usize) {
+        let count = self.conn_rng.below(STRANGERS_MAX + 1);
+        for _ in 0..count {
+            let kind = match self.conn_rng.below(4) {
+                0 => Stranger::Silent,
+                1 => Stranger::WrongKey,
+                2 => Stranger::Garbage,
+                _ => Stranger::Replay(host),
+            };
+            let conn = self.next_conn;
+            self.next_conn += 1;
+            self.conns.insert(
+                conn,
+                SimConn {
+                    host,
+                    boot: 0,
+                    stranger: Some(kind),
+                    closing: false,
+                    accepted_at: None,
+                    admitted: false,
+                    last_to_dir: self.now,
+                    last_to_host: self.now,
+                },
+            );
+            let delay = self.conn_latency();
+            self.schedule_in(delay, EventKind::ConnOpen { conn });
+        }
+    }
+
+    /// A connection attempt reaches the directory (or fails: nobody serves, or a partition).
+    pub(super) fn conn_open(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        let (host, stranger) = (c.host, c.stranger.clone());
+        let node = self.hosts[host].node;
+        let reachable = self.directory.conns.is_some()
+            && self.link_up(node, DIRECTORY_NODE)
+            && self.link_up(DIRECTORY_NODE, node);
+        if stranger.is_none()
+            && !self.links[host]
+                .as_ref()
+                .is_some_and(|hl| hl.link.conn() == Some(conn))
+        {
+            self.conns.remove(&conn); // The process that connected is gone.
+            return;
+        }
+        if !reachable {
+            self.conns.remove(&conn);
+            if stranger.is_none() {
+                self.checker.coverage.hit("conns.connect_failed");
+                let now = self.host_now(host);
+                if let Some(hl) = self.links[host].as_mut() {
+                    hl.link.closed(now, conn);
+                }
+                self.link_step(host);
+            }
+            return;
+        }
+        let boot = self.directory.boot;
+        let now = self.dir_now();
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.boot = boot;
+            c.accepted_at = Some(now);
+        }
+        let nonce = self.nonce();
+        let now = self.dir_now();
+        let mut actions = Vec::new();
+        if let Some(dc) = self.directory.conns.as_mut() {
+            dc.accepted(now, conn, nonce, &mut actions);
+        }
+        self.dir_conn_actions(actions);
+        self.arm_dir_expiry();
+        self.check_waiting_room();
+        match stranger {
+            None => {
+                let nonce = self.nonce();
+                let mut actions = Vec::new();
+                if let Some(hl) = self.links[host].as_mut() {
+                    hl.link.connected(conn, nonce, &mut actions);
+                    if let Some(ConnAction::Send(_, hello)) = actions.first() {
+                        hl.recorded = Some((hello.clone(), Link::Proof { proof: None }));
+                    }
+                }
+                self.host_conn_actions(host, actions);
+            }
+            Some(kind) => self.stranger_speaks(conn, &kind),
+        }
+    }
+
+    fn stranger_speaks(&mut self, conn: ConnId, kind: &Stranger) {
+        match kind {
+            Stranger::Silent => {}
+            Stranger::WrongKey => {
+                let who = Who::Client;
+                let key = ClusterKey::from_bytes([0x5a; 32]);
+                let (_, hello) = Connector::new(who, self.nonce(), Some(&key));
+                self.send_conn(conn, true, &hello);
+                self.send_conn(conn, true, &Link::Proof { proof: None });
+            }
+            Stranger::Garbage => {
+                let len = self.conn_rng.range(1, 64) as usize;
+                let bytes: Vec<u8> = (0..len).map(|_| self.conn_rng.below(256) as u8).collect();
+                self.send_bytes(conn, true, bytes);
+            }
+            Stranger::Replay(host) => {
+                let recorded = self.links[*host]
+                    .as_ref()
+                    .and_then(|hl| hl.recorded.clone());
+                if let Some((hello, proof)) = recorded {
+                    self.send_conn(conn, true, &hello);
+                    self.send_conn(conn, true, &proof);
+                }
+            }
+        }
+    }
+
+    fn send_conn(&mut self, conn: ConnId, to_dir: bool, link: &Link) {
+        let bytes = dataplane_core::wire::encode_value(link, usize::MAX).unwrap_or_default();
+        self.send_bytes(conn, to_dir, bytes);
+    }
+
+    fn send_bytes(&mut self, conn: ConnId, to_dir: bool, bytes: Vec<u8>) {
+        let delay = self.conn_latency();
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.closing {
+            return;
+        }
+        let last = if to_dir {
+            &mut c.last_to_dir
+        } else {
+            &mut c.last_to_host
+        };
+        let at = self.now.saturating_add(delay).max(*last);
+        *last = at;
+        self.schedule(
+            at,
+            EventKind::ConnFrame {
+                conn,
+                to_dir,
+                bytes,
+            },
+        );
+    }
+
+    /// One side closes `conn` (`by_dir`: the directory); the other learns it after the frames
+    /// already on their way.
+    pub(super) fn close_conn(&mut self, conn: ConnId, by_dir: bool) {
+        let delay = self.conn_latency();
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.closing {
+            return;
+        }
+        c.closing = true;
+        let last = if by_dir {
+            c.last_to_host
+        } else {
+            c.last_to_dir
+        };
+        let at = self.now.saturating_add(delay).max(last);
+        self.schedule(
+            at,
+            EventKind::ConnClosed {
+                conn,
+                to_dir: !by_dir,
+            },
+        );
+    }
+
+    /// Every connection the crashed directory instance held breaks: the hosts learn it.
+    pub(super) fn break_dir_conns(&mut self) {
+        let boot = self.directory.boot;
+        let held: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.boot == boot && c.boot != 0)
+            .map(|(&conn, _)| conn)
+            .collect();
+        for conn in held {
+            self.close_conn(conn, true);
+        }
+    }
+
+    /// `conn` breaks, and both sides notice at once.
+    fn break_conn(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.remove(&conn) else {
+            return;
+        };
+        if c.boot == self.directory.boot
+            && let Some(dc) = self.directory.conns.as_mut()
+        {
+            dc.closed(conn);
+        }
+        if c.stranger.is_none() {
+            self.host_learns_closed(c.host, conn);
+        }
+    }
+
+    /// The other side of `conn` learns that it closed.
+    pub(super) fn conn_closed(&mut self, conn: ConnId, to_dir: bool) {
+        let Some(c) = self.conns.remove(&conn) else {
+            return;
+        };
+        if to_dir {
+            if c.boot == self.directory.boot
+                && let Some(dc) = self.directory.conns.as_mut()
+            {
+                dc.closed(conn);
+            }
+        } else if c.stranger.is_none() {
+            self.host_learns_closed(c.host, conn);
+        }
+    }
+
+    fn host_learns_closed(&mut self, host: usize, conn: ConnId) {
+        let now = self.host_now(host);
+        let Some(hl) = self.links[host].as_mut() else {
+            return;
+        };
+        if hl.link.conn() == Some(conn) {
+            if hl.link.closed(now, conn) == LinkHeard::Lost {
+                self.checker.coverage.hit("conns.lost_directory");
+            }
+            self.link_step(host);
+        }
+    }
+
+    /// A frame on `conn` arrives.
+    pub(super) fn conn_frame(&mut self, conn: ConnId, to_dir: bool, bytes: Vec<u8>) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        let (host, boot, stranger) = (c.host, c.boot, c.stranger.clone());
+        let node = self.hosts[host].node;
+        if !self.link_up(node, DIRECTORY_NODE) || !self.link_up(DIRECTORY_NODE, node) {
+            // The partition breaks the connection: both sides learn it.
+            self.checker.coverage.hit("conns.broken_by_partition");
+            self.break_conn(conn);
+            return;
+        }
+        if to_dir {
+            self.dir_conn_frame(conn, boot, host, stranger, &bytes);
+        } else if stranger.is_none() {
+            self.host_conn_frame(conn, host, &bytes);
+        }
+    }
+
+    fn dir_conn_frame(
+        &mut self,
+        conn: ConnId,
+        boot: u64,
+        host: usize,
+        stranger: Option<Stranger>,
+        bytes: &[u8],
+    ) {
+        if boot != self.directory.boot {
+            return;
+        }
+        let address = self.directory.address();
+        let (Some(machine), Some(dc)) = (&self.directory.machine, self.directory.conns.as_mut())
+        else {
+            return;
+        };
+        let epoch = machine.epoch();
+        let mut actions = Vec::new();
+        let heard = dc.frame(
+            conn,
+            bytes,
+            &mut self.directory.membership,
+            address,
+            epoch,
+            &mut actions,
+        );
+        if let Err(e) = dc.check_invariants() {
+            self.checker
+                .fail(self.now, format!("conns: the directory's tables: {e}"));
+        }
+        if !self.dir_conn_actions(actions) {
+            return; // The directory stopped (its storage failed).
+        }
+        if let Some(kind) = stranger {
+            if !matches!(heard, DirHeard::Nothing) {
+                self.checker.fail(
+                    self.now,
+                    format!("conns: a stranger ({kind:?}) was heard by the directory: {heard:?}"),
+                );
+            }
+            return;
+        }
+        match heard {
+            DirHeard::Nothing => {}
+            DirHeard::Host { admitted, .. } => {
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.admitted = true;
+                }
+                self.host_admitted(host, admitted);
+            }
+            other => self.checker.fail(
+                self.now,
+                format!(
+                    "conns: host {} was heard as {other:?}, not admitted",
+                    self.hosts[host].node
+                ),
+            ),
+        }
+    }
+
+    /// Membership took a host's hello: checked against the world's account.
+    fn host_admitted(&mut self, host: usize, admitted: Admitted) {
+        let h = &self.hosts[host];
+        let listen = host_listen(h.node);
+        let known = self.directory.admitted[host];
+        let m = admitted.member();
+        let fine = m.node == h.node
+            && m.boot_nonce == h.boot_nonce
+            && match (admitted, known) {
+                (Admitted::Reconnected(_), Some((incarnation, nonce))) => {
+                    nonce == h.boot_nonce && m.incarnation == incarnation
+                }
+                (Admitted::Restarted(_), Some((incarnation, nonce))) => {
+                    nonce != h.boot_nonce && m.incarnation > incarnation
+                }
+                (Admitted::New(_), None) => m.incarnation == 1,
+                _ => false,
+            };
+        if !fine {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "membership: {listen} (node {}, boot nonce {}, last durably admitted as \
+                     {known:?}) said hello and was admitted as {admitted:?}",
+                    h.node, h.boot_nonce
+                ),
+            );
+            return;
+        }
+        self.checker.coverage.hit(match admitted {
+            Admitted::Reconnected(_) => "conns.reconnected",
+            Admitted::Restarted(_) => "conns.restarted",
+            Admitted::New(_) => "conns.new",
+        });
+        self.directory.admitted[host] = Some((m.incarnation, m.boot_nonce));
+    }
+
+    fn host_conn_frame(&mut self, conn: ConnId, host: usize, bytes: &[u8]) {
+        let now = self.host_now(host);
+        let Some(hl) = self.links[host].as_mut() else {
+            return;
+        };
+        let mut actions = Vec::new();
+        let heard = hl.link.frame(now, conn, bytes, &mut actions);
+        if let Some(ConnAction::Send(_, proof @ Link::Proof { .. })) = actions.first()
+            && let Some((_, recorded)) = hl.recorded.as_mut()
+        {
+            *recorded = proof.clone();
+        }
+        self.host_conn_actions(host, actions);
+        match heard {
+            LinkHeard::Nothing | LinkHeard::Peers(_) => {}
+            LinkHeard::Welcomed {
+                node, incarnation, ..
+            } => self.host_welcomed(host, node, incarnation),
+            other => self.checker.fail(
+                self.now,
+                format!(
+                    "conns: host {} heard {other:?} from the directory",
+                    self.hosts[host].node
+                ),
+            ),
+        }
+    }
+
+    /// A host's link was welcomed: a restarting process starts as the incarnation its last
+    /// durable admission gave it; a running one must be welcomed as what it runs as.
+    fn host_welcomed(&mut self, host: usize, node: NodeId, incarnation: u64) {
+        let h = &self.hosts[host];
+        let known = self.directory.admitted[host];
+        let expected = known.filter(|&(_, nonce)| nonce == h.boot_nonce);
+        if node != h.node || expected.map(|(i, _)| i) != Some(incarnation) {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "conns: host {} (boot nonce {}, durably admitted as {known:?}) was welcomed \
+                     as node {node} incarnation {incarnation}",
+                    h.node, h.boot_nonce
+                ),
+            );
+            return;
+        }
+        if h.up {
+            if h.incarnation != incarnation {
+                self.checker.fail(
+                    self.now,
+                    format!(
+                        "conns: host {} runs as incarnation {} and was welcomed as {incarnation}",
+                        h.node, h.incarnation
+                    ),
+                );
+            }
+            return;
+        }
+        if incarnation <= h.incarnation {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "membership: host {} restarted from incarnation {} and was welcomed as \
+                     {incarnation}, not a new incarnation",
+                    h.node, h.incarnation
+                ),
+            );
+            return;
+        }
+        self.checker.coverage.hit("membership.restarted");
+        self.finish_restart(host, incarnation);
+    }
+
+    /// Does what the directory's connection machine asked; `false` if the node stopped.
+    fn dir_conn_actions(&mut self, actions: Vec<ConnAction>) -> bool {
+        for action in actions {
+            match action {
+                ConnAction::Send(conn, link) => self.send_conn(conn, false, &link),
+                ConnAction::Resume(_) | ConnAction::Admitted(_) => {}
+                ConnAction::Refuse { conn, why, reason } => {
+                    self.checker.coverage.hit(match why {
+                        dataplane_core::conns::Closing::WrongKey => "conns.refused_wrong_key",
+                        _ => "conns.refused",
+                    });
+                    self.send_conn(conn, false, &Link::Refused { reason });
+                    self.close_conn(conn, true);
+                }
+                ConnAction::Close(conn, why) => {
+                    self.checker.coverage.hit(match why {
+                        dataplane_core::conns::Closing::Expired => "conns.expired",
+                        dataplane_core::conns::Closing::Evicted => "conns.evicted",
+                        _ => "conns.closed",
+                    });
+                    self.close_conn(conn, true);
+                }
+                ConnAction::Persist(records) => {
+                    if !self.persist_members(&records) {
+                        return false;
+                    }
+                }
+                ConnAction::Connect(node) => self.checker.fail(
+                    self.now,
+                    format!("conns: the directory asked to connect to {node}"),
+                ),
+            }
+        }
+        true
+    }
+
+    fn host_conn_actions(&mut self, host: usize, actions: Vec<ConnAction>) {
+        for action in actions {
+            match action {
+                ConnAction::Send(conn, link) => self.send_conn(conn, true, &link),
+                ConnAction::Close(conn, _) => {
+                    self.close_conn(conn, false);
+                    self.link_step(host);
+                }
+                other => self.checker.fail(
+                    self.now,
+                    format!("conns: a host's link asked for {other:?}"),
+                ),
+            }
+        }
+    }
+
+    /// Arms the directory's admission deadline (the earliest pending connection's).
+    pub(super) fn arm_dir_expiry(&mut self) {
+        let Some(at) = self.directory.conns.as_ref().and_then(|dc| dc.next_deadline()) else {
+            return;
+        };
+        let at = self.dir_at(at);
+        if self.directory.expiry_armed.is_some_and(|armed| armed <= at) {
+            return;
+        }
+        self.directory.expiry_armed = Some(at);
+        let boot = self.directory.boot;
+        self.schedule(at, EventKind::DirConnsExpire { boot });
+    }
+
+    /// The admission deadline passed: the connections not admitted in time close.
+    pub(super) fn dir_conns_expire(&mut self, boot: u64) {
+        if boot != self.directory.boot {
+            return;
+        }
+        self.directory.expiry_armed = None;
+        let now = self.dir_now();
+        let mut actions = Vec::new();
+        if let Some(dc) = self.directory.conns.as_mut() {
+            dc.expire(now, &mut actions);
+        }
+        self.dir_conn_actions(actions);
+        self.check_deadline();
+        self.arm_dir_expiry();
+    }
+
+    /// The connections the serving directory accepted and has not admitted or closed.
+    fn waiting(&self) -> impl Iterator<Item = (&ConnId, &SimConn)> {
+        let boot = self.directory.boot;
+        self.conns
+            .iter()
+            .filter(move |(_, c)| c.boot == boot && !c.closing && !c.admitted)
+    }
+
+    /// ARCHITECTURE "Connections and admission", restated: at most the waiting room's
+    /// bound wait for admission at once.
+    fn check_waiting_room(&mut self) {
+        let waiting = self.waiting().count();
+        if waiting > SIM_PENDING_MAX {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "conns: {waiting} connections wait for admission at once (the waiting room \
+                     holds {SIM_PENDING_MAX})"
+                ),
+            );
+        }
+    }
+
+    /// Restated, on the directory's clock: once the deadline fired, no connection accepted
+    /// that long ago still waits for admission.
+    fn check_deadline(&mut self) {
+        let now = self.dir_now();
+        let late = self.waiting().find_map(|(conn, c)| {
+            let waited = now.saturating_since(c.accepted_at?);
+            (waited >= SIM_ADMISSION_DEADLINE).then_some((*conn, waited))
+        });
+        if let Some((conn, waited)) = late {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "conns: connection {conn} has waited {waited} for admission (the deadline \
+                     is {SIM_ADMISSION_DEADLINE})"
+                ),
+            );
+        }
+    }
+}
