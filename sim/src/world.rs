@@ -1119,13 +1119,25 @@ impl World {
         self.stats.frames += 1;
         let faulty = self.phase == Phase::Faulty;
         let link_down = !self.link_up(from.node, to.node);
-        if link_down || (faulty && self.net_rng.chance(self.options.net.loss)) {
+        // As the real nodes do: the directory sends only on a host's admitted connection, and
+        // a host only on its welcomed link to the directory (`conns`).
+        let unconnected = !self.connected(from.node, to.node);
+        if unconnected {
+            self.checker.coverage.hit("conns.frame_unconnected");
+        }
+        if link_down || unconnected || (faulty && self.net_rng.chance(self.options.net.loss)) {
             self.stats.lost += 1;
             self.checker.coverage.hit("fault.frame_lost");
             self.trace.note(self.now, "net", || {
                 format!(
                     "lost ({}) {from} -> {to}: {}",
-                    if link_down { "no link" } else { "loss" },
+                    if link_down {
+                        "no link"
+                    } else if unconnected {
+                        "no connection"
+                    } else {
+                        "loss"
+                    },
                     crate::trace::describe(&message, to)
                 )
             });

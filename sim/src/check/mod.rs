@@ -173,6 +173,7 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "conns.refused",
     "conns.expired",
     "conns.evicted",
+    "conns.frame_unconnected",
     "fault.host_crash",
     "fault.actor_death",
     "fault.spoof",

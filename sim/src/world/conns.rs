@@ -179,6 +179,24 @@ impl World {
         }
     }
 
+    /// Whether a frame from `from` to `to` has a connection to go on: the directory's admitted
+    /// connection of the host, or the host's welcomed link. Frames between hosts are not
+    /// carried by these connections.
+    pub(super) fn connected(&self, from: NodeId, to: NodeId) -> bool {
+        if from == DIRECTORY_NODE && to != DIRECTORY_NODE {
+            self.directory
+                .conns
+                .as_ref()
+                .is_some_and(|dc| dc.conn_of(to).is_some())
+        } else if to == DIRECTORY_NODE && from != DIRECTORY_NODE {
+            self.host_index(from)
+                .and_then(|h| self.links[h].as_ref())
+                .is_some_and(|hl| hl.link.up().is_some())
+        } else {
+            true
+        }
+    }
+
     /// Strangers connect along with a host's attempt.
     fn strangers(&mut self, host: usize) {
         let count = self.conn_rng.below(STRANGERS_MAX + 1);
@@ -464,6 +482,7 @@ impl World {
         if !self.dir_conn_actions(actions) {
             return; // The directory stopped (its storage failed).
         }
+        self.check_one_connection_per_host();
         if let Some(kind) = stranger {
             if !matches!(heard, DirHeard::Nothing) {
                 self.checker.fail(
@@ -700,6 +719,27 @@ impl World {
                 format!(
                     "conns: {waiting} connections wait for admission at once (the waiting room \
                      holds {SIM_PENDING_MAX})"
+                ),
+            );
+        }
+    }
+
+    /// Restated: the directory keeps at most one admitted connection per host (a newer one
+    /// replaces and closes the older: every connection has an owner who frees it).
+    fn check_one_connection_per_host(&mut self) {
+        let boot = self.directory.boot;
+        let mut held = vec![0usize; self.hosts.len()];
+        for c in self.conns.values() {
+            if c.boot == boot && c.admitted && !c.closing && c.stranger.is_none() {
+                held[c.host] += 1;
+            }
+        }
+        if let Some(host) = held.iter().position(|&n| n > 1) {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "conns: the directory holds {} admitted connections of host {}",
+                    held[host], self.hosts[host].node
                 ),
             );
         }
