@@ -1002,14 +1002,23 @@ impl PeerLinks {
         }
     }
 
-    /// Sends `link` to host `node`: on its connection, or queued for it; when there is none,
-    /// the caller starts one with [`Self::connecting`] (this returns `None`).
-    pub fn route(&mut self, node: NodeId, link: Link, out: &mut Vec<ConnAction>) -> Option<Routed> {
-        let conn = *self.to.get(&node)?;
-        let Some(o) = self.outgoing.get_mut(&conn) else {
-            return Some(Routed::Dropped);
+    /// Sends `link` to host `node`: on its connection, or queued for it. When there is none,
+    /// the link comes back: the caller starts one with [`Self::connecting`], giving it the link.
+    /// (By value, not boxed: an allocation per frame for the rare first one's sake.)
+    #[allow(clippy::result_large_err)]
+    pub fn route(
+        &mut self,
+        node: NodeId,
+        link: Link,
+        out: &mut Vec<ConnAction>,
+    ) -> Result<Routed, Link> {
+        let Some(&conn) = self.to.get(&node) else {
+            return Err(link);
         };
-        Some(if o.proved {
+        let Some(o) = self.outgoing.get_mut(&conn) else {
+            return Ok(Routed::Dropped);
+        };
+        Ok(if o.proved {
             out.push(ConnAction::Send(conn, link));
             Routed::Sent
         } else if o.backlog.len() < PEER_BACKLOG_MAX {

@@ -882,14 +882,11 @@ impl HostNode {
             }
             return;
         }
-        match self
-            .peer_links
-            .route(to.node, frame.clone(), &mut self.actions)
-        {
-            Some(Routed::Sent | Routed::Queued) => self.conn_actions(),
+        match self.peer_links.route(to.node, frame, &mut self.actions) {
+            Ok(Routed::Sent | Routed::Queued) => self.conn_actions(),
             // Lost as the network may lose it: transfers ask again on their timeout.
-            Some(Routed::Dropped) => debug!(node = %to.node, "peer backlog full: frame dropped"),
-            None => self.connect_peer(to.node, frame),
+            Ok(Routed::Dropped) => debug!(node = %to.node, "peer backlog full: frame dropped"),
+            Err(frame) => self.connect_peer(to.node, frame),
         }
     }
 

@@ -15,13 +15,13 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
 use dataplane_core::admission;
-use dataplane_core::conns::{ConnId, DirectoryConns};
-use dataplane_core::link::ClusterKey;
 use dataplane_core::barrier::Barrier;
+use dataplane_core::conns::{ConnId, DirectoryConns, PeerLinks};
 use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::host::{Host, HostConfig, SessionConfig};
 use dataplane_core::ids::{Address, NodeId};
+use dataplane_core::link::ClusterKey;
 use dataplane_core::log::LogRecord;
 use dataplane_core::membership::{Admitted, Membership};
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
@@ -40,6 +40,7 @@ use crate::trace::Trace;
 use crate::worker::{HOST_FIRST_ACTOR, Worker, WorkerIo, WorkerOut, WorkerState};
 
 mod conns;
+mod peers;
 
 /// The directory's node.
 pub const DIRECTORY_NODE: NodeId = NodeId(0);
@@ -177,13 +178,13 @@ enum EventKind {
     /// A frame on a connection arrives.
     ConnFrame {
         conn: ConnId,
-        to_dir: bool,
+        to_acceptor: bool,
         bytes: Vec<u8>,
     },
     /// One side of a connection learns that the other closed it.
     ConnClosed {
         conn: ConnId,
-        to_dir: bool,
+        to_acceptor: bool,
     },
     /// A host's link to the directory may try again (its process by boot nonce).
     LinkRetry {
@@ -352,6 +353,9 @@ struct DirectoryNode {
     boots_used: u64,
     /// Per host: the incarnation and boot nonce of its last durable admission.
     admitted: Vec<Option<(u64, u64)>>,
+    /// Per host: an admission whose record went to the log when the storage failed (a failed
+    /// fsync may have made it durable all the same, or not).
+    maybe_admitted: Vec<Option<(u64, u64)>>,
     /// The connections of the serving instance (core's machine; none while down).
     conns: Option<DirectoryConns>,
     /// When its admission deadline is armed.
@@ -388,6 +392,8 @@ pub struct World {
     next_conn: ConnId,
     /// Each host process's link to the directory (none while the host is down).
     links: Vec<Option<conns::HostLink>>,
+    /// Each host process's connections with the other hosts (none while the host is down).
+    peers: Vec<Option<PeerLinks>>,
     directory: DirectoryNode,
     hosts: Vec<HostNode>,
     blocked: BTreeSet<(NodeId, NodeId)>,
@@ -490,6 +496,7 @@ impl World {
             conns: BTreeMap::new(),
             next_conn: 1,
             links: (0..options.clients_per_host.len()).map(|_| None).collect(),
+            peers: (0..options.clients_per_host.len()).map(|_| None).collect(),
             now: Instant::ZERO,
             queue: BinaryHeap::new(),
             seq: 0,
@@ -526,6 +533,7 @@ impl World {
                 membership: Membership::default(),
                 boots_used: 0,
                 admitted: vec![None; options.clients_per_host.len()],
+                maybe_admitted: vec![None; options.clients_per_host.len()],
                 conns: None,
                 expiry_armed: None,
             },
@@ -796,10 +804,10 @@ impl World {
             EventKind::ConnOpen { conn } => self.conn_open(conn),
             EventKind::ConnFrame {
                 conn,
-                to_dir,
+                to_acceptor,
                 bytes,
-            } => self.conn_frame(conn, to_dir, bytes),
-            EventKind::ConnClosed { conn, to_dir } => self.conn_closed(conn, to_dir),
+            } => self.conn_frame(conn, to_acceptor, bytes),
+            EventKind::ConnClosed { conn, to_acceptor } => self.conn_closed(conn, to_acceptor),
             EventKind::LinkRetry { host, nonce } => self.link_retry(host, nonce),
             EventKind::DirConnsExpire { boot } => self.dir_conns_expire(boot),
             EventKind::HostSend {
@@ -1114,8 +1122,23 @@ impl World {
         n.latency_min.saturating_add(Duration::from_nanos(jitter))
     }
 
-    /// Hands a frame to the network: it may be lost, duplicated or delayed past later frames.
+    /// Sends a frame: between hosts through the sender's peer links (`peers`), which may hold
+    /// it for a handshake; then on the network.
     fn send(&mut self, from: Address, to: Address, message: Message) {
+        if let (Some(a), Some(b)) = (self.host_index(from.node), self.host_index(to.node))
+            && a != b
+        {
+            let envelope = Envelope { from, to, message };
+            if let Some(Envelope { from, to, message }) = self.peer_gate(a, b, envelope) {
+                self.send_net(from, to, message);
+            }
+            return;
+        }
+        self.send_net(from, to, message);
+    }
+
+    /// Hands a frame to the network: it may be lost, duplicated or delayed past later frames.
+    fn send_net(&mut self, from: Address, to: Address, message: Message) {
         self.stats.frames += 1;
         let faulty = self.phase == Phase::Faulty;
         let link_down = !self.link_up(from.node, to.node);
@@ -2381,6 +2404,8 @@ impl World {
         );
         h.machine = Some(machine);
         h.mem = crate::memory::SimArena::new(o.arena_size as usize);
+        self.start_peers(host);
+        let h = &mut self.hosts[host];
         h.workers.clear();
         let effects = self.outbox.take();
         self.execute_machine_effects(host, effects);

@@ -351,9 +351,9 @@ fn frames_for_another_host_wait_for_the_handshake_and_strangers_are_closed() {
         })
     };
     let mut out = Vec::new();
-    assert_eq!(a.route(NodeId(2), frame(1), &mut out), None);
+    assert_eq!(a.route(NodeId(2), frame(1), &mut out), Err(frame(1)));
     a.connecting(NodeId(2), 7, frame(1));
-    assert_eq!(a.route(NodeId(2), frame(2), &mut out), Some(Routed::Queued));
+    assert_eq!(a.route(NodeId(2), frame(2), &mut out), Ok(Routed::Queued));
     assert!(out.is_empty());
     b.accepted(t(0), 7, [4; 32], &mut out);
     a.connected(7, [3; 32], &mut out);
@@ -378,7 +378,7 @@ fn frames_for_another_host_wait_for_the_handshake_and_strangers_are_closed() {
         }
     }
     assert_eq!(delivered, vec![1, 2]);
-    assert_eq!(a.route(NodeId(2), frame(3), &mut out), Some(Routed::Sent));
+    assert_eq!(a.route(NodeId(2), frame(3), &mut out), Ok(Routed::Sent));
     // A frame on b's connection from 1 that claims to come from 3 closes it.
     let forged = Link::Frame(Envelope {
         from: Address::new(NodeId(3), 1, 1),

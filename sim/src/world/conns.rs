@@ -52,6 +52,10 @@ pub(super) enum Stranger {
 pub(super) struct SimConn {
     /// The host that made it (for a stranger, the host whose attempt it came with).
     pub host: usize,
+    /// The host that accepted it (none: the directory).
+    pub acceptor: Option<usize>,
+    /// Between hosts: the connector's proof went out (frames may follow it).
+    pub proved: bool,
     /// The directory boot that accepted it (0 until accepted).
     pub boot: u64,
     /// Not a host: a stranger.
@@ -64,7 +68,7 @@ pub(super) struct SimConn {
     pub admitted: bool,
     /// When the last frame towards the directory, and towards the host, arrives (frames on a
     /// connection arrive in order).
-    pub last_to_dir: Instant,
+    pub last_to_acceptor: Instant,
     pub last_to_host: Instant,
 }
 
@@ -93,7 +97,7 @@ impl World {
         )
     }
 
-    fn nonce(&mut self) -> Nonce {
+    pub(super) fn nonce(&mut self) -> Nonce {
         let mut nonce = [0u8; 32];
         for chunk in nonce.chunks_mut(8) {
             chunk.copy_from_slice(&self.conn_rng.next_u64().to_le_bytes());
@@ -101,7 +105,7 @@ impl World {
         nonce
     }
 
-    fn conn_latency(&mut self) -> Duration {
+    pub(super) fn conn_latency(&mut self) -> Duration {
         let n = &self.options.net;
         let jitter = self.conn_rng.exponential(n.latency_jitter_mean.as_nanos());
         n.latency_min.saturating_add(Duration::from_nanos(jitter))
@@ -126,6 +130,7 @@ impl World {
     /// The host process is gone: its link with it, and the directory learns its connection
     /// closed.
     pub(super) fn stop_link(&mut self, host: usize) {
+        self.stop_peers(host);
         let Some(hl) = self.links[host].take() else {
             return;
         };
@@ -149,11 +154,13 @@ impl World {
                 SimConn {
                     host,
                     boot: 0,
+                    acceptor: None,
+                    proved: false,
                     stranger: None,
                     closing: false,
                     accepted_at: None,
                     admitted: false,
-                    last_to_dir: self.now,
+                    last_to_acceptor: self.now,
                     last_to_host: self.now,
                 },
             );
@@ -214,11 +221,13 @@ impl World {
                 SimConn {
                     host,
                     boot: 0,
+                    acceptor: None,
+                    proved: false,
                     stranger: Some(kind),
                     closing: false,
                     accepted_at: None,
                     admitted: false,
-                    last_to_dir: self.now,
+                    last_to_acceptor: self.now,
                     last_to_host: self.now,
                 },
             );
@@ -232,15 +241,19 @@ impl World {
         let Some(c) = self.conns.get(&conn) else {
             return;
         };
+        if let Some(to) = c.acceptor {
+            let from = c.host;
+            return self.peer_open(conn, from, to);
+        }
         let (host, stranger) = (c.host, c.stranger.clone());
         let node = self.hosts[host].node;
         let reachable = self.directory.conns.is_some()
             && self.link_up(node, DIRECTORY_NODE)
             && self.link_up(DIRECTORY_NODE, node);
         if stranger.is_none()
-            && !self.links[host]
+            && self.links[host]
                 .as_ref()
-                .is_some_and(|hl| hl.link.conn() == Some(conn))
+                .is_none_or(|hl| hl.link.conn() != Some(conn))
         {
             self.conns.remove(&conn); // The process that connected is gone.
             return;
@@ -315,12 +328,12 @@ impl World {
         }
     }
 
-    fn send_conn(&mut self, conn: ConnId, to_dir: bool, link: &Link) {
+    pub(super) fn send_conn(&mut self, conn: ConnId, to_acceptor: bool, link: &Link) {
         let bytes = dataplane_core::wire::encode_value(link, usize::MAX).unwrap_or_default();
-        self.send_bytes(conn, to_dir, bytes);
+        self.send_bytes(conn, to_acceptor, bytes);
     }
 
-    fn send_bytes(&mut self, conn: ConnId, to_dir: bool, bytes: Vec<u8>) {
+    fn send_bytes(&mut self, conn: ConnId, to_acceptor: bool, bytes: Vec<u8>) {
         let delay = self.conn_latency();
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
@@ -328,8 +341,8 @@ impl World {
         if c.closing {
             return;
         }
-        let last = if to_dir {
-            &mut c.last_to_dir
+        let last = if to_acceptor {
+            &mut c.last_to_acceptor
         } else {
             &mut c.last_to_host
         };
@@ -339,15 +352,15 @@ impl World {
             at,
             EventKind::ConnFrame {
                 conn,
-                to_dir,
+                to_acceptor,
                 bytes,
             },
         );
     }
 
-    /// One side closes `conn` (`by_dir`: the directory); the other learns it after the frames
+    /// One side closes `conn` (`by_acceptor`: the directory); the other learns it after the frames
     /// already on their way.
-    pub(super) fn close_conn(&mut self, conn: ConnId, by_dir: bool) {
+    pub(super) fn close_conn(&mut self, conn: ConnId, by_acceptor: bool) {
         let delay = self.conn_latency();
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
@@ -356,17 +369,17 @@ impl World {
             return;
         }
         c.closing = true;
-        let last = if by_dir {
+        let last = if by_acceptor {
             c.last_to_host
         } else {
-            c.last_to_dir
+            c.last_to_acceptor
         };
         let at = self.now.saturating_add(delay).max(last);
         self.schedule(
             at,
             EventKind::ConnClosed {
                 conn,
-                to_dir: !by_dir,
+                to_acceptor: !by_acceptor,
             },
         );
     }
@@ -377,7 +390,7 @@ impl World {
         let held: Vec<ConnId> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.boot == boot && c.boot != 0)
+            .filter(|(_, c)| c.acceptor.is_none() && c.boot == boot && c.boot != 0)
             .map(|(&conn, _)| conn)
             .collect();
         for conn in held {
@@ -386,10 +399,15 @@ impl World {
     }
 
     /// `conn` breaks, and both sides notice at once.
-    fn break_conn(&mut self, conn: ConnId) {
+    pub(super) fn break_conn(&mut self, conn: ConnId) {
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
+        if let Some(to) = c.acceptor {
+            self.peer_learns_closed(to, conn);
+            self.peer_learns_closed(c.host, conn);
+            return;
+        }
         if c.boot == self.directory.boot
             && let Some(dc) = self.directory.conns.as_mut()
         {
@@ -401,11 +419,15 @@ impl World {
     }
 
     /// The other side of `conn` learns that it closed.
-    pub(super) fn conn_closed(&mut self, conn: ConnId, to_dir: bool) {
+    pub(super) fn conn_closed(&mut self, conn: ConnId, to_acceptor: bool) {
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
-        if to_dir {
+        if let Some(to) = c.acceptor {
+            self.peer_learns_closed(if to_acceptor { to } else { c.host }, conn);
+            return;
+        }
+        if to_acceptor {
             if c.boot == self.directory.boot
                 && let Some(dc) = self.directory.conns.as_mut()
             {
@@ -430,11 +452,14 @@ impl World {
     }
 
     /// A frame on `conn` arrives.
-    pub(super) fn conn_frame(&mut self, conn: ConnId, to_dir: bool, bytes: Vec<u8>) {
+    pub(super) fn conn_frame(&mut self, conn: ConnId, to_acceptor: bool, bytes: Vec<u8>) {
         let Some(c) = self.conns.get(&conn) else {
             return;
         };
         let (host, boot, stranger) = (c.host, c.boot, c.stranger.clone());
+        if let Some(to) = c.acceptor {
+            return self.peer_conn_frame(conn, host, to, to_acceptor, &bytes);
+        }
         let node = self.hosts[host].node;
         if !self.link_up(node, DIRECTORY_NODE) || !self.link_up(DIRECTORY_NODE, node) {
             // The partition breaks the connection: both sides learn it.
@@ -442,7 +467,7 @@ impl World {
             self.break_conn(conn);
             return;
         }
-        if to_dir {
+        if to_acceptor {
             self.dir_conn_frame(conn, boot, host, stranger, &bytes);
         } else if stranger.is_none() {
             self.host_conn_frame(conn, host, &bytes);
@@ -480,7 +505,13 @@ impl World {
                 .fail(self.now, format!("conns: the directory's tables: {e}"));
         }
         if !self.dir_conn_actions(actions) {
-            return; // The directory stopped (its storage failed).
+            // The directory stopped (its storage failed): the admission's record may have
+            // reached the disk all the same.
+            if let DirHeard::Host { admitted, .. } = heard {
+                let m = admitted.member();
+                self.directory.maybe_admitted[host] = Some((m.incarnation, m.boot_nonce));
+            }
+            return;
         }
         self.check_one_connection_per_host();
         if let Some(kind) = stranger {
@@ -515,12 +546,14 @@ impl World {
         let h = &self.hosts[host];
         let listen = host_listen(h.node);
         let known = self.directory.admitted[host];
+        let maybe = self.directory.maybe_admitted[host].take();
         let m = admitted.member();
         let fine = m.node == h.node
             && m.boot_nonce == h.boot_nonce
             && match (admitted, known) {
                 (Admitted::Reconnected(_), Some((incarnation, nonce))) => {
-                    nonce == h.boot_nonce && m.incarnation == incarnation
+                    (nonce == h.boot_nonce && m.incarnation == incarnation)
+                        || maybe == Some((m.incarnation, m.boot_nonce))
                 }
                 (Admitted::Restarted(_), Some((incarnation, nonce))) => {
                     nonce != h.boot_nonce && m.incarnation > incarnation
@@ -533,7 +566,7 @@ impl World {
                 self.now,
                 format!(
                     "membership: {listen} (node {}, boot nonce {}, last durably admitted as \
-                     {known:?}) said hello and was admitted as {admitted:?}",
+                     {known:?}, maybe as {maybe:?}) said hello and was admitted as {admitted:?}",
                     h.node, h.boot_nonce
                 ),
             );
@@ -673,7 +706,12 @@ impl World {
 
     /// Arms the directory's admission deadline (the earliest pending connection's).
     pub(super) fn arm_dir_expiry(&mut self) {
-        let Some(at) = self.directory.conns.as_ref().and_then(|dc| dc.next_deadline()) else {
+        let Some(at) = self
+            .directory
+            .conns
+            .as_ref()
+            .and_then(|dc| dc.next_deadline())
+        else {
             return;
         };
         let at = self.dir_at(at);
@@ -704,9 +742,9 @@ impl World {
     /// The connections the serving directory accepted and has not admitted or closed.
     fn waiting(&self) -> impl Iterator<Item = (&ConnId, &SimConn)> {
         let boot = self.directory.boot;
-        self.conns
-            .iter()
-            .filter(move |(_, c)| c.boot == boot && !c.closing && !c.admitted)
+        self.conns.iter().filter(move |(_, c)| {
+            c.acceptor.is_none() && c.boot == boot && !c.closing && !c.admitted
+        })
     }
 
     /// ARCHITECTURE "Connections and admission", restated: at most the waiting room's
@@ -730,7 +768,12 @@ impl World {
         let boot = self.directory.boot;
         let mut held = vec![0usize; self.hosts.len()];
         for c in self.conns.values() {
-            if c.boot == boot && c.admitted && !c.closing && c.stranger.is_none() {
+            if c.acceptor.is_none()
+                && c.boot == boot
+                && c.admitted
+                && !c.closing
+                && c.stranger.is_none()
+            {
                 held[c.host] += 1;
             }
         }

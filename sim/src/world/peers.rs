@@ -1,0 +1,258 @@
+//! Connections between hosts, run by core's [`PeerLinks`] as `dataplane-node` runs them: the
+//! first frame for another host opens a connection to it and waits, with the ones after it,
+//! in a bounded backlog until the handshake's proof went out; the other host admits the
+//! connection through its peer listener. Handshake frames travel the simulated connection
+//! (ordered, lossless, broken by a crash or a partition); the envelopes a link lets go travel
+//! the faulty network as before.
+//!
+//! Checked (restated, never asked of `PeerLinks`): no envelope leaves on a connection before
+//! its proof did, and a host keeps at most one outgoing connection per other host.
+
+use dataplane_core::conns::{Accepts, ConnAction, ConnId, Listener, PeerHeard, PeerLinks, Routed};
+use dataplane_core::link::Link;
+
+use super::conns::{SIM_ADMISSION_DEADLINE, SimConn};
+use super::*;
+
+/// A host's waiting room for other hosts' connections in the simulation.
+const SIM_PEERS_PENDING_MAX: usize = 16;
+
+impl World {
+    /// The peer links of `host`'s running process.
+    pub(super) fn start_peers(&mut self, host: usize) {
+        let h = &self.hosts[host];
+        let key = Some(self.cluster_key);
+        let listener = Listener::new(
+            key,
+            Accepts::Peers,
+            SIM_ADMISSION_DEADLINE,
+            SIM_PEERS_PENDING_MAX,
+            64,
+        );
+        self.peers[host] = Some(PeerLinks::new(h.node, h.incarnation, key, listener));
+    }
+
+    /// `host`'s process is gone: the other ends of its connections learn it.
+    pub(super) fn stop_peers(&mut self, host: usize) {
+        if self.peers[host].take().is_none() {
+            return;
+        }
+        let held: Vec<(ConnId, bool)> = self
+            .conns
+            .iter()
+            .filter_map(|(&conn, c)| match c.acceptor {
+                Some(to) if to == host => Some((conn, true)),
+                Some(_) if c.host == host => Some((conn, false)),
+                _ => None,
+            })
+            .collect();
+        for (conn, by_acceptor) in held {
+            self.close_conn(conn, by_acceptor);
+        }
+    }
+
+    /// A frame from host `from` to host `to`: `Some` if it may go on the network now; `None`
+    /// if its link holds it (waiting for the handshake), dropped it, or is opening.
+    pub(super) fn peer_gate(
+        &mut self,
+        from: usize,
+        to: usize,
+        envelope: Envelope,
+    ) -> Option<Envelope> {
+        let node = self.hosts[to].node;
+        let links = self.peers[from].as_mut()?;
+        let mut actions = Vec::new();
+        match links.route(node, Link::Frame(envelope), &mut actions) {
+            Ok(Routed::Sent) => {
+                let Some(ConnAction::Send(conn, Link::Frame(envelope))) = actions.pop() else {
+                    self.checker.fail(
+                        self.now,
+                        "peers: a sent frame came back as something else".into(),
+                    );
+                    return None;
+                };
+                self.check_proved(conn);
+                Some(envelope)
+            }
+            Ok(Routed::Queued) => {
+                self.checker.coverage.hit("peers.frame_waited");
+                None
+            }
+            Ok(Routed::Dropped) => {
+                self.checker.coverage.hit("peers.frame_dropped");
+                None
+            }
+            Err(Link::Frame(envelope)) => {
+                // No connection yet: open one; the frame waits for its handshake.
+                self.open_peer_conn(from, to, envelope);
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Opens `from`'s connection to `to`, with `first` waiting for its handshake.
+    pub(super) fn open_peer_conn(&mut self, from: usize, to: usize, first: Envelope) {
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        let node = self.hosts[to].node;
+        let Some(links) = self.peers[from].as_mut() else {
+            return;
+        };
+        links.connecting(node, conn, Link::Frame(first));
+        self.conns.insert(
+            conn,
+            SimConn {
+                host: from,
+                acceptor: Some(to),
+                proved: false,
+                boot: 0,
+                stranger: None,
+                closing: false,
+                accepted_at: None,
+                admitted: false,
+                last_to_acceptor: self.now,
+                last_to_host: self.now,
+            },
+        );
+        self.open_outgoing_checked(from, to);
+        self.checker.coverage.hit("peers.connected");
+        let delay = self.conn_latency();
+        self.schedule_in(delay, EventKind::ConnOpen { conn });
+    }
+
+    /// Restated: a host keeps at most one outgoing connection to each other host.
+    fn open_outgoing_checked(&mut self, from: usize, to: usize) {
+        let open = self
+            .conns
+            .values()
+            .filter(|c| c.host == from && c.acceptor == Some(to) && !c.closing)
+            .count();
+        if open > 1 {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "peers: host {} holds {open} connections to host {}",
+                    self.hosts[from].node, self.hosts[to].node
+                ),
+            );
+        }
+    }
+
+    /// The connection reaches the other host (or fails: it is down, or a partition).
+    pub(super) fn peer_open(&mut self, conn: ConnId, from: usize, to: usize) {
+        let (a, b) = (self.hosts[from].node, self.hosts[to].node);
+        let reachable = self.peers[to].is_some() && self.link_up(a, b) && self.link_up(b, a);
+        if self.peers[from].is_none() {
+            self.conns.remove(&conn);
+            return;
+        }
+        if !reachable {
+            self.conns.remove(&conn);
+            self.peer_learns_closed(from, conn);
+            return;
+        }
+        let nonce = self.nonce();
+        let now = self.host_now(to);
+        let mut actions = Vec::new();
+        if let Some(links) = self.peers[to].as_mut() {
+            links.accepted(now, conn, nonce, &mut actions);
+        }
+        self.peer_actions(to, actions);
+        let nonce = self.nonce();
+        let mut actions = Vec::new();
+        if let Some(links) = self.peers[from].as_mut() {
+            links.connected(conn, nonce, &mut actions);
+        }
+        self.peer_actions(from, actions);
+    }
+
+    /// A handshake frame between two hosts arrives.
+    pub(super) fn peer_conn_frame(
+        &mut self,
+        conn: ConnId,
+        from: usize,
+        to: usize,
+        to_acceptor: bool,
+        bytes: &[u8],
+    ) {
+        let (a, b) = (self.hosts[from].node, self.hosts[to].node);
+        if !self.link_up(a, b) || !self.link_up(b, a) {
+            self.checker.coverage.hit("peers.broken_by_partition");
+            self.break_conn(conn);
+            return;
+        }
+        let at = if to_acceptor { to } else { from };
+        let mut actions = Vec::new();
+        let heard = match self.peers[at].as_mut() {
+            Some(links) => links.frame(conn, bytes, &mut actions),
+            None => return,
+        };
+        self.peer_actions(at, actions);
+        match heard {
+            PeerHeard::Nothing => {}
+            PeerHeard::Admitted { node, .. } if node == a && to_acceptor => {
+                self.checker.coverage.hit("peers.admitted");
+            }
+            other => self.checker.fail(
+                self.now,
+                format!(
+                    "peers: host {} heard {other:?} on the handshake of {a} -> {b}",
+                    self.hosts[at].node
+                ),
+            ),
+        }
+    }
+
+    /// `host` learns that `conn` closed.
+    pub(super) fn peer_learns_closed(&mut self, host: usize, conn: ConnId) {
+        if let Some(links) = self.peers[host].as_mut() {
+            links.closed(conn);
+        }
+    }
+
+    /// Does what `host`'s peer links asked.
+    fn peer_actions(&mut self, host: usize, actions: Vec<ConnAction>) {
+        for action in actions {
+            match action {
+                ConnAction::Send(conn, Link::Frame(envelope)) => {
+                    // A frame the handshake held: it goes on the network now.
+                    self.check_proved(conn);
+                    let Envelope { from, to, message } = envelope;
+                    self.send_net(from, to, message);
+                }
+                ConnAction::Send(conn, link) => {
+                    let to_acceptor = self.conns.get(&conn).is_some_and(|c| c.host == host);
+                    if let (true, Link::Proof { .. }) = (to_acceptor, &link)
+                        && let Some(c) = self.conns.get_mut(&conn)
+                    {
+                        c.proved = true;
+                    }
+                    self.send_conn(conn, to_acceptor, &link);
+                }
+                ConnAction::Resume(_) | ConnAction::Admitted(_) => {}
+                ConnAction::Refuse { conn, .. } | ConnAction::Close(conn, _) => {
+                    let by_acceptor = self.conns.get(&conn).is_some_and(|c| c.host != host);
+                    self.close_conn(conn, by_acceptor);
+                }
+                other => self.checker.fail(
+                    self.now,
+                    format!(
+                        "peers: host {}'s links asked for {other:?}",
+                        self.hosts[host].node
+                    ),
+                ),
+            }
+        }
+    }
+
+    /// Restated: an envelope leaves on a connection only after the connector's proof.
+    fn check_proved(&mut self, conn: ConnId) {
+        if self.conns.get(&conn).is_some_and(|c| !c.proved) {
+            self.checker.fail(
+                self.now,
+                format!("peers: a frame left on connection {conn} before its handshake's proof"),
+            );
+        }
+    }
+}
