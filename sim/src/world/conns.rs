@@ -513,6 +513,9 @@ impl World {
             }
             return;
         }
+        if let (DirHeard::Host { .. }, Some(c)) = (&heard, self.conns.get_mut(&conn)) {
+            c.admitted = true;
+        }
         self.check_one_connection_per_host();
         if let Some(kind) = stranger {
             if !matches!(heard, DirHeard::Nothing) {
@@ -525,12 +528,7 @@ impl World {
         }
         match heard {
             DirHeard::Nothing => {}
-            DirHeard::Host { admitted, .. } => {
-                if let Some(c) = self.conns.get_mut(&conn) {
-                    c.admitted = true;
-                }
-                self.host_admitted(host, admitted);
-            }
+            DirHeard::Host { admitted, .. } => self.host_admitted(host, admitted),
             other => self.checker.fail(
                 self.now,
                 format!(
