@@ -139,7 +139,7 @@ impl fmt::Display for Ratio {
 /// [`Entropy::tape`] replays.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tape {
-    streams: [Vec<u64>; 8],
+    streams: [Vec<u64>; Stream::ALL.len()],
 }
 
 const TAPE_MAGIC: &[u8; 8] = b"DPTAPE2\n";

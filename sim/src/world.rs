@@ -231,6 +231,9 @@ pub struct Stats {
     pub frames: u64,
     /// Frames lost to loss or partitions.
     pub lost: u64,
+    /// Frames dropped because the sender had no connection to carry them (a host between
+    /// its directory's crash and its welcome again): not a fault, what the real nodes do.
+    pub unconnected: u64,
     /// Frames delivered twice.
     pub duplicated: u64,
     /// Frames held back to be overtaken.
@@ -1149,7 +1152,11 @@ impl World {
             self.checker.coverage.hit("conns.frame_unconnected");
         }
         if link_down || unconnected || (faulty && self.net_rng.chance(self.options.net.loss)) {
-            self.stats.lost += 1;
+            if unconnected && !link_down {
+                self.stats.unconnected += 1;
+            } else {
+                self.stats.lost += 1;
+            }
             self.checker.coverage.hit("fault.frame_lost");
             self.trace.note(self.now, "net", || {
                 format!(
