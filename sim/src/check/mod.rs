@@ -174,6 +174,7 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "conns.expired",
     "conns.evicted",
     "conns.frame_unconnected",
+    "conns.half_open",
     "peers.connected",
     "peers.admitted",
     "peers.frame_waited",

@@ -62,6 +62,9 @@ pub(super) struct SimConn {
     pub stranger: Option<Stranger>,
     /// Either side closed it (frames still in flight arrive; nothing new is sent).
     pub closing: bool,
+    /// The host side died without a word (a power loss: no FIN, no RST): the directory holds
+    /// the connection until it replaces or expires it.
+    pub silent: bool,
     /// When the directory accepted it (on the directory's clock), and whether it was
     /// admitted since.
     pub accepted_at: Option<Instant>,
@@ -134,9 +137,20 @@ impl World {
         let Some(hl) = self.links[host].take() else {
             return;
         };
-        if let Some(conn) = hl.link.conn() {
-            self.close_conn(conn, false);
+        let Some(conn) = hl.link.conn() else {
+            return;
+        };
+        // Half the time the machine loses power: nothing tells the directory, which holds the
+        // connection until the host's next one replaces it (or the deadline ends a handshake).
+        if self.conn_rng.chance(ratio(1, 2)) {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                self.checker.coverage.hit("conns.half_open");
+                c.closing = true;
+                c.silent = true;
+            }
+            return;
         }
+        self.close_conn(conn, false);
     }
 
     /// Connects if the link's back-off allows, else arms its retry.
@@ -158,6 +172,7 @@ impl World {
                     proved: false,
                     stranger: None,
                     closing: false,
+                    silent: false,
                     accepted_at: None,
                     admitted: false,
                     last_to_acceptor: self.now,
@@ -225,6 +240,7 @@ impl World {
                     proved: false,
                     stranger: Some(kind),
                     closing: false,
+                    silent: false,
                     accepted_at: None,
                     admitted: false,
                     last_to_acceptor: self.now,
@@ -366,6 +382,10 @@ impl World {
             return;
         };
         if c.closing {
+            if c.silent && by_acceptor {
+                // Its other end is long gone: the directory lets go of it, and that is all.
+                self.conns.remove(&conn);
+            }
             return;
         }
         c.closing = true;
@@ -741,7 +761,7 @@ impl World {
     fn waiting(&self) -> impl Iterator<Item = (&ConnId, &SimConn)> {
         let boot = self.directory.boot;
         self.conns.iter().filter(move |(_, c)| {
-            c.acceptor.is_none() && c.boot == boot && !c.closing && !c.admitted
+            c.acceptor.is_none() && c.boot == boot && (!c.closing || c.silent) && !c.admitted
         })
     }
 
@@ -769,7 +789,7 @@ impl World {
             if c.acceptor.is_none()
                 && c.boot == boot
                 && c.admitted
-                && !c.closing
+                && (!c.closing || c.silent)
                 && c.stranger.is_none()
             {
                 held[c.host] += 1;

@@ -109,6 +109,7 @@ impl World {
                 boot: 0,
                 stranger: None,
                 closing: false,
+                silent: false,
                 accepted_at: None,
                 admitted: false,
                 last_to_acceptor: self.now,
