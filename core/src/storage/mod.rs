@@ -335,6 +335,13 @@ pub trait FileSystem {
     fn write(&mut self, file: &mut Self::File, bytes: &[u8]) -> Result<(), Self::Error>;
     /// Cuts the file to `len` bytes and moves its position there.
     fn truncate(&mut self, file: &mut Self::File, len: u64) -> Result<(), Self::Error>;
+    /// Extends the file with zeros to `len` bytes if it is shorter, without moving its
+    /// position, and without syncing. The zeros are written, not left as a hole or as
+    /// allocated-but-unwritten space, so that later writes into them overwrite initialised
+    /// blocks and a `sync_data` after such a write need not commit a change of the file's size
+    /// or block map. After a crash before the next sync, the file may have any length between
+    /// its old and its new one (its new bytes are zeros).
+    fn preallocate(&mut self, file: &mut Self::File, len: u64) -> Result<(), Self::Error>;
     /// Makes the file's data durable (`fdatasync`).
     fn sync_data(&mut self, file: &mut Self::File) -> Result<(), Self::Error>;
     /// Makes the file's data and metadata durable (`fsync`).
@@ -563,6 +570,9 @@ pub struct StorageOptions {
     /// after its snapshot, keeping a copy of every byte cut (see "Repair" in the module
     /// documentation).
     pub repair: bool,
+    /// Grow the log file in steps of this many bytes of zeros, written ahead of the records
+    /// ("Preallocation" in the module documentation); 0: the file grows with each write.
+    pub preallocate: u64,
 }
 
 impl Default for StorageOptions {
@@ -570,6 +580,7 @@ impl Default for StorageOptions {
         StorageOptions {
             create: true,
             repair: false,
+            preallocate: 0,
         }
     }
 }
@@ -709,6 +720,10 @@ pub struct LogStore<F: FileSystem> {
     file: F::File,
     written: u64,
     synced: u64,
+    /// The length of the log file: `written`, plus preallocated zeros after it.
+    allocated: u64,
+    /// The step the file grows by ([`StorageOptions::preallocate`]; 0: none).
+    preallocate: u64,
     poisoned: bool,
     max_record_bytes: usize,
     /// Bytes of the snapshot the current generation started from (the compaction policy).
@@ -774,10 +789,12 @@ impl<F: FileSystem> LogStore<F> {
         self.check_healthy()?;
         self.buf.clear();
         let frame = encode_into(&mut self.buf, record, self.max_record_bytes)?;
+        self.reserve(fs, frame as u64)?;
         let (file, buf) = (&mut self.file, &self.buf);
         let result = step(fs, "write log", &self.log_name, |fs| fs.write(file, buf));
         self.poison_on_error(result)?;
         self.written += frame as u64;
+        self.allocated = self.allocated.max(self.written);
         Ok(self.written)
     }
 
@@ -800,9 +817,30 @@ impl<F: FileSystem> LogStore<F> {
         Ok(self.synced)
     }
 
+    /// Makes sure the file is preallocated for `bytes` more, and a sync mark after them
+    /// (nothing without preallocation): else grows it with zeros to the next multiple of the
+    /// preallocation step. Not synced: the next sync makes the new length durable with the
+    /// records written into it, and a crash before it leaves zeros or a shorter file, both of
+    /// which recovery reads as the end of the log.
+    fn reserve(&mut self, fs: &mut F, bytes: u64) -> Result<(), Error<F>> {
+        let need = self.written + bytes + MARK_BYTES as u64;
+        if self.preallocate == 0 || need <= self.allocated {
+            return Ok(());
+        }
+        let len = need.next_multiple_of(self.preallocate);
+        let file = &mut self.file;
+        let result = step(fs, "preallocate log", &self.log_name, |fs| {
+            fs.preallocate(file, len)
+        });
+        self.poison_on_error(result)?;
+        self.allocated = len;
+        Ok(())
+    }
+
     /// Writes the sync mark of the current position, which must be synced.
     fn write_mark(&mut self, fs: &mut F) -> Result<(), Error<F>> {
         debug_assert_eq!(self.synced, self.written);
+        self.reserve(fs, 0)?;
         let mark = mark(self.salt, self.written);
         let file = &mut self.file;
         let result = step(fs, "write sync mark", &self.log_name, |fs| {
@@ -811,6 +849,7 @@ impl<F: FileSystem> LogStore<F> {
         self.poison_on_error(result)?;
         self.written += MARK_BYTES as u64;
         self.synced = self.written;
+        self.allocated = self.allocated.max(self.written);
         Ok(())
     }
 
@@ -825,9 +864,15 @@ impl<F: FileSystem> LogStore<F> {
         self.synced
     }
 
-    /// Bytes in the current log file.
+    /// Bytes in the current log file (written, not counting preallocated zeros).
     pub fn len_bytes(&self) -> u64 {
         self.written
+    }
+
+    /// The length of the current log file: [`written`](Self::written) and the preallocated
+    /// zeros after it.
+    pub fn allocated(&self) -> u64 {
+        self.allocated
     }
 
     /// The current generation.
@@ -902,6 +947,7 @@ impl<F: FileSystem> LogStore<F> {
         self.log_name = log_name(next);
         self.written = LOG_HEADER_BYTES as u64;
         self.synced = self.written;
+        self.allocated = self.written;
         self.snapshot_bytes = image.len() as u64;
 
         let (old_snapshot, old_log) = (snapshot_name(old), log_name(old));
