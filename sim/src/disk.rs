@@ -8,7 +8,10 @@
 //! ([`SimFs::crash`]) keeps the durable names and a prefix of the journal (name changes reach
 //! the disk in order), the durable contents of every file and, of what was not synced, all, a
 //! prefix or nothing; the driver says exactly how much of the log file survives (it knows the
-//! step boundaries the reference model rolls back to).
+//! step boundaries the reference model rolls back to), and after those bytes the log keeps
+//! what the last sync made durable (the zeros of a preallocation) and, by chance, a newer
+//! length too: zeros, what its blocks held before the writes that were lost. Writes go at the
+//! file's position, over preallocated zeros or past the end.
 //!
 //! Faults it injects when told to: a failed `fsync` ([`SimFs::fsync_failure`]), a full disk
 //! ([`SimFs::capacity`]: a write past it fails `NoSpace`, having written what fits), a step of
