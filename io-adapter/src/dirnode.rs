@@ -68,6 +68,10 @@ pub const TRANSIENT_NODE_BASE: u64 = 1 << 40;
 const ADMITTED_CONNECTIONS_MAX: usize = 4096;
 /// The log is compacted once it is this large (and twice its snapshot: `compaction_due`).
 const COMPACT_MIN_BYTES: u64 = 4 << 20;
+/// The log file grows in steps of this many bytes of zeros written ahead of its records, so
+/// that the `fdatasync` of a commit overwrites allocated blocks and need not commit a change
+/// of the file's size (ARCHITECTURE.md "Durability": 130 µs instead of 200 µs here).
+const LOG_PREALLOCATE_BYTES: u64 = 1 << 20;
 /// The longest the driver waits for an event (the metrics' gauges are read this often at
 /// least).
 const IDLE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -235,6 +239,7 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
     let log_options = LogOptions {
         create: !booted,
         repair: options.repair_log,
+        preallocate: LOG_PREALLOCATE_BYTES,
     };
     let (mut log, recovered) = DurableLog::open_with(&options.data_dir.join("log"), log_options)
         .map_err(|e| {

@@ -15,6 +15,7 @@ mod tests;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use dataplane_core::log::LogRecord;
@@ -249,6 +250,20 @@ impl FileSystem for RealFs {
     fn truncate(&mut self, file: &mut File, len: u64) -> io::Result<()> {
         file.set_len(len)?;
         file.seek(SeekFrom::Start(len)).map(|_| ())
+    }
+
+    /// Writes zeros from the file's end to `len` with `pwrite` (the position stays): written
+    /// blocks, not a hole or `fallocate`'s unwritten extents, whose first write would change
+    /// the block map and make that write's `fdatasync` commit it.
+    fn preallocate(&mut self, file: &mut File, len: u64) -> io::Result<()> {
+        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+        let mut at = file.metadata()?.len();
+        while at < len {
+            let n = (len - at).min(ZEROS.len() as u64);
+            file.write_all_at(&ZEROS[..n as usize], at)?;
+            at += n;
+        }
+        Ok(())
     }
 
     fn sync_data(&mut self, file: &mut File) -> io::Result<()> {

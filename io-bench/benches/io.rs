@@ -37,6 +37,14 @@
 //!   SQLite has one writer and no group commit). `busy_timeout` is 60 s, so writers queue on
 //!   SQLite's lock (its busy handler sleeps). Both databases live in the same temporary
 //!   directory (the same filesystem) and grow over the whole measurement.
+//!   *Second baseline (`group_commit`)*, on its own `BENCH name=durable_mutations_group` line:
+//!   the best a plain file can do with group commit, without a network, a machine or a
+//!   process boundary. N threads (N = clients) in the same closed loop, each appending a
+//!   4 KiB record to one plain file (`O_APPEND`, growing, a fresh file per client count in the
+//!   same directory) under a mutex, then waiting until an `fdatasync` covers it: the first
+//!   thread to find none running becomes the leader and syncs everything appended so far,
+//!   the others wait on a condition variable and are woken when it is done (leader/follower
+//!   group commit). Measured for the same time, interleaved with ours.
 //! * **`local_put_get`** (64 MiB; 4 MiB in quick mode): a directory node and one host node;
 //!   this bench is the child (`ChildSession` on the host's socket). Timed: `write` of the path
 //!   (OpenWrite, the payload is copied in place from a caller buffer, BLAKE3 seal, Register at
@@ -720,6 +728,64 @@ impl SqliteClient {
     }
 }
 
+/// The group-commit baseline's file (see the module documentation).
+struct GroupLog {
+    file: fs::File,
+    state: Mutex<GroupState>,
+    synced: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct GroupState {
+    /// Records appended.
+    appended: u64,
+    /// Records an `fdatasync` covered.
+    synced: u64,
+    /// Whether a leader is syncing.
+    syncing: bool,
+}
+
+/// Bytes of a record of the group-commit baseline.
+const GROUP_RECORD_BYTES: usize = 4096;
+
+impl GroupLog {
+    fn create(path: &Path) -> GroupLog {
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("create the group-commit baseline's file");
+        GroupLog {
+            file,
+            state: Mutex::new(GroupState::default()),
+            synced: std::sync::Condvar::new(),
+        }
+    }
+
+    /// Appends `record` and returns once an `fdatasync` covered it.
+    fn append(&self, record: &[u8]) {
+        let mut state = self.state.lock().expect("the group log's lock");
+        (&self.file).write_all(record).expect("append a record");
+        state.appended += 1;
+        let me = state.appended;
+        while state.synced < me {
+            if state.syncing {
+                state = self.synced.wait(state).expect("the group log's lock");
+                continue;
+            }
+            // The leader: one sync for everything appended so far.
+            state.syncing = true;
+            let target = state.appended;
+            drop(state);
+            self.file.sync_data().expect("fdatasync");
+            state = self.state.lock().expect("the group log's lock");
+            state.synced = target;
+            state.syncing = false;
+            self.synced.notify_all();
+        }
+    }
+}
+
 fn durable_mutations(budget: Budget) -> Vec<(usize, f64)> {
     let mut cluster = Cluster::start("mutations");
     let sqlite_path = cluster.scratch.path().join("baseline.sqlite");
@@ -746,8 +812,14 @@ fn durable_mutations(budget: Budget) -> Vec<(usize, f64)> {
     }
     let mut ratios = Vec::new();
     for clients in [1usize, 16, 64] {
-        let (mut ours, mut sqlite, mut queued) = (0f64, 0f64, 0f64);
-        let (mut ours_runs, mut sqlite_runs) = (Vec::new(), Vec::new());
+        let (mut ours, mut sqlite, mut queued, mut group) = (0f64, 0f64, 0f64, 0f64);
+        let (mut ours_runs, mut sqlite_runs, mut group_runs) = (Vec::new(), Vec::new(), Vec::new());
+        let group_log = Arc::new(GroupLog::create(
+            &cluster
+                .scratch
+                .path()
+                .join(format!("group-commit-{clients}")),
+        ));
         for _ in 0..budget.mutation_reps {
             let d = directory.clone();
             let run = closed_loop(
@@ -782,6 +854,15 @@ fn durable_mutations(budget: Budget) -> Vec<(usize, f64)> {
                 );
                 queued = queued.max(run.rate());
             }
+            let log = group_log.clone();
+            let run = closed_loop(
+                clients,
+                budget.mutation_time,
+                move |i| (log.clone(), vec![i as u8 | 1; GROUP_RECORD_BYTES]),
+                |(log, record): &mut (Arc<GroupLog>, Vec<u8>)| log.append(record),
+            );
+            group = group.max(run.rate());
+            group_runs.push(run.rate());
         }
         let list = |v: &[f64]| v.iter().map(|r| rate(*r)).collect::<Vec<_>>().join(",");
         println!(
@@ -802,6 +883,16 @@ fn durable_mutations(budget: Budget) -> Vec<(usize, f64)> {
                 ours / queued
             );
         }
+        println!(
+            "# durable_mutations clients={clients}: repetitions group_commit=[{}] records/s",
+            list(&group_runs)
+        );
+        println!(
+            "BENCH name=durable_mutations_group clients={clients} ours={} baseline=group_commit group_commit={} ratio={:.2}",
+            rate(ours),
+            rate(group),
+            ours / group
+        );
         ratios.push((clients, ours / sqlite));
     }
     let log_bytes = dir_bytes(&cluster.scratch.path().join("directory").join("log"));

@@ -8,7 +8,10 @@
 //! ([`SimFs::crash`]) keeps the durable names and a prefix of the journal (name changes reach
 //! the disk in order), the durable contents of every file and, of what was not synced, all, a
 //! prefix or nothing; the driver says exactly how much of the log file survives (it knows the
-//! step boundaries the reference model rolls back to).
+//! step boundaries the reference model rolls back to), and after those bytes the log keeps
+//! what the last sync made durable (the zeros of a preallocation) and, by chance, a newer
+//! length too: zeros, what its blocks held before the writes that were lost. Writes go at the
+//! file's position, over preallocated zeros or past the end.
 //!
 //! Faults it injects when told to: a failed `fsync` ([`SimFs::fsync_failure`]), a full disk
 //! ([`SimFs::capacity`]: a write past it fails `NoSpace`, having written what fits), a step of
@@ -50,9 +53,12 @@ fn error(kind: FsErrorKind, what: impl Into<String>) -> SimError {
     }
 }
 
-/// An open file: its inode.
+/// An open file: its inode and its position (where the next write goes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SimFile(u64);
+pub struct SimFile {
+    inode: u64,
+    pos: usize,
+}
 
 #[derive(Clone, Debug, Default)]
 struct Inode {
@@ -138,6 +144,8 @@ pub struct DiskStats {
     pub full: u64,
     /// Steps that never happened because the process died before them.
     pub crashed_steps: u64,
+    /// Crashes that left the log longer than its kept bytes, with zeros after them.
+    pub zeroed_tails: u64,
 }
 
 /// See the module documentation.
@@ -210,9 +218,11 @@ impl SimFs {
         self.inodes.get(inode).map(|i| i.data.as_slice())
     }
 
-    /// How much of `name` is durable: its length, its durable length, and whether the durable
-    /// image is a prefix of its contents (no change since the last sync but appends). `None`
-    /// if it has no name, or its name is not durable.
+    /// How much of `name` is durable: its length, the length of its longest prefix that is
+    /// durable as it is now (not changed since the last sync; preallocated zeros overwritten
+    /// since count as changed), and whether it was not cut shorter than its durable image
+    /// since (a cut that is not durable). `None` if it has no name, or its name is not
+    /// durable.
     pub fn durable(&self, name: &str) -> Option<(usize, usize, bool)> {
         let inode = self.names.get(name)?;
         if self.durable_names.get(name) != Some(inode) {
@@ -220,8 +230,8 @@ impl SimFs {
         }
         // Bytes below `dirty_from` are as the last sync left them.
         self.inodes.get(inode).map(|i| {
-            let prefix = i.durable.len() <= i.dirty_from.min(i.data.len());
-            (i.data.len(), i.durable.len(), prefix)
+            let prefix = i.durable.len().min(i.dirty_from).min(i.data.len());
+            (i.data.len(), prefix, i.durable.len() <= i.data.len())
         })
     }
 
@@ -256,7 +266,7 @@ impl SimFs {
 
     fn inode(&mut self, file: SimFile) -> Result<&mut Inode, SimError> {
         self.inodes
-            .get_mut(&file.0)
+            .get_mut(&file.inode)
             .ok_or_else(|| error(FsErrorKind::Other, "stale file handle"))
     }
 
@@ -266,7 +276,7 @@ impl SimFs {
         self.inodes.insert(inode, Inode::default());
         self.names.insert(name.to_owned(), inode);
         self.journal.push(NameChange::Link(name.to_owned(), inode));
-        SimFile(inode)
+        SimFile { inode, pos: 0 }
     }
 
     fn sync_inode(&mut self, file: SimFile, what: &str) -> Result<(), SimError> {
@@ -293,7 +303,20 @@ impl SimFs {
         for (&number, inode) in &mut self.inodes {
             let data = match pinned {
                 Some((pinned, len)) if pinned == number => {
-                    inode.data[..len.min(inode.data.len())].to_vec()
+                    let len = len.min(inode.data.len());
+                    let mut kept = inode.data[..len].to_vec();
+                    // After the kept bytes, what the blocks held before the writes that were
+                    // lost: the zeros of a preallocation. What the last sync made durable
+                    // stays (the file's length with it); a newer length may have reached the
+                    // disk too.
+                    if let Some(durable) = inode.durable.get(len..) {
+                        kept.extend_from_slice(durable);
+                    }
+                    if inode.data.len() > kept.len() && self.rng.below(2) == 0 {
+                        self.stats.zeroed_tails += 1;
+                        kept.resize(inode.data.len(), 0);
+                    }
+                    kept
                 }
                 _ => {
                     let prefix = inode.durable.len() <= inode.dirty_from
@@ -477,7 +500,7 @@ impl FileSystem for SimFs {
         self.changing("create");
         match self.names.get(name) {
             Some(&inode) => {
-                let file = SimFile(inode);
+                let file = SimFile { inode, pos: 0 };
                 let i = self.inode(file)?;
                 i.data.clear();
                 i.dirty_from = 0;
@@ -496,19 +519,35 @@ impl FileSystem for SimFs {
     }
 
     fn open(&mut self, name: &str) -> Result<SimFile, SimError> {
-        self.names
+        let inode = *self
+            .names
             .get(name)
-            .map(|&i| SimFile(i))
-            .ok_or_else(|| error(FsErrorKind::NotFound, format!("{name}: not found")))
+            .ok_or_else(|| error(FsErrorKind::NotFound, format!("{name}: not found")))?;
+        let pos = self.inodes.get(&inode).map_or(0, |i| i.data.len());
+        Ok(SimFile { inode, pos })
     }
 
+    /// Writes at the file's position: over what is there (preallocated zeros), then past the
+    /// end. Only growth takes room on the disk.
     fn write(&mut self, file: &mut SimFile, bytes: &[u8]) -> Result<(), SimError> {
         self.changing("a write");
         let room = self
             .capacity
             .map_or(usize::MAX, |c| c.saturating_sub(self.used()));
-        let fits = bytes.len().min(room);
-        self.inode(*file)?.data.extend_from_slice(&bytes[..fits]);
+        let pos = file.pos;
+        let len = self.inode(*file)?.data.len();
+        let growth = (pos + bytes.len()).saturating_sub(len);
+        let fits = bytes.len().saturating_sub(growth.saturating_sub(room));
+        let inode = self.inode(*file)?;
+        if fits > 0 {
+            let end = pos + fits;
+            if end > inode.data.len() {
+                inode.data.resize(end, 0);
+            }
+            inode.data[pos..end].copy_from_slice(&bytes[..fits]);
+            inode.dirty_from = inode.dirty_from.min(pos);
+            file.pos = end;
+        }
         if fits < bytes.len() {
             self.stats.full += 1;
             return Err(self.fail(error(FsErrorKind::NoSpace, "write: ENOSPC (disk full)")));
@@ -522,6 +561,28 @@ impl FileSystem for SimFs {
         let len = usize::try_from(len).unwrap_or(usize::MAX);
         inode.data.truncate(len);
         inode.dirty_from = inode.dirty_from.min(len);
+        file.pos = len;
+        Ok(())
+    }
+
+    /// Zeros appended (not synced; a crash may keep any length from the durable one on: see
+    /// [`SimFs::crash`]). They take room on the disk: a full disk refuses them, having
+    /// written what fits.
+    fn preallocate(&mut self, file: &mut SimFile, len: u64) -> Result<(), SimError> {
+        self.changing("a preallocation");
+        let room = self
+            .capacity
+            .map_or(usize::MAX, |c| c.saturating_sub(self.used()));
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        let inode = self.inode(*file)?;
+        let growth = len.saturating_sub(inode.data.len());
+        let fits = growth.min(room);
+        let new_len = inode.data.len() + fits;
+        inode.data.resize(new_len, 0);
+        if fits < growth {
+            self.stats.full += 1;
+            return Err(self.fail(error(FsErrorKind::NoSpace, "fallocate: ENOSPC (disk full)")));
+        }
         Ok(())
     }
 

@@ -119,6 +119,9 @@ pub struct DiskOptions {
     pub rot: Ratio,
     /// Full-disk episodes: writes fail `NoSpace` until the episode ends.
     pub full_disk: Option<Recurring>,
+    /// The log file grows in steps of this many bytes of zeros (`StorageOptions::preallocate`;
+    /// 0: it grows with each write).
+    pub preallocate_bytes: u64,
 }
 
 /// Which operations clients pick, and how they wait.
@@ -429,6 +432,7 @@ impl Options {
             compaction_crash: Ratio::ZERO,
             rot: Ratio::ZERO,
             full_disk: None,
+            preallocate_bytes: 0,
         };
         let kinds = crate::client::OpKind::ALL.len();
         let weights = (0..kinds)
@@ -569,6 +573,16 @@ impl Options {
                 NodeClock { offset, ppm }
             })
             .collect();
+        // Drawn last, so that every other draw of a seed stays: the real node preallocates
+        // its log, and most seeds do too, in steps around the size of a few records up to
+        // beyond a whole compaction.
+        if rng.below(4) != 0 {
+            disk.preallocate_bytes = match rng.below(3) {
+                0 => rng.range(64, 512),
+                1 => rng.range(512, 8 * 1024),
+                _ => rng.range(8 * 1024, 128 * 1024),
+            };
+        }
         Options {
             seed,
             options_draws: rng.take_record(),
@@ -678,7 +692,7 @@ impl Options {
         let d = &self.disk;
         let _ = writeln!(
             s,
-            "# disk: fsync={}..{} fsync_failure={} torn_tail={} unsynced_survives={} compact_min={} compaction_crash={} rot={} full_disk={}",
+            "# disk: fsync={}..{} fsync_failure={} torn_tail={} unsynced_survives={} compact_min={} compaction_crash={} rot={} full_disk={} preallocate={}",
             d.sync_min,
             d.sync_max,
             d.fsync_failure,
@@ -688,6 +702,7 @@ impl Options {
             d.compaction_crash,
             d.rot,
             on(&d.full_disk),
+            d.preallocate_bytes,
         );
         let w = &self.workload;
         let mix: Vec<String> = crate::client::OpKind::ALL

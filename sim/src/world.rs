@@ -1882,19 +1882,17 @@ impl World {
             match (fs.durable(&snapshot), fs.durable(log_name)) {
                 (None, _) => Some(format!("{snapshot} is not durable")),
                 (_, None) => Some(format!("{log_name} is not durable")),
-                (Some((len, durable, prefix)), _) if !prefix || durable != len => {
+                (Some((len, durable, uncut)), _) if !uncut || durable != len => {
                     Some(format!("{snapshot} is not wholly durable"))
                 }
-                (_, Some((len, durable, prefix)))
-                    if !prefix || durable + MARK < synced as usize =>
-                {
+                (_, Some((len, durable, uncut))) if !uncut || durable + MARK < synced as usize => {
                     Some(format!(
-                        "{log_name} holds {len} bytes of which {durable} are durable ({}), but \
-                         the log says it is synced up to byte {synced}",
-                        if prefix {
-                            "a prefix"
+                        "{log_name} holds {len} bytes of which the first {durable} are durable \
+                         ({}), but the log says it is synced up to byte {synced}",
+                        if uncut {
+                            "unchanged since the last sync"
                         } else {
-                            "not a prefix: a change not made durable"
+                            "and was cut since: a cut not made durable"
                         }
                     ))
                 }
@@ -2115,19 +2113,28 @@ impl World {
                 surviving = surviving.max(end);
                 surviving_step = step;
             }
-            // Tear inside the first lost record, so no record of a lost step survives whole.
+            // Tear inside the first lost record, so no record of a lost step survives whole:
+            // before its last byte that is not zero, as the file may read zeros after the
+            // bytes kept (preallocated space), which would complete a record whose lost end
+            // was zeros.
             let first = d
                 .unsynced_steps
                 .iter()
                 .map(|&(_, _, first)| first)
                 .chain(d.failed_step.and_then(|(_, first)| first))
                 .find(|&first| first > surviving);
+            let last_nonzero = |first: usize| {
+                d.fs.contents(log.log_name())
+                    .and_then(|data| data.get(..first))
+                    .and_then(|record| record.iter().rposition(|&b| b != 0))
+            };
             let mut keep = surviving;
             if let Some(first) = first
-                && first > surviving + 2
+                && let Some(last) = last_nonzero(first).map(|at| at.min(first - 1))
+                && last > surviving + 1
                 && self.disk_rng.chance(self.options.disk.torn_tail)
             {
-                keep = self.disk_rng.range(surviving as u64 + 1, first as u64 - 1) as usize;
+                keep = self.disk_rng.range(surviving as u64 + 1, last as u64) as usize;
                 self.stats.torn_tails += 1;
                 self.checker.coverage.hit("fault.torn_tail");
             }
@@ -2181,6 +2188,7 @@ impl World {
         let options = StorageOptions {
             create: !d.booted,
             repair: false,
+            preallocate: self.options.disk.preallocate_bytes,
         };
         let opened = LogStore::open(&mut d.fs, options);
         self.check_disk();

@@ -225,6 +225,10 @@ pub struct Scan {
     /// The position of the last valid sync mark anywhere after the defect: proof that the
     /// bytes at the defect had been synced — damage to acknowledged data, not a torn tail.
     pub synced_past: Option<usize>,
+    /// Bytes of zeros from the end of the chain to the end of the file: preallocated space
+    /// never written (or whose writes never reached the disk). A run of zeros to the end of
+    /// the file is the end of the log, not a defect (no record frame or mark is all zeros).
+    pub zero_tail: usize,
 }
 
 impl Scan {
@@ -242,8 +246,9 @@ impl Scan {
 }
 
 /// Reads the log file `bytes` (its header included; `salt` is the header's) from the end of
-/// its header: record frames and sync marks, up to the first thing that is neither. If the
-/// chain ends early, every later offset is searched for a valid sync mark of this file.
+/// its header: record frames and sync marks, up to the first thing that is neither. If only
+/// zeros follow (preallocated space), the log ends there. Otherwise, if the chain ends early,
+/// every later offset is searched for a valid sync mark of this file.
 pub fn scan(bytes: &[u8], salt: u64) -> Scan {
     let mut records = Vec::new();
     let mut pos = LOG_HEADER_BYTES.min(bytes.len());
@@ -269,6 +274,15 @@ pub fn scan(bytes: &[u8], salt: u64) -> Scan {
             Mark::Absent => break Some(at_offset(&defect, pos)),
         }
     };
+    // A frame of zeros has length 0 and checksum 0 (the CRC-32C of nothing), but an empty
+    // body is no record (Malformed), and a mark starts with its magic: zeros are never part
+    // of the chain, so a chain that ends in nothing but zeros ends there.
+    let zero_tail = if bytes[pos..].iter().all(|&b| b == 0) {
+        bytes.len() - pos
+    } else {
+        0
+    };
+    let defect = defect.filter(|_| zero_tail == 0);
     let synced_past = defect
         .as_ref()
         .and_then(|_| last_mark_after(bytes, pos, salt));
@@ -279,6 +293,7 @@ pub fn scan(bytes: &[u8], salt: u64) -> Scan {
         synced_to,
         defect,
         synced_past,
+        zero_tail,
     }
 }
 

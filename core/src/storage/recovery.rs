@@ -109,6 +109,8 @@ pub(super) fn open<F: FileSystem>(
         file,
         written: end,
         synced: end,
+        allocated: end,
+        preallocate: options.preallocate,
         poisoned: false,
         max_record_bytes: LOG_RECORD_BYTES_MAX,
         snapshot_bytes: snapshot_bytes as u64,
@@ -260,12 +262,13 @@ fn plan<F: FileSystem>(
         match read_snapshot(fs, id, top, top_files)? {
             Ok(read) => (top, read, None),
             Err(reason) => {
-                let held = log_len(fs, top, top_files)?;
+                let held = log_extent(fs, top, top_files)?;
                 if held > LOG_HEADER_BYTES as u64 {
                     return Err(StorageError::Corrupt {
                         path: fs.path(&snapshot_name(top)),
                         reason: format!(
-                            "{reason}, but log-{top} holds {held} bytes, more than a header"
+                            "{reason}, but log-{top} holds {held} bytes (not counting \
+                             trailing zeros), more than a header"
                         ),
                     });
                 }
@@ -317,7 +320,7 @@ fn plan_without_identity<F: FileSystem>(
     if options.create
         && listing.generations.keys().all(|&g| g == 0)
         && let Some(files) = listing.generations.get(&0)
-        && log_len(fs, 0, files)? <= LOG_HEADER_BYTES as u64
+        && log_extent(fs, 0, files)? <= LOG_HEADER_BYTES as u64
     {
         return Ok(Plan::Fresh);
     }
@@ -384,8 +387,10 @@ fn read_snapshot<F: FileSystem>(
     }
 }
 
-/// The length of `log-<generation>` (0 if it is missing).
-fn log_len<F: FileSystem>(
+/// The length of `log-<generation>` without the zeros at its end (0 if it is missing): a log
+/// that held a record is longer than a header by that measure, as zeros are no record (they
+/// are preallocated space).
+fn log_extent<F: FileSystem>(
     fs: &mut F,
     generation: u64,
     files: &GenerationFiles,
@@ -394,7 +399,12 @@ fn log_len<F: FileSystem>(
         return Ok(0);
     }
     let name = log_name(generation);
-    read_step(fs, "stat log", &name, |fs| fs.len(&name))
+    let bytes = read_step(fs, "read log", &name, |fs| fs.read(&name))?;
+    let extent = bytes
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |last| last + 1);
+    Ok(extent as u64)
 }
 
 /// Decides what to do with `log-<generation>` (module documentation, "The log of `G`").
@@ -580,19 +590,22 @@ fn open_log<F: FileSystem>(
                 }
                 (defect, _) => {
                     let mut file = step(fs, "open log", &name, |fs| fs.open(&name))?;
+                    // A torn tail is cut; so are preallocated zeros after the last record
+                    // (the end of the log, not a cut to report), so that appends go on from
+                    // there; the file grows again with the next append.
+                    if cut_at < bytes.len() {
+                        step(fs, "truncate log", &name, |fs| {
+                            fs.truncate(&mut file, cut_at as u64)
+                        })?;
+                    }
                     let cut = match defect {
-                        Some(defect) => {
-                            step(fs, "truncate log", &name, |fs| {
-                                fs.truncate(&mut file, cut_at as u64)
-                            })?;
-                            Some(Cut::TornTail {
-                                path: fs.path(&name),
-                                offset: cut_at as u64,
-                                bytes: cut_bytes,
-                                defect: defect.clone(),
-                                synced_to: scan.synced_to as u64,
-                            })
-                        }
+                        Some(defect) => Some(Cut::TornTail {
+                            path: fs.path(&name),
+                            offset: cut_at as u64,
+                            bytes: cut_bytes,
+                            defect: defect.clone(),
+                            synced_to: scan.synced_to as u64,
+                        }),
                         None => None,
                     };
                     // Durable before anything is built on it: the cut, and records a crashed

@@ -9,8 +9,8 @@ use super::*;
 use crate::ids::{Address, AuthorityEpoch, NodeId, Revision};
 use crate::log::SnapshotRecord;
 
-/// Files as byte vectors; an open file is its name. Every change is durable at once (the
-/// simulator models what is not).
+/// Files as byte vectors; an open file is its name and its position. Every change is durable
+/// at once (the simulator models what is not).
 #[derive(Debug, Default)]
 struct MemFs {
     exists: bool,
@@ -36,8 +36,11 @@ fn missing() -> MemError {
     MemError(FsErrorKind::NotFound)
 }
 
+/// An open file of [`MemFs`]: its name and its position.
+type MemFile = (String, usize);
+
 impl FileSystem for MemFs {
-    type File = String;
+    type File = MemFile;
     type Error = MemError;
     type Path = String;
 
@@ -70,44 +73,61 @@ impl FileSystem for MemFs {
             .map(|f| f.len() as u64)
             .ok_or_else(missing)
     }
-    fn create(&mut self, name: &str) -> Result<String, MemError> {
+    fn create(&mut self, name: &str) -> Result<MemFile, MemError> {
         self.files.insert(name.to_owned(), Vec::new());
-        Ok(name.to_owned())
+        Ok((name.to_owned(), 0))
     }
-    fn create_new(&mut self, name: &str) -> Result<String, MemError> {
+    fn create_new(&mut self, name: &str) -> Result<MemFile, MemError> {
         if self.files.contains_key(name) {
             return Err(MemError(FsErrorKind::AlreadyExists));
         }
         self.create(name)
     }
-    fn open(&mut self, name: &str) -> Result<String, MemError> {
-        self.files
-            .contains_key(name)
-            .then(|| name.to_owned())
-            .ok_or_else(missing)
+    fn open(&mut self, name: &str) -> Result<MemFile, MemError> {
+        let data = self.files.get(name).ok_or_else(missing)?;
+        Ok((name.to_owned(), data.len()))
     }
-    fn write(&mut self, file: &mut String, bytes: &[u8]) -> Result<(), MemError> {
+    fn write(&mut self, file: &mut MemFile, bytes: &[u8]) -> Result<(), MemError> {
+        let data = self.files.get_mut(file.0.as_str()).ok_or_else(missing)?;
+        let end = file.1 + bytes.len();
+        let growth = end.saturating_sub(data.len());
         if let Some(room) = &mut self.room {
-            if *room < bytes.len() {
+            if *room < growth {
                 return Err(MemError(FsErrorKind::NoSpace));
             }
-            *room -= bytes.len();
+            *room -= growth;
         }
-        self.files
-            .get_mut(file.as_str())
-            .ok_or_else(missing)?
-            .extend_from_slice(bytes);
+        if growth > 0 {
+            data.resize(end, 0);
+        }
+        data[file.1..end].copy_from_slice(bytes);
+        file.1 = end;
         Ok(())
     }
-    fn truncate(&mut self, file: &mut String, len: u64) -> Result<(), MemError> {
-        let data = self.files.get_mut(file.as_str()).ok_or_else(missing)?;
+    fn truncate(&mut self, file: &mut MemFile, len: u64) -> Result<(), MemError> {
+        let data = self.files.get_mut(file.0.as_str()).ok_or_else(missing)?;
         data.truncate(len as usize);
+        file.1 = len as usize;
         Ok(())
     }
-    fn sync_data(&mut self, _: &mut String) -> Result<(), MemError> {
+    fn preallocate(&mut self, file: &mut MemFile, len: u64) -> Result<(), MemError> {
+        let data = self.files.get_mut(file.0.as_str()).ok_or_else(missing)?;
+        let growth = (len as usize).saturating_sub(data.len());
+        if let Some(room) = &mut self.room {
+            if *room < growth {
+                return Err(MemError(FsErrorKind::NoSpace));
+            }
+            *room -= growth;
+        }
+        if growth > 0 {
+            data.resize(len as usize, 0);
+        }
         Ok(())
     }
-    fn sync_all(&mut self, _: &mut String) -> Result<(), MemError> {
+    fn sync_data(&mut self, _: &mut MemFile) -> Result<(), MemError> {
+        Ok(())
+    }
+    fn sync_all(&mut self, _: &mut MemFile) -> Result<(), MemError> {
         Ok(())
     }
     fn sync_file(&mut self, name: &str) -> Result<(), MemError> {
@@ -226,7 +246,7 @@ fn lost_files_are_refused_never_started_afresh() {
     let mut fs = MemFs::default();
     let options = StorageOptions {
         create: false,
-        repair: false,
+        ..StorageOptions::default()
     };
     let error = LogStore::open(&mut fs, options).unwrap_err();
     assert!(matches!(error, StorageError::Lost { .. }), "{error}");
@@ -323,4 +343,170 @@ fn compaction_is_due_once_the_log_doubled_its_snapshot_and_is_synced() {
     }
     log.sync(&mut fs).unwrap();
     assert!(log.compaction_due(0));
+}
+
+/// The preallocation step of the tests below.
+const STEP: u64 = 512;
+
+fn open_preallocated(fs: &mut MemFs) -> Result<(Store, Recovered<String>), Error<MemFs>> {
+    let options = StorageOptions {
+        preallocate: STEP,
+        ..StorageOptions::default()
+    };
+    LogStore::open(fs, options)
+}
+
+/// A preallocated log with `n` records appended and synced in batches of three, and the file
+/// offset where each batch's records start.
+fn preallocated(n: u64) -> (MemFs, Store, Vec<LogRecord>, Vec<usize>) {
+    let mut fs = MemFs::default();
+    let (mut log, _) = open_preallocated(&mut fs).unwrap();
+    let records: Vec<LogRecord> = (0..n).map(record).collect();
+    let mut starts = Vec::new();
+    for batch in records.chunks(3) {
+        starts.push(log.written() as usize);
+        for r in batch {
+            log.append(&mut fs, r).unwrap();
+        }
+        log.sync(&mut fs).unwrap();
+    }
+    (fs, log, records, starts)
+}
+
+#[test]
+fn a_preallocated_log_grows_in_steps_of_zeros_and_reads_back_without_a_cut() {
+    let (mut fs, log, records, _) = preallocated(40);
+    let file = &fs.files["log-0"];
+    assert_eq!(file.len() as u64, log.allocated());
+    assert_eq!(file.len() as u64 % STEP, 0, "grown in steps");
+    assert!(log.allocated() > log.written(), "zeros after the records");
+    assert!(log.allocated() >= log.written() + MARK_BYTES as u64);
+    assert!(file[log.written() as usize..].iter().all(|&b| b == 0));
+
+    let scanned = scan(file, LogHeader::parse(file).unwrap().salt);
+    assert_eq!(scanned.defect, None, "zeros are the end of the log");
+    assert_eq!(scanned.valid_len as u64, log.written());
+    assert_eq!(scanned.zero_tail as u64, log.allocated() - log.written());
+
+    let written = log.written();
+    let (mut log, recovered) = open_preallocated(&mut fs).unwrap();
+    assert_eq!(recovered.records, records);
+    assert_eq!(recovered.cut, None, "zeros are not a cut");
+    assert_eq!(recovered.defect, None);
+    assert_eq!(recovered.log_bytes, written);
+    // Appends go on right after the last record, not after the zeros.
+    log.append(&mut fs, &record(100)).unwrap();
+    log.sync(&mut fs).unwrap();
+    let (_, recovered) = open_preallocated(&mut fs).unwrap();
+    assert_eq!(recovered.records.len(), records.len() + 1);
+    assert_eq!(recovered.records.last(), Some(&record(100)));
+    assert_eq!(recovered.cut, None);
+}
+
+#[test]
+fn a_torn_record_inside_preallocated_space_is_cut() {
+    let (mut fs, mut log, records, _) = preallocated(9);
+    // An unsynced batch, torn: its first half reached the disk, the rest is still zeros.
+    let start = log.written() as usize;
+    let first = log.append(&mut fs, &record(50)).unwrap() as usize;
+    log.append(&mut fs, &record(51)).unwrap();
+    let end = log.written() as usize;
+    let file = fs.files.get_mut("log-0").unwrap();
+    let len = file.len();
+    assert!(len > end, "the batch was written inside preallocated space");
+    file[start + (first - start) / 2..].fill(0);
+    let (_, recovered) = open_preallocated(&mut fs).unwrap();
+    assert_eq!(recovered.records, records, "no record of the torn batch");
+    assert!(
+        matches!(recovered.cut, Some(Cut::TornTail { offset, bytes, .. })
+            if offset == start as u64 && bytes == (len - start) as u64),
+        "{:?}",
+        recovered.cut
+    );
+    assert_eq!(fs.files["log-0"].len(), start, "the cut is made");
+
+    // A single stray byte far into the zeros is a torn tail too, not the end of the log.
+    let (mut fs, log, records, _) = preallocated(9);
+    let file = fs.files.get_mut("log-0").unwrap();
+    let last = file.len() - 1;
+    assert!(last > log.written() as usize);
+    file[last] = 1;
+    let (_, recovered) = open_preallocated(&mut fs).unwrap();
+    assert_eq!(recovered.records, records);
+    assert!(
+        matches!(recovered.cut, Some(Cut::TornTail { offset, .. }) if offset == log.written()),
+        "{:?}",
+        recovered.cut
+    );
+}
+
+#[test]
+fn damage_inside_synced_preallocated_data_is_refused() {
+    let (mut fs, _, _, starts) = preallocated(9);
+    for zeroed in [false, true] {
+        let before = fs.files.clone();
+        let file = fs.files.get_mut("log-0").unwrap();
+        // The second batch's first record: a mark after it proves it was synced.
+        let at = starts[1];
+        if zeroed {
+            // Zeros in the middle are damage, not the end of the log.
+            file[at..at + 8].fill(0);
+        } else {
+            file[at + 9] ^= 4;
+        }
+        let damaged = fs.files.clone();
+        let error = open_preallocated(&mut fs).unwrap_err();
+        assert!(
+            matches!(error, StorageError::Damaged { offset, .. } if offset == at as u64),
+            "{error}"
+        );
+        assert_eq!(fs.files, damaged, "a refusal changes nothing");
+        fs.files = before;
+    }
+}
+
+#[test]
+fn zeros_after_a_header_are_a_log_without_records() {
+    // A first open that crashed after its log grew but before anything was written in it,
+    // and before its identity: created anew, as with a log of only a header.
+    let (mut fs, _, _, _) = preallocated(0);
+    fs.files.remove("identity");
+    fs.files
+        .get_mut("log-0")
+        .unwrap()
+        .resize(LOG_HEADER_BYTES + STEP as usize, 0);
+    let (_, recovered) = open_preallocated(&mut fs).unwrap();
+    assert!(recovered.created);
+
+    // With records in it, that log is loss, not a first open.
+    let (mut fs, _, _, _) = preallocated(3);
+    fs.files.remove("identity");
+    let error = open_preallocated(&mut fs).unwrap_err();
+    assert!(matches!(error, StorageError::Lost { .. }), "{error}");
+}
+
+#[test]
+fn a_full_disk_while_growing_the_log_poisons_it() {
+    let (mut fs, mut log, _, _) = preallocated(3);
+    let room = (log.allocated() - log.written()) as usize;
+    fs.room = Some(0);
+    // Records that fit in the zeros need no room.
+    let mut appended = 0;
+    while log.written() + 40 < log.allocated() {
+        log.append(&mut fs, &record(7)).unwrap();
+        appended += 1;
+    }
+    assert!(appended > 0 && room > 0);
+    let error = loop {
+        match log.append(&mut fs, &record(8)) {
+            Ok(_) => {}
+            Err(error) => break error,
+        }
+    };
+    assert!(
+        matches!(&error, StorageError::Io { op: "preallocate log", source, .. }
+            if source.0 == FsErrorKind::NoSpace),
+        "{error}"
+    );
+    assert!(matches!(log.sync(&mut fs), Err(StorageError::Poisoned)));
 }

@@ -111,7 +111,22 @@ fn repair() -> LogOptions {
     LogOptions {
         create: true,
         repair: true,
+        ..LogOptions::default()
     }
+}
+
+/// The preallocation step of the tests of preallocated logs.
+const STEP: u64 = 16 << 10;
+
+fn preallocated() -> LogOptions {
+    LogOptions {
+        preallocate: STEP,
+        ..LogOptions::default()
+    }
+}
+
+fn open_preallocated(scratch: &Scratch) -> (DurableLog, Recovered) {
+    DurableLog::open_with(&scratch.data(), preallocated()).unwrap()
 }
 
 fn append_all(log: &mut DurableLog, records: &[LogRecord]) {
@@ -274,7 +289,13 @@ fn torn_tails_are_cut_and_reported() {
     type Tail = fn(&[u8]) -> Vec<u8>;
     let cases: Vec<(&str, Tail)> = vec![
         ("garbage", |_| vec![0xAB; 37]),
-        ("zeros", |_| vec![0; 4096]),
+        // Zeros alone are the end of the log (preallocated space, tested below); zeros and
+        // then anything else are not.
+        ("zeros, then a byte", |_| {
+            let mut zeros = vec![0; 4096];
+            zeros[4000] = 1;
+            zeros
+        }),
         ("half a record", |_| {
             let mut half = Vec::new();
             append_record(&mut half, &record(99)).unwrap();
@@ -600,6 +621,7 @@ fn a_directory_that_lost_its_identity_or_its_log_is_refused() {
     let must_exist = LogOptions {
         create: false,
         repair: true,
+        ..LogOptions::default()
     };
     // The caller knows there was a log: an empty directory is not a new one.
     let scratch = Scratch::new("lost");
@@ -1351,5 +1373,121 @@ proptest! {
                 if offset as usize <= at && synced_past == last_mark),
             "{}", error
         );
+    }
+}
+
+/// Three synced batches of four records in a preallocated log, then three unsynced records;
+/// the positions of the marks and where the unsynced records start.
+fn three_preallocated_batches(scratch: &Scratch) -> (Vec<u64>, u64, u64) {
+    let (mut log, _) = open_preallocated(scratch);
+    let mut marks = Vec::new();
+    for batch in 0..3 {
+        append_all(&mut log, &records(batch * 4..batch * 4 + 4));
+        marks.push(log.sync().unwrap() - M);
+    }
+    let unsynced_from = log.written();
+    append_all(&mut log, &records(12..15));
+    (marks, unsynced_from, log.written())
+}
+
+#[test]
+fn a_preallocated_log_is_zeros_after_its_records_and_recovers_without_a_cut() {
+    let scratch = Scratch::new("prealloc");
+    let (mut log, _) = open_preallocated(&scratch);
+    append_all(&mut log, &records(0..4));
+    let synced = log.sync().unwrap();
+    let len = fs::metadata(scratch.file("log-0")).unwrap().len();
+    assert_eq!(len, STEP, "the file grew by a whole step");
+    let bytes = scratch.read("log-0");
+    assert!(bytes[synced as usize..].iter().all(|&b| b == 0));
+    drop(log);
+
+    let (mut log, recovered) = open_preallocated(&scratch);
+    assert_eq!(recovered.records, records(0..4));
+    assert_eq!(
+        recovered.cut, None,
+        "zeros are the end of the log, not a cut"
+    );
+    assert_eq!(recovered.defect, None);
+    assert_eq!(recovered.log_bytes, synced);
+    // Appends go on right after the records; the file grows again.
+    append_all(&mut log, &records(4..6));
+    log.sync().unwrap();
+    assert_eq!(fs::metadata(scratch.file("log-0")).unwrap().len(), STEP);
+    drop(log);
+    // Also read without preallocation (the option only says how the file grows).
+    let (_, recovered) = open(&scratch);
+    assert_eq!(recovered.records, records(0..6));
+    assert_eq!(recovered.cut, None);
+}
+
+#[test]
+fn a_torn_record_inside_preallocated_space_is_cut() {
+    let scratch = Scratch::new("prealloc-torn");
+    let (marks, unsynced_from, end) = three_preallocated_batches(&scratch);
+    let mut bytes = scratch.read("log-0");
+    assert!(
+        bytes.len() as u64 > end,
+        "written inside preallocated space"
+    );
+    // Half of the first unsynced record reached the disk; the rest reads as the zeros.
+    let half = (unsynced_from + frame_len(&record(12)) / 2) as usize;
+    bytes[half..].fill(0);
+    let len = bytes.len() as u64;
+    scratch.write("log-0", &bytes);
+    let (_, recovered) = open_preallocated(&scratch);
+    assert_eq!(recovered.records, records(0..12));
+    match &recovered.cut {
+        Some(Cut::TornTail {
+            offset,
+            bytes,
+            synced_to,
+            ..
+        }) => {
+            assert_eq!((*offset, *bytes), (unsynced_from, len - unsynced_from));
+            assert_eq!(*synced_to, marks[2]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        fs::metadata(scratch.file("log-0")).unwrap().len(),
+        unsynced_from,
+        "cut at the torn record"
+    );
+}
+
+#[test]
+fn damage_inside_synced_preallocated_data_is_refused() {
+    let scratch = Scratch::new("prealloc-damage");
+    let (marks, _, _) = three_preallocated_batches(&scratch);
+    let pristine = scratch.read("log-0");
+    let first = H + frame_len(&record(0));
+    for (name, at, zero) in [
+        ("a flipped bit in the first batch", first + 9, false),
+        (
+            "a zeroed page start in the second batch",
+            marks[0] + M,
+            true,
+        ),
+    ] {
+        let mut bytes = pristine.clone();
+        if zero {
+            bytes[at as usize..at as usize + 8].fill(0);
+        } else {
+            bytes[at as usize] ^= 0x10;
+        }
+        scratch.write("log-0", &bytes);
+        let error = refused(&scratch, preallocated());
+        match &error {
+            LogError::Damaged {
+                offset,
+                synced_past,
+                ..
+            } => {
+                assert!(*offset <= at && at < offset + 64, "{name}: {error}");
+                assert_eq!(*synced_past, marks[2], "{name}: the last mark");
+            }
+            other => panic!("{name}: {other}"),
+        }
     }
 }

@@ -10,8 +10,10 @@
 //! until the driver admits it. Reading, framing, writing and the driver's steps share one
 //! thread; a node's work is dominated by its machines and its fsyncs, not by copying bytes.
 //!
-//! **Reading.** Each readable connection is read until the kernel has nothing more, or until
-//! it used its share of one poll ([`READ_BUDGET_BYTES`]; it is read again on the next poll
+//! **Reading.** Each readable connection is read until the kernel has nothing more (for TCP, a
+//! read that returns less than it asked for says so, unless the peer's close was reported:
+//! readiness is edge-triggered, so bytes that arrive later raise a new event, and the read
+//! that would only say `EAGAIN` is saved), or until it used its share of one poll ([`READ_BUDGET_BYTES`]; it is read again on the next poll
 //! without waiting). Small frames are cut out of a per-connection buffer that never grows past
 //! [`SCRATCH_BYTES`]; a large frame is read straight into a buffer of its exact size, which is
 //! handed to the driver as the frame's payload. A length prefix above the connection's limit
@@ -221,6 +223,9 @@ struct Conn {
     connecting: bool,
     /// The socket may have more to read (edge-triggered readiness).
     readable: bool,
+    /// A poll reported the peer's close or an error: read until `EOF` or `EAGAIN`, never
+    /// stop at a short read.
+    hup: bool,
     /// Close once the queue is written (the driver is done with it).
     closing: bool,
     /// Bytes received before the reactor had the connection (see [`Reactor::adopt_tcp`]).
@@ -334,6 +339,7 @@ impl Reactor {
                 queued: 0,
                 connecting,
                 readable: false,
+                hup: false,
                 closing: false,
                 pending_input: Vec::new(),
                 paused: false,
@@ -513,7 +519,7 @@ impl Reactor {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
-        let mut ready: Vec<(u64, bool, bool)> = self
+        let mut ready: Vec<(u64, bool, bool, bool)> = self
             .events
             .iter()
             .map(|e| {
@@ -521,13 +527,14 @@ impl Reactor {
                     e.token().0 as u64,
                     e.is_readable() || e.is_read_closed() || e.is_error(),
                     e.is_writable() || e.is_error(),
+                    e.is_read_closed() || e.is_error(),
                 )
             })
             .collect();
         for conn in std::mem::take(&mut self.behind) {
-            ready.push((conn, true, false));
+            ready.push((conn, true, false, false));
         }
-        for (id, readable, writable) in ready {
+        for (id, readable, writable, hup) in ready {
             if self.listeners.contains_key(&id) {
                 self.accept(id, out);
                 continue;
@@ -537,6 +544,7 @@ impl Reactor {
             }
             if readable && let Some(c) = self.conns.get_mut(&id) {
                 c.readable = true;
+                c.hup |= hup;
             }
             self.read(id, out);
         }
@@ -638,8 +646,15 @@ impl Reactor {
                 break Ok(());
             }
             match fill(c, budget, id, out) {
-                Ok(0) => break Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into())),
-                Ok(n) => budget = budget.saturating_sub(n),
+                Ok((0, _)) => break Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into())),
+                Ok((n, short)) => {
+                    budget = budget.saturating_sub(n);
+                    // Drained (see the module documentation). Unix sockets are read to
+                    // `EAGAIN`: a read stops short at a message that carries descriptors.
+                    if short && !c.hup && matches!(c.stream, Stream::Tcp(_)) {
+                        c.readable = false;
+                    }
+                }
                 Err(e) if would_block(&e) => c.readable = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => break Err(ReadError::Io(e)),
@@ -745,7 +760,16 @@ fn cut_frames(c: &mut Conn, id: ConnId, out: &mut Vec<NetEvent>) -> Result<(), R
 
 /// One read into the connection: a large frame's own buffer, or the scratch buffer. Returns
 /// the bytes read (0: end of stream).
-fn fill(c: &mut Conn, budget: usize, id: ConnId, out: &mut Vec<NetEvent>) -> io::Result<usize> {
+/// Reads what the connection's buffer (or its large frame) has room for: the bytes read,
+/// and whether they came from the socket and were fewer than asked for (the socket had no
+/// more at that moment).
+fn fill(
+    c: &mut Conn,
+    budget: usize,
+    id: ConnId,
+    out: &mut Vec<NetEvent>,
+) -> io::Result<(usize, bool)> {
+    let from_socket = c.pending_input.is_empty();
     if let Some((frame, filled)) = &mut c.big {
         let want = (frame.len() - *filled).min(budget.max(1));
         let n = take_input(
@@ -753,6 +777,7 @@ fn fill(c: &mut Conn, budget: usize, id: ConnId, out: &mut Vec<NetEvent>) -> io:
             &mut c.pending_input,
             &mut frame[*filled..*filled + want],
         )?;
+        let short = from_socket && n < want;
         *filled += n;
         if *filled == frame.len()
             && let Some((frame, _)) = c.big.take()
@@ -760,7 +785,7 @@ fn fill(c: &mut Conn, budget: usize, id: ConnId, out: &mut Vec<NetEvent>) -> io:
             out.push(NetEvent::Frame(id, frame));
             c.paused = c.limits.pace;
         }
-        return Ok(n);
+        return Ok((n, short));
     }
     // Room in the scratch buffer: compact, then grow up to what a frame of the limit needs.
     if c.start > 0 {
@@ -785,7 +810,7 @@ fn fill(c: &mut Conn, budget: usize, id: ConnId, out: &mut Vec<NetEvent>) -> io:
         &mut c.scratch[c.end..c.end + room],
     )?;
     c.end += n;
-    Ok(n)
+    Ok((n, from_socket && n < room))
 }
 
 /// Fills `buf` from bytes received before the reactor had the connection, else from the

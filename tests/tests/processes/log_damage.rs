@@ -6,13 +6,14 @@
 //!   the offset, exits 65 and changes no file; with `--repair-log` it starts, cuts the log
 //!   there, says so, keeps the cut bytes in a file, and serves the puts before the damage.
 //! * The log deleted or emptied: refused the same way.
-//! * A torn tail (garbage, zeros, half a record after the last synced byte): the directory
-//!   starts, says what it cut, and every acknowledged put is still there, bytes and all.
+//! * A torn tail (garbage, or half a record, written where the records end, inside the log's
+//!   preallocated zeros): the directory starts, says what it cut, and every acknowledged put
+//!   is still there, bytes and all. Zeros there are the end of the log: nothing is cut.
 //! * A second directory process on a data directory in use exits 75 and changes no file.
 
 use std::ffi::OsString;
 use std::fs::{self, OpenOptions};
-use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use dataplane_core::error::NamespaceError;
 use dataplane_core::ids::{Address, NodeId};
 use dataplane_core::log::{LogRecord, append_record};
 use dataplane_core::wire::ReplyBody;
+use dataplane_io::log::{LogHeader, scan};
 use dataplane_tests::raw::RawClient;
 use dataplane_tests::{
     DirectoryProc, HostProc, Proc, READY_TIMEOUT, TestDir, binaries, directory_args, free_address,
@@ -112,6 +114,15 @@ fn log_file(data_dir: &Path) -> PathBuf {
     data_dir.join("log").join("log-0")
 }
 
+/// Where the records (and sync marks) of the log file `bytes` end: the preallocated zeros
+/// start there.
+fn records_end(bytes: &[u8]) -> usize {
+    let header = LogHeader::parse(bytes).expect("a log header");
+    let scanned = scan(bytes, header.salt);
+    assert_eq!(scanned.defect, None, "a log with a defect");
+    scanned.valid_len
+}
+
 /// Copies the pristine data directory to `dir/name` and returns its path.
 fn copy_of(
     dir: &TestDir,
@@ -134,10 +145,15 @@ fn a_damaged_log_is_refused_a_torn_tail_is_cut_and_repair_keeps_a_copy() {
     let log_name = PathBuf::from("log").join("log-0");
     assert!(pristine.contains_key(&log_name), "{:?}", pristine.keys());
 
-    // Four bytes flipped in the middle of the log: refused, and nothing changes.
+    // Four bytes flipped in the middle of the log's records: refused, and nothing changes.
     let flip = copy_of(&dir, "flip", &pristine);
     let mut damaged = pristine[&log_name].clone();
-    let middle = damaged.len() / 2;
+    let end = records_end(&damaged);
+    assert!(
+        damaged.len() > end && damaged[end..].iter().all(|&b| b == 0),
+        "the log is preallocated: zeros after its records"
+    );
+    let middle = end / 2;
     for b in &mut damaged[middle..middle + 4] {
         *b ^= 0x5A;
     }
@@ -242,22 +258,35 @@ fn a_damaged_log_is_refused_a_torn_tail_is_cut_and_repair_keeps_a_copy() {
     ];
     let path = log_file(&directory.data_dir);
     for (name, tail) in tails {
-        let end = fs::metadata(&path).unwrap().len();
-        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
-        file.write_all(&tail).unwrap();
+        // Written where the records end, over the preallocated zeros (and past them).
+        let bytes = fs::read(&path).unwrap();
+        let end = records_end(&bytes);
+        let len = bytes.len().max(end + tail.len());
+        let file = OpenOptions::new().write(true).open(&path).unwrap();
+        file.write_all_at(&tail, end as u64).unwrap();
         drop(file);
+        let before = directory.proc.log_text().len();
         directory.restart();
         let text = directory.proc.log_text();
-        let expected = format!(
+        // What this start said (the log file keeps what the earlier ones said too).
+        let text = text.get(before..).unwrap_or(&text);
+        let cut = format!(
             "WARN dataplane_io::dirnode: log: cut a torn tail of {} bytes off {} at byte {end} (",
-            tail.len(),
+            len - end,
             path.display()
         );
-        let line = text
-            .lines()
-            .find(|l| l.contains(&expected))
-            .unwrap_or_else(|| panic!("{name}: no {expected:?} in {text}"));
-        eprintln!("{name}: {line}");
+        if tail.iter().all(|&b| b == 0) {
+            assert!(
+                !text.contains("cut a torn tail"),
+                "{name}: zeros are the end of the log, not a torn tail: {text}"
+            );
+        } else {
+            let line = text
+                .lines()
+                .find(|l| l.contains(&cut))
+                .unwrap_or_else(|| panic!("{name}: no {cut:?} in {text}"));
+            eprintln!("{name}: {line}");
+        }
         let mut client = RawClient::connect(&directory.listen).unwrap();
         for put in &puts {
             assert_eq!(
