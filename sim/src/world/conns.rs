@@ -65,6 +65,9 @@ pub(super) struct SimConn {
     /// The host side died without a word (a power loss: no FIN, no RST): the directory holds
     /// the connection until it replaces or expires it.
     pub silent: bool,
+    /// Between hosts: frames waiting in the connector's backlog for the proof (the world's
+    /// own count).
+    pub queued: usize,
     /// When the directory accepted it (on the directory's clock), and whether it was
     /// admitted since.
     pub accepted_at: Option<Instant>,
@@ -173,6 +176,7 @@ impl World {
                     stranger: None,
                     closing: false,
                     silent: false,
+                    queued: 0,
                     accepted_at: None,
                     admitted: false,
                     last_to_acceptor: self.now,
@@ -241,6 +245,7 @@ impl World {
                     stranger: Some(kind),
                     closing: false,
                     silent: false,
+                    queued: 0,
                     accepted_at: None,
                     admitted: false,
                     last_to_acceptor: self.now,

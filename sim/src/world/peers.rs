@@ -8,7 +8,9 @@
 //! Checked (restated, never asked of `PeerLinks`): no envelope leaves on a connection before
 //! its proof did, and a host keeps at most one outgoing connection per other host.
 
-use dataplane_core::conns::{Accepts, ConnAction, ConnId, Listener, PeerHeard, PeerLinks, Routed};
+use dataplane_core::conns::{
+    Accepts, ConnAction, ConnId, Listener, PEER_BACKLOG_MAX, PeerHeard, PeerLinks, Routed,
+};
 use dataplane_core::link::Link;
 
 use super::conns::{SIM_ADMISSION_DEADLINE, SimConn};
@@ -76,10 +78,30 @@ impl World {
             }
             Ok(Routed::Queued) => {
                 self.checker.coverage.hit("peers.frame_waited");
+                if let Some(conn) = self.outgoing_conn(from, to)
+                    && let Some(c) = self.conns.get_mut(&conn)
+                {
+                    c.queued += 1;
+                }
                 None
             }
             Ok(Routed::Dropped) => {
                 self.checker.coverage.hit("peers.frame_dropped");
+                // Restated: a frame is dropped only when its connection's backlog is full.
+                let full = self
+                    .outgoing_conn(from, to)
+                    .and_then(|conn| self.conns.get(&conn))
+                    .is_some_and(|c| c.queued >= PEER_BACKLOG_MAX);
+                if !full {
+                    self.checker.fail(
+                        self.now,
+                        format!(
+                            "peers: host {} dropped a frame for host {} with no connection \
+                             whose backlog is full",
+                            self.hosts[from].node, self.hosts[to].node
+                        ),
+                    );
+                }
                 None
             }
             Err(Link::Frame(envelope)) => {
@@ -89,6 +111,18 @@ impl World {
             }
             Err(_) => None,
         }
+    }
+
+    /// `from`'s outgoing connection to `to` that its links still know, if any.
+    fn outgoing_conn(&self, from: usize, to: usize) -> Option<ConnId> {
+        let node = self.hosts[to].node;
+        let links = self.peers[from].as_ref()?;
+        self.conns
+            .iter()
+            .find(|&(&conn, c)| {
+                c.host == from && c.acceptor == Some(to) && links.outgoing_node(conn) == Some(node)
+            })
+            .map(|(&conn, _)| conn)
     }
 
     /// Opens `from`'s connection to `to`, with `first` waiting for its handshake.
@@ -110,6 +144,7 @@ impl World {
                 stranger: None,
                 closing: false,
                 silent: false,
+                queued: 1,
                 accepted_at: None,
                 admitted: false,
                 last_to_acceptor: self.now,
@@ -219,6 +254,9 @@ impl World {
                 ConnAction::Send(conn, Link::Frame(envelope)) => {
                     // A frame the handshake held: it goes on the network now.
                     self.check_proved(conn);
+                    if let Some(c) = self.conns.get_mut(&conn) {
+                        c.queued = c.queued.saturating_sub(1);
+                    }
                     let Envelope { from, to, message } = envelope;
                     self.send_net(from, to, message);
                 }
