@@ -525,10 +525,8 @@ impl World {
             epoch,
             &mut actions,
         );
-        if let Err(e) = dc.check_invariants() {
-            self.checker
-                .fail(self.now, format!("conns: the directory's tables: {e}"));
-        }
+        // Core's own consistency check of its tables (the restated checks below come first).
+        let tables = dc.check_invariants();
         if !self.dir_conn_actions(actions) {
             // The directory stopped (its storage failed): the admission's record may have
             // reached the disk all the same.
@@ -542,6 +540,10 @@ impl World {
             c.admitted = true;
         }
         self.check_one_connection_per_host();
+        if let Err(e) = tables {
+            self.checker
+                .fail(self.now, format!("conns: the directory's tables: {e}"));
+        }
         if let Some(kind) = stranger {
             if !matches!(heard, DirHeard::Nothing) {
                 self.checker.fail(
