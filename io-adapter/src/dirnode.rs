@@ -9,10 +9,12 @@
 //! the log with a higher epoch.
 //!
 //! **Admission.** An accepted connection may send only hello-sized frames and must complete
-//! the handshake ([`crate::net`]: hello, challenge, proof) within the admission deadline; at
-//! most `PENDING_CONNECTIONS_MAX` wait at once, the oldest making room for a new one
-//! ([`Admission`]). Nothing from a connection reaches the machine before it is admitted, and an
-//! admitted one speaks only for its own node (`speaks_for`).
+//! the handshake (hello, challenge, proof) within the admission deadline; at most
+//! `PENDING_CONNECTIONS_MAX` wait at once, the oldest making room for a new one. Nothing from a
+//! connection reaches the machine before it is admitted, and an admitted one speaks only for
+//! its own node (`speaks_for`). Every one of these decisions is core's
+//! ([`dataplane_core::conns::DirectoryConns`], which the simulator runs too): this driver
+//! hands it the reactor's events and carries out the actions it returns.
 //!
 //! The node also keeps the *membership* (`dataplane_core::membership`, which decides it):
 //! hosts are identified by the address they listen on; the first host hello from an address

@@ -33,7 +33,10 @@
 //! cluster key. Connections other hosts make to this one go through the same kind of waiting
 //! room as children, and their core frames are taken only once they proved the key, and only
 //! for their own node. If the directory refuses this host's key, [`run_host`] returns the
-//! error.
+//! error. The link to the directory and the links to other hosts are core's machines
+//! ([`dataplane_core::conns::DirectoryLink`], [`dataplane_core::conns::PeerLinks`], which the
+//! simulator runs too): this driver hands them the reactor's events and carries out their
+//! actions.
 //!
 //! **Logs and metrics.** The node logs its start-up (version, options), the directory link
 //! (welcomed, lost, refused), hosts and children refused and why (`info`), connections
