@@ -59,7 +59,10 @@ use tracing::{debug, error, info, warn};
 use crate::driver::{Clock, read_state, write_state};
 use crate::log::{DurableLog, LogError, LogOptions, Recovered};
 use crate::metrics::{DirectoryMetrics, GaugeClock, Refusal, gauge_value};
-use crate::net::{ClusterKey, ConnId, Limits, Link, NetEvent, Reactor, fresh_nonce};
+use crate::net::{
+    ClusterKey, ConnId, Limits, Link, NetEvent, Performed, Reactor, fresh_nonce,
+    perform_conn_action,
+};
 use dataplane_core::barrier::Barrier;
 use dataplane_core::membership::{Admitted, MemberRecord, Membership};
 use dataplane_core::routes::Routes;
@@ -582,56 +585,19 @@ impl DirectoryNode {
             if result.is_err() {
                 break;
             }
-            match action {
-                ConnAction::Send(conn, link) => {
-                    // A frame a full queue drops is as lost as one the network drops.
-                    let _ = self.net.send(conn, link);
-                }
-                ConnAction::Resume(conn) => self.net.resume(conn),
-                ConnAction::Admitted(conn) => self.net.set_limits(conn, Limits::peer()),
-                ConnAction::Refuse { conn, why, reason } => {
-                    info!(conn, remote = %self.net.remote(conn), %reason, "connection refused");
-                    self.count_closing(why);
-                    self.net.send(conn, Link::Refused { reason });
-                    self.net.close_after_flush(conn);
-                }
-                ConnAction::Close(conn, why) => {
-                    let remote = self.net.remote(conn);
-                    match why {
-                        Closing::Evicted => info!(
-                            conn,
-                            %remote,
-                            "connection closed: {PENDING_CONNECTIONS_MAX} connections wait for \
-                             admission, and the oldest makes room for a new one"
-                        ),
-                        Closing::Expired => debug!(
-                            conn,
-                            %remote,
-                            "connection closed: not admitted within {ADMISSION_DEADLINE}"
-                        ),
-                        Closing::Replaced => {
-                            debug!(conn, "connection closed: its node connected again");
-                        }
-                        _ => warn!(
-                            conn,
-                            %remote,
-                            "connection closed: a frame out of protocol, or about another \
-                             node's addresses"
-                        ),
-                    }
-                    self.count_closing(why);
-                    self.net.close(conn);
-                }
+            match perform_conn_action!(&mut self.net, action, "connection") {
+                Performed::Done => {}
+                Performed::Closed(why) => self.count_closing(why),
                 // Membership changes are durable before the host hears them (a crash cannot
                 // take back an id or an incarnation anybody was told).
-                ConnAction::Persist(records) => {
+                Performed::Persist(records) => {
                     result = records
                         .iter()
                         .try_for_each(|record| self.log.append(record).map(drop))
                         .and_then(|()| self.log.sync().map(drop))
                         .map_err(NodeError::from);
                 }
-                ConnAction::Connect(node) => {
+                Performed::Connect(node) => {
                     error!(%node, "the directory connects to nobody: the action was dropped");
                 }
             }

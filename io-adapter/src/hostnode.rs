@@ -81,7 +81,7 @@ use crate::driver::Clock;
 use crate::metrics::{GaugeClock, HostMetrics, Refusal, gauge_value};
 use crate::net::{
     ClusterKey, ConnId, HandshakeError, Limits, Link, ListenerId, NetEvent, Outgoing, Overflow,
-    Peer, Reactor, Who, fresh_nonce, handshake_blocking,
+    Peer, Performed, Reactor, Who, fresh_nonce, handshake_blocking, perform_conn_action,
 };
 use dataplane_core::conns::{
     Accepts, Closing, ConnAction, DirectoryLink, LinkHeard, Listener, PeerHeard, PeerLinks, Routed,
@@ -1230,42 +1230,13 @@ impl HostNode {
     fn conn_actions(&mut self) {
         let mut actions = std::mem::take(&mut self.actions);
         for action in actions.drain(..) {
-            match action {
-                ConnAction::Send(conn, link) => {
-                    // A frame a full queue drops is as lost as one the network drops.
-                    let _ = self.net.send(conn, link);
-                }
-                ConnAction::Resume(conn) => self.net.resume(conn),
-                ConnAction::Admitted(conn) => self.net.set_limits(conn, Limits::peer()),
-                ConnAction::Refuse { conn, why, reason } => {
-                    info!(conn, remote = %self.net.remote(conn), %reason, "host connection refused");
-                    self.count_closing(why);
-                    self.net.send(conn, Link::Refused { reason });
-                    self.net.close_after_flush(conn);
-                }
-                ConnAction::Close(conn, why) => {
-                    let remote = self.net.remote(conn);
-                    match why {
-                        Closing::Evicted => info!(
-                            conn,
-                            %remote,
-                            "host connection closed: {PENDING_CONNECTIONS_MAX} connections wait \
-                             for admission, and the oldest makes room for a new one"
-                        ),
-                        Closing::Expired => debug!(
-                            conn,
-                            %remote,
-                            "host connection closed: not admitted within {ADMISSION_DEADLINE}"
-                        ),
-                        _ => debug!(conn, %remote, ?why, "connection closed"),
-                    }
-                    self.count_closing(why);
-                    self.net.close(conn);
-                }
-                ConnAction::Persist(records) => {
+            match perform_conn_action!(&mut self.net, action, "host connection") {
+                Performed::Done => {}
+                Performed::Closed(why) => self.count_closing(why),
+                Performed::Persist(records) => {
                     error!(?records, "a host node has no log: the records were dropped");
                 }
-                ConnAction::Connect(node) => {
+                Performed::Connect(node) => {
                     error!(%node, "an unexpected connect action was dropped");
                 }
             }

@@ -13,10 +13,13 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 
 use dataplane_core::admission::Nonce;
+use dataplane_core::conns::Closing;
+use dataplane_core::ids::NodeId;
 pub use dataplane_core::link::{
     Acceptor, ClusterKey, Connector, HandshakeFailure, Link, Peer, SecretTooShort, Who,
     hello_version,
 };
+use dataplane_core::log::LogRecord;
 use dataplane_core::wire::Envelope;
 use serde::Serialize;
 
@@ -104,6 +107,87 @@ impl From<HandshakeFailure> for HandshakeError {
         }
     }
 }
+
+/// What is left to the node after `perform_conn_action!` carried out a connection machine's
+/// action.
+#[derive(Debug)]
+pub enum Performed {
+    /// Done (and logged).
+    Done,
+    /// Done: a connection was refused or closed for this reason (count it).
+    Closed(Closing),
+    /// These records must be durable (appended and synced) before the next action.
+    Persist(Vec<LogRecord>),
+    /// A connection to this node should be started.
+    Connect(NodeId),
+}
+
+/// Carries out one action of core's connection machines ([`dataplane_core::conns`]) on the
+/// reactor `$net`, in the node's words `$what` for its log lines ("connection", "host
+/// connection"), and evaluates to what is left to the node ([`Performed`]). A macro, so that
+/// the log lines carry the calling node's target (`dataplane_io::dirnode`, `…::hostnode`).
+macro_rules! perform_conn_action {
+    ($net:expr, $action:expr, $what:literal) => {{
+        use dataplane_core::admission::{ADMISSION_DEADLINE, PENDING_CONNECTIONS_MAX};
+        use dataplane_core::conns::{Closing, ConnAction};
+        use $crate::net::{Limits, Link, Performed};
+        let net: &mut $crate::net::Reactor = $net;
+        match $action {
+            ConnAction::Send(conn, link) => {
+                // A frame a full queue drops is as lost as one the network drops.
+                let _ = net.send(conn, link);
+                Performed::Done
+            }
+            ConnAction::Resume(conn) => {
+                net.resume(conn);
+                Performed::Done
+            }
+            ConnAction::Admitted(conn) => {
+                net.set_limits(conn, Limits::peer());
+                Performed::Done
+            }
+            ConnAction::Refuse { conn, why, reason } => {
+                tracing::info!(conn, remote = %net.remote(conn), %reason, concat!($what, " refused"));
+                net.send(conn, Link::Refused { reason });
+                net.close_after_flush(conn);
+                Performed::Closed(why)
+            }
+            ConnAction::Close(conn, why) => {
+                let remote = net.remote(conn);
+                match why {
+                    Closing::Evicted => tracing::info!(
+                        conn,
+                        %remote,
+                        "{} closed: {PENDING_CONNECTIONS_MAX} connections wait for admission, \
+                         and the oldest makes room for a new one",
+                        $what
+                    ),
+                    Closing::Expired => tracing::debug!(
+                        conn,
+                        %remote,
+                        "{} closed: not admitted within {ADMISSION_DEADLINE}",
+                        $what
+                    ),
+                    Closing::Replaced => {
+                        tracing::debug!(conn, "{} closed: its node connected again", $what)
+                    }
+                    Closing::Protocol => tracing::warn!(
+                        conn,
+                        %remote,
+                        "{} closed: a frame out of protocol, or about another node",
+                        $what
+                    ),
+                    _ => tracing::debug!(conn, %remote, ?why, "{} closed", $what),
+                }
+                net.close(conn);
+                Performed::Closed(why)
+            }
+            ConnAction::Persist(records) => Performed::Persist(records),
+            ConnAction::Connect(node) => Performed::Connect(node),
+        }
+    }};
+}
+pub(crate) use perform_conn_action;
 
 /// A fresh nonce from the kernel (`getrandom`); there is no fallback.
 pub fn fresh_nonce() -> io::Result<Nonce> {
