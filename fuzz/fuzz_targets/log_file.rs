@@ -13,7 +13,8 @@
 //! Properties:
 //!
 //! * header parsing and `scan` never panic, and the scan is consistent: the valid chain ends at
-//!   `valid_len`, a defect sits exactly there if and only if bytes follow, the last mark of the
+//!   `valid_len`, a defect sits exactly there if and only if bytes other than zeros follow
+//!   (zeros to the end are preallocated space, its `zero_tail`), the last mark of the
 //!   chain is inside it, `synced_past` (if any) is after the defect and holds a valid mark, and
 //!   re-scanning the valid chain alone gives the same records with no defect;
 //! * after a power loss the log is never taken for damaged, every synced record comes back,
@@ -75,10 +76,18 @@ fn check_scan(bytes: &[u8], salt: u64) -> Scan {
     let found = scan(bytes, salt);
     let valid = found.valid_len;
     assert!(valid <= bytes.len() && valid >= LOG_HEADER_BYTES.min(bytes.len()));
+    // Zeros to the end of the file are preallocated space: the end of the log, not a defect.
+    let rest = &bytes[valid..];
+    let zeros_only = rest.iter().all(|&b| b == 0);
     assert_eq!(
         found.defect.is_some(),
-        valid < bytes.len(),
-        "a defect iff bytes follow"
+        !zeros_only,
+        "a defect iff bytes other than zeros follow"
+    );
+    assert_eq!(
+        found.zero_tail,
+        if zeros_only { rest.len() } else { 0 },
+        "the zero tail is the zeros to the end"
     );
     if let Some(defect) = &found.defect {
         assert_eq!(defect.offset(), valid, "the defect is where the chain ends");
