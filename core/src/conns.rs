@@ -81,8 +81,6 @@ pub enum ConnAction {
     /// Make these records durable (append them, then sync) before any later action. If that
     /// fails the node stops: nobody may hear an identity a crash could take back.
     Persist(Vec<LogRecord>),
-    /// Start a connection to `node` (a host's link to another host).
-    Connect(NodeId),
 }
 
 /// Which hellos a listener takes.

@@ -597,9 +597,6 @@ impl DirectoryNode {
                         .and_then(|()| self.log.sync().map(drop))
                         .map_err(NodeError::from);
                 }
-                Performed::Connect(node) => {
-                    error!(%node, "the directory connects to nobody: the action was dropped");
-                }
             }
         }
         self.actions = actions;

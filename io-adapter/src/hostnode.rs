@@ -1236,9 +1236,6 @@ impl HostNode {
                 Performed::Persist(records) => {
                     error!(?records, "a host node has no log: the records were dropped");
                 }
-                Performed::Connect(node) => {
-                    error!(%node, "an unexpected connect action was dropped");
-                }
             }
         }
         self.actions = actions;

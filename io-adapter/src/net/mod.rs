@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 
 use dataplane_core::admission::Nonce;
 use dataplane_core::conns::Closing;
-use dataplane_core::ids::NodeId;
 pub use dataplane_core::link::{
     Acceptor, ClusterKey, Connector, HandshakeFailure, Link, Peer, SecretTooShort, Who,
     hello_version,
@@ -118,8 +117,6 @@ pub enum Performed {
     Closed(Closing),
     /// These records must be durable (appended and synced) before the next action.
     Persist(Vec<LogRecord>),
-    /// A connection to this node should be started.
-    Connect(NodeId),
 }
 
 /// Carries out one action of core's connection machines ([`dataplane_core::conns`]) on the
@@ -183,7 +180,6 @@ macro_rules! perform_conn_action {
                 Performed::Closed(why)
             }
             ConnAction::Persist(records) => Performed::Persist(records),
-            ConnAction::Connect(node) => Performed::Connect(node),
         }
     }};
 }

@@ -78,6 +78,31 @@ pub(super) struct SimConn {
     pub last_to_host: Instant,
 }
 
+impl SimConn {
+    /// A connection `host` opens at `now`, to `acceptor` (none: the directory).
+    pub fn new(
+        host: usize,
+        acceptor: Option<usize>,
+        stranger: Option<Stranger>,
+        now: Instant,
+    ) -> SimConn {
+        SimConn {
+            host,
+            acceptor,
+            proved: false,
+            boot: 0,
+            stranger,
+            closing: false,
+            silent: false,
+            queued: 0,
+            accepted_at: None,
+            admitted: false,
+            last_to_acceptor: now,
+            last_to_host: now,
+        }
+    }
+}
+
 /// A host's process-side link state.
 #[derive(Debug)]
 pub(super) struct HostLink {
@@ -166,23 +191,8 @@ impl World {
             let conn = self.next_conn;
             self.next_conn += 1;
             hl.link.connecting(conn);
-            self.conns.insert(
-                conn,
-                SimConn {
-                    host,
-                    boot: 0,
-                    acceptor: None,
-                    proved: false,
-                    stranger: None,
-                    closing: false,
-                    silent: false,
-                    queued: 0,
-                    accepted_at: None,
-                    admitted: false,
-                    last_to_acceptor: self.now,
-                    last_to_host: self.now,
-                },
-            );
+            self.conns
+                .insert(conn, SimConn::new(host, None, None, self.now));
             let delay = self.conn_latency();
             self.schedule_in(delay, EventKind::ConnOpen { conn });
             if self.phase == Phase::Faulty && self.strangers {
@@ -235,23 +245,8 @@ impl World {
             };
             let conn = self.next_conn;
             self.next_conn += 1;
-            self.conns.insert(
-                conn,
-                SimConn {
-                    host,
-                    boot: 0,
-                    acceptor: None,
-                    proved: false,
-                    stranger: Some(kind),
-                    closing: false,
-                    silent: false,
-                    queued: 0,
-                    accepted_at: None,
-                    admitted: false,
-                    last_to_acceptor: self.now,
-                    last_to_host: self.now,
-                },
-            );
+            self.conns
+                .insert(conn, SimConn::new(host, None, Some(kind), self.now));
             let delay = self.conn_latency();
             self.schedule_in(delay, EventKind::ConnOpen { conn });
         }
@@ -704,10 +699,6 @@ impl World {
                         return false;
                     }
                 }
-                ConnAction::Connect(node) => self.checker.fail(
-                    self.now,
-                    format!("conns: the directory asked to connect to {node}"),
-                ),
             }
         }
         true

@@ -137,18 +137,8 @@ impl World {
         self.conns.insert(
             conn,
             SimConn {
-                host: from,
-                acceptor: Some(to),
-                proved: false,
-                boot: 0,
-                stranger: None,
-                closing: false,
-                silent: false,
                 queued: 1,
-                accepted_at: None,
-                admitted: false,
-                last_to_acceptor: self.now,
-                last_to_host: self.now,
+                ..SimConn::new(from, Some(to), None, self.now)
             },
         );
         self.open_outgoing_checked(from, to);
