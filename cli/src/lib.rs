@@ -88,7 +88,8 @@ impl Exit {
             Exit::DataLost => {
                 "data that was acknowledged is lost or damaged; retrying cannot help. \
                  dataplane: the blob's bytes lived on a host that restarted, or do not match \
-                 their digest (write it again); dataplane-node: the directory's log is damaged \
+                 their digest (write it again), or the file a file blob was published from \
+                 changed (publish it again); dataplane-node: the directory's log is damaged \
                  where it was synced, missing, or of another data directory or format version \
                  (see --repair-log)"
             }

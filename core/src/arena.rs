@@ -20,6 +20,8 @@
 use core::fmt;
 use std::collections::{BTreeMap, VecDeque};
 
+use crate::host::{FileFacts, FileFault, FileTable};
+use crate::wire::FileRef;
 use serde::{Deserialize, Serialize};
 
 /// Bytes of the blob header at the start of every lease (SPEC §8.2).
@@ -126,6 +128,11 @@ impl std::error::Error for ArenaError {}
 /// A plain `Vec<u8>` (the simulator's and the tests' arenas) keeps nothing: its freeze and
 /// reclaim do nothing. The real adapter hands each child a writable buffer of its own for each
 /// write and the arena only read-only; its freeze copies the child's buffer into the lease.
+///
+/// The same object is the host's window on the node's **files** (file blobs, issue 17): what a
+/// file is, its bytes, and the durable table of the file blobs. These calls are synchronous
+/// and bounded (one stat, one read of at most a chunk, one small table write). A memory
+/// that serves no files keeps the defaults, which refuse.
 pub trait ArenaMemory {
     /// The whole arena, to read.
     fn bytes(&self) -> &[u8];
@@ -137,6 +144,29 @@ pub trait ArenaMemory {
     fn freeze(&mut self, lease: &Lease) -> Result<(), MemoryFault>;
     /// `lease` was freed (whatever it held).
     fn reclaim(&mut self, lease: &Lease);
+    /// What `file` is now: its length and identity stamp, or why it may not be published.
+    fn file_facts(&mut self, file: &FileRef) -> Result<FileFacts, FileFault> {
+        let _ = file;
+        Err(FileFault::Unsupported)
+    }
+    /// `len` bytes of `file` from `offset`, read only if the file still has the stamp of
+    /// `facts` (before and after the read); [`FileFault::Changed`] otherwise.
+    fn read_file(
+        &mut self,
+        file: &FileRef,
+        facts: &FileFacts,
+        offset: u64,
+        len: u32,
+    ) -> Result<Vec<u8>, FileFault> {
+        let _ = (file, facts, offset, len);
+        Err(FileFault::Unsupported)
+    }
+    /// Makes `table` the node's durable table of file blobs (replacing the last one) before
+    /// returning; an error leaves the last table that was saved.
+    fn save_files(&mut self, table: &FileTable) -> Result<(), FileFault> {
+        let _ = table;
+        Err(FileFault::Unsupported)
+    }
 }
 
 /// Why the arena's memory could not do what the host asked.

@@ -299,6 +299,10 @@ pub enum DataPlaneError {
         /// The arena's size.
         arena: u64,
     },
+    /// The blob is served from a file on its host's disk (a file blob, issue 17), and the
+    /// file is no longer what was published: it changed, was replaced or was removed. No byte
+    /// of the changed file is handed out; retrying cannot help, publishing the file again does.
+    SourceChanged(DataPath),
 }
 
 impl fmt::Display for DataPlaneError {
@@ -336,6 +340,10 @@ impl fmt::Display for DataPlaneError {
             DataPlaneError::BlobTooLarge { length, arena } => write!(
                 f,
                 "a blob of {length} bytes can never fit this host's arena of {arena} bytes"
+            ),
+            DataPlaneError::SourceChanged(p) => write!(
+                f,
+                "{p}: the file it was published from changed since (publish it again)"
             ),
         }
     }
@@ -495,11 +503,12 @@ mod tests {
             DataPlaneError::InvalidArgument(r),
             DataPlaneError::Unsupported,
             DataPlaneError::LimitReached(Limit::PendingRequests),
-            DataPlaneError::BlobLost(p),
+            DataPlaneError::BlobLost(p.clone()),
             DataPlaneError::BlobTooLarge {
                 length: 9,
                 arena: 8,
             },
+            DataPlaneError::SourceChanged(p),
         ]
     }
 
@@ -528,6 +537,7 @@ mod tests {
             DataPlaneError::LimitReached(_) => 20,
             DataPlaneError::BlobLost(_) => 21,
             DataPlaneError::BlobTooLarge { .. } => 22,
+            DataPlaneError::SourceChanged(_) => 23,
         }
     }
 
@@ -535,7 +545,7 @@ mod tests {
     fn every_data_plane_error_reads_as_one_plain_line() {
         let all = every_data_plane_error();
         let seen: std::collections::BTreeSet<usize> = all.iter().map(variant).collect();
-        assert_eq!(seen.len(), 23, "every variant is listed once");
+        assert_eq!(seen.len(), 24, "every variant is listed once");
         for error in &all {
             assert_plain(&error.to_string());
         }

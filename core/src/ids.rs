@@ -52,6 +52,12 @@ impl fmt::Display for Address {
     }
 }
 
+/// The incarnation of a node's *persistent* actors: the sources of its file blobs, which
+/// outlive the node's restarts (issue 17). No node boots this many times, so no incarnation
+/// floor ever passes it: an address of this incarnation is never "gone", and the host of its
+/// node answers for it in every life (from its durable table of file blobs).
+pub const PERSISTENT_INCARNATION: u64 = u64::MAX;
+
 /// A client-chosen idempotency key for every mutation and stream open or cancel.
 ///
 /// The id names who issued it (ARCHITECTURE "Retention of operation records"): the high 72

@@ -196,6 +196,8 @@ pub enum Limit {
     Rendezvous,
     /// [`crate::limits::FENCES_MAX`] replacement fences.
     Fences,
+    /// A host's bound on the file blobs it serves ([`crate::limits::HOST_FILES_MAX`]).
+    HostFiles,
 }
 
 impl Limit {
@@ -227,6 +229,7 @@ impl fmt::Display for Limit {
             Limit::Obligations => "too many retirements and displacements outstanding",
             Limit::Rendezvous => "too many stream rendezvous",
             Limit::Fences => "too many replacement fences",
+            Limit::HostFiles => "too many file blobs on this host",
         })
     }
 }

@@ -53,6 +53,8 @@ pub const FENCES_MAX: usize = 1 << 12;
 /// Most requests one proxy keeps pending before it refuses a caller's request with
 /// `LimitReached` (a caller's retraction is refused only at twice this).
 pub const PROXY_PENDING_MAX: usize = 4096;
+/// Most file blobs one host serves (issue 17): published or publishing, in its durable table.
+pub const HOST_FILES_MAX: usize = 4096;
 /// Most child sessions one host serves.
 pub const HOST_SESSIONS_MAX: usize = 256;
 /// Most operations in progress (reads, writes until their publication is answered, stats,

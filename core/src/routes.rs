@@ -3,7 +3,8 @@
 //! simulator.
 //!
 //! An address is routable while a connection speaks for its node *and that connection's
-//! incarnation is the address's* (an address of an earlier incarnation is never routable again)
+//! incarnation is the address's* (an address of an earlier incarnation is never routable again;
+//! a persistent actor's, a file blob's source, is routable in every incarnation)
 //! and its route has not been lost on its own (a registrar's flap). The directory machine asks
 //! to watch targets (`Effect::WatchRoute`); the driver tells [`Routes`] what happens to its
 //! connections, and hands the machine every change [`Routes::changes`] yields
@@ -14,7 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::ids::{Address, NodeId};
+use crate::ids::{Address, NodeId, PERSISTENT_INCARNATION};
 
 /// See the module documentation.
 #[derive(Clone, Debug, Default)]
@@ -75,9 +76,12 @@ impl Routes {
         }
     }
 
-    /// Whether `target` is routable now.
+    /// Whether `target` is routable now. A persistent actor (a file blob's source) is
+    /// routable while any incarnation of its node is connected: every life serves it.
     pub fn routable(&self, target: &Address) -> bool {
-        self.connected.get(&target.node) == Some(&target.incarnation) && !self.lost.contains(target)
+        self.connected.get(&target.node).is_some_and(|incarnation| {
+            *incarnation == target.incarnation || target.incarnation == PERSISTENT_INCARNATION
+        }) && !self.lost.contains(target)
     }
 
     /// The routability last reported for `target` (`None` if it is not watched or was not

@@ -51,6 +51,7 @@ fn call(request: DirectoryRequest) -> Envelope {
 fn file(s: &str) -> SourceRecovery {
     SourceRecovery::File {
         path: FileRef::new(s).unwrap(),
+        source: CLIENT,
     }
 }
 

@@ -2,11 +2,11 @@
 //! DESIGN.md §5 and ARCHITECTURE.md "Decisions"). Every test asserts the exact effects of the
 //! step under test (records, watches, frames and replies, in order) and the durable state.
 
-use dataplane_core::directory::{ObligationKey, Rendezvous, SourceState};
+use dataplane_core::directory::{ObligationKey, Rendezvous};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::error::{Limit, NamespaceError, Reason};
 use dataplane_core::ids::{
-    Address, AuthorityEpoch, NodeId, RequestId, Revision, StreamIncarnation,
+    Address, AuthorityEpoch, NodeId, PERSISTENT_INCARNATION, RequestId, Revision, StreamIncarnation,
 };
 use dataplane_core::limits::{FENCE_HELD_OPENS_MAX, RESERVATIONS_MAX, RETRY_BATCH_MAX};
 use dataplane_core::log::{
@@ -829,14 +829,17 @@ fn resolve_of_nothing_is_path_not_found_even_when_reserved() {
 }
 
 #[test]
-fn resolve_of_a_file_binding_after_restart_is_source_recovery() {
+fn a_file_binding_keeps_its_persistent_source_across_restarts_and_node_floors() {
+    // Issue 17: a file blob's source is an actor of PERSISTENT_INCARNATION on its host.
+    let persistent = Address::new(S1.node, PERSISTENT_INCARNATION, 7);
     let mut d = Dir::new();
     let file = SourceRecovery::File {
         path: FileRef::new("/var/blobs/f").unwrap(),
+        source: persistent,
     };
     let request = DirectoryRequest::Register {
         path: path("/f"),
-        source: S1,
+        source: persistent,
         source_node: S1.node,
         length: 10,
         recovery: file,
@@ -844,31 +847,40 @@ fn resolve_of_a_file_binding_after_restart_is_source_recovery() {
         reservation: None,
     };
     assert_eq!(d.call(request), ReplyBody::Registered(receipt(1)));
-    assert_eq!(d.resolve("/f"), ReplyBody::Resolved(Ok(binding(S1, 1))));
+    assert_eq!(
+        d.resolve("/f"),
+        ReplyBody::Resolved(Ok(binding(persistent, 1)))
+    );
+    // SPEC S8a: the restarted directory answers the same length and revision (and here the
+    // same source, which serves in every life of its node).
     d.restart();
     assert_eq!(
         d.resolve("/f"),
-        ReplyBody::Resolved(Err(NamespaceError::SourceRecovery(Reason::new(
-            "no file source recovery for /var/blobs/f"
-        ))))
+        ReplyBody::Resolved(Ok(binding(persistent, 1)))
     );
+    // The host restarts: its arena blobs are lost, its file blobs are not.
+    let scope = GoneScope::NodeBefore {
+        node: S1.node,
+        incarnation: 5,
+    };
+    let _ = gone(&mut d, scope);
     assert_eq!(
-        d.dir.source(&path("/f")),
-        Some(&SourceState::Unavailable(Reason::new(
-            "no file source recovery for /var/blobs/f"
-        )))
+        d.resolve("/f"),
+        ReplyBody::Resolved(Ok(binding(persistent, 1)))
     );
     assert_eq!(d.lookup("/f"), node(EntryKind::Blob, 1, false));
-    // An unavailable source is not live: replacing it retires nothing.
-    let (id, effects) = d.call_raw(register_req("/f", S2, 2, None));
+    // Replacing it (from the node's new life) retires the persistent source.
+    let newer = Address::new(S1.node, 5, 2);
+    let (id, effects) = d.call_raw(register_req("/f", newer, 2, None));
     assert_eq!(
         effects,
         vec![
-            committed(2, 2, reg_mutation("/f", S2, None), None),
+            committed(2, 2, reg_mutation("/f", newer, None), Some(persistent)),
+            Effect::WatchRoute { target: persistent },
+            retire_frame(persistent),
             reply(&d, CLIENT, id, ReplyBody::Registered(receipt(2))),
         ]
     );
-    assert_eq!(d.resolve("/f"), ReplyBody::Resolved(Ok(binding(S2, 2))));
 }
 
 // =============================================================================================

@@ -24,7 +24,7 @@ use dataplane_core::error::{
     AttachmentFailure, BlobFailure, DataPlaneError, Limit, NamespaceError,
 };
 use dataplane_core::host::{Host, HostConfig, SessionConfig, SessionState};
-use dataplane_core::ids::{Address, NodeId, Revision};
+use dataplane_core::ids::{Address, NodeId, PERSISTENT_INCARNATION, Revision};
 use dataplane_core::path::{DataPath, JobContext};
 use dataplane_core::time::Duration;
 use dataplane_core::wire::{
@@ -352,7 +352,12 @@ impl World {
             };
             child.inbox.push_back(event);
         } else if let Some(n) = self.cluster.node_of(to) {
-            if to.actor == 0 && to.incarnation == self.cluster.nodes[n].incarnation {
+            if to.incarnation == PERSISTENT_INCARNATION {
+                // A file blob's source: the host answers in every life of the node.
+                self.cluster
+                    .to_host(n, from, to, message, &mut sent)
+                    .unwrap();
+            } else if to.actor == 0 && to.incarnation == self.cluster.nodes[n].incarnation {
                 let _ = self.cluster.to_proxy(n, message, &mut sent);
             } else if to.actor == AGENT_ACTOR
                 || to.actor == 0
@@ -1894,4 +1899,154 @@ fn a_remote_blob_is_never_served_from_a_local_source_with_the_same_actor_number(
         read == remote,
         "N2 read other bytes than N1 wrote at /data/x"
     );
+}
+
+// =============================================================================================
+// File blobs (issue 17)
+
+/// Node `n` has `name` on its disk.
+fn put_file(w: &mut World, n: usize, name: &str, contents: Vec<u8>) {
+    w.cluster.nodes[n].mem.files.write(name, contents);
+}
+
+fn publish_file(w: &mut World, child: Address, op: u64, logical: &str, file: &str) -> ChildEvent {
+    let request = ChildRequest::PublishFile {
+        op: ChildOp(op),
+        path: logical.into(),
+        file: file.into(),
+    };
+    w.send(child, request);
+    w.run(2);
+    w.expect(child, |e| {
+        matches!(e, ChildEvent::Published { .. } | ChildEvent::Failed { .. })
+    })
+}
+
+#[test]
+fn a_file_blob_is_served_from_its_file_to_remote_and_local_readers() {
+    let mut w = World::new(2);
+    let contents = bytes(300_000, 5);
+    put_file(&mut w, N1, "models/w.bin", contents.clone());
+    let a = w.child(N1);
+    w.attach(a);
+    let revision = match publish_file(&mut w, a, 1, "/data/w", "models/w.bin") {
+        ChildEvent::Published { revision, .. } => revision,
+        other => panic!("publish: {other:?}"),
+    };
+    // No arena byte holds it: the writer's host leased nothing.
+    assert_eq!(w.live_leases(N1), 0);
+    let saved = w.cluster.nodes[N1].mem.files.saved().clone();
+    assert_eq!(saved.files.len(), 1);
+    assert_eq!(saved.files[0].revision, Some(revision));
+    let b = w.child(N2);
+    w.attach(b);
+    assert_eq!(w.read(b, 1, "/data/w"), Ok((contents.clone(), revision)));
+    assert_eq!(w.read(a, 2, "/data/w"), Ok((contents, revision)));
+}
+
+#[test]
+fn a_changed_file_is_never_served() {
+    let mut w = World::new(2);
+    put_file(&mut w, N1, "f", bytes(100_000, 1));
+    let a = w.child(N1);
+    w.attach(a);
+    assert!(matches!(
+        publish_file(&mut w, a, 1, "/data/f", "f"),
+        ChildEvent::Published { .. }
+    ));
+    // Same length, other bytes: only the stamp tells.
+    put_file(&mut w, N1, "f", bytes(100_000, 2));
+    let b = w.child(N2);
+    w.attach(b);
+    assert_eq!(
+        w.read(b, 1, "/data/f"),
+        Err(DataPlaneError::SourceChanged(path("/data/f")))
+    );
+    w.cluster.nodes[N1].mem.files.remove("f");
+    assert_eq!(
+        w.read(b, 2, "/data/f"),
+        Err(DataPlaneError::SourceChanged(path("/data/f")))
+    );
+}
+
+#[test]
+fn a_file_blob_survives_its_host_restarting() {
+    let mut w = World::new(2);
+    let contents = bytes(70_000, 9);
+    put_file(&mut w, N1, "f", contents.clone());
+    let a = w.child(N1);
+    w.attach(a);
+    let revision = match publish_file(&mut w, a, 1, "/data/f", "f") {
+        ChildEvent::Published { revision, .. } => revision,
+        other => panic!("publish: {other:?}"),
+    };
+    // An arena blob of the same host, for contrast.
+    w.write(a, 2, "/data/arena", &bytes(10, 3));
+    w.restart_node(N1);
+    w.run(2);
+    let b = w.child(N2);
+    w.attach(b);
+    assert_eq!(w.read(b, 1, "/data/f"), Ok((contents, revision)));
+    assert_eq!(
+        w.read(b, 2, "/data/arena"),
+        Err(DataPlaneError::BlobLost(path("/data/arena")))
+    );
+}
+
+#[test]
+fn a_replaced_file_blob_is_retired_and_forgotten() {
+    let mut w = World::new(2);
+    put_file(&mut w, N1, "f", bytes(10, 1));
+    let a = w.child(N1);
+    w.attach(a);
+    assert!(matches!(
+        publish_file(&mut w, a, 1, "/data/f", "f"),
+        ChildEvent::Published { .. }
+    ));
+    assert_eq!(w.host(N1).file_blobs().count(), 1);
+    w.write(a, 2, "/data/f", &bytes(20, 2));
+    w.run(3);
+    assert_eq!(w.host(N1).file_blobs().count(), 0);
+    assert!(w.cluster.nodes[N1].mem.files.saved().files.is_empty());
+}
+
+#[test]
+fn a_refused_file_publication_changes_nothing() {
+    let mut w = World::new(1);
+    put_file(&mut w, N1, "f", bytes(10, 1));
+    let a = w.child(N1);
+    w.attach(a);
+    // No such file; a path outside the job; a name with a NUL.
+    for (op, logical, file) in [
+        (1, "/data/x", "missing"),
+        (2, "/elsewhere/x", "f"),
+        (3, "/data/y", "f\0"),
+    ] {
+        match publish_file(&mut w, a, op, logical, file) {
+            ChildEvent::Failed { error, .. } => assert!(
+                matches!(
+                    error,
+                    DataPlaneError::InvalidArgument(_) | DataPlaneError::Unauthorized { .. }
+                ),
+                "{logical} {file:?}: {error:?}"
+            ),
+            other => panic!("{logical}: {other:?}"),
+        }
+    }
+    // A disk that cannot record the blob: nothing is registered.
+    w.cluster.nodes[N1].mem.files.failing = true;
+    match publish_file(&mut w, a, 4, "/data/z", "f") {
+        ChildEvent::Failed {
+            error: DataPlaneError::SourceFailure(_),
+            ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.host(N1).file_blobs().count(), 0);
+    for p in ["/data/x", "/data/y", "/data/z"] {
+        assert!(matches!(
+            w.resolve(p),
+            ReplyBody::Resolved(Err(NamespaceError::PathNotFound(_)))
+        ));
+    }
 }

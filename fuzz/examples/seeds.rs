@@ -57,6 +57,7 @@ fn frames() -> Vec<Envelope> {
             length: 1,
             recovery: SourceRecovery::File {
                 path: FileRef::new("/var/data/b").unwrap(),
+                source: addr(3, 8),
             },
             operation: OperationId(u128::MAX),
             reservation: None,

@@ -137,9 +137,6 @@ impl Model {
                     length: *length,
                     revision: *revision,
                 }),
-                Some(Source::Unavailable(reason)) => {
-                    Err(NamespaceError::SourceRecovery(reason.clone()))
-                }
                 None => unreachable!("every blob has a runtime source"),
             },
         }

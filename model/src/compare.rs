@@ -387,6 +387,7 @@ mod tests {
                             revision,
                             recovery: SourceRecovery::File {
                                 path: FileRef::new("/data/x").unwrap(),
+                                source: Address::new(NodeId(9), u64::MAX, 1),
                             },
                         },
                         Entry::Stream { revision },

@@ -85,7 +85,7 @@ mod streams;
 use std::collections::{BTreeMap, BTreeSet};
 
 use dataplane_core::directory::DirectoryLimits;
-use dataplane_core::error::{NamespaceError, Reason};
+use dataplane_core::error::NamespaceError;
 use dataplane_core::ids::{
     Address, AuthorityEpoch, Issuer, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
 };
@@ -230,7 +230,6 @@ enum Source {
         node: NodeId,
         owner: Option<Address>,
     },
-    Unavailable(Reason),
 }
 
 /// A replacement fence (volatile; rebuilt from fenced displacements).
@@ -269,7 +268,8 @@ pub struct Model {
 }
 
 /// The source `ActorSources` (the recovery hook both harnesses give the directory) rebuilds
-/// from a recovery record: an `Actor` record names it; a `File` record cannot be opened.
+/// from a recovery record: an `Actor` record names it; a `File` record names the persistent
+/// actor of the host that serves the file (issue 17), with no owner.
 fn recovered_source(recovery: &SourceRecovery) -> Source {
     match recovery {
         SourceRecovery::Actor { actor, node, owner } => Source::Available {
@@ -277,10 +277,11 @@ fn recovered_source(recovery: &SourceRecovery) -> Source {
             node: *node,
             owner: *owner,
         },
-        SourceRecovery::File { path } => Source::Unavailable(Reason::new(format!(
-            "no file source recovery for {}",
-            path.as_str()
-        ))),
+        SourceRecovery::File { source, .. } => Source::Available {
+            source: *source,
+            node: source.node,
+            owner: None,
+        },
     }
 }
 
@@ -420,11 +421,11 @@ impl Model {
         self.floors.map().iter()
     }
 
-    /// The live source bound at each blob path (not an unavailable one).
+    /// The live source bound at each blob path (both recovery records recover one, so every
+    /// binding has one).
     pub fn live_sources(&self) -> impl Iterator<Item = (&DataPath, Address)> {
-        self.sources.iter().filter_map(|(p, s)| match s {
-            Source::Available { source, .. } => Some((p, *source)),
-            Source::Unavailable(_) => None,
+        self.sources.iter().map(|(p, s)| match s {
+            Source::Available { source, .. } => (p, *source),
         })
     }
 

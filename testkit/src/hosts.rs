@@ -25,7 +25,7 @@ use std::collections::BTreeSet;
 use dataplane_core::directory::{ActorSources, Directory};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::error::InputError;
-use dataplane_core::host::{Host, HostConfig};
+use dataplane_core::host::{Host, HostConfig, MemoryFiles, WithFiles};
 use dataplane_core::ids::{Address, NodeId};
 use dataplane_core::log::LogRecord;
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
@@ -58,8 +58,9 @@ pub struct Node {
     pub proxy: Proxy,
     /// The host.
     pub host: Host,
-    /// The arena memory (`Setup::arena` bytes, zeroed at boot).
-    pub mem: Vec<u8>,
+    /// The arena memory (`Setup::arena` bytes, zeroed at boot) and the node's files, which
+    /// outlive its restarts (file blobs, issue 17).
+    pub mem: WithFiles<Vec<u8>>,
     /// When the proxy's retry timer fires, if armed.
     pub proxy_timer: Option<Instant>,
     /// When the host's tick fires, if armed.
@@ -159,7 +160,10 @@ impl Cluster {
             incarnation,
             proxy,
             host,
-            mem: vec![0; arena as usize],
+            mem: WithFiles {
+                memory: vec![0; arena as usize],
+                files: MemoryFiles::default(),
+            },
             proxy_timer: None,
             host_timer: None,
             proxy_boots,
@@ -200,8 +204,10 @@ impl Cluster {
 
     /// Whether `target` runs: its node is up at `target`'s incarnation.
     pub fn routable(&self, target: Address) -> bool {
-        self.node_of(target)
-            .is_some_and(|n| self.nodes[n].incarnation == target.incarnation)
+        self.node_of(target).is_some_and(|n| {
+            self.nodes[n].incarnation == target.incarnation
+                || target.incarnation == dataplane_core::ids::PERSISTENT_INCARNATION
+        })
     }
 
     // ----- inputs -------------------------------------------------------------------------
@@ -333,7 +339,11 @@ impl Cluster {
     pub fn restart_node(&mut self, n: usize, sent: &mut Vec<Frame>) {
         let (id, incarnation) = (self.nodes[n].id, self.nodes[n].incarnation + 1);
         let boots = self.nodes[n].proxy_boots + 1;
+        let files = std::mem::take(&mut self.nodes[n].mem.files);
         self.nodes[n] = self.boot_node(id, incarnation, boots);
+        // The node's disk survives: its host serves its file blobs again.
+        self.nodes[n].host.restore_files(files.saved().clone());
+        self.nodes[n].mem.files = files;
         self.discover(n, sent);
         let gone: Vec<Address> = self
             .watched

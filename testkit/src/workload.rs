@@ -356,6 +356,7 @@ pub(crate) fn request_of(
             let recovery = if file {
                 SourceRecovery::File {
                     path: FileRef::new(format!("/data/{op}")).unwrap(),
+                    source,
                 }
             } else {
                 SourceRecovery::Actor {

@@ -43,8 +43,8 @@ pub trait SourceRecoveryHook {
     ) -> Result<RecoveredSource, Reason>;
 }
 
-/// The default hook: `Actor` records name their source; `File` records need a driver that
-/// can open files, so they recover as unavailable.
+/// The default hook: `Actor` records name their source; `File` records name the persistent
+/// actor of the host that serves the file (issue 17), so both recover the registered source.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ActorSources;
 
@@ -61,10 +61,12 @@ impl SourceRecoveryHook for ActorSources {
                 node: *node,
                 owner: *owner,
             }),
-            SourceRecovery::File { path } => Err(Reason::new(format!(
-                "no file source recovery for {}",
-                path.as_str()
-            ))),
+            // The file's host serves it from a persistent actor, in every life of its node.
+            SourceRecovery::File { source, .. } => Ok(RecoveredSource {
+                actor: *source,
+                node: source.node,
+                owner: None,
+            }),
         }
     }
 }

@@ -32,6 +32,7 @@
 //! from a counter.
 
 mod control;
+mod files;
 mod horizon;
 mod read;
 mod session;
@@ -40,6 +41,7 @@ mod write;
 
 use std::collections::{BTreeMap, VecDeque};
 
+pub use files::{FileBlob, FileFacts, FileFault, FileTable, MemoryFiles, WithFiles};
 pub use horizon::HORIZON_PERIOD;
 pub use read::Transfer;
 
@@ -187,6 +189,11 @@ pub enum Kind {
         digest: DigestKind,
         /// Reserve the path first.
         exclusive: bool,
+    },
+    /// A file blob's publication (see `files.rs`): its Register, re-driven until definitive.
+    File {
+        /// The persistent source's actor number.
+        source: u64,
     },
 }
 
@@ -344,6 +351,11 @@ pub struct Host {
     sessions: BTreeMap<u64, Session>,
     bindings: BTreeMap<u64, Binding>,
     sources: BTreeMap<u64, Source>,
+    /// File blobs, by persistent actor number (see `files.rs`); mirrored durably by the
+    /// driver.
+    files: BTreeMap<u64, FileBlob>,
+    /// The next persistent actor number (never reused).
+    next_file: u64,
     tickets: BTreeMap<TicketId, u64>,
     /// Running digests of transfers, by binding (see `read.rs`).
     hashers: BTreeMap<u64, blake3::Hasher>,
@@ -408,6 +420,8 @@ impl Host {
             sessions: BTreeMap::new(),
             bindings: BTreeMap::new(),
             sources: BTreeMap::new(),
+            files: BTreeMap::new(),
+            next_file: 1,
             tickets: BTreeMap::new(),
             hashers: BTreeMap::new(),
             handed_over: VecDeque::new(),
@@ -595,6 +609,11 @@ impl Host {
         self.now = now;
         if to.node != self.config.node {
             return Err(InputError::UnexpectedMessage("a frame for another node"));
+        }
+        if to.incarnation == crate::ids::PERSISTENT_INCARNATION {
+            // A file blob's source: it outlives the node's restarts.
+            self.file_message(to, message, mem, out);
+            return Ok(());
         }
         if to.incarnation != self.config.incarnation {
             // An actor of an earlier life of this node: answer for the dead.
@@ -889,7 +908,9 @@ impl Host {
             return;
         };
         let (access, digest) = match kind {
-            Kind::Read { .. } | Kind::Control => (blob::BlobAccess::ReadOnly, DigestKind::None),
+            Kind::Read { .. } | Kind::Control | Kind::File { .. } => {
+                (blob::BlobAccess::ReadOnly, DigestKind::None)
+            }
             Kind::Write { digest, .. } => (blob::BlobAccess::Writable, digest),
         };
         let expected = Expected {
@@ -910,7 +931,7 @@ impl Host {
         match kind {
             Kind::Read { .. } => self.start_transfer(now, actor, mem, out),
             Kind::Write { .. } => self.write_granted(actor, out),
-            Kind::Control => {}
+            Kind::Control | Kind::File { .. } => {}
         }
     }
 
@@ -1127,6 +1148,7 @@ impl Host {
     /// simulator.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.arena.check_invariants()?;
+        self.check_files()?;
         let mut leased = BTreeMap::new();
         let mut readers: BTreeMap<u64, u32> = BTreeMap::new();
         for b in self.bindings.values() {

@@ -373,6 +373,7 @@ impl Host {
         }
         let error = match reason {
             ChunkRefusal::IncarnationEnded => DataPlaneError::BlobLost(b.path.clone()),
+            ChunkRefusal::SourceChanged => DataPlaneError::SourceChanged(b.path.clone()),
             other => DataPlaneError::SourceFailure(Reason::new(other.to_string())),
         };
         self.fail(actor, error, mem, out);

@@ -51,7 +51,8 @@ impl Host {
                 | ChildRequest::Cancel { op }
                 | ChildRequest::Stat { op, .. }
                 | ChildRequest::Move { op, .. }
-                | ChildRequest::Remove { op, .. } => Some(*op),
+                | ChildRequest::Remove { op, .. }
+                | ChildRequest::PublishFile { op, .. } => Some(*op),
                 ChildRequest::Attach { .. } | ChildRequest::Close => None,
             };
             if let Some(op) = op {
@@ -144,6 +145,9 @@ impl Host {
                 self.control(now, session, from, op, query, out);
             }
             ChildRequest::Close => self.close(session, mem, out),
+            ChildRequest::PublishFile { op, path, file } => {
+                self.publish_file(now, session, from, op, &path, &file, mem, out);
+            }
         }
     }
 
@@ -243,7 +247,7 @@ impl Host {
         };
         let access = match kind {
             Kind::Read { .. } | Kind::Control => Access::Read,
-            Kind::Write { .. } => Access::Write,
+            Kind::Write { .. } | Kind::File { .. } => Access::Write,
         };
         let checked = match s.config.job.resolve(logical) {
             Err(error) => Err(DataPlaneError::InvalidPath(error)),
@@ -269,6 +273,7 @@ impl Host {
         let address = self.address(actor);
         let phase = match kind {
             Kind::Control => Phase::Controlling,
+            Kind::File { .. } => Phase::Publishing,
             Kind::Read { .. } => Phase::Resolving,
             Kind::Write {
                 exclusive: true, ..
@@ -281,7 +286,7 @@ impl Host {
             s.ops.insert(op, actor);
         }
         match kind {
-            Kind::Control => {}
+            Kind::Control | Kind::File { .. } => {}
             Kind::Read { .. } => {
                 self.call(now, actor, DirectoryRequest::Resolve { path }, out);
             }

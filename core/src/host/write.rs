@@ -239,6 +239,12 @@ impl Host {
             self.control_reply(now, actor, reply.body, mem, out);
             return;
         }
+        if let Kind::File { .. } = b.kind {
+            if let ReplyBody::Registered(result) = reply.body {
+                self.file_registered(actor, result.map(|r| r.revision), mem, out);
+            }
+            return;
+        }
         match reply.body {
             ReplyBody::BlobReserved(result) => self.reserved(now, actor, result, mem, out),
             ReplyBody::Registered(result) => {

@@ -124,6 +124,19 @@ pub enum ChildRequest {
     },
     /// Close the session: every binding finishes; published blobs stay.
     Close,
+    /// Publish a file on the host's disk as a blob at `path` (issue 17): the host serves its
+    /// bytes from the file, not from the arena, for as long as the binding lasts (also across
+    /// restarts of the host and the directory), and refuses to serve them once the file
+    /// changed. Answered `Published` or `Failed`; re-driven by the host until the outcome is
+    /// known, like a sealed write.
+    PublishFile {
+        /// The publication.
+        op: ChildOp,
+        /// The logical path (write access needed).
+        path: String,
+        /// The file, as the host names it (relative to its file root).
+        file: String,
+    },
 }
 
 /// A host session → its child process.

@@ -92,7 +92,8 @@ impl TryFrom<Vec<u8>> for Descriptor {
     }
 }
 
-/// A reference to a file on the directory's node (at most [`FILE_REF_BYTES_MAX`] bytes).
+/// A reference to a file on a host's disk, as that host names it (at most
+/// [`FILE_REF_BYTES_MAX`] bytes, no NUL).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct FileRef(String);
@@ -140,10 +141,16 @@ pub enum SourceRecovery {
         /// The owner to report in resolves.
         owner: Option<Address>,
     },
-    /// A file on the directory's node; the driver's recovery hook creates a new source.
+    /// A file on a host's disk (a file blob, issue 17; DESIGN overrides SPEC's "on the
+    /// directory's node"): the host serves it from `source`, an actor of
+    /// [`PERSISTENT_INCARNATION`](crate::ids::PERSISTENT_INCARNATION) that outlives the
+    /// restarts of its node, so recovery yields that same source (SPEC S8a asks only for the
+    /// same length and revision).
     File {
-        /// Where the file lies on the directory's node.
+        /// Where the file lies, as its host names it (relative to the host's file root).
         path: FileRef,
+        /// The host's actor that serves the file.
+        source: Address,
     },
 }
 

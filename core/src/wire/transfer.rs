@@ -25,6 +25,9 @@ pub enum ChunkRefusal {
     /// The source belonged to an incarnation of this node that has ended: the node restarted,
     /// and the bytes lived in that incarnation's arena. They are gone for good.
     IncarnationEnded,
+    /// The source is a file on its host's disk, and the file is no longer the one published
+    /// (its length, identity or modification time differ, or it is gone): nothing is served.
+    SourceChanged,
 }
 
 impl fmt::Display for ChunkRefusal {
@@ -34,6 +37,7 @@ impl fmt::Display for ChunkRefusal {
             ChunkRefusal::Retired => "source retired",
             ChunkRefusal::HeaderInvalid => "source header invalid",
             ChunkRefusal::IncarnationEnded => "the source's node restarted",
+            ChunkRefusal::SourceChanged => "the source's file changed since it was published",
         })
     }
 }

@@ -131,7 +131,9 @@ fn status(error: &DataPlaneError) -> Exit {
         | DataPlaneError::Busy(_)
         | DataPlaneError::WrongEntryType { .. } => Exit::Conflict,
         // The bytes are gone (or not the bytes that were written): a retry reads the same.
-        DataPlaneError::BlobLost(_) | DataPlaneError::Blob(BlobFailure::Digest) => Exit::DataLost,
+        DataPlaneError::BlobLost(_)
+        | DataPlaneError::Blob(BlobFailure::Digest)
+        | DataPlaneError::SourceChanged(_) => Exit::DataLost,
         DataPlaneError::SessionFailed(_)
         | DataPlaneError::SourceFailure(_)
         | DataPlaneError::ArenaExhausted
