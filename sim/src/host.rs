@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use dataplane_core::agent::{Agent, AgentConfig, acknowledgement};
 use dataplane_core::effect::{Effect, Outbox, Timer};
-use dataplane_core::ids::{Address, NodeId};
+use dataplane_core::host::WithFiles;
+use dataplane_core::ids::{Address, NodeId, PERSISTENT_INCARNATION};
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{Capability, Message};
 
@@ -75,8 +76,9 @@ pub struct HostNode {
     pub proxy_timer_generation: u64,
     /// The host machine, while the node runs.
     pub machine: Option<dataplane_core::host::Host>,
-    /// The arena its workers map (lost with the node).
-    pub mem: crate::memory::SimArena,
+    /// The arena its workers map (lost with the node), and the node's files (file blobs:
+    /// they and the saved table of file blobs outlive the node's restarts).
+    pub mem: WithFiles<crate::memory::SimArena>,
     /// Arming of the host machine's tick.
     pub host_timer_generation: u64,
     /// The workers, by slot (a closed worker is replaced by a new one in its slot).
@@ -132,7 +134,7 @@ impl HostNode {
             discovery_version: 0,
             proxy_timer_generation: 0,
             machine: None,
-            mem: crate::memory::SimArena::default(),
+            mem: WithFiles::default(),
             host_timer_generation: 0,
             workers: Vec::new(),
             next_worker_actor: WORKER_BASE,
@@ -167,7 +169,8 @@ impl HostNode {
         self.agent_timer_generation += 1;
         self.proxy = None;
         self.machine = None;
-        self.mem = crate::memory::SimArena::default();
+        // The arena goes; the disk stays.
+        self.mem.memory = crate::memory::SimArena::default();
         self.workers.clear();
     }
 
@@ -238,6 +241,14 @@ impl HostNode {
 
     /// Whether `address` names a live actor of this node.
     pub fn is_live(&self, address: &Address) -> bool {
+        if address.incarnation == PERSISTENT_INCARNATION {
+            return self.up
+                && address.node == self.node
+                && self
+                    .machine
+                    .as_ref()
+                    .is_some_and(|m| m.file_blobs().any(|f| f.actor == address.actor));
+        }
         self.up
             && address.node == self.node
             && address.incarnation == self.incarnation
@@ -302,6 +313,13 @@ impl HostNode {
         }
         let incarnation = self.incarnation;
         let ack = |message: &Message| acknowledgement(incarnation, to, message);
+        if to.incarnation == PERSISTENT_INCARNATION {
+            // A file blob's source: the host machine answers in every life of the node.
+            if self.machine.is_some() {
+                out.to_machine.push((from, to, message));
+            }
+            return;
+        }
         if to.incarnation != self.incarnation {
             // An actor of an earlier life: the agent acknowledges on its behalf.
             if let Some((reply_to, reply)) = ack(&message) {

@@ -271,6 +271,10 @@ pub struct Options {
     pub spoofs: Option<Recurring>,
     /// The long-life regime, in some seeds.
     pub long_life: Option<LongLifeOptions>,
+    /// A file on a host's disk changes (rewritten with other bytes, mostly of the same
+    /// length, or removed): a file blob published from it must never be served again
+    /// (issue 17).
+    pub file_changes: Option<Recurring>,
     /// The route registrar's manner.
     pub registrar: RegistrarOptions,
     /// Per mille of discovery answers a proxy is told twice (0 in half the seeds).
@@ -583,6 +587,8 @@ impl Options {
                 _ => rng.range(8 * 1024, 128 * 1024),
             };
         }
+        // Drawn last (issue 17), so that every other draw of a seed stays.
+        let file_changes = recurring(&mut rng, ratio(2, 5), (2_000, 30_000), (0, 0));
         Options {
             seed,
             options_draws: rng.take_record(),
@@ -617,6 +623,7 @@ impl Options {
             revocations,
             spoofs,
             long_life,
+            file_changes,
             registrar,
             discovery_repeat_permille,
             clocks,
@@ -656,7 +663,7 @@ impl Options {
         );
         let _ = writeln!(
             s,
-            "# faults: partitions={} directory_crashes={} host_crashes={} route_flaps={} actor_deaths={} proxy_restarts={} authority_outages={} revocations={} spoofs={}",
+            "# faults: partitions={} directory_crashes={} host_crashes={} route_flaps={} actor_deaths={} proxy_restarts={} authority_outages={} revocations={} spoofs={} file_changes={}",
             on(&self.partitions),
             on(&self.directory_crashes),
             on(&self.host_crashes),
@@ -666,6 +673,7 @@ impl Options {
             on(&self.authority_outages),
             on(&self.revocations),
             on(&self.spoofs),
+            on(&self.file_changes),
         );
         let p = &self.proxy;
         let _ = writeln!(

@@ -41,6 +41,8 @@ pub enum FaultKind {
     Revocations,
     /// Spoofed frames.
     Spoofs,
+    /// Files of file blobs changing on their host's disk.
+    FileChanges,
     /// Failed fsyncs.
     FsyncFailures,
     /// Crashes during compaction.
@@ -63,7 +65,7 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, with its command-line name.
-    pub const ALL: [(FaultKind, &'static str); 22] = [
+    pub const ALL: [(FaultKind, &'static str); 23] = [
         (FaultKind::Loss, "loss"),
         (FaultKind::Duplication, "duplication"),
         (FaultKind::Reordering, "reordering"),
@@ -77,6 +79,7 @@ impl FaultKind {
         (FaultKind::DiscoveryLag, "discovery-lag"),
         (FaultKind::Revocations, "revocations"),
         (FaultKind::Spoofs, "spoofs"),
+        (FaultKind::FileChanges, "file-changes"),
         (FaultKind::FsyncFailures, "fsync-failures"),
         (FaultKind::CompactionCrashes, "compaction-crashes"),
         (FaultKind::FullDisk, "full-disk"),
@@ -291,6 +294,7 @@ impl Overrides {
                 FaultKind::DiscoveryLag => options.proxy.discovery_lag_max = Duration::ZERO,
                 FaultKind::Revocations => options.revocations = None,
                 FaultKind::Spoofs => options.spoofs = None,
+                FaultKind::FileChanges => options.file_changes = None,
                 FaultKind::FsyncFailures => options.disk.fsync_failure = Ratio::ZERO,
                 FaultKind::CompactionCrashes => options.disk.compaction_crash = Ratio::ZERO,
                 FaultKind::FullDisk => options.disk.full_disk = None,

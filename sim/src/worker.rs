@@ -110,6 +110,7 @@ fn failure_name(error: &DataPlaneError) -> &'static str {
         DataPlaneError::Busy(_) => "host.fail.Busy",
         DataPlaneError::SessionFailed(_) => "host.fail.SessionFailed",
         DataPlaneError::LimitReached(_) => "host.fail.LimitReached",
+        DataPlaneError::SourceChanged(_) => "host.fail.SourceChanged",
         _ => "host.fail.other",
     }
 }
@@ -125,6 +126,8 @@ pub struct Explanations {
     pub limits: bool,
     /// Hosts restart, so a blob can be lost with its host.
     pub lost_blobs: bool,
+    /// Files of file blobs change on their host's disk.
+    pub changed_files: bool,
 }
 
 impl Explanations {
@@ -152,6 +155,7 @@ impl Explanations {
                 || h.arena_size < 64 * (largest + dataplane_core::arena::BLOB_HEADER_BYTES),
             limits: options.overload.is_some(),
             lost_blobs: options.host_crashes.is_some(),
+            changed_files: options.file_changes.is_some(),
         }
     }
 }
@@ -185,6 +189,9 @@ fn unexplained(op: &Op, error: &DataPlaneError, explains: &Explanations) -> Opti
         }
         DataPlaneError::BlobLost(_) if !explains.lost_blobs => {
             Some("a blob was lost although no host restarted")
+        }
+        DataPlaneError::SourceChanged(_) if !explains.changed_files => {
+            Some("a file blob's file changed although no file changed in this run")
         }
         DataPlaneError::SessionNotRunning => Some("the running session said it was not running"),
         DataPlaneError::BlobTooLarge { length, arena }
@@ -243,6 +250,9 @@ enum Stage {
 #[derive(Clone, Debug)]
 struct Op {
     write: Option<(u64, u64, bool)>,
+    /// A file blob's publication: the file, and the version (tag, length) it had when the
+    /// worker asked (`None`: it did not exist).
+    file: Option<(String, Option<(u64, u64)>)>,
     /// A Stat, Move or Remove (answered `Stat`, `Done` or `Failed`; never cancelled).
     control: bool,
     logical: String,
@@ -255,6 +265,12 @@ struct Op {
     checksum: u64,
     /// A read the child never cancels: the host alone must end it (Q26/H-D9, L12).
     patient: bool,
+}
+
+/// The version (tag, length) of a file whose bytes are `content(tag, length)`.
+fn file_version(bytes: &[u8]) -> Option<(u64, u64)> {
+    let head: [u8; 8] = bytes.get(..8)?.try_into().ok()?;
+    Some((u64::from_le_bytes(head), bytes.len() as u64))
 }
 
 fn checksum(bytes: &[u8]) -> u64 {
@@ -375,8 +391,8 @@ pub struct WorkerIo<'a> {
     pub options: &'a HostOptions,
     /// The contended paths (shared with the clients).
     pub paths: &'a [DataPath],
-    /// The arena the worker maps.
-    pub mem: &'a mut crate::memory::SimArena,
+    /// The arena the worker maps, and its node's files (a worker publishes file blobs).
+    pub mem: &'a mut dataplane_core::host::WithFiles<crate::memory::SimArena>,
     /// The arena generation to present at attach.
     pub arena_generation: u64,
     /// The overload regime, if the run has it.
@@ -812,8 +828,22 @@ impl Worker {
         let logical = self.pick_path(io);
         let path = self.job.resolve(&logical).ok();
         if io.rng.chance(ratio(3, 20)) {
-            // A namespace query or mutation on the child's behalf.
-            let request = match io.rng.below(4) {
+            // A namespace query or mutation on the child's behalf, or a file blob's
+            // publication (issue 17).
+            let mut file = None;
+            let request = match io.rng.below(5) {
+                4 => {
+                    let name = crate::world::file_name(
+                        io.rng.below(crate::world::FILES_PER_HOST + 1) as usize,
+                    );
+                    let version = io.mem.files.contents(&name).and_then(file_version);
+                    file = Some((name.clone(), version));
+                    ChildRequest::PublishFile {
+                        op: ChildOp(op),
+                        path: logical.clone(),
+                        file: name,
+                    }
+                }
                 0 | 1 => ChildRequest::Stat {
                     op: ChildOp(op),
                     path: logical.clone(),
@@ -834,6 +864,7 @@ impl Worker {
                 op,
                 Op {
                     write: None,
+                    file,
                     control: true,
                     logical,
                     path,
@@ -866,6 +897,7 @@ impl Worker {
                 op,
                 Op {
                     write: Some((tag, length, corrupt)),
+                    file: None,
                     control: false,
                     logical: logical.clone(),
                     path,
@@ -895,6 +927,7 @@ impl Worker {
                 op,
                 Op {
                     write: None,
+                    file: None,
                     control: false,
                     logical: logical.clone(),
                     path,
@@ -912,6 +945,51 @@ impl Worker {
             }
         };
         io.out.requests.push(request);
+    }
+
+    /// A file blob was published: its content is the version the file had when the worker
+    /// asked, if it still has that version now (a version never comes back, so the file had
+    /// it throughout). A file that changed meanwhile leaves the content unknown.
+    fn file_published(
+        &mut self,
+        op: u64,
+        name: &str,
+        asked: Option<(u64, u64)>,
+        revision: Revision,
+        io: &mut WorkerIo<'_>,
+    ) {
+        let Some(o) = self.ops.remove(&op) else {
+            return;
+        };
+        let now = io.mem.files.contents(name).and_then(file_version);
+        if !o
+            .path
+            .as_ref()
+            .is_some_and(|p| self.job.allows(p, Access::Write))
+        {
+            io.violation(format!(
+                "S29: {} published file {name} at {:?}, where it may not write",
+                self.address, o.logical
+            ));
+        }
+        match (asked, o.path) {
+            (None, _) if !io.explains.changed_files => io.violation(format!(
+                "{}: op {op} published file {name}, which does not exist",
+                self.address
+            )),
+            (Some((tag, length)), Some(path)) if now == asked => {
+                self.seen.insert(path.clone(), revision);
+                io.out.notes.push(Note::Published {
+                    path,
+                    revision,
+                    tag,
+                    length,
+                });
+                io.out.notes.push(Note::Seen("host.file_published"));
+            }
+            _ => io.out.notes.push(Note::Seen("host.file_publish_raced")),
+        }
+        self.maybe_close(io);
     }
 
     /// Checks that an op granted on `path` is one the job allows (S29).
@@ -1024,6 +1102,12 @@ impl Worker {
                 revision,
             } => self.read_granted(op.0, lease, revision, io),
             ChildEvent::Published { op, revision } => {
+                if let Some(o) = self.ops.get(&op.0)
+                    && let Some((name, asked)) = o.file.clone()
+                {
+                    self.file_published(op.0, &name, asked, revision, io);
+                    return;
+                }
                 let Some(o) = self.ops.get_mut(&op.0) else {
                     return;
                 };

@@ -169,6 +169,8 @@ enum EventKind {
     ActorDeath,
     Revocation,
     Spoof,
+    /// A file on a host's disk changes (issue 17).
+    FileChange,
     Heal,
     End,
     /// A connection attempt reaches the directory's listener (or fails).
@@ -371,6 +373,18 @@ impl DirectoryNode {
     }
 }
 
+/// Tags of file versions start here (far above every worker's `(global << 32) | op`).
+pub const FILE_TAG_BASE: u64 = 1 << 62;
+/// Files on each host's disk (`f0`, `f1`, `f2`); workers also ask for `f3`, which never exists.
+pub const FILES_PER_HOST: u64 = 3;
+/// The shortest file (its first eight bytes name its version's tag).
+const FILE_LENGTH_MIN: u64 = 8;
+
+/// The name of file `k` on a host's disk.
+pub fn file_name(k: usize) -> String {
+    format!("f{k}")
+}
+
 /// One simulated run.
 #[derive(Debug)]
 pub struct World {
@@ -381,6 +395,8 @@ pub struct World {
     net_rng: SimRng,
     fault_rng: SimRng,
     spoof_rng: SimRng,
+    /// File versions written so far (each version's content has tag `FILE_TAG_BASE + n`).
+    file_tags: u64,
     env_rng: SimRng,
     work_rng: SimRng,
     disk_rng: SimRng,
@@ -476,13 +492,26 @@ impl World {
     /// Builds the world of `options` with its trace (which may stream to files).
     pub fn with_trace(options: Options, trace: Trace) -> World {
         let mut first_global = 0;
+        let mut file_tags = 0;
         let hosts = options
             .clients_per_host
             .iter()
             .enumerate()
             .map(|(i, &clients)| {
-                let host = HostNode::new(NodeId(1 + i as u64), clients, first_global);
+                let mut host = HostNode::new(NodeId(1 + i as u64), clients, first_global);
                 first_global += clients;
+                // Every host's disk holds files workers may publish as file blobs: a small
+                // one, one of half the largest blob and one of the largest.
+                let blob_max = options.host.blob_max.max(FILE_LENGTH_MIN);
+                let small = FILE_LENGTH_MIN + (options.seed.wrapping_add(i as u64) % 2_048);
+                for (k, length) in [small, blob_max / 2, blob_max].into_iter().enumerate() {
+                    file_tags += 1;
+                    let length = length.max(FILE_LENGTH_MIN);
+                    host.mem.files.write(
+                        &file_name(k),
+                        crate::worker::content(FILE_TAG_BASE + file_tags, length),
+                    );
+                }
                 host
             })
             .collect();
@@ -506,6 +535,7 @@ impl World {
             net_rng: options.entropy.rng(Stream::Network),
             fault_rng: options.entropy.rng(Stream::Faults),
             spoof_rng: options.entropy.rng(Stream::Spoof),
+            file_tags,
             env_rng: options.entropy.rng(Stream::Environment),
             work_rng: options.entropy.rng(Stream::Workload),
             disk_rng: options.entropy.rng(Stream::Disk),
@@ -683,6 +713,7 @@ impl World {
             (self.options.actor_deaths, EventKind::ActorDeath),
             (self.options.revocations, EventKind::Revocation),
             (self.options.spoofs, EventKind::Spoof),
+            (self.options.file_changes, EventKind::FileChange),
             (self.options.proxy_restarts, EventKind::ProxyCrash),
             (self.options.authority_outages, EventKind::OutageStart),
             (self.options.disk.full_disk, EventKind::DiskFull),
@@ -932,6 +963,14 @@ impl World {
                 self.revoke_random_session();
                 if let Some(f) = self.options.revocations {
                     self.schedule_next(f, EventKind::Revocation);
+                }
+            }
+            EventKind::FileChange => {
+                if self.phase == Phase::Faulty {
+                    self.change_random_file();
+                }
+                if let Some(f) = self.options.file_changes {
+                    self.schedule_next(f, EventKind::FileChange);
                 }
             }
             EventKind::Spoof => {
@@ -1993,7 +2032,10 @@ impl World {
     fn route_truth(&self, target: &Address) -> bool {
         self.host_index(target.node).is_some_and(|host| {
             let h = &self.hosts[host];
-            h.up && h.incarnation == target.incarnation
+            // A file blob's source (issue 17) serves in every life of its node.
+            let life = h.incarnation == target.incarnation
+                || target.incarnation == dataplane_core::ids::PERSISTENT_INCARNATION;
+            h.up && life
                 && !self.blocked.contains(&(DIRECTORY_NODE, target.node))
                 && !self.flapped.contains(target)
         })
@@ -2412,13 +2454,15 @@ impl World {
             config.operations_max = o.host_operations_max;
             config.session_operations_max = o.session_operations_max;
         }
-        let machine = Host::new(
+        let mut machine = Host::new(
             config,
             self.options.clocks[host + 1].local(self.now),
             &mut self.outbox,
         );
+        // The node's disk kept its table of file blobs: they are served again at once.
+        machine.restore_files(h.mem.files.saved().clone());
         h.machine = Some(machine);
-        h.mem = crate::memory::SimArena::new(o.arena_size as usize);
+        h.mem.memory = crate::memory::SimArena::new(o.arena_size as usize);
         self.start_peers(host);
         let h = &mut self.hosts[host];
         h.workers.clear();
@@ -2814,6 +2858,33 @@ impl World {
     }
 
     /// The supervisor of a random running host revokes a random attached worker's session.
+    /// A file on a host's disk changes (issue 17): rewritten with the bytes of a new version
+    /// (mostly of the same length, so only its stamp tells), or removed. A file blob published
+    /// from it must never be served again: the content check holds every read of a file blob
+    /// to the version its publication saw.
+    fn change_random_file(&mut self) {
+        let host = self.fault_rng.below(self.hosts.len() as u64) as usize;
+        let name = file_name(self.fault_rng.below(FILES_PER_HOST) as usize);
+        let files = &mut self.hosts[host].mem.files;
+        let old = files.contents(&name).map(|b| b.len() as u64);
+        if self.fault_rng.chance(ratio(1, 5)) {
+            files.remove(&name);
+            self.checker.coverage.hit("fault.file_removed");
+            return;
+        }
+        let length = match old {
+            Some(length) if self.fault_rng.chance(ratio(3, 4)) => length,
+            _ => self.fault_rng.range(
+                FILE_LENGTH_MIN,
+                self.options.host.blob_max.max(FILE_LENGTH_MIN) + 1,
+            ),
+        };
+        self.file_tags += 1;
+        let bytes = crate::worker::content(FILE_TAG_BASE + self.file_tags, length);
+        self.hosts[host].mem.files.write(&name, bytes);
+        self.checker.coverage.hit("fault.file_changed");
+    }
+
     fn revoke_random_session(&mut self) {
         let candidates: Vec<(usize, Address)> = self
             .hosts

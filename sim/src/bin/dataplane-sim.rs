@@ -68,7 +68,7 @@ shrink: narrows a failing seed to the smallest run that fails the same check (op
         the decision tape) and writes FILE, FILE.tape and FILE.html (a sequence diagram).
 --no-fault KIND turns one fault or unhelpful behaviour off (loss, duplication, reordering,
         partitions, directory-crashes, host-crashes, route-flaps, actor-deaths,
-        proxy-restarts, authority-outages, discovery-lag, revocations, spoofs,
+        proxy-restarts, authority-outages, discovery-lag, revocations, spoofs, file-changes,
         fsync-failures, compaction-crashes, full-disk, rot, hostile-children, dying-children,
         registrar, discovery-repeats, clocks); --set KEY=VALUE pins one option
         (fault_phase_ms, directory_retry_ms, retry_batch, deadline_ms, proxy_retry_ms,

@@ -77,6 +77,25 @@ impl HostChecker {
                     ));
                 }
             }
+            // Issue 17: a file blob the directory binds is in its host's table, in every life
+            // of the host (the table is durable before the Register leaves, and a record goes
+            // only once the directory retired its source).
+            for (path, entry) in dir.durable().entries() {
+                let Entry::Blob {
+                    recovery: SourceRecovery::File { source, .. },
+                    ..
+                } = entry
+                else {
+                    continue;
+                };
+                if source.node == host.node
+                    && !machine.file_blobs().any(|f| f.actor == source.actor)
+                {
+                    return Err(format!(
+                        "files: {path} is bound to file source {source}, which its host does not serve"
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -324,6 +343,10 @@ impl HostChecker {
                                 payload.len()
                             ));
                         }
+                        if tag >= crate::world::FILE_TAG_BASE {
+                            // A file blob, read as the version its publication saw.
+                            return Ok("host.file_read_checked");
+                        }
                         Ok("host.read_checked")
                     }
                     None if payload.len() >= 8 => {
@@ -401,6 +424,19 @@ impl HostChecker {
                     problems.push(format!(
                         "L10: binding {actor} on {} ({}) holds on in {:?}, namespace {:?}, child holds {}",
                         host.node, b.path, b.phase, b.namespace, b.child_holds
+                    ));
+                }
+            }
+            // Issue 17: a file blob the host records as published is still bound (its record
+            // goes when the directory retires its source, and every retirement is done by now).
+            for f in machine.file_blobs() {
+                let address = machine.file_source(f.actor);
+                if f.revision.is_some() && !bound.contains(&address) {
+                    problems.push(format!(
+                        "files: {} still serves file blob {address} ({} from {}), which nothing binds",
+                        host.node,
+                        f.path,
+                        f.file.as_str()
                     ));
                 }
             }

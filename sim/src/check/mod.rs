@@ -105,6 +105,12 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "host.fail.SourceFailure",
     "host.fail.BlobLost",
     "host.stat_lost",
+    // File blobs (issue 17): published, read as the version published, refused once changed.
+    "host.file_published",
+    "host.file_read_checked",
+    "host.fail.SourceChanged",
+    "fault.file_changed",
+    "fault.file_removed",
     "host.refused_ended_incarnation",
     "host.fail.OperationCancelled",
     "host.fail.PathExists",
