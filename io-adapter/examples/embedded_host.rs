@@ -63,6 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         deadline: Duration::from_secs(80),
         cluster_key: None,
         metrics_listen: None,
+        files: None,
     };
     let socket = host.socket.clone();
     std::thread::spawn(move || {

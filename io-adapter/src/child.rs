@@ -592,6 +592,24 @@ impl ChildSession {
         self.done(op)
     }
 
+    /// Publishes `file`, a file under the host's file root (`dataplane-node host --files`), at
+    /// `path` as a file blob (issue 17): the host serves its bytes from the file, in every
+    /// life of the host and the directory, and refuses to serve them once the file changed
+    /// (readers fail [`DataPlaneError::SourceChanged`]). Nothing is copied into the arena.
+    pub fn publish_file(&mut self, path: &str, file: &str) -> Result<Revision, ChildError> {
+        let op = self.op();
+        self.send(&ChildRequest::PublishFile {
+            op,
+            path: path.to_owned(),
+            file: file.to_owned(),
+        })?;
+        match self.wait(op)? {
+            ChildEvent::Published { revision, .. } => Ok(revision),
+            ChildEvent::Failed { error, .. } => Err(ChildError::Failed(error)),
+            other => Err(unexpected(&other, "for a file publication")),
+        }
+    }
+
     /// Unlinks `path` (if it still has `expected_revision`, when given).
     pub fn remove(
         &mut self,

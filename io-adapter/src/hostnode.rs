@@ -78,6 +78,7 @@ use crate::control::{
     ControlReply, ControlRequest, SessionInfo, control_path,
 };
 use crate::driver::Clock;
+use crate::files::{HostMemory, NodeFiles};
 use crate::metrics::{GaugeClock, HostMetrics, Refusal, gauge_value};
 use crate::net::{
     ClusterKey, ConnId, HandshakeError, Limits, Link, ListenerId, NetEvent, Outgoing, Overflow,
@@ -150,6 +151,9 @@ pub struct HostOptions {
     pub cluster_key: Option<ClusterKey>,
     /// Serve [`HostMetrics`] at `http://ADDR/metrics` (`host:port`).
     pub metrics_listen: Option<String>,
+    /// Children may publish the files under this directory as file blobs (issue 17); the
+    /// table of file blobs is kept there too. `None`: no file blobs.
+    pub files: Option<PathBuf>,
 }
 
 /// A child's first frame: it proves it may attach.
@@ -274,6 +278,8 @@ struct HostNode {
     proxy: Proxy,
     machine: Host,
     arena: SharedArena,
+    /// The files children may publish as file blobs (issue 17).
+    files: NodeFiles,
     /// The arena, opened read-only: what children map.
     arena_for_children: std::os::fd::OwnedFd,
     capability: Capability,
@@ -411,6 +417,14 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     .map_err(|e| err("arena", &e))?;
     let mut arena = arena;
     arena.prefault();
+    // The files and their table before anything else waits on the network: a table that
+    // cannot be read is a setup failure (its blobs would be bound and unserved).
+    let (files, file_table) = NodeFiles::open(options.files.as_deref()).map_err(|e| {
+        HostError::Setup(format!(
+            "the file blobs' table (--files): {e} (restore it from a backup; removing it makes \
+             this host forget its file blobs, which readers then cannot read)"
+        ))
+    })?;
     let arena_for_children = arena.read_only_fd().map_err(|e| err("arena", &e))?;
     let listener = TcpListener::bind(&options.listen).map_err(|e| err(&options.listen, &e))?;
     let mut net = Reactor::new().map_err(|e| err("poll", &e))?;
@@ -537,7 +551,13 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     config.chunk_bytes = TRANSFER_CHUNK_BYTES;
     config.window = TRANSFER_WINDOW;
     config.call_guard = options.deadline.saturating_add(Duration::from_secs(5));
-    let machine = Host::new(config, clock.now(), &mut outbox);
+    let mut machine = Host::new(config, clock.now(), &mut outbox);
+    // The file blobs of this node's earlier lives are served again at once.
+    let file_blobs = file_table.files.len();
+    machine.restore_files(file_table);
+    if let Some(root) = files.root() {
+        info!(root = %root.display(), file_blobs, "serving file blobs");
+    }
     let mut agent_boot = Outbox::new();
     let agent = Agent::boot(
         AgentConfig {
@@ -557,6 +577,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         proxy,
         machine,
         arena,
+        files,
         arena_for_children,
         capability,
         net,
@@ -784,9 +805,15 @@ impl HostNode {
         }
         if self.host_timer.is_some_and(|at| at <= now) {
             self.host_timer = None;
-            let _ =
-                self.machine
-                    .handle_timer(now, Timer::HostTick, &mut self.arena, &mut self.outbox);
+            let _ = self.machine.handle_timer(
+                now,
+                Timer::HostTick,
+                &mut HostMemory {
+                    arena: &mut self.arena,
+                    files: &self.files,
+                },
+                &mut self.outbox,
+            );
             self.host_effects();
         }
         if self.agent_timer.is_some_and(|at| at <= now) {
@@ -983,7 +1010,17 @@ impl HostNode {
         }
         if self
             .machine
-            .handle_message(now, from, to, message, &mut self.arena, &mut self.outbox)
+            .handle_message(
+                now,
+                from,
+                to,
+                message,
+                &mut HostMemory {
+                    arena: &mut self.arena,
+                    files: &self.files,
+                },
+                &mut self.outbox,
+            )
             .is_ok()
         {
             self.host_effects();
@@ -1298,10 +1335,15 @@ impl HostNode {
                     .sessions()
                     .find(|(_, s)| s.address == session)
                     .and_then(|(_, s)| s.child);
-                if self
-                    .machine
-                    .revoke_session(now, session, &mut self.arena, &mut self.outbox)
-                {
+                if self.machine.revoke_session(
+                    now,
+                    session,
+                    &mut HostMemory {
+                        arena: &mut self.arena,
+                        files: &self.files,
+                    },
+                    &mut self.outbox,
+                ) {
                     info!(%session, child = ?child.map(|c| c.to_string()), "session revoked by the operator");
                     // The child hears `Revoked` first (routed now), then its connection ends:
                     // a revoked child can do nothing more (its views are gone, Q24).

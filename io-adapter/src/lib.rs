@@ -37,6 +37,7 @@ pub mod child;
 pub mod control;
 pub mod dirnode;
 pub mod driver;
+pub mod files;
 pub mod frame;
 pub mod hostnode;
 pub mod log;

@@ -239,9 +239,14 @@ impl Host {
                 "the file name is too long or holds a NUL",
             )));
         };
-        let facts = mem.file_facts(&file).map_err(|fault| match fault {
-            FileFault::Unsupported => DataPlaneError::Unsupported,
-            other => DataPlaneError::InvalidArgument(super::reason(&other.to_string())),
+        let facts = mem.file_facts(&file).map_err(|fault| {
+            let text = match fault {
+                FileFault::Unsupported => {
+                    "this host serves no files (its operator starts it with --files DIR)".into()
+                }
+                other => other.to_string(),
+            };
+            DataPlaneError::InvalidArgument(super::reason(&text))
         })?;
         Ok((path, file, facts))
     }

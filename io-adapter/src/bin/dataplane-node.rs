@@ -131,6 +131,10 @@ struct HostArgs {
     /// file 0640, both of that group.
     #[arg(long, value_name = "GROUP")]
     socket_group: Option<String>,
+    /// Let children publish the files under DIR as file blobs (`dataplane publish PATH FILE`,
+    /// FILE relative to DIR); the table of file blobs is kept in DIR too.
+    #[arg(long, value_name = "DIR")]
+    files: Option<PathBuf>,
     #[command(flatten)]
     common: Common,
 }
@@ -239,6 +243,7 @@ fn run(role: Role) -> Result<(), Failure> {
                 deadline: Duration::from_secs(args.deadline_secs),
                 cluster_key: cluster_key(args.common.cluster_key_file.as_deref())?,
                 metrics_listen: args.common.metrics_listen,
+                files: args.files,
             };
             run_host(options).map_err(|e| (e.exit_code(), e.to_string()))
         }

@@ -82,6 +82,15 @@ enum Command {
         #[arg(long)]
         replace: bool,
     },
+    /// Publish FILE, a file on the host's disk under its file root (`dataplane-node host
+    /// --files DIR`, FILE relative to DIR), at PATH without copying it: the host serves it from
+    /// the file, across restarts, and refuses to once the file changed.
+    Publish {
+        /// The data path.
+        path: OsString,
+        /// The file, relative to the host's file root.
+        file: String,
+    },
     /// Remove PATH.
     Rm {
         /// The data path.
@@ -294,6 +303,14 @@ fn run(socket: &Path, command: Command) -> Result<(), Failure> {
             session.close().map_err(child)
         }
         Command::Mv { src, dst, replace } => mv(socket, &src, &dst, replace),
+        Command::Publish { path, file } => {
+            let path = data_path(&path)?;
+            let mut session = connect(socket)?;
+            let revision = session.publish_file(path, &file).map_err(child)?;
+            session.close().map_err(child)?;
+            eprintln!("{path}: published from the host's file {file} at {revision}");
+            Ok(())
+        }
         Command::Rm { path } => {
             let path = data_path(&path)?;
             let mut session = connect(socket)?;

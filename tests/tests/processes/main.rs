@@ -4,6 +4,7 @@
 mod cluster;
 mod cluster_key;
 mod control;
+mod file_blobs;
 mod garbage;
 mod hostile;
 mod kill_directory;
