@@ -66,6 +66,11 @@
 //!   `read_exact`s it into a pre-faulted buffer. Two processes, one copy out of user memory and
 //!   one into user memory, the kernel's segmentation: the best a TCP copy of the bytes between
 //!   two processes can do here (the hosts themselves cannot be made to run it).
+//!   *`remote_get_file`* (issue 17), on its own `BENCH` line of the digest-less run: A also
+//!   serves the same bytes as a file blob (`--files`, `publish_file`: A reads each chunk from
+//!   the file with `pread`, checking its stamp); timed like ours, interleaved with it, and
+//!   compared with ours (`baseline=remote_get`): a file blob should move as fast as an arena
+//!   blob.
 //!
 //! * **`sustained_put_get`** (16 and 64 child sessions, half on each of two host nodes, 30 s;
 //!   2 s in quick mode): every session loops "put 1 KiB at a fresh path, read it back"
@@ -78,6 +83,7 @@
 //! Benches live outside the pure core, so they may read the wall clock.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
+use std::ffi::OsStr;
 use std::fs;
 use std::hint::black_box;
 use std::io::{Read, Write};
@@ -331,6 +337,11 @@ impl Cluster {
 
     /// Starts a host node with an arena of `arena_bytes` and returns a child session on it.
     fn host(&mut self, name: &str, arena_bytes: usize) -> ChildSession {
+        self.host_with(name, arena_bytes, &[])
+    }
+
+    /// [`host`](Self::host) with `extra` options on the host's command line.
+    fn host_with(&mut self, name: &str, arena_bytes: usize, extra: &[&OsStr]) -> ChildSession {
         let socket = self.scratch.path().join(format!("{name}.sock"));
         let mut command = Command::new(node_binary());
         command
@@ -342,7 +353,8 @@ impl Cluster {
             .arg("--socket")
             .arg(&socket)
             .arg("--arena-size")
-            .arg(arena_bytes.to_string());
+            .arg(arena_bytes.to_string())
+            .args(extra);
         let mut proc = Proc::start(&format!("host node {name}"), command);
         let session = wait_session(&mut proc, &socket);
         self.procs.push(proc);
@@ -1076,13 +1088,25 @@ fn remote_get(budget: Budget, digest: DigestKind) -> f64 {
     };
     let id = format!("remote_get size={} digest={digest_name}", size_name(len));
     let mut cluster = Cluster::start("remote");
-    let mut on_a = cluster.host("a", arena_for(len));
+    // A serves file blobs too (issue 17): the same bytes, published from a file on its disk.
+    let files = cluster.scratch.path().join("files-a");
+    fs::create_dir_all(&files).expect("A's file root");
+    let mut on_a = cluster.host_with(
+        "a",
+        arena_for(len),
+        &["--files".as_ref(), files.as_os_str()],
+    );
     on_a.set_digest(digest);
     let mut on_b = cluster.host("b", arena_for(len));
     let src = payload(len);
     let path = "/data/bench/remote";
     on_a.write(path, len as u64, |p| p.copy_from_slice(&src))
         .expect("put on A");
+    let file_path = "/data/bench/remote-file";
+    fs::write(files.join("blob"), &src).expect("the file on A's disk");
+    on_a.publish_file(file_path, "blob")
+        .expect("publish the file on A");
+    let (mut from_file, mut file_reps) = (Duration::MAX, Vec::new());
 
     // The baseline's sender process, connected to us.
     let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
@@ -1110,6 +1134,19 @@ fn remote_get(budget: Budget, digest: DigestKind) -> f64 {
         );
         drop(view);
         cluster.check_alive();
+
+        let started = Instant::now();
+        let view = on_b.read(file_path).expect("get the file blob on B");
+        let took_file = started.elapsed();
+        assert!(
+            view.bytes() == src.as_slice(),
+            "the file blob's read differs from the file"
+        );
+        drop(view);
+        if rep > 0 {
+            from_file = from_file.min(took_file);
+            file_reps.push(format!("{:.1}", took_file.as_secs_f64() * 1e3));
+        }
 
         let started = Instant::now();
         tcp.write_all(&(len as u64).to_le_bytes())
@@ -1147,6 +1184,23 @@ fn remote_get(budget: Budget, digest: DigestKind) -> f64 {
         gib(tcp_rate),
         ours / tcp_rate
     );
+    if digest == DigestKind::None {
+        // A file blob has no digest: compared with the arena blob read without one.
+        let file_rate = len as f64 / from_file.as_secs_f64();
+        println!(
+            "# remote_get_file size={}: repetitions ms [{}]",
+            size_name(len),
+            file_reps.join(", ")
+        );
+        println!(
+            "BENCH name=remote_get_file size={} ours={} baseline=remote_get arena={} ratio={:.2} tcp_ratio={:.2}",
+            size_name(len),
+            gib(file_rate),
+            gib(ours),
+            file_rate / ours,
+            file_rate / tcp_rate
+        );
+    }
     ours / tcp_rate
 }
 
