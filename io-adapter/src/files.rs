@@ -18,12 +18,14 @@
 //!   aside, synced, renamed, the directory synced) before each Register leaves; a host that
 //!   cannot read it back refuses to start (its file blobs would be bound and unserved).
 //! * **Cost.** Every call is synchronous on the host's loop: a chunk costs one `open`, two
-//!   `fstat`s and one `pread` of at most a chunk; a publication one `stat` and one table write.
+//!   `fstat`s and one `pread` of at most a chunk into a buffer that is not zeroed first (the
+//!   name is not resolved again: the stamp names the inode checked at publication); a
+//!   publication one `realpath`, one `stat` and one table write.
 //!   Nothing is copied into the arena and nothing is hashed.
 
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use dataplane_core::arena::{ArenaMemory, Lease, MemoryFault};
@@ -120,9 +122,13 @@ impl NodeFiles {
         offset: u64,
         len: u32,
     ) -> Result<Vec<u8>, FileFault> {
-        // Gone, moved out of the root or replaced by something else: changed.
-        let path = self.resolve(file).map_err(|_| FileFault::Changed)?;
-        let handle = File::open(&path).map_err(|_| FileFault::Changed)?;
+        // No resolution again: the stamp holds the device and inode that were checked to lie
+        // under the root at publication, so whatever the name reaches now is served only if
+        // it is that same file, unchanged. Gone or replaced: changed.
+        let Some(root) = &self.root else {
+            return Err(FileFault::Unsupported);
+        };
+        let handle = File::open(root.join(file.as_str())).map_err(|_| FileFault::Changed)?;
         let same = |handle: &File| {
             handle
                 .metadata()
@@ -131,13 +137,10 @@ impl NodeFiles {
         if !same(&handle) {
             return Err(FileFault::Changed);
         }
-        let mut bytes = vec![0; len as usize];
-        match handle.read_exact_at(&mut bytes, offset) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(FileFault::Changed),
-            Err(e) => return Err(FileFault::Io(e.to_string())),
-        }
-        if !same(&handle) {
+        let bytes = crate::sys::pread_fresh(&handle, len as usize, offset)
+            .map_err(|e| FileFault::Io(e.to_string()))?;
+        // A short read: the file shrank under its stamp.
+        if bytes.len() != len as usize || !same(&handle) {
             return Err(FileFault::Changed);
         }
         Ok(bytes)

@@ -1,6 +1,6 @@
 //! The few system calls the nodes make that the standard library does not wrap: a Unix socket
-//! bound with a given mode whatever the umask, the group of a socket, and who is at the other
-//! end of a Unix connection.
+//! bound with a given mode whatever the umask, the group of a socket, who is at the other end
+//! of a Unix connection, and a `pread` into a buffer that is not zeroed first.
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
@@ -91,6 +91,43 @@ pub fn peer_credentials(socket: BorrowedFd<'_>) -> io::Result<(i32, u32)> {
 pub fn is_socket(path: &Path) -> bool {
     use std::os::unix::fs::FileTypeExt;
     std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
+/// `len` bytes of `file` from `offset` (`pread`, repeated over short reads and `EINTR`), into
+/// a fresh buffer that is not zeroed first (a chunk is read once; zeroing it first would
+/// touch every byte twice). Fewer bytes than `len` only at the end of the file.
+pub fn pread_fresh(file: &std::fs::File, len: usize, offset: u64) -> io::Result<Vec<u8>> {
+    let mut buf: Vec<u8> = Vec::with_capacity(len);
+    let mut filled = 0usize;
+    while filled < len {
+        let at = offset
+            .checked_add(filled as u64)
+            .and_then(|at| libc::off_t::try_from(at).ok())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: the destination is the buffer's spare capacity from `filled` on, `len -
+        // filled` bytes, all inside its allocation; `pread` writes at most that many.
+        let n = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                buf.as_mut_ptr().add(filled).cast(),
+                len - filled,
+                at,
+            )
+        };
+        match n {
+            0 => break,
+            n if n > 0 => filled += n as usize,
+            _ => {
+                let error = io::Error::last_os_error();
+                if error.kind() != io::ErrorKind::Interrupted {
+                    return Err(error);
+                }
+            }
+        }
+    }
+    // SAFETY: `pread` initialised the first `filled` bytes.
+    unsafe { buf.set_len(filled) };
+    Ok(buf)
 }
 
 #[cfg(test)]
