@@ -28,8 +28,8 @@ use dataplane_core::ids::{Address, NodeId, PERSISTENT_INCARNATION, Revision};
 use dataplane_core::path::{DataPath, JobContext};
 use dataplane_core::time::Duration;
 use dataplane_core::wire::{
-    Capability, ChildEvent, ChildOp, ChildRequest, DirectoryCall, DirectoryRequest, GoneScope,
-    LeaseView, Message, ReplyBody,
+    Capability, ChildEvent, ChildOp, ChildRequest, Descriptor, DirectoryCall, DirectoryRequest,
+    GoneScope, LeaseView, Message, ReplyBody, StreamMatch, StreamRole,
 };
 use dataplane_testkit::dir::{DIRECTORY, path};
 use dataplane_testkit::hosts::{Cluster, Frame, Setup};
@@ -2049,4 +2049,135 @@ fn a_refused_file_publication_changes_nothing() {
             ReplyBody::Resolved(Err(NamespaceError::PathNotFound(_)))
         ));
     }
+}
+
+// =============================================================================================
+// Streams for programs (issue 17)
+
+fn open_stream(
+    w: &mut World,
+    child: Address,
+    op: u64,
+    logical: &str,
+    role: StreamRole,
+    replace: bool,
+) {
+    let request = ChildRequest::OpenStream {
+        op: ChildOp(op),
+        path: logical.into(),
+        role,
+        descriptor: Descriptor::new(format!("{child}").into_bytes()).unwrap(),
+        replace,
+        ensure: true,
+        expected_revision: None,
+    };
+    w.send(child, request);
+}
+
+fn matched(w: &mut World, child: Address) -> StreamMatch {
+    match w.expect(child, |e| {
+        matches!(
+            e,
+            ChildEvent::StreamMatched { .. } | ChildEvent::Failed { .. }
+        )
+    }) {
+        ChildEvent::StreamMatched { matched, .. } => matched,
+        other => panic!("{child}: {other:?}"),
+    }
+}
+
+#[test]
+fn children_on_two_hosts_meet_at_a_stream_and_close_it() {
+    let mut w = World::new(2);
+    let (a, b) = (w.child(N1), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    open_stream(&mut w, a, 1, "/data/s", StreamRole::Source, false);
+    w.run(1);
+    assert!(w.take(a).is_empty(), "a source waits for its sink");
+    open_stream(&mut w, b, 1, "/data/s", StreamRole::Sink, false);
+    w.run(1);
+    let (ma, mb) = (matched(&mut w, a), matched(&mut w, b));
+    assert_eq!(ma, mb);
+    assert_eq!(ma.source_descriptor.as_bytes(), format!("{a}").as_bytes());
+    assert_eq!(ma.sink_descriptor.as_bytes(), format!("{b}").as_bytes());
+    assert_eq!(w.dir().rendezvous_all().count(), 1);
+    // A close from either side ends it at the directory.
+    w.send(a, ChildRequest::CloseStream { op: ChildOp(1) });
+    w.run(1);
+    w.expect(a, |e| matches!(e, ChildEvent::StreamClosed { .. }));
+    assert_eq!(w.dir().rendezvous_all().count(), 0);
+    // Both sessions hold nothing.
+    w.send(a, ChildRequest::Close);
+    w.expect(a, |e| matches!(e, ChildEvent::Closed));
+}
+
+#[test]
+fn a_dying_childs_streams_are_retracted_and_closed_on_its_behalf() {
+    let mut w = World::new(2);
+    let (a, b, c) = (w.child(N1), w.child(N2), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    w.attach(c);
+    // a waits at /data/p; b and c are matched at /data/q.
+    open_stream(&mut w, a, 1, "/data/p", StreamRole::Source, false);
+    open_stream(&mut w, b, 1, "/data/q", StreamRole::Source, false);
+    open_stream(&mut w, c, 1, "/data/q", StreamRole::Sink, false);
+    w.run(1);
+    matched(&mut w, b);
+    matched(&mut w, c);
+    assert_eq!(w.dir().rendezvous_all().count(), 2);
+    // Both children die (their sessions close, as for a dead process).
+    w.send(a, ChildRequest::Close);
+    w.send(b, ChildRequest::Close);
+    w.run(3);
+    assert_eq!(
+        w.dir().rendezvous_all().count(),
+        0,
+        "the waiting open is retracted and the matched stream closed"
+    );
+    assert_eq!(w.host(N1).bindings().count(), 0);
+    // c's side stays until c closes it (a close is not told to the peer: the transport is
+    // where a peer learns that the other side went).
+    assert_eq!(w.host(N2).bindings().count(), 1);
+}
+
+#[test]
+fn a_replacing_open_displaces_the_matched_stream() {
+    let mut w = World::new(2);
+    let (a, b, c) = (w.child(N1), w.child(N2), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    w.attach(c);
+    open_stream(&mut w, a, 1, "/data/s", StreamRole::Source, false);
+    open_stream(&mut w, b, 1, "/data/s", StreamRole::Sink, false);
+    w.run(1);
+    matched(&mut w, a);
+    matched(&mut w, b);
+    // c replaces the source: the old rendezvous is displaced for both its endpoints, and c
+    // waits for a new sink.
+    open_stream(&mut w, c, 1, "/data/s", StreamRole::Source, true);
+    w.run(3);
+    w.expect(a, |e| matches!(e, ChildEvent::StreamDisplaced { .. }));
+    w.expect(b, |e| matches!(e, ChildEvent::StreamDisplaced { .. }));
+    // A cancel ends c's waiting open, and the directory forgets it.
+    w.send(c, ChildRequest::Cancel { op: ChildOp(1) });
+    w.run(2);
+    match w.expect(c, is_failed) {
+        ChildEvent::Failed {
+            error: DataPlaneError::OperationCancelled,
+            ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.dir().rendezvous_all().count(), 0);
+    // A source may not open where the job may not write.
+    open_stream(&mut w, c, 2, "/elsewhere/s", StreamRole::Source, false);
+    assert!(matches!(
+        w.expect(c, is_failed),
+        ChildEvent::Failed {
+            error: DataPlaneError::InvalidPath(_) | DataPlaneError::Unauthorized { .. },
+            ..
+        }
+    ));
 }

@@ -28,11 +28,13 @@ use dataplane_core::error::DataPlaneError;
 use dataplane_core::ids::Revision;
 use dataplane_core::limits::FRAME_BYTES_MAX;
 use dataplane_core::wire::{
-    Capability, ChildEvent, ChildOp, ChildRequest, EntryKind, LeaseView, decode_value,
+    Capability, ChildEvent, ChildOp, ChildRequest, Descriptor, EntryKind, LeaseView, StreamMatch,
+    StreamRole, decode_value,
 };
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
 
 use dataplane_core::arena::{Lease, RingId};
 use serde::de::DeserializeOwned;
@@ -62,6 +64,8 @@ pub enum ChildError {
     },
     /// The host's supervisor revoked this session: nothing more can be done on it.
     Revoked,
+    /// Nothing came from the host within the time the caller allowed.
+    TimedOut,
 }
 
 impl fmt::Display for ChildError {
@@ -74,6 +78,7 @@ impl fmt::Display for ChildError {
             ChildError::Protocol(e) => write!(f, "host protocol: {e}"),
             ChildError::Failed(e) => write!(f, "{}", describe(e)),
             ChildError::Revoked => f.write_str("the host revoked this session"),
+            ChildError::TimedOut => f.write_str("no answer from the host in the time allowed"),
             ChildError::Refused { reason, .. } => {
                 write!(f, "the host refused to attach: {reason}")
             }
@@ -108,6 +113,9 @@ fn event_name(event: &ChildEvent) -> &'static str {
         ChildEvent::Done { .. } => "Done",
         ChildEvent::Closed => "Closed",
         ChildEvent::Revoked => "Revoked",
+        ChildEvent::StreamMatched { .. } => "StreamMatched",
+        ChildEvent::StreamDisplaced { .. } => "StreamDisplaced",
+        ChildEvent::StreamClosed { .. } => "StreamClosed",
     }
 }
 
@@ -179,7 +187,17 @@ impl Inbox {
             self.buf.resize(len * 2, 0);
         }
         let at = self.position + self.end as u64;
-        let (n, fd) = recv_with_fd(&self.stream, &mut self.buf[self.end..]).map_err(protocol)?;
+        let (n, fd) = recv_with_fd(&self.stream, &mut self.buf[self.end..]).map_err(|e| {
+            // A read timeout or a non-blocking socket: nothing was consumed, ask again later.
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) {
+                ChildError::TimedOut
+            } else {
+                protocol(e)
+            }
+        })?;
         if let Some(fd) = fd {
             self.fds.push_back((at, fd));
         }
@@ -240,6 +258,61 @@ pub struct ChildSession {
     welcome: ChildWelcome,
     next_op: u64,
     digest: DigestKind,
+    /// Streams the host said were displaced while we waited for something else.
+    displaced: BTreeSet<ChildOp>,
+}
+
+/// How a stream open treats what is at its path (SPEC §4.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamOpen {
+    /// Displace a waiting open of the same role, fence an active rendezvous, or replace a
+    /// blob.
+    pub replace: bool,
+    /// Create the stream node if absent (and skip the revision check).
+    pub ensure: bool,
+    /// Without `ensure`: fail unless the node still has this revision.
+    pub expected_revision: Option<Revision>,
+}
+
+impl Default for StreamOpen {
+    /// Ensure the node, replace nothing.
+    fn default() -> Self {
+        StreamOpen {
+            replace: false,
+            ensure: true,
+            expected_revision: None,
+        }
+    }
+}
+
+/// One side of a matched stream (issue 17). The host runs the endpoint; the bytes go over a
+/// transport of the program's choosing, addressed by the descriptors (see
+/// [`crate::transport`] for the reference one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stream {
+    op: ChildOp,
+    role: StreamRole,
+    matched: StreamMatch,
+}
+
+impl Stream {
+    /// This side.
+    pub fn role(&self) -> StreamRole {
+        self.role
+    }
+
+    /// The rendezvous: both endpoints, both descriptors, its incarnation.
+    pub fn matched(&self) -> &StreamMatch {
+        &self.matched
+    }
+
+    /// The other side's descriptor.
+    pub fn peer_descriptor(&self) -> &[u8] {
+        match self.role {
+            StreamRole::Source => self.matched.sink_descriptor.as_bytes(),
+            StreamRole::Sink => self.matched.source_descriptor.as_bytes(),
+        }
+    }
 }
 
 /// Staging buffers a session keeps mapped.
@@ -281,6 +354,7 @@ impl ChildSession {
             welcome,
             next_op: 1,
             digest: DigestKind::Blake3,
+            displaced: BTreeSet::new(),
         };
         match session.next_event()?.0 {
             ChildEvent::Attached { .. } => Ok(session),
@@ -351,11 +425,18 @@ impl ChildSession {
                 | ChildEvent::Released { op }
                 | ChildEvent::Failed { op, .. }
                 | ChildEvent::Stat { op, .. }
-                | ChildEvent::Done { op, .. } => Some(*op),
+                | ChildEvent::Done { op, .. }
+                | ChildEvent::StreamMatched { op, .. }
+                | ChildEvent::StreamDisplaced { op }
+                | ChildEvent::StreamClosed { op } => Some(*op),
                 _ => None,
             };
             if about == Some(op) {
                 return Ok((event, fd));
+            }
+            if let ChildEvent::StreamDisplaced { op } = event {
+                // About a stream we are not waiting on: remembered for `displaced`.
+                self.displaced.insert(op);
             }
             if matches!(event, ChildEvent::Revoked | ChildEvent::Closed) {
                 return Err(ChildError::Revoked);
@@ -608,6 +689,121 @@ impl ChildSession {
             ChildEvent::Failed { error, .. } => Err(ChildError::Failed(error)),
             other => Err(unexpected(&other, "for a file publication")),
         }
+    }
+
+    /// Opens one side of the stream at `path` with this side's `descriptor` (opaque to the
+    /// data plane: the peer receives it) and waits for the peer: up to `wait` (`None`: as long
+    /// as it takes). Past `wait` the open is cancelled and [`ChildError::TimedOut`] returned
+    /// (unless the match crossed the cancel). If this process dies while it waits, its host
+    /// retracts the open; if it dies while the stream is matched, its host closes it.
+    pub fn open_stream(
+        &mut self,
+        path: &str,
+        role: StreamRole,
+        descriptor: &[u8],
+        how: StreamOpen,
+        wait: Option<Duration>,
+    ) -> Result<Stream, ChildError> {
+        let descriptor = Descriptor::new(descriptor.to_vec()).map_err(|_| {
+            ChildError::Failed(DataPlaneError::InvalidArgument(
+                dataplane_core::error::Reason::new("the descriptor is too long"),
+            ))
+        })?;
+        let op = self.op();
+        self.send(&ChildRequest::OpenStream {
+            op,
+            path: path.to_owned(),
+            role,
+            descriptor,
+            replace: how.replace,
+            ensure: how.ensure,
+            expected_revision: how.expected_revision,
+        })?;
+        let deadline = wait.map(|w| Instant::now() + w);
+        let event = match self.wait_until(op, deadline) {
+            Err(ChildError::TimedOut) => {
+                self.send(&ChildRequest::Cancel { op })?;
+                match self.wait(op)? {
+                    // The match crossed the cancel: the stream is ours after all.
+                    matched @ ChildEvent::StreamMatched { .. } => matched,
+                    _ => return Err(ChildError::TimedOut),
+                }
+            }
+            other => other?,
+        };
+        match event {
+            ChildEvent::StreamMatched { matched, .. } => Ok(Stream { op, role, matched }),
+            ChildEvent::Failed { error, .. } => Err(ChildError::Failed(error)),
+            other => Err(unexpected(&other, "for a stream open")),
+        }
+    }
+
+    /// Whether the host told us `stream` was displaced (a replacing open took its place):
+    /// it is over. Reads what the host sent meanwhile without waiting.
+    pub fn displaced(&mut self, stream: &Stream) -> Result<bool, ChildError> {
+        self.stream
+            .set_nonblocking(true)
+            .map_err(|e| protocol(e.to_string()))?;
+        let mut result = Ok(());
+        loop {
+            match self.next_event() {
+                Ok((ChildEvent::StreamDisplaced { op }, _)) => {
+                    self.displaced.insert(op);
+                }
+                Ok((ChildEvent::Revoked | ChildEvent::Closed, _)) => {
+                    result = Err(ChildError::Revoked);
+                    break;
+                }
+                Ok(_) => {}
+                Err(ChildError::TimedOut) => break,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        let _ = self.stream.set_nonblocking(false);
+        result.map(|()| self.displaced.contains(&stream.op))
+    }
+
+    /// Ends `stream` at the directory (a displaced stream is over already: `Ok`).
+    pub fn close_stream(&mut self, stream: Stream) -> Result<(), ChildError> {
+        if self.displaced.remove(&stream.op) {
+            return Ok(());
+        }
+        self.send(&ChildRequest::CloseStream { op: stream.op })?;
+        match self.wait(stream.op)? {
+            ChildEvent::StreamClosed { .. } | ChildEvent::StreamDisplaced { .. } => Ok(()),
+            ChildEvent::Failed { error, .. } => Err(ChildError::Failed(error)),
+            other => Err(unexpected(&other, "at a stream close")),
+        }
+    }
+
+    /// [`wait`](Self::wait) until `deadline` (`None`: for ever): [`ChildError::TimedOut`]
+    /// past it.
+    fn wait_until(
+        &mut self,
+        op: ChildOp,
+        deadline: Option<Instant>,
+    ) -> Result<ChildEvent, ChildError> {
+        let Some(deadline) = deadline else {
+            return self.wait(op);
+        };
+        let result = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break Err(ChildError::TimedOut);
+            }
+            self.stream
+                .set_read_timeout(Some(left))
+                .map_err(|e| protocol(e.to_string()))?;
+            match self.wait(op) {
+                Err(ChildError::TimedOut) => continue,
+                other => break other,
+            }
+        };
+        let _ = self.stream.set_read_timeout(None);
+        result
     }
 
     /// Unlinks `path` (if it still has `expected_revision`, when given).

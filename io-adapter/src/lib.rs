@@ -44,3 +44,4 @@ pub mod log;
 pub mod metrics;
 pub mod net;
 pub mod sys;
+pub mod transport;

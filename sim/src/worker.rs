@@ -18,7 +18,9 @@ use dataplane_core::error::DataPlaneError;
 use dataplane_core::ids::{Address, Revision};
 use dataplane_core::path::{Access, DataPath, JobContext};
 use dataplane_core::time::{Duration, Instant};
-use dataplane_core::wire::{ChildEvent, ChildOp, ChildRequest, LeaseView};
+use dataplane_core::wire::{
+    ChildEvent, ChildOp, ChildRequest, Descriptor, LeaseView, StreamMatch, StreamRole,
+};
 
 use crate::options::{HostOptions, OverloadOptions};
 use crate::rng::{SimRng, ratio};
@@ -245,6 +247,10 @@ enum Stage {
     Reading(LeaseView),
     /// Release sent.
     Releasing,
+    /// A stream is matched (issue 17); the worker closes it after its hold time.
+    Streaming,
+    /// The stream's close was sent.
+    StreamClosing,
 }
 
 #[derive(Clone, Debug)]
@@ -253,6 +259,8 @@ struct Op {
     /// A file blob's publication: the file, and the version (tag, length) it had when the
     /// worker asked (`None`: it did not exist).
     file: Option<(String, Option<(u64, u64)>)>,
+    /// A stream open (issue 17): its role and the descriptor it sent.
+    stream: Option<(StreamRole, Vec<u8>)>,
     /// A Stat, Move or Remove (answered `Stat`, `Done` or `Failed`; never cancelled).
     control: bool,
     logical: String,
@@ -761,6 +769,12 @@ impl Worker {
                             .push(ChildRequest::Release { op: ChildOp(op) });
                     }
                 }
+                Stage::Streaming if self.quiescing || age >= hold => {
+                    o.stage = Stage::StreamClosing;
+                    io.out
+                        .requests
+                        .push(ChildRequest::CloseStream { op: ChildOp(op) });
+                }
                 Stage::Reading(view) if self.quiescing || age >= hold => {
                     let sum = o.checksum;
                     check_view(self.address, op, &view, view.access, Some(sum), io);
@@ -784,8 +798,13 @@ impl Worker {
             return;
         }
         if io.rng.chance(io.options.abrupt_close) {
-            // The child dies: the host must end everything it held (Q24).
+            // The child dies: the host must end everything it held (Q24), its streams too.
             io.out.notes.push(Note::Seen("host.child_died"));
+            if self.ops.values().any(|o| {
+                o.stream.is_some() && matches!(o.stage, Stage::Opening { .. } | Stage::Streaming)
+            }) {
+                io.out.notes.push(Note::Seen("host.stream_left_to_host"));
+            }
             self.close(io);
             self.ops.clear();
             return;
@@ -865,6 +884,7 @@ impl Worker {
                 Op {
                     write: None,
                     file,
+                    stream: None,
                     control: true,
                     logical,
                     path,
@@ -876,6 +896,10 @@ impl Worker {
                 },
             );
             io.out.requests.push(request);
+            return;
+        }
+        if io.rng.chance(ratio(1, 10)) {
+            self.start_stream(op, io);
             return;
         }
         let write = io.rng.chance(ratio(1, 2));
@@ -898,6 +922,7 @@ impl Worker {
                 Op {
                     write: Some((tag, length, corrupt)),
                     file: None,
+                    stream: None,
                     control: false,
                     logical: logical.clone(),
                     path,
@@ -928,6 +953,7 @@ impl Worker {
                 Op {
                     write: None,
                     file: None,
+                    stream: None,
                     control: false,
                     logical: logical.clone(),
                     path,
@@ -990,6 +1016,91 @@ impl Worker {
             _ => io.out.notes.push(Note::Seen("host.file_publish_raced")),
         }
         self.maybe_close(io);
+    }
+
+    /// Opens one side of a stream (issue 17) at one of a few paths the workers share (and
+    /// `/v`, where a source may not open): it waits for a peer, is held a while once matched
+    /// and then closed, or is cancelled after the open wait; a dying worker leaves both to its
+    /// host.
+    fn start_stream(&mut self, op: u64, io: &mut WorkerIo<'_>) {
+        let logical = match io.rng.below(8) {
+            0 => "/v/stream".to_owned(),
+            n => format!("/s/w{}", n % 3),
+        };
+        let role = if io.rng.chance(ratio(1, 2)) {
+            StreamRole::Source
+        } else {
+            StreamRole::Sink
+        };
+        let descriptor = format!("{}#{op}", self.address).into_bytes();
+        let path = self.job.resolve(&logical).ok();
+        let request = ChildRequest::OpenStream {
+            op: ChildOp(op),
+            path: logical.clone(),
+            role,
+            descriptor: Descriptor::new(descriptor.clone()).expect("a short descriptor"),
+            replace: io.rng.chance(ratio(1, 5)),
+            ensure: !io.rng.chance(ratio(1, 10)),
+            expected_revision: None,
+        };
+        self.ops.insert(
+            op,
+            Op {
+                write: None,
+                file: None,
+                stream: Some((role, descriptor)),
+                control: false,
+                logical,
+                path,
+                stage: Stage::Opening { cancelled: false },
+                since: io.now,
+                expected: None,
+                checksum: 0,
+                patient: false,
+            },
+        );
+        io.out.requests.push(request);
+    }
+
+    /// A stream open met its peer: the match names this worker's own descriptor for its role.
+    fn stream_matched(&mut self, op: u64, matched: &StreamMatch, io: &mut WorkerIo<'_>) {
+        let Some(o) = self.ops.get_mut(&op) else {
+            return;
+        };
+        let Some((role, descriptor)) = o.stream.clone() else {
+            io.violation(format!("{}: a stream match for op {op}", self.address));
+            return;
+        };
+        let ours = match role {
+            StreamRole::Source => &matched.source_descriptor,
+            StreamRole::Sink => &matched.sink_descriptor,
+        };
+        if ours.as_bytes() != descriptor.as_slice() {
+            io.violation(format!(
+                "{}: stream op {op} matched as {role:?} with another descriptor",
+                self.address
+            ));
+        }
+        if !matches!(o.stage, Stage::Opening { .. }) {
+            io.violation(format!(
+                "{}: a stream match for op {op} in {:?}",
+                self.address, o.stage
+            ));
+            return;
+        }
+        if let Some(path) = &o.path
+            && role == StreamRole::Source
+            && !self.job.allows(path, Access::Write)
+        {
+            io.violation(format!(
+                "S29: {} opened a stream source at {path}, where it may not write",
+                self.address
+            ));
+        }
+        // A match that crossed a cancel is ours all the same: held, then closed.
+        o.stage = Stage::Streaming;
+        o.since = io.now;
+        io.out.notes.push(Note::Seen("host.stream_matched"));
     }
 
     /// Checks that an op granted on `path` is one the job allows (S29).
@@ -1093,6 +1204,37 @@ impl Worker {
                     io.violation(format!("{}: a Done answer for op {}", self.address, op.0));
                 }
                 io.out.notes.push(Note::Seen("host.control_done"));
+                self.maybe_close(io);
+            }
+            ChildEvent::StreamMatched { op, matched } => self.stream_matched(op.0, &matched, io),
+            ChildEvent::StreamDisplaced { op } => {
+                if let Some(o) = self.ops.get(&op.0)
+                    && !matches!(
+                        o.stage,
+                        Stage::Opening { .. } | Stage::Streaming | Stage::StreamClosing
+                    )
+                {
+                    io.violation(format!(
+                        "{}: StreamDisplaced for op {} in {:?}",
+                        self.address, op.0, o.stage
+                    ));
+                }
+                if self.ops.remove(&op.0).is_some() {
+                    io.out.notes.push(Note::Seen("host.stream_displaced"));
+                }
+                self.maybe_close(io);
+            }
+            ChildEvent::StreamClosed { op } => {
+                match self.ops.remove(&op.0) {
+                    Some(o) if o.stage == Stage::StreamClosing => {
+                        io.out.notes.push(Note::Seen("host.stream_closed"));
+                    }
+                    Some(o) => io.violation(format!(
+                        "{}: StreamClosed for op {} in {:?}",
+                        self.address, op.0, o.stage
+                    )),
+                    None => {}
+                }
                 self.maybe_close(io);
             }
             ChildEvent::WriteGranted { op, lease } => self.write_granted(op.0, lease, io),
@@ -1221,6 +1363,15 @@ impl Worker {
                     Stage::Releasing => {
                         io.violation(format!(
                             "{}: release of op {} failed: {error:?}",
+                            self.address, op.0
+                        ));
+                        self.ops.remove(&op.0);
+                    }
+                    // A matched stream's close is always taken (a displacement ends it
+                    // with `StreamDisplaced`).
+                    Stage::Streaming | Stage::StreamClosing => {
+                        io.violation(format!(
+                            "{}: matched stream op {} failed: {error:?}",
                             self.address, op.0
                         ));
                         self.ops.remove(&op.0);

@@ -124,7 +124,8 @@ impl Host {
         r.in_flight = None;
         if let ReplyBody::OperationsDone(Ok(_)) = reply.body {
             // The directory may keep its horizon lower while one of these operations is a
-            // live rendezvous; a host opens none, so what it declared is what it gets.
+            // live rendezvous (a child's stream): it keeps that record by itself, and the
+            // host never sends the open again, so the declaration stands as sent.
             r.acknowledged = r.acknowledged.max(below);
         }
     }

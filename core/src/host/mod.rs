@@ -37,6 +37,7 @@ mod horizon;
 mod read;
 mod session;
 mod source;
+mod streams;
 mod write;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -195,6 +196,11 @@ pub enum Kind {
         /// The persistent source's actor number.
         source: u64,
     },
+    /// One side of a stream (see `streams.rs`): the binding is the endpoint.
+    Stream {
+        /// Writer or reader.
+        role: crate::wire::StreamRole,
+    },
 }
 
 /// Whether the namespace may bind a write's source.
@@ -240,6 +246,14 @@ pub enum Phase {
     Reading,
     /// Control: the namespace call is in flight (mutations are re-driven until definitive).
     Controlling,
+    /// Stream: the open is at the directory, waiting for its peer. Left on its answer, a
+    /// cancel, a displacement or when the child goes (the open is retracted).
+    StreamOpening,
+    /// Stream: matched. Left on the child's close, a displacement, or when the child goes
+    /// (the stream is closed on its behalf).
+    Streaming(crate::ids::StreamIncarnation),
+    /// Stream: the close is at the directory. Left on its answer.
+    StreamClosing,
     /// Over: waiting for the holds to go, then freed and forgotten.
     Draining,
 }
@@ -661,6 +675,10 @@ impl Host {
                 Message::ChunkRefused { reason } => {
                     self.chunk_refused(actor, reason, mem, out);
                 }
+                Message::Displaced {
+                    incarnation,
+                    reply_to,
+                } => self.displaced(actor, incarnation, reply_to, mem, out),
                 _ => {
                     return Err(InputError::UnexpectedMessage(
                         "an unexpected frame for a binding",
@@ -908,7 +926,7 @@ impl Host {
             return;
         };
         let (access, digest) = match kind {
-            Kind::Read { .. } | Kind::Control | Kind::File { .. } => {
+            Kind::Read { .. } | Kind::Control | Kind::File { .. } | Kind::Stream { .. } => {
                 (blob::BlobAccess::ReadOnly, DigestKind::None)
             }
             Kind::Write { digest, .. } => (blob::BlobAccess::Writable, digest),
@@ -931,7 +949,7 @@ impl Host {
         match kind {
             Kind::Read { .. } => self.start_transfer(now, actor, mem, out),
             Kind::Write { .. } => self.write_granted(actor, out),
-            Kind::Control | Kind::File { .. } => {}
+            Kind::Control | Kind::File { .. } | Kind::Stream { .. } => {}
         }
     }
 
@@ -1077,7 +1095,29 @@ impl Host {
         self.maybe_closed(b.session, out);
     }
 
+    /// Sends `retraction` for binding `actor` (a stream's cancel or close on the child's
+    /// behalf), remembers it was handed over (re-sent if the proxy restarts) and lets the
+    /// proxy own it (the binding is going).
+    fn retract(&mut self, actor: u64, retraction: DirectoryRequest, out: &mut Outbox) {
+        let Some(b) = self.bindings.get(&actor) else {
+            return;
+        };
+        let reply_to = b.address;
+        let call = DirectoryCall {
+            request_id: RequestId(u64::MAX),
+            reply_to,
+            request: retraction.clone(),
+        };
+        out.send(self.config.proxy, Message::ProxyCall(call));
+        out.send(self.config.proxy, Message::ProxyCancel { reply_to });
+        self.hand_over(retraction);
+    }
+
     fn hand_over(&mut self, retraction: DirectoryRequest) {
+        if self.handed_over.contains(&retraction) {
+            // Both endpoints of one stream on this host close the same rendezvous: once.
+            return;
+        }
         if self.handed_over.len() == HOST_HANDED_OVER_MAX {
             self.handed_over.pop_front();
         }

@@ -52,7 +52,9 @@ impl Host {
                 | ChildRequest::Stat { op, .. }
                 | ChildRequest::Move { op, .. }
                 | ChildRequest::Remove { op, .. }
-                | ChildRequest::PublishFile { op, .. } => Some(*op),
+                | ChildRequest::PublishFile { op, .. }
+                | ChildRequest::OpenStream { op, .. }
+                | ChildRequest::CloseStream { op } => Some(*op),
                 ChildRequest::Attach { .. } | ChildRequest::Close => None,
             };
             if let Some(op) = op {
@@ -148,6 +150,33 @@ impl Host {
             ChildRequest::PublishFile { op, path, file } => {
                 self.publish_file(now, session, from, op, &path, &file, mem, out);
             }
+            ChildRequest::OpenStream {
+                op,
+                path,
+                role,
+                descriptor,
+                replace,
+                ensure,
+                expected_revision,
+            } => {
+                let open = super::streams::StreamOpen {
+                    role,
+                    descriptor,
+                    replace,
+                    ensure,
+                    expected_revision,
+                };
+                self.open_stream(now, session, from, op, &path, open, out);
+            }
+            ChildRequest::CloseStream { op } => match self.binding_of(session, op) {
+                Some(actor) => self.close_stream(now, actor, out),
+                None => {
+                    let error = DataPlaneError::InvalidArgument(super::reason(
+                        "no such stream in this session",
+                    ));
+                    self.send_child(from, ChildEvent::Failed { op, error }, out);
+                }
+            },
         }
     }
 
@@ -246,7 +275,7 @@ impl Host {
             return;
         };
         let access = match kind {
-            Kind::Read { .. } | Kind::Control => Access::Read,
+            Kind::Read { .. } | Kind::Control | Kind::Stream { .. } => Access::Read,
             Kind::Write { .. } | Kind::File { .. } => Access::Write,
         };
         let checked = match s.config.job.resolve(logical) {
@@ -274,6 +303,7 @@ impl Host {
         let phase = match kind {
             Kind::Control => Phase::Controlling,
             Kind::File { .. } => Phase::Publishing,
+            Kind::Stream { .. } => Phase::StreamOpening,
             Kind::Read { .. } => Phase::Resolving,
             Kind::Write {
                 exclusive: true, ..
@@ -286,7 +316,7 @@ impl Host {
             s.ops.insert(op, actor);
         }
         match kind {
-            Kind::Control | Kind::File { .. } => {}
+            Kind::Control | Kind::File { .. } | Kind::Stream { .. } => {}
             Kind::Read { .. } => {
                 self.call(now, actor, DirectoryRequest::Resolve { path }, out);
             }
@@ -420,6 +450,18 @@ impl Host {
                 }
                 b.phase = Phase::Draining;
             }
+            // The child's stream ends with it: a waiting open is retracted, a matched stream
+            // closed (a close in flight is a retraction the proxy keeps).
+            Phase::StreamOpening | Phase::Streaming(_) => {
+                let phase = b.phase.clone();
+                if let Some(retraction) = self.stream_retraction(actor, &phase) {
+                    self.retract(actor, retraction, out);
+                }
+                if let Some(b) = self.bindings.get_mut(&actor) {
+                    b.phase = Phase::Draining;
+                }
+            }
+            Phase::StreamClosing => b.phase = Phase::Draining,
             // A control call's answer has nobody to go to: the child is gone.
             Phase::Reserving
             | Phase::Resolving

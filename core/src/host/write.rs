@@ -168,6 +168,7 @@ impl Host {
             // Its answer is on its way (Unpublishing), or the op already failed.
             Phase::Unpublishing | Phase::Draining => {}
             Phase::Resolving | Phase::Filling(_) | Phase::Reading | Phase::Controlling => {}
+            Phase::StreamOpening | Phase::Streaming(_) | Phase::StreamClosing => {}
         }
     }
 
@@ -179,8 +180,23 @@ impl Host {
             return;
         };
         let (child, op) = (b.child, b.op);
-        if let Phase::Reserving | Phase::Resolving | Phase::Allocating | Phase::Filling(_) = b.phase
+        if let Phase::Reserving
+        | Phase::Resolving
+        | Phase::Allocating
+        | Phase::Filling(_)
+        | Phase::StreamOpening = b.phase
         {
+            let opening = b.phase == Phase::StreamOpening;
+            if let (true, Some(retraction)) = (
+                opening,
+                self.stream_retraction(actor, &Phase::StreamOpening),
+            ) {
+                // Also handed over: the proxy's own retraction of the open dies with it.
+                self.retract(actor, retraction, out);
+            }
+            let Some(b) = self.bindings.get_mut(&actor) else {
+                return;
+            };
             b.phase = Phase::Draining;
             let error = DataPlaneError::OperationCancelled;
             self.send_child(child, ChildEvent::Failed { op, error }, out);
@@ -225,6 +241,18 @@ impl Host {
             .as_ref()
             .is_some_and(|c| c.id == reply.request_id && c.request.kind() == reply.body.kind());
         if !current {
+            return;
+        }
+        if let Kind::Stream { .. } = b.kind {
+            let closing = b.phase == Phase::StreamClosing;
+            if closing && is_unknown_outcome(reply.body.err()) {
+                // A close (a retraction) refused without a trace: ask again on the tick.
+                self.resend_on_tick(actor);
+                return;
+            }
+            // An open's answer is definitive, an unknown outcome included.
+            b.call = None;
+            self.stream_reply(actor, reply.body, mem, out);
             return;
         }
         let query = matches!(reply.body, ReplyBody::Resolved(_) | ReplyBody::LookedUp(_));

@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::DataPlaneError;
 use crate::ids::Revision;
-use crate::kinds::{BlobAccess, DigestKind, EntryKind};
+use crate::kinds::{BlobAccess, DigestKind, EntryKind, StreamRole};
+use crate::wire::{Descriptor, StreamMatch};
 
 /// A child's name for one of its operations (unique within its session).
 #[derive(
@@ -137,6 +138,33 @@ pub enum ChildRequest {
         /// The file, as the host names it (relative to its file root).
         file: String,
     },
+    /// Open one side of a stream at `path` (issue 17): the host runs the endpoint, and the
+    /// child hears `StreamMatched` with both sides' descriptors once a peer opened the other
+    /// side, or `Failed`. `Cancel` gives up while it waits (the open is retracted on the
+    /// child's behalf, also if the child dies).
+    OpenStream {
+        /// The stream's operation.
+        op: ChildOp,
+        /// The logical path (a source needs write access, a sink read access).
+        path: String,
+        /// Writer (source) or reader (sink).
+        role: StreamRole,
+        /// This side's transport addressing, opaque to the data plane.
+        descriptor: Descriptor,
+        /// May displace a waiting open of the same role, fence an active rendezvous, or
+        /// replace a blob.
+        replace: bool,
+        /// Create the stream node if absent (and skip the revision check).
+        ensure: bool,
+        /// Without `ensure`: the node revision the child observed.
+        expected_revision: Option<Revision>,
+    },
+    /// End a matched stream: the child hears `StreamClosed`. A child that dies has its streams
+    /// closed (or its waiting opens retracted) on its behalf.
+    CloseStream {
+        /// The stream.
+        op: ChildOp,
+    },
 }
 
 /// A host session → its child process.
@@ -220,4 +248,21 @@ pub enum ChildEvent {
     /// blobs stay, and `Closed` follows once everything finished. Requests after this one are
     /// refused `SessionNotRunning`.
     Revoked,
+    /// A stream open met its peer: both endpoints and descriptors, and the rendezvous.
+    StreamMatched {
+        /// The stream.
+        op: ChildOp,
+        /// What both sides receive.
+        matched: StreamMatch,
+    },
+    /// The stream was displaced by a replacing open: it is over (no close is needed).
+    StreamDisplaced {
+        /// The stream.
+        op: ChildOp,
+    },
+    /// The stream the child closed is closed.
+    StreamClosed {
+        /// The stream.
+        op: ChildOp,
+    },
 }

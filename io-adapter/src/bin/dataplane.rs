@@ -16,9 +16,10 @@ use clap::{Parser, Subcommand};
 use dataplane_cli::Exit;
 use dataplane_core::error::{BlobFailure, DataPlaneError};
 use dataplane_core::path::{DataPath, PathError};
-use dataplane_core::wire::EntryKind;
-use dataplane_io::child::{ChildError, ChildSession};
+use dataplane_core::wire::{EntryKind, StreamRole};
+use dataplane_io::child::{ChildError, ChildSession, StreamOpen};
 use dataplane_io::control::{ControlError, HostControl, parse_session};
+use dataplane_io::transport;
 
 /// The socket when neither `--socket` nor `$DATAPLANE_SOCKET` names one.
 const DEFAULT_SOCKET: &str = "/tmp/dataplane.sock";
@@ -90,6 +91,39 @@ enum Command {
         path: OsString,
         /// The file, relative to the host's file root.
         file: String,
+    },
+    /// Open the writing side of the stream at PATH, wait for its reader, and send FILE (or
+    /// stdin, `-` or none) to it over the reference transport (dataplane_io::transport); the
+    /// stream is closed at the end.
+    StreamSend {
+        /// The data path.
+        path: OsString,
+        /// What to send (stdin if none or `-`).
+        file: Option<OsString>,
+        /// Displace a writer waiting there, or fence the active stream.
+        #[arg(long)]
+        replace: bool,
+        /// Give up (exit 75) if no reader came within this many seconds.
+        #[arg(long, value_name = "SECS")]
+        wait: Option<u64>,
+    },
+    /// Open the reading side of the stream at PATH, wait for its writer, and write what it
+    /// sends to FILE (or stdout, `-` or none); the stream is closed at the end.
+    StreamRecv {
+        /// The data path.
+        path: OsString,
+        /// Where to write (stdout if none or `-`).
+        file: Option<OsString>,
+        /// Where the writer connects: TCP HOST:PORT (the default, 127.0.0.1:0, is for a
+        /// writer on this machine; give an address the writer's machine reaches).
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+        listen: String,
+        /// Displace a reader waiting there, or fence the active stream.
+        #[arg(long)]
+        replace: bool,
+        /// Give up (exit 75) if no writer came within this many seconds.
+        #[arg(long, value_name = "SECS")]
+        wait: Option<u64>,
     },
     /// Remove PATH.
     Rm {
@@ -164,6 +198,7 @@ fn exit_code(error: &ChildError) -> Exit {
         ChildError::Connect(_) | ChildError::Disconnected | ChildError::Revoked => {
             Exit::Unavailable
         }
+        ChildError::TimedOut => Exit::Temporary,
         ChildError::Protocol(_) => Exit::Software,
         ChildError::Refused { busy: true, .. } => Exit::Temporary,
         ChildError::Refused { busy: false, .. } => Exit::NotAllowed,
@@ -303,6 +338,26 @@ fn run(socket: &Path, command: Command) -> Result<(), Failure> {
             session.close().map_err(child)
         }
         Command::Mv { src, dst, replace } => mv(socket, &src, &dst, replace),
+        Command::StreamSend {
+            path,
+            file,
+            replace,
+            wait,
+        } => stream_send(socket, &path, file.filter(|f| f != "-"), replace, wait),
+        Command::StreamRecv {
+            path,
+            file,
+            listen,
+            replace,
+            wait,
+        } => stream_recv(
+            socket,
+            &path,
+            file.filter(|f| f != "-"),
+            &listen,
+            replace,
+            wait,
+        ),
         Command::Publish { path, file } => {
             let path = data_path(&path)?;
             let mut session = connect(socket)?;
@@ -318,6 +373,105 @@ fn run(socket: &Path, command: Command) -> Result<(), Failure> {
             session.close().map_err(child)
         }
     }
+}
+
+/// How long a matched peer may take to connect over the reference transport.
+const CONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A stream open that failed: a timeout names what did not come.
+fn no_peer(path: &str, peer: &str, error: ChildError) -> Failure {
+    match error {
+        ChildError::TimedOut => (
+            Exit::Temporary,
+            format!("{path}: no {peer} opened the other side in the time allowed (--wait)"),
+        ),
+        other => child(other),
+    }
+}
+
+fn stream_send(
+    socket: &Path,
+    path: &OsStr,
+    file: Option<OsString>,
+    replace: bool,
+    wait: Option<u64>,
+) -> Result<(), Failure> {
+    let path = data_path(path)?;
+    let mut input: Box<dyn Read> = match &file {
+        Some(name) => Box::new(File::open(name).map_err(|e| io_error(name, e))?),
+        None => Box::new(io::stdin()),
+    };
+    let mut session = connect(socket)?;
+    let how = StreamOpen {
+        replace,
+        ..StreamOpen::default()
+    };
+    let wait = wait.map(std::time::Duration::from_secs);
+    let stream = session
+        .open_stream(
+            path,
+            StreamRole::Source,
+            &transport::source_descriptor(),
+            how,
+            wait,
+        )
+        .map_err(|e| no_peer(path, "reader", e))?;
+    let transport_error = |e: io::Error| {
+        (
+            Exit::Temporary,
+            format!("{path}: the stream's transport: {e}"),
+        )
+    };
+    let mut peer = transport::connect(stream.peer_descriptor()).map_err(transport_error)?;
+    let sent = io::copy(&mut input, &mut peer).map_err(transport_error)?;
+    peer.finish().map_err(transport_error)?;
+    // The reader closes once it has everything; our close finds it closed or closes it.
+    let mut end = [0u8; 1];
+    let _ = peer.read(&mut end);
+    session.close_stream(stream).map_err(child)?;
+    session.close().map_err(child)?;
+    eprintln!("{path}: sent {sent} bytes");
+    Ok(())
+}
+
+fn stream_recv(
+    socket: &Path,
+    path: &OsStr,
+    file: Option<OsString>,
+    listen: &str,
+    replace: bool,
+    wait: Option<u64>,
+) -> Result<(), Failure> {
+    let path = data_path(path)?;
+    let mut output: Box<dyn Write> = match &file {
+        Some(name) => Box::new(File::create(name).map_err(|e| io_error(name, e))?),
+        None => Box::new(io::stdout().lock()),
+    };
+    let transport_error = |e: io::Error| {
+        (
+            Exit::Temporary,
+            format!("{path}: the stream's transport: {e}"),
+        )
+    };
+    let listener = transport::SinkListener::tcp(listen)
+        .map_err(|e| (Exit::Invalid, format!("--listen {listen}: {e}")))?;
+    let mut session = connect(socket)?;
+    let how = StreamOpen {
+        replace,
+        ..StreamOpen::default()
+    };
+    let wait = wait.map(std::time::Duration::from_secs);
+    let stream = session
+        .open_stream(path, StreamRole::Sink, listener.descriptor(), how, wait)
+        .map_err(|e| no_peer(path, "writer", e))?;
+    let mut peer = listener.accept(CONNECT_WAIT).map_err(transport_error)?;
+    let received = io::copy(&mut peer, &mut output).map_err(transport_error)?;
+    output.flush().map_err(transport_error)?;
+    let _ = peer.finish();
+    session.close_stream(stream).map_err(child)?;
+    session.close().map_err(child)?;
+    eprintln!("{path}: received {received} bytes");
+    Ok(())
 }
 
 fn get(socket: &Path, path: &OsStr, target: Option<&OsStr>) -> Result<(), Failure> {

@@ -107,6 +107,11 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "host.stat_lost",
     // File blobs (issue 17): published, read as the version published, refused once changed.
     "host.file_published",
+    // Streams for programs (issue 17): matched, closed, displaced, left to the host.
+    "host.stream_matched",
+    "host.stream_closed",
+    "host.stream_displaced",
+    "host.stream_left_to_host",
     "host.file_read_checked",
     "host.fail.SourceChanged",
     "fault.file_changed",

@@ -14,6 +14,7 @@ mod log_damage;
 mod membership;
 mod ops;
 mod overload;
+mod program_streams;
 mod soak;
 mod streams;
 mod truth;
