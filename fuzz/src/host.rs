@@ -67,7 +67,7 @@ use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{
     BlobBinding, Capability, ChildEvent, ChildOp, ChildRequest, ChunkBytes, ChunkRefusal,
     Descriptor, DirectoryReply, EntryKind, LeaseView, Message, MutationReceipt, NamespaceNode,
-    ReplyBody, RequestKind, StreamMatch,
+    ReplyBody, RequestKind, StreamMatch, StreamRole,
 };
 use dataplane_testkit::dir::DIRECTORY;
 use dataplane_testkit::hosts::{Cluster, Due, Frame, Setup};
@@ -216,6 +216,35 @@ pub enum Req {
         expected: Option<u8>,
     },
     Close,
+    /// A file blob (issue 17): `f0`/`f1` exist on every node, `f2` does not, and a raw name
+    /// tries everything else.
+    PublishFile {
+        op: u8,
+        path: PathPick,
+        file: FilePick,
+    },
+    /// One side of a stream (issue 17).
+    OpenStream {
+        op: u8,
+        path: PathPick,
+        source: bool,
+        replace: bool,
+        ensure: bool,
+    },
+    CloseStream {
+        op: u8,
+    },
+    /// The node's file changes under a published file blob.
+    ChangeFile {
+        file: u8,
+    },
+}
+
+/// Which file a child names.
+#[derive(Clone, Debug, Arbitrary)]
+pub enum FilePick {
+    Known(u8),
+    Raw(String),
 }
 
 /// Where a child scribbles.
@@ -533,6 +562,13 @@ impl World {
             stats: Stats::default(),
         };
         w.sent(sent);
+        // Files children may publish (issue 17).
+        for node in &mut w.cluster.nodes {
+            node.mem.files.write("f0", vec![7; 1000]);
+            node.mem
+                .files
+                .write("f1", (0..70_000u32).map(|i| i as u8).collect());
+        }
         // Two sessions on node 1, one on node 2.
         for n in [0, 0, 1] {
             w.open_session(n);
@@ -880,7 +916,7 @@ impl World {
             RequestKind::ReleaseBlobReservation => ReplyBody::BlobReservationReleased(Ok(())),
             RequestKind::CancelStream => ReplyBody::StreamCancelled(Ok(())),
             RequestKind::CloseStream => ReplyBody::StreamClosed(Ok(())),
-            RequestKind::OperationsDone => ReplyBody::OperationsDone(Ok(u64::from(revision.0))),
+            RequestKind::OperationsDone => ReplyBody::OperationsDone(Ok(revision.0)),
             RequestKind::Lookup => ReplyBody::LookedUp(Ok(NamespaceNode {
                 kind: if stream {
                     EntryKind::Stream
@@ -1014,6 +1050,36 @@ impl World {
                 expected_revision: Self::revision(*expected),
             },
             Req::Close => ChildRequest::Close,
+            Req::PublishFile { op, path, file } => ChildRequest::PublishFile {
+                op: Self::op(*op),
+                path: Self::path(path),
+                file: match file {
+                    FilePick::Known(k) => format!("f{}", k % 3),
+                    FilePick::Raw(s) => s.chars().take(64).collect(),
+                },
+            },
+            Req::OpenStream {
+                op,
+                path,
+                source,
+                replace,
+                ensure,
+            } => ChildRequest::OpenStream {
+                op: Self::op(*op),
+                path: Self::path(path),
+                role: if *source {
+                    StreamRole::Source
+                } else {
+                    StreamRole::Sink
+                },
+                descriptor: Descriptor::new(vec![*op]).expect("one byte"),
+                replace: *replace,
+                ensure: *ensure,
+                expected_revision: None,
+            },
+            Req::CloseStream { op } => ChildRequest::CloseStream { op: Self::op(*op) },
+            // Not a request: the caller acts on the node's disk instead (see `child_step`).
+            Req::ChangeFile { .. } => ChildRequest::Close,
         }
     }
 
@@ -1073,6 +1139,17 @@ impl World {
                 stranger,
                 request,
             } => {
+                if let Req::ChangeFile { file } = request {
+                    // The disk of the first session's node: a published file blob of it must
+                    // never be served again.
+                    let n = self.sessions.first().map_or(0, |s| s.node);
+                    let name = format!("f{}", file % 2);
+                    self.cluster.nodes[n]
+                        .mem
+                        .files
+                        .write(&name, vec![*file; 1000]);
+                    return;
+                }
                 let s = usize::from(*session) % self.sessions.len();
                 self.child_request(s, *stranger, Self::request(request));
             }
