@@ -205,6 +205,50 @@ impl HostChecker {
         Ok(())
     }
 
+    /// Issue 17 (streams for programs): a displaced stream is over. After a step in which the
+    /// host acknowledged the displacement of rendezvous `i` for endpoint `e`, no stream binding
+    /// at `e` still waits for its match, is matched as `i`, or is closing: the child was told
+    /// (`StreamDisplaced`) and the binding ended. (A binding matched as another rendezvous
+    /// heard a stale displacement.)
+    pub fn displacements_end_streams(
+        &self,
+        machine: &Host,
+        effects: &[Effect],
+    ) -> Result<(), String> {
+        for effect in effects {
+            let Effect::Send {
+                message:
+                    Message::StreamDisplaced {
+                        endpoint,
+                        incarnation,
+                    },
+                ..
+            } = effect
+            else {
+                continue;
+            };
+            let Some(b) = machine
+                .bindings()
+                .map(|(_, b)| b)
+                .find(|b| b.address == *endpoint && matches!(b.kind, Kind::Stream { .. }))
+            else {
+                continue;
+            };
+            let live = match &b.phase {
+                Phase::StreamOpening | Phase::StreamClosing => true,
+                Phase::Streaming(matched) => matched == incarnation,
+                _ => false,
+            };
+            if live {
+                return Err(format!(
+                    "streams: {endpoint} acknowledged the displacement of {incarnation} but its stream ({}) goes on in {:?}",
+                    b.path, b.phase
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Issue 17: the arena's statistics are what the host's leases make them. Restated from
     /// the bindings (every lease belongs to one binding, and nothing else holds one): the
     /// leases and queued requests are counted, the bytes used are the leases' footprints

@@ -410,6 +410,9 @@ impl Checker {
             result = self.hosts.calls_paced(effects, on_tick);
         }
         if result.is_ok() {
+            result = self.hosts.displacements_end_streams(machine, effects);
+        }
+        if result.is_ok() {
             result = self.hosts.declarations_paced(now, effects);
         }
         if result.is_ok() {
