@@ -144,6 +144,13 @@ pub trait ArenaMemory {
     fn freeze(&mut self, lease: &Lease) -> Result<(), MemoryFault>;
     /// `lease` was freed (whatever it held).
     fn reclaim(&mut self, lease: &Lease);
+    /// Whether a child's write goes to a buffer of its own that [`freeze`](Self::freeze)
+    /// copies over the whole lease (header and payload): then the host does not zero a
+    /// writable lease's payload in the arena at the grant (nobody writes it in place). The
+    /// default, `false`: children write the arena in place, and a fresh write lease is zeroed.
+    fn stages_writes(&self) -> bool {
+        false
+    }
     /// What `file` is now: its length and identity stamp, or why it may not be published.
     fn file_facts(&mut self, file: &FileRef) -> Result<FileFacts, FileFault> {
         let _ = file;

@@ -227,13 +227,27 @@ fn write_digest(mem: &mut [u8], offset: u64, digest: &[u8; 32]) -> Result<(), Bl
 /// offset is not 64-aligned; [`BlobFailure::InvalidLease`] for generation 0. Nothing is
 /// written on error.
 pub fn install(mem: &mut [u8], e: &Expected) -> Result<(), BlobFailure> {
+    install_with(mem, e, true)
+}
+
+/// [`install`] for a memory whose writes are staged elsewhere and copied over the whole lease
+/// at the seal (`ArenaMemory::stages_writes`): a writable payload is not zeroed here, because
+/// the child never writes it in place (its staging buffer starts zeroed instead).
+pub fn install_staged(mem: &mut [u8], e: &Expected) -> Result<(), BlobFailure> {
+    install_with(mem, e, false)
+}
+
+fn install_with(mem: &mut [u8], e: &Expected, zero: bool) -> Result<(), BlobFailure> {
     let payload = payload_range(mem.len(), e)?;
     if e.generation == 0 {
         return Err(BlobFailure::InvalidLease);
     }
     let state = match e.access {
         BlobAccess::Writable => {
-            mem.get_mut(payload).ok_or(BlobFailure::Bounds)?.fill(0);
+            let payload = mem.get_mut(payload).ok_or(BlobFailure::Bounds)?;
+            if zero {
+                payload.fill(0);
+            }
             BlobState::Writable
         }
         BlobAccess::ReadOnly => BlobState::Filling,
@@ -568,6 +582,24 @@ mod tests {
         assert_eq!(header.digest_kind, DigestKind::Blake3);
         // A read payload is not zeroed at install.
         assert!(payload(&mem, &r).unwrap().iter().all(|&b| b == 0xAA));
+    }
+
+    #[test]
+    fn a_staged_install_leaves_the_payload_and_writes_the_same_header() {
+        let mut staged = arena();
+        let mut zeroed = arena();
+        let e = write_lease(0, 100, DigestKind::None);
+        staged[200..300].fill(9);
+        zeroed[200..300].fill(9);
+        install_staged(&mut staged, &e).unwrap();
+        install(&mut zeroed, &e).unwrap();
+        let header = BLOB_HEADER_BYTES as usize;
+        assert_eq!(staged[..header], zeroed[..header], "the same header");
+        assert!(zeroed[header..header + 100].iter().all(|b| *b == 0));
+        assert!(
+            staged[200..header + 100].iter().all(|b| *b == 9),
+            "a staged payload is left as it was"
+        );
     }
 
     #[test]

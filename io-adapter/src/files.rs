@@ -194,6 +194,10 @@ impl ArenaMemory for HostMemory<'_> {
         self.arena.reclaim(lease);
     }
 
+    fn stages_writes(&self) -> bool {
+        self.arena.stages_writes()
+    }
+
     fn file_facts(&mut self, file: &FileRef) -> Result<FileFacts, FileFault> {
         self.files.facts(file)
     }

@@ -470,6 +470,10 @@ impl<M: ArenaMemory> ArenaMemory for WithFiles<M> {
         self.memory.reclaim(lease);
     }
 
+    fn stages_writes(&self) -> bool {
+        self.memory.stages_writes()
+    }
+
     fn file_facts(&mut self, file: &FileRef) -> Result<FileFacts, FileFault> {
         self.files.facts(file)
     }

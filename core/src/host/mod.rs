@@ -938,7 +938,12 @@ impl Host {
             access,
             digest_kind: digest,
         };
-        if let Err(error) = blob::install(mem.bytes_mut(), &expected) {
+        let installed = if mem.stages_writes() {
+            blob::install_staged(mem.bytes_mut(), &expected)
+        } else {
+            blob::install(mem.bytes_mut(), &expected)
+        };
+        if let Err(error) = installed {
             self.free_lease(lease, None, mem, out);
             self.fail(actor, DataPlaneError::Blob(error), mem, out);
             return;
