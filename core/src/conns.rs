@@ -34,7 +34,8 @@ pub enum Closing {
     WrongKey,
     /// The node admits no more connections of its kind.
     Full,
-    /// It was not admitted within the admission deadline.
+    /// It was not admitted within the admission deadline (or, for a connection this node
+    /// made, its handshake did not finish within [`HANDSHAKE_DEADLINE`]).
     Expired,
     /// The waiting room was full: the oldest pending connection made room.
     Evicted,
@@ -682,7 +683,15 @@ pub struct DirectoryLink {
     key: Option<ClusterKey>,
     identity: Option<(NodeId, u64)>,
     state: LinkState,
+    /// When the current connection attempt started (its handshake must end by
+    /// [`HANDSHAKE_DEADLINE`] after it).
+    attempt_since: Instant,
 }
+
+/// How long a connection of this host's (to the directory, or to another host) may take to
+/// be made and finish its handshake: past it, the connection is closed and tried again, so a
+/// peer that accepts and then says nothing cannot hold the link.
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
 
 impl DirectoryLink {
     /// A link that is down and tries at `now`. `who` is this host's hello; `identity` its node
@@ -696,6 +705,7 @@ impl DirectoryLink {
                 retry_at: now,
                 backoff: RECONNECT_FIRST,
             },
+            attempt_since: now,
         }
     }
 
@@ -713,6 +723,7 @@ impl DirectoryLink {
             key,
             identity: Some((node, incarnation)),
             state: LinkState::Up { conn },
+            attempt_since: Instant::ZERO,
         }
     }
 
@@ -721,17 +732,42 @@ impl DirectoryLink {
         matches!(self.state, LinkState::Down { retry_at, .. } if retry_at <= now)
     }
 
-    /// When the next attempt is due, while down.
+    /// When the next attempt is due while down, or the attempt under way must have finished
+    /// its handshake.
     pub fn next_deadline(&self) -> Option<Instant> {
         match self.state {
             LinkState::Down { retry_at, .. } => Some(retry_at),
-            _ => None,
+            LinkState::Connecting { .. }
+            | LinkState::Proving { .. }
+            | LinkState::Welcoming { .. } => {
+                Some(self.attempt_since.saturating_add(HANDSHAKE_DEADLINE))
+            }
+            LinkState::Up { .. } => None,
         }
     }
 
-    /// The driver started connection `conn` (it answers [`Self::connected`] or
+    /// Gives up an attempt whose handshake did not finish within [`HANDSHAKE_DEADLINE`]:
+    /// closes its connection and backs off. Returns whether it did.
+    pub fn expire(&mut self, now: Instant, out: &mut Vec<ConnAction>) -> bool {
+        let waiting = matches!(
+            self.state,
+            LinkState::Connecting { .. } | LinkState::Proving { .. } | LinkState::Welcoming { .. }
+        );
+        let Some(conn) = self.conn().filter(|_| waiting) else {
+            return false;
+        };
+        if now < self.attempt_since.saturating_add(HANDSHAKE_DEADLINE) {
+            return false;
+        }
+        out.push(ConnAction::Close(conn, Closing::Expired));
+        self.closed(now, conn);
+        true
+    }
+
+    /// The driver started connection `conn` at `now` (it answers [`Self::connected`] or
     /// [`Self::closed`]).
-    pub fn connecting(&mut self, conn: ConnId) {
+    pub fn connecting(&mut self, now: Instant, conn: ConnId) {
+        self.attempt_since = now;
         let backoff = match self.state {
             LinkState::Down { backoff, .. } => backoff,
             _ => RECONNECT_FIRST,
@@ -920,6 +956,8 @@ struct OutgoingLink {
     connector: Option<Connector>,
     proved: bool,
     backlog: VecDeque<Link>,
+    /// When it was started (its handshake must end by [`HANDSHAKE_DEADLINE`] after it).
+    since: Instant,
 }
 
 /// Where a frame for another host went.
@@ -1027,8 +1065,8 @@ impl PeerLinks {
         })
     }
 
-    /// The driver started `conn` to `node`; `first` waits for its handshake.
-    pub fn connecting(&mut self, node: NodeId, conn: ConnId, first: Link) {
+    /// The driver started `conn` to `node` at `now`; `first` waits for its handshake.
+    pub fn connecting(&mut self, now: Instant, node: NodeId, conn: ConnId, first: Link) {
         let mut backlog = VecDeque::new();
         backlog.push_back(first);
         self.outgoing.insert(
@@ -1038,6 +1076,7 @@ impl PeerLinks {
                 connector: None,
                 proved: false,
                 backlog,
+                since: now,
             },
         );
         self.to.insert(node, conn);
@@ -1162,14 +1201,36 @@ impl PeerLinks {
         self.incoming.closed(conn);
     }
 
-    /// Closes every incoming connection not admitted within the deadline.
+    /// Closes every incoming connection not admitted within the deadline, and every outgoing
+    /// one whose handshake did not finish within [`HANDSHAKE_DEADLINE`] (its backlog is
+    /// dropped: every protocol between hosts re-sends, and the next frame tries again).
     pub fn expire(&mut self, now: Instant, out: &mut Vec<ConnAction>) {
         self.incoming.expire(now, out);
+        let late: Vec<ConnId> = self
+            .outgoing
+            .iter()
+            .filter(|(_, o)| !o.proved && now >= o.since.saturating_add(HANDSHAKE_DEADLINE))
+            .map(|(conn, _)| *conn)
+            .collect();
+        for conn in late {
+            out.push(ConnAction::Close(conn, Closing::Expired));
+            self.forget_outgoing(conn);
+        }
     }
 
-    /// When the oldest waiting incoming connection's deadline passes.
+    /// When the next deadline passes: the oldest waiting incoming connection's, or an
+    /// outgoing handshake's.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.incoming.next_deadline()
+        let outgoing = self
+            .outgoing
+            .values()
+            .filter(|o| !o.proved)
+            .map(|o| o.since.saturating_add(HANDSHAKE_DEADLINE))
+            .min();
+        match (self.incoming.next_deadline(), outgoing) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Whether `conn` is one of these links.

@@ -85,7 +85,8 @@ use crate::net::{
     Peer, Performed, Reactor, Who, fresh_nonce, handshake_blocking, perform_conn_action,
 };
 use dataplane_core::conns::{
-    Accepts, Closing, ConnAction, DirectoryLink, LinkHeard, Listener, PeerHeard, PeerLinks, Routed,
+    Accepts, Closing, ConnAction, DirectoryLink, HANDSHAKE_DEADLINE, LinkHeard, Listener,
+    PeerHeard, PeerLinks, Routed,
 };
 
 /// The node agent's actor number (gone reports).
@@ -786,6 +787,12 @@ impl HostNode {
     fn timers(&mut self) {
         let now = self.clock.now();
         self.peer_links.expire(now, &mut self.actions);
+        if self.directory.expire(now, &mut self.actions) {
+            warn!(
+                directory = %self.options.directory,
+                "the directory did not finish the handshake within {HANDSHAKE_DEADLINE}: trying again"
+            );
+        }
         self.conn_actions();
         for conn in self.child_admission.expired(now) {
             debug!(conn, remote = %self.net.remote(conn), "child connection closed: no hello within {ADMISSION_DEADLINE}");
@@ -928,7 +935,9 @@ impl HostNode {
             .and_then(|peer| resolve(&peer.listen))
             .and_then(|address| self.net.connect(address, Limits::peer()).ok());
         match conn {
-            Some(conn) => self.peer_links.connecting(node, conn, first),
+            Some(conn) => self
+                .peer_links
+                .connecting(self.clock.now(), node, conn, first),
             None => debug!(%node, "no connection to the peer: frame dropped"),
         }
     }
@@ -937,7 +946,7 @@ impl HostNode {
         let conn = resolve(&self.options.directory)
             .and_then(|address| self.net.connect(address, Limits::peer()).ok());
         match conn {
-            Some(conn) => self.directory.connecting(conn),
+            Some(conn) => self.directory.connecting(now, conn),
             None => self.directory.connect_failed(now),
         }
     }

@@ -406,6 +406,10 @@ pub struct World {
     cluster_key: ClusterKey,
     /// Whether strangers connect during the fault phase (drawn from the conns stream).
     strangers: bool,
+    /// Whether the directory's `Welcome` to a host may stall during the fault phase (a
+    /// quarter of them are never delivered, on a connection that stays open: the host's
+    /// handshake deadline must give up on it). Drawn from the conns stream, after `strangers`.
+    stalled_welcomes: bool,
     /// Live simulated connections between hosts (or strangers) and the directory.
     conns: BTreeMap<ConnId, conns::SimConn>,
     next_conn: ConnId,
@@ -521,10 +525,12 @@ impl World {
         let mut conn_rng = options.entropy.rng(Stream::Conns);
         let key = std::array::from_fn(|i| (conn_rng.next_u64() >> (i % 8)) as u8);
         let strangers = conn_rng.chance(ratio(1, 3));
+        let stalled_welcomes = conn_rng.chance(ratio(1, 3));
         World {
             conn_rng,
             cluster_key: ClusterKey::from_bytes(key),
             strangers,
+            stalled_welcomes,
             conns: BTreeMap::new(),
             next_conn: 1,
             links: (0..options.clients_per_host.len()).map(|_| None).collect(),

@@ -50,7 +50,7 @@ fn handshake(
 ) -> (LinkHeard, Vec<ConnAction>) {
     let (mut to_dir, mut dir_out) = (Vec::new(), Vec::new());
     assert!(link.due(now));
-    link.connecting(conn);
+    link.connecting(now, conn);
     dir.accepted(now, conn, [conn as u8; 32], &mut dir_out);
     link.connected(conn, [9; 32], &mut to_dir);
     let mut heard = LinkHeard::Nothing;
@@ -317,7 +317,7 @@ fn a_welcome_for_another_identity_is_closed_and_retried_with_a_growing_backoff()
     let mut at = link.next_deadline().unwrap();
     let mut waits = Vec::new();
     for conn in 10..20 {
-        link.connecting(conn);
+        link.connecting(at, conn);
         link.closed(at, conn);
         let next = link.next_deadline().unwrap();
         waits.push(next.saturating_since(at));
@@ -352,7 +352,7 @@ fn frames_for_another_host_wait_for_the_handshake_and_strangers_are_closed() {
     };
     let mut out = Vec::new();
     assert_eq!(a.route(NodeId(2), frame(1), &mut out), Err(frame(1)));
-    a.connecting(NodeId(2), 7, frame(1));
+    a.connecting(t(0), NodeId(2), 7, frame(1));
     assert_eq!(a.route(NodeId(2), frame(2), &mut out), Ok(Routed::Queued));
     assert!(out.is_empty());
     b.accepted(t(0), 7, [4; 32], &mut out);
@@ -397,4 +397,57 @@ fn frames_for_another_host_wait_for_the_handshake_and_strangers_are_closed() {
     );
     assert_eq!(out, vec![ConnAction::Close(7, Closing::Protocol)]);
     assert!(!b.knows(7));
+}
+
+#[test]
+fn a_silent_directory_or_host_cannot_hold_a_handshake() {
+    use crate::conns::HANDSHAKE_DEADLINE;
+    // The directory accepts and then says nothing: the attempt is closed at the deadline and
+    // tried again after the back-off.
+    let mut link = host_link(None, 6);
+    let mut out = Vec::new();
+    link.connecting(t(0), 3);
+    link.connected(3, [1; 32], &mut out);
+    assert_eq!(
+        link.next_deadline(),
+        Some(t(0).saturating_add(HANDSHAKE_DEADLINE))
+    );
+    out.clear();
+    let just_before = Instant::from_nanos(t(0).saturating_add(HANDSHAKE_DEADLINE).as_nanos() - 1);
+    assert!(!link.expire(just_before, &mut out));
+    assert!(out.is_empty());
+    let at = t(0).saturating_add(HANDSHAKE_DEADLINE);
+    assert!(link.expire(at, &mut out));
+    assert_eq!(out, vec![ConnAction::Close(3, Closing::Expired)]);
+    assert_eq!(link.conn(), None);
+    assert!(link.next_deadline().is_some_and(|retry| retry > at));
+    // Nothing to expire while down, or once up.
+    out.clear();
+    assert!(!link.expire(at.saturating_add(HANDSHAKE_DEADLINE), &mut out));
+    assert!(out.is_empty());
+
+    // Another host accepts and then says nothing: the outgoing connection is closed at the
+    // deadline with its backlog, and the next frame starts a new one.
+    let listener = Listener::new(None, Accepts::Peers, Duration::from_secs(5), 4, 4);
+    let mut a = PeerLinks::new(NodeId(1), 1, None, listener);
+    let frame = Link::Frame(Envelope {
+        from: Address::new(NodeId(1), 1, 1),
+        to: Address::new(NodeId(2), 1, 5),
+        message: Message::ProxyCancel {
+            reply_to: Address::new(NodeId(1), 1, 1),
+        },
+    });
+    a.connecting(t(0), NodeId(2), 8, frame.clone());
+    a.connected(8, [2; 32], &mut out);
+    out.clear();
+    assert_eq!(
+        a.next_deadline(),
+        Some(t(0).saturating_add(HANDSHAKE_DEADLINE))
+    );
+    a.expire(just_before, &mut out);
+    assert!(out.is_empty());
+    a.expire(at, &mut out);
+    assert_eq!(out, vec![ConnAction::Close(8, Closing::Expired)]);
+    assert!(!a.knows(8));
+    assert_eq!(a.route(NodeId(2), frame.clone(), &mut out), Err(frame));
 }

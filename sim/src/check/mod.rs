@@ -106,6 +106,9 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "host.fail.BlobLost",
     "host.stat_lost",
     // File blobs (issue 17): published, read as the version published, refused once changed.
+    // Handshake deadlines: a stalled welcome is given up and the link tried again.
+    "fault.welcome_stalled",
+    "conns.handshake_expired",
     "host.file_published",
     // Streams for programs (issue 17): matched, closed, displaced, left to the host.
     "host.stream_matched",

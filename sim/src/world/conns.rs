@@ -65,6 +65,9 @@ pub(super) struct SimConn {
     /// The host side died without a word (a power loss: no FIN, no RST): the directory holds
     /// the connection until it replaces or expires it.
     pub silent: bool,
+    /// Nothing the directory sends on it reaches the host any more (its `Welcome` stalled):
+    /// only the host's handshake deadline ends it.
+    pub stalled: bool,
     /// Between hosts: frames waiting in the connector's backlog for the proof (the world's
     /// own count).
     pub queued: usize,
@@ -94,6 +97,7 @@ impl SimConn {
             stranger,
             closing: false,
             silent: false,
+            stalled: false,
             queued: 0,
             accepted_at: None,
             admitted: false,
@@ -187,10 +191,23 @@ impl World {
         let Some(hl) = self.links[host].as_mut() else {
             return;
         };
+        let mut expired = Vec::new();
+        if hl.link.expire(now, &mut expired) {
+            // The attempt's handshake did not finish in time: closed, backed off.
+            self.checker.coverage.hit("conns.handshake_expired");
+            self.host_conn_actions(host, expired);
+            return;
+        }
         if hl.link.due(now) {
             let conn = self.next_conn;
             self.next_conn += 1;
-            hl.link.connecting(conn);
+            hl.link.connecting(now, conn);
+            if let Some(at) = hl.link.next_deadline() {
+                // The handshake's deadline.
+                let nonce = hl.boot_nonce;
+                let at = self.host_at(host, at);
+                self.schedule(at, EventKind::LinkRetry { host, nonce });
+            }
             self.conns
                 .insert(conn, SimConn::new(host, None, None, self.now));
             let delay = self.conn_latency();
@@ -345,6 +362,28 @@ impl World {
     }
 
     pub(super) fn send_conn(&mut self, conn: ConnId, to_acceptor: bool, link: &Link) {
+        let to_host_from_directory = !to_acceptor
+            && self
+                .conns
+                .get(&conn)
+                .is_some_and(|c| c.acceptor.is_none() && c.stranger.is_none());
+        if to_host_from_directory && self.conns.get(&conn).is_some_and(|c| c.stalled) {
+            return;
+        }
+        if to_host_from_directory
+            && matches!(link, Link::Welcome { .. })
+            && self.stalled_welcomes
+            && self.phase == Phase::Faulty
+            && self.conn_rng.chance(ratio(1, 4))
+        {
+            // Never delivered, nor anything after it (the connection is ordered), and the
+            // connection stays open: only the host's handshake deadline ends the attempt.
+            self.checker.coverage.hit("fault.welcome_stalled");
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.stalled = true;
+            }
+            return;
+        }
         let bytes = dataplane_core::wire::encode_value(link, usize::MAX).unwrap_or_default();
         self.send_bytes(conn, to_acceptor, bytes);
     }

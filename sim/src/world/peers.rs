@@ -130,10 +130,11 @@ impl World {
         let conn = self.next_conn;
         self.next_conn += 1;
         let node = self.hosts[to].node;
+        let now = self.host_now(from);
         let Some(links) = self.peers[from].as_mut() else {
             return;
         };
-        links.connecting(node, conn, Link::Frame(first));
+        links.connecting(now, node, conn, Link::Frame(first));
         self.conns.insert(
             conn,
             SimConn {

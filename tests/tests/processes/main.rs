@@ -6,6 +6,7 @@ mod cluster_key;
 mod control;
 mod file_blobs;
 mod garbage;
+mod handshake_deadline;
 mod hostile;
 mod kill_directory;
 mod kill_host;
