@@ -215,7 +215,9 @@ impl World {
             if self.phase == Phase::Faulty && self.strangers {
                 self.strangers(host);
             }
-        } else if let Some(at) = hl.link.next_deadline() {
+        } else if let Some(at) = hl.link.next_deadline().filter(|at| *at > now) {
+            // (A deadline already past is one the link did not act on: waking again at once
+            // would spin.)
             let nonce = hl.boot_nonce;
             let at = self.host_at(host, at);
             self.schedule(at, EventKind::LinkRetry { host, nonce });
