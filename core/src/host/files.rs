@@ -214,23 +214,7 @@ impl Host {
         file: &str,
         mem: &mut dyn ArenaMemory,
     ) -> Result<(DataPath, FileRef, FileFacts), DataPlaneError> {
-        let Some(s) = self.sessions.get(&session) else {
-            return Err(DataPlaneError::SessionNotRunning);
-        };
-        let job = &s.config.job;
-        let path = job.resolve(logical).map_err(DataPlaneError::InvalidPath)?;
-        if !job.allows(&path, Access::Write) {
-            return Err(DataPlaneError::Unauthorized {
-                path,
-                operation: Access::Write,
-            });
-        }
-        if self.binding_of(session, op).is_some() {
-            return Err(DataPlaneError::InvalidArgument(super::reason(
-                "operation id already in use in this session",
-            )));
-        }
-        self.room_for_operation(session)?;
+        let path = self.check_open(session, op, logical, Access::Write)?;
         if self.files.len() >= HOST_FILES_MAX {
             return Err(DataPlaneError::LimitReached(Limit::HostFiles));
         }

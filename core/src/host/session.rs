@@ -257,6 +257,37 @@ impl Host {
         self.send_child(child, ChildEvent::Attached { session_generation }, out);
     }
 
+    /// The checks of every op that opens a binding (SPEC §7.2): the path resolves in the
+    /// session's job and the job allows `access` there, the op is fresh in the session, and
+    /// the session and the host have room for one more operation in progress. Changes
+    /// nothing.
+    pub(super) fn check_open(
+        &self,
+        session: u64,
+        op: ChildOp,
+        logical: &str,
+        access: Access,
+    ) -> Result<crate::path::DataPath, DataPlaneError> {
+        let Some(s) = self.sessions.get(&session) else {
+            return Err(DataPlaneError::SessionNotRunning);
+        };
+        let job = &s.config.job;
+        let path = job.resolve(logical).map_err(DataPlaneError::InvalidPath)?;
+        if !job.allows(&path, access) {
+            return Err(DataPlaneError::Unauthorized {
+                path,
+                operation: access,
+            });
+        }
+        if self.binding_of(session, op).is_some() {
+            return Err(DataPlaneError::InvalidArgument(super::reason(
+                "operation id already in use in this session",
+            )));
+        }
+        self.room_for_operation(session)?;
+        Ok(path)
+    }
+
     /// Validates an open (SPEC §7.2: path resolution, authorization, a fresh op) and starts its
     /// binding.
     #[allow(clippy::too_many_arguments)]
@@ -271,27 +302,14 @@ impl Host {
         mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
-        let Some(s) = self.sessions.get(&session) else {
+        if !self.sessions.contains_key(&session) {
             return;
-        };
+        }
         let access = match kind {
             Kind::Read { .. } | Kind::Control | Kind::Stream { .. } => Access::Read,
             Kind::Write { .. } | Kind::File { .. } => Access::Write,
         };
-        let checked = match s.config.job.resolve(logical) {
-            Err(error) => Err(DataPlaneError::InvalidPath(error)),
-            Ok(path) if !s.config.job.allows(&path, access) => Err(DataPlaneError::Unauthorized {
-                path,
-                operation: access,
-            }),
-            Ok(_) if self.binding_of(session, op).is_some() => {
-                Err(DataPlaneError::InvalidArgument(super::reason(
-                    "operation id already in use in this session",
-                )))
-            }
-            Ok(path) => self.room_for_operation(session).map(|()| path),
-        };
-        let path = match checked {
+        let path = match self.check_open(session, op, logical, access) {
             Ok(path) => path,
             Err(error) => {
                 self.send_child(child, ChildEvent::Failed { op, error }, out);

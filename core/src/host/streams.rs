@@ -56,28 +56,14 @@ impl Host {
         open: StreamOpen,
         out: &mut Outbox,
     ) {
-        let Some(s) = self.sessions.get(&session) else {
+        if !self.sessions.contains_key(&session) {
             return;
-        };
+        }
         let access = match open.role {
             StreamRole::Source => Access::Write,
             StreamRole::Sink => Access::Read,
         };
-        let job = &s.config.job;
-        let checked = match job.resolve(logical) {
-            Err(error) => Err(DataPlaneError::InvalidPath(error)),
-            Ok(path) if !job.allows(&path, access) => Err(DataPlaneError::Unauthorized {
-                path,
-                operation: access,
-            }),
-            Ok(_) if self.binding_of(session, op).is_some() => {
-                Err(DataPlaneError::InvalidArgument(super::reason(
-                    "operation id already in use in this session",
-                )))
-            }
-            Ok(path) => self.room_for_operation(session).map(|()| path),
-        };
-        let path = match checked {
+        let path = match self.check_open(session, op, logical, access) {
             Ok(path) => path,
             Err(error) => {
                 self.send_child(child, ChildEvent::Failed { op, error }, out);
