@@ -116,12 +116,26 @@ impl Host {
                 self.send_child(child, ChildEvent::StreamMatched { op, matched }, out);
                 return;
             }
-            (Phase::StreamOpening, ReplyBody::StreamOpened(Err(error))) => ChildEvent::Failed {
-                op,
-                error: child_error(error),
-            },
+            (Phase::StreamOpening, ReplyBody::StreamOpened(Err(error))) => {
+                if super::is_unknown_outcome(Some(&error)) {
+                    // The open may be waiting at the directory all the same (a copy an earlier
+                    // proxy sent, or one the directory took before the proxy gave up): it is
+                    // retracted, as for a child that goes (found by the swarm, seed 208: a
+                    // proxy restart, the new proxy full, the old one's open parked for ever).
+                    if let Some(retraction) = self.stream_retraction(actor, &Phase::StreamOpening) {
+                        self.retract(actor, retraction, out);
+                    }
+                }
+                ChildEvent::Failed {
+                    op,
+                    error: child_error(error),
+                }
+            }
             (Phase::StreamClosing, ReplyBody::StreamClosed(_)) => ChildEvent::StreamClosed { op },
             _ => return,
+        };
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
         };
         b.phase = Phase::Draining;
         self.send_child(child, event, out);
