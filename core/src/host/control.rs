@@ -7,7 +7,7 @@
 //! and looks up what is there when the resolve says "a stream" or "a lost blob", so a lost
 //! blob is described (`lost: true`) rather than reported as an error.
 
-use super::{Host, Kind, PURPOSE_CONTROL, Phase, child_error, new_binding};
+use super::{Host, Kind, PURPOSE_CONTROL, Phase, child_error};
 use crate::arena::ArenaMemory;
 use crate::effect::Outbox;
 use crate::error::{DataPlaneError, NamespaceError};
@@ -81,11 +81,7 @@ impl Host {
                 return;
             }
         };
-        let actor = self.allocate_actor();
-        let address = self.address(actor);
-        let operation = self.op_id(actor, PURPOSE_CONTROL);
-        let binding = new_binding(
-            address,
+        let actor = self.start_binding(
             session,
             child,
             op,
@@ -93,10 +89,7 @@ impl Host {
             Kind::Control,
             Phase::Controlling,
         );
-        self.bindings.insert(actor, binding);
-        if let Some(s) = self.sessions.get_mut(&session) {
-            s.ops.insert(op, actor);
-        }
+        let operation = self.op_id(actor, PURPOSE_CONTROL);
         let request = match (query, destination) {
             (Query::Move { replace, .. }, Some(destination)) => DirectoryRequest::Rename {
                 source: path,

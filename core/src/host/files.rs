@@ -36,7 +36,7 @@ use std::ops::{Deref, DerefMut};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Host, Kind, PURPOSE_PUBLISH, Phase, child_error, new_binding};
+use super::{Host, Kind, PURPOSE_PUBLISH, Phase, child_error};
 use crate::arena::{ArenaMemory, Lease, MemoryFault};
 use crate::effect::Outbox;
 use crate::error::{DataPlaneError, Limit, NamespaceError};
@@ -45,8 +45,8 @@ use crate::limits::HOST_FILES_MAX;
 use crate::path::{Access, DataPath};
 use crate::time::Instant;
 use crate::wire::{
-    CHUNK_BYTES_MAX, ChildEvent, ChildOp, ChunkBytes, ChunkRefusal, DirectoryRequest, FileRef,
-    Message, SourceRecovery,
+    ChildEvent, ChildOp, ChunkBytes, ChunkRefusal, DirectoryRequest, FileRef, Message,
+    SourceRecovery,
 };
 
 /// What the driver knows of a file: its length and a stamp that changes whenever the file
@@ -178,10 +178,7 @@ impl Host {
             self.send_child(child, ChildEvent::Failed { op, error }, out);
             return;
         }
-        let actor = self.allocate_actor();
-        let address = self.address(actor);
-        let binding = new_binding(
-            address,
+        let actor = self.start_binding(
             session,
             child,
             op,
@@ -189,10 +186,6 @@ impl Host {
             Kind::File { source },
             Phase::Publishing,
         );
-        self.bindings.insert(actor, binding);
-        if let Some(s) = self.sessions.get_mut(&session) {
-            s.ops.insert(op, actor);
-        }
         let source = self.file_source(source);
         let request = DirectoryRequest::Register {
             path,
@@ -296,11 +289,7 @@ impl Host {
                 reply_to,
             } => {
                 let length = file.facts.length;
-                let in_range = (len as usize) <= CHUNK_BYTES_MAX
-                    && offset
-                        .checked_add(u64::from(len))
-                        .is_some_and(|end| end <= length);
-                let answer = if !in_range {
+                let answer = if !super::source::chunk_in_range(offset, len, length) {
                     Message::ChunkRefused {
                         reason: ChunkRefusal::OutOfRange,
                     }
@@ -339,8 +328,8 @@ impl Host {
         }
     }
 
-    /// Checks the file table: bounded, actor numbers below the next one, and every file
-    /// binding publishing a recorded blob or draining.
+    /// Checks the file table: bounded, and every record filed under its own actor number,
+    /// which is below the next one.
     pub(super) fn check_files(&self) -> Result<(), String> {
         if self.files.len() > HOST_FILES_MAX {
             return Err(format!(
@@ -389,11 +378,6 @@ impl MemoryFiles {
     /// The bytes of `name` now.
     pub fn contents(&self, name: &str) -> Option<&[u8]> {
         self.files.get(name).map(|(bytes, _)| bytes.as_slice())
-    }
-
-    /// The file names, in order.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.files.keys().map(String::as_str)
     }
 
     /// The table last saved (what a restarted host reads back).

@@ -1322,6 +1322,28 @@ impl Host {
     }
 }
 
+impl Host {
+    /// Starts a binding for the child's `op` in `session` (a fresh actor, tracked by the
+    /// session) and returns its actor number.
+    fn start_binding(
+        &mut self,
+        session: u64,
+        child: Address,
+        op: ChildOp,
+        path: DataPath,
+        kind: Kind,
+        phase: Phase,
+    ) -> u64 {
+        let actor = self.allocate_actor();
+        let binding = new_binding(self.address(actor), session, child, op, path, kind, phase);
+        self.bindings.insert(actor, binding);
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.ops.insert(op, actor);
+        }
+        actor
+    }
+}
+
 /// A binding with nothing decided yet.
 pub(crate) fn new_binding(
     address: Address,

@@ -8,7 +8,7 @@
 //! a write that is publishing keeps going until its outcome is known, and a published write
 //! outlives the session (H-D1).
 
-use super::{Host, Kind, Phase, SessionState, new_binding};
+use super::{Host, Kind, Phase, SessionState};
 use crate::arena::ArenaMemory;
 use crate::blob::BlobState;
 use crate::effect::Outbox;
@@ -316,8 +316,6 @@ impl Host {
                 return;
             }
         };
-        let actor = self.allocate_actor();
-        let address = self.address(actor);
         let phase = match kind {
             Kind::Control => Phase::Controlling,
             Kind::File { .. } => Phase::Publishing,
@@ -328,11 +326,8 @@ impl Host {
             } => Phase::Reserving,
             Kind::Write { .. } => Phase::Allocating,
         };
-        let binding = new_binding(address, session, child, op, path.clone(), kind, phase);
-        self.bindings.insert(actor, binding);
-        if let Some(s) = self.sessions.get_mut(&session) {
-            s.ops.insert(op, actor);
-        }
+        let actor = self.start_binding(session, child, op, path.clone(), kind, phase);
+        let address = self.address(actor);
         match kind {
             Kind::Control | Kind::File { .. } | Kind::Stream { .. } => {}
             Kind::Read { .. } => {
@@ -471,10 +466,7 @@ impl Host {
             // The child's stream ends with it: a waiting open is retracted, a matched stream
             // closed (a close in flight is a retraction the proxy keeps).
             Phase::StreamOpening | Phase::Streaming(_) => {
-                let phase = b.phase.clone();
-                if let Some(retraction) = self.stream_retraction(actor, &phase) {
-                    self.retract(actor, retraction, out);
-                }
+                self.retract_stream(actor, out);
                 if let Some(b) = self.bindings.get_mut(&actor) {
                     b.phase = Phase::Draining;
                 }

@@ -18,6 +18,15 @@ use crate::effect::Outbox;
 use crate::ids::Address;
 use crate::wire::{CHUNK_BYTES_MAX, ChunkBytes, ChunkRefusal, Message};
 
+/// Whether a chunk request for `len` bytes at `offset` fits a chunk and a payload of
+/// `length` bytes.
+pub(super) fn chunk_in_range(offset: u64, len: u32, length: u64) -> bool {
+    (len as usize) <= CHUNK_BYTES_MAX
+        && offset
+            .checked_add(u64::from(len))
+            .is_some_and(|end| end <= length)
+}
+
 impl Host {
     /// A frame for `to`, which is not a session or a binding of this incarnation: a source, or
     /// an actor that no longer exists.
@@ -41,11 +50,7 @@ impl Host {
                 let refuse = |reason: ChunkRefusal, out: &mut Outbox| {
                     out.send(reply_to, Message::ChunkRefused { reason });
                 };
-                let in_range = (len as usize) <= CHUNK_BYTES_MAX
-                    && offset
-                        .checked_add(u64::from(len))
-                        .is_some_and(|end| end <= source.length);
-                if !in_range {
+                if !chunk_in_range(offset, len, source.length) {
                     return refuse(ChunkRefusal::OutOfRange, out);
                 }
                 let Some(slot) = self.bindings.get(&source.binding).and_then(|b| b.lease) else {

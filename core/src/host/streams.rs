@@ -19,7 +19,7 @@
 //!   Both are retractions: handed to the proxy, which re-sends them until the directory
 //!   answers, and remembered by the host, which hands them over again if the proxy restarts.
 
-use super::{Host, Kind, Phase, child_error, new_binding};
+use super::{Host, Kind, Phase, child_error};
 use crate::arena::ArenaMemory;
 use crate::effect::Outbox;
 use crate::error::DataPlaneError;
@@ -70,10 +70,7 @@ impl Host {
                 return;
             }
         };
-        let actor = self.allocate_actor();
-        let address = self.address(actor);
-        let binding = new_binding(
-            address,
+        let actor = self.start_binding(
             session,
             child,
             op,
@@ -81,10 +78,7 @@ impl Host {
             Kind::Stream { role: open.role },
             Phase::StreamOpening,
         );
-        self.bindings.insert(actor, binding);
-        if let Some(s) = self.sessions.get_mut(&session) {
-            s.ops.insert(op, actor);
-        }
+        let address = self.address(actor);
         let request = DirectoryRequest::OpenStream {
             path,
             role: open.role,
@@ -122,9 +116,7 @@ impl Host {
                     // proxy sent, or one the directory took before the proxy gave up): it is
                     // retracted, as for a child that goes (found by the swarm, seed 208: a
                     // proxy restart, the new proxy full, the old one's open parked for ever).
-                    if let Some(retraction) = self.stream_retraction(actor, &Phase::StreamOpening) {
-                        self.retract(actor, retraction, out);
-                    }
+                    self.retract_stream(actor, out);
                 }
                 ChildEvent::Failed {
                     op,
@@ -198,21 +190,24 @@ impl Host {
         self.call(now, actor, request, out);
     }
 
-    /// The retraction a finished stream binding leaves behind, if it needs one: a waiting
-    /// open is cancelled, a matched stream closed. (A close in flight is a retraction the
-    /// proxy keeps by itself.)
-    pub(super) fn stream_retraction(&self, actor: u64, phase: &Phase) -> Option<DirectoryRequest> {
-        let b = self.bindings.get(&actor)?;
-        match phase {
-            Phase::StreamOpening => Some(DirectoryRequest::CancelStream {
+    /// Retracts what stream binding `actor` leaves behind as it ends: a waiting open is
+    /// cancelled, a matched stream closed (see `Host::retract`). Nothing for any other phase
+    /// (a close in flight is a retraction the proxy keeps by itself).
+    pub(super) fn retract_stream(&mut self, actor: u64, out: &mut Outbox) {
+        let Some(b) = self.bindings.get(&actor) else {
+            return;
+        };
+        let retraction = match b.phase {
+            Phase::StreamOpening => DirectoryRequest::CancelStream {
                 path: b.path.clone(),
                 operation: self.op_id(actor, PURPOSE_STREAM),
-            }),
-            Phase::Streaming(incarnation) => Some(DirectoryRequest::CloseStream {
+            },
+            Phase::Streaming(incarnation) => DirectoryRequest::CloseStream {
                 path: b.path.clone(),
-                incarnation: *incarnation,
-            }),
-            _ => None,
-        }
+                incarnation,
+            },
+            _ => return,
+        };
+        self.retract(actor, retraction, out);
     }
 }

@@ -186,14 +186,9 @@ impl Host {
         | Phase::Filling(_)
         | Phase::StreamOpening = b.phase
         {
-            let opening = b.phase == Phase::StreamOpening;
-            if let (true, Some(retraction)) = (
-                opening,
-                self.stream_retraction(actor, &Phase::StreamOpening),
-            ) {
-                // Also handed over: the proxy's own retraction of the open dies with it.
-                self.retract(actor, retraction, out);
-            }
+            // A stream's open is retracted and handed over too: the proxy's own retraction of
+            // it dies with the proxy.
+            self.retract_stream(actor, out);
             let Some(b) = self.bindings.get_mut(&actor) else {
                 return;
             };
