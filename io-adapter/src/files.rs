@@ -100,16 +100,18 @@ impl NodeFiles {
     /// What `file` is now.
     pub fn facts(&self, file: &FileRef) -> Result<FileFacts, FileFault> {
         let path = self.resolve(file)?;
-        let meta = fs::metadata(&path)
-            .map_err(|e| FileFault::Refused(format!("{}: {e}", file.as_str())))?;
+        let refused = |e: io::Error| FileFault::Refused(format!("{}: {e}", file.as_str()));
+        // Opened, so that a file this process cannot read is refused now rather than at every
+        // read; its stamp is the open file's.
+        let meta = open(&path)
+            .and_then(|handle| handle.metadata())
+            .map_err(refused)?;
         if !meta.is_file() {
             return Err(FileFault::Refused(format!(
                 "{}: not a regular file",
                 file.as_str()
             )));
         }
-        // Readable by this process, or the publication is refused now rather than every read.
-        File::open(&path).map_err(|e| FileFault::Refused(format!("{}: {e}", file.as_str())))?;
         Ok(facts_of(&meta))
     }
 
@@ -128,7 +130,7 @@ impl NodeFiles {
         let Some(root) = &self.root else {
             return Err(FileFault::Unsupported);
         };
-        let handle = File::open(root.join(file.as_str())).map_err(|_| FileFault::Changed)?;
+        let handle = open(&root.join(file.as_str())).map_err(|_| FileFault::Changed)?;
         let same = |handle: &File| {
             handle
                 .metadata()
@@ -153,6 +155,17 @@ impl NodeFiles {
         };
         write_state(&root.join(TABLE_NAME), table).map_err(|e| FileFault::Io(e.to_string()))
     }
+}
+
+/// Opens `path` to read without blocking on it: a FIFO put where a file was (or is named)
+/// would otherwise block the host's loop until some writer opened it. (`O_NONBLOCK` changes
+/// nothing for a regular file, and anything else is refused by its metadata.)
+fn open(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
 }
 
 fn facts_of(meta: &fs::Metadata) -> FileFacts {
@@ -231,6 +244,12 @@ mod tests {
         fs::write(dir.path().join("a.bin"), b"0123456789").unwrap();
         fs::create_dir(dir.path().join("sub")).unwrap();
         fs::write(dir.path().join("sub/b"), b"xy").unwrap();
+        // A FIFO nobody writes: opening it must not block the host.
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.path().join("fifo"))
+            .status()
+            .unwrap();
+        assert!(made.success());
         std::os::unix::fs::symlink("/etc/hostname", dir.path().join("out")).unwrap();
         let (files, table) = NodeFiles::open(Some(dir.path())).unwrap();
         assert_eq!(table, FileTable::default());
@@ -238,6 +257,7 @@ mod tests {
         assert_eq!(facts.length, 10);
         assert_eq!(files.facts(&name("sub/b")).unwrap().length, 2);
         for bad in [
+            "fifo",
             "../x",
             "/etc/hostname",
             ".dataplane-file-blobs",
@@ -266,6 +286,12 @@ mod tests {
             Err(FileFault::Changed)
         );
         fs::remove_file(dir.path().join("a.bin")).unwrap();
+        assert_eq!(
+            files.read(&name("a.bin"), &facts, 2, 3),
+            Err(FileFault::Changed)
+        );
+        // Replaced by a FIFO: changed, and the read does not block.
+        fs::rename(dir.path().join("fifo"), dir.path().join("a.bin")).unwrap();
         assert_eq!(
             files.read(&name("a.bin"), &facts, 2, 3),
             Err(FileFault::Changed)

@@ -221,7 +221,8 @@ impl ByteStream {
         }
     }
 
-    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+    /// Reads time out after `timeout` (`None`: never).
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         match self {
             ByteStream::Tcp(s) => s.set_read_timeout(timeout),
             ByteStream::Unix(s) => s.set_read_timeout(timeout),

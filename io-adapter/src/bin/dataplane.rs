@@ -425,8 +425,10 @@ fn stream_send(
     let mut peer = transport::connect(stream.peer_descriptor()).map_err(transport_error)?;
     let sent = io::copy(&mut input, &mut peer).map_err(transport_error)?;
     peer.finish().map_err(transport_error)?;
-    // The reader closes once it has everything; our close finds it closed or closes it.
+    // The reader closes once it has everything (our close then finds the stream closed, or
+    // closes it); a reader that never does is not waited for past CONNECT_WAIT.
     let mut end = [0u8; 1];
+    let _ = peer.set_read_timeout(Some(CONNECT_WAIT));
     let _ = peer.read(&mut end);
     session.close_stream(stream).map_err(child)?;
     session.close().map_err(child)?;
