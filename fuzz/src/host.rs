@@ -234,10 +234,6 @@ pub enum Req {
     CloseStream {
         op: u8,
     },
-    /// The node's file changes under a published file blob.
-    ChangeFile {
-        file: u8,
-    },
 }
 
 /// Which file a child names.
@@ -403,6 +399,12 @@ pub enum Action {
     },
     RestartProxy {
         node: bool,
+    },
+    /// A file on a node's disk changes under its file blobs (issue 17): they must never be
+    /// served again.
+    ChangeFile {
+        node: bool,
+        file: u8,
     },
     OpenSession {
         node: bool,
@@ -1078,8 +1080,6 @@ impl World {
                 expected_revision: None,
             },
             Req::CloseStream { op } => ChildRequest::CloseStream { op: Self::op(*op) },
-            // Not a request: the caller acts on the node's disk instead (see `child_step`).
-            Req::ChangeFile { .. } => ChildRequest::Close,
         }
     }
 
@@ -1139,17 +1139,6 @@ impl World {
                 stranger,
                 request,
             } => {
-                if let Req::ChangeFile { file } = request {
-                    // The disk of the first session's node: a published file blob of it must
-                    // never be served again.
-                    let n = self.sessions.first().map_or(0, |s| s.node);
-                    let name = format!("f{}", file % 2);
-                    self.cluster.nodes[n]
-                        .mem
-                        .files
-                        .write(&name, vec![*file; 1000]);
-                    return;
-                }
                 let s = usize::from(*session) % self.sessions.len();
                 self.child_request(s, *stranger, Self::request(request));
             }
@@ -1233,6 +1222,14 @@ impl World {
             }
             Action::Advance { tenths } => self.advance(*tenths),
             Action::RestartProxy { node } => self.restart_proxy(Self::node(*node)),
+            Action::ChangeFile { node, file } => {
+                let name = format!("f{}", file % 2);
+                let n = Self::node(*node);
+                self.cluster.nodes[n]
+                    .mem
+                    .files
+                    .write(&name, vec![*file; 1000]);
+            }
             Action::OpenSession { node } => self.open_session(Self::node(*node)),
             Action::Forge {
                 node,

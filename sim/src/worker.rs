@@ -281,6 +281,25 @@ fn file_version(bytes: &[u8]) -> Option<(u64, u64)> {
     Some((u64::from_le_bytes(head), bytes.len() as u64))
 }
 
+impl Op {
+    /// An open just sent for `logical` (resolved as `path`), with nothing else to it yet.
+    fn opening(logical: String, path: Option<DataPath>, now: Instant) -> Op {
+        Op {
+            write: None,
+            file: None,
+            stream: None,
+            control: false,
+            logical,
+            path,
+            stage: Stage::Opening { cancelled: false },
+            since: now,
+            expected: None,
+            checksum: 0,
+            patient: false,
+        }
+    }
+}
+
 fn checksum(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
@@ -882,17 +901,10 @@ impl Worker {
             self.ops.insert(
                 op,
                 Op {
-                    write: None,
                     file,
-                    stream: None,
                     control: true,
-                    logical,
-                    path,
                     stage: Stage::Opening { cancelled: true },
-                    since: io.now,
-                    expected: None,
-                    checksum: 0,
-                    patient: false,
+                    ..Op::opening(logical, path, io.now)
                 },
             );
             io.out.requests.push(request);
@@ -921,16 +933,7 @@ impl Worker {
                 op,
                 Op {
                     write: Some((tag, length, corrupt)),
-                    file: None,
-                    stream: None,
-                    control: false,
-                    logical: logical.clone(),
-                    path,
-                    stage: Stage::Opening { cancelled: false },
-                    since: io.now,
-                    expected: None,
-                    checksum: 0,
-                    patient: false,
+                    ..Op::opening(logical.clone(), path, io.now)
                 },
             );
             ChildRequest::OpenWrite {
@@ -951,17 +954,9 @@ impl Worker {
             self.ops.insert(
                 op,
                 Op {
-                    write: None,
-                    file: None,
-                    stream: None,
-                    control: false,
-                    logical: logical.clone(),
-                    path,
-                    stage: Stage::Opening { cancelled: false },
-                    since: io.now,
                     expected: expected_revision,
-                    checksum: 0,
                     patient,
+                    ..Op::opening(logical.clone(), path, io.now)
                 },
             );
             ChildRequest::OpenRead {
@@ -1046,17 +1041,8 @@ impl Worker {
         self.ops.insert(
             op,
             Op {
-                write: None,
-                file: None,
                 stream: Some((role, descriptor)),
-                control: false,
-                logical,
-                path,
-                stage: Stage::Opening { cancelled: false },
-                since: io.now,
-                expected: None,
-                checksum: 0,
-                patient: false,
+                ..Op::opening(logical, path, io.now)
             },
         );
         io.out.requests.push(request);
