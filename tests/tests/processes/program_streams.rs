@@ -79,3 +79,82 @@ fn programs_on_two_hosts_stream_bytes_and_a_dead_waiter_is_retracted() {
         sessions.stderr
     );
 }
+
+#[test]
+fn the_library_hears_a_displacement_and_a_wait_that_runs_out() {
+    use dataplane_core::wire::StreamRole;
+    use dataplane_io::child::{ChildError, ChildSession, StreamOpen};
+
+    let dir = TestDir::new("library-streams");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let a = HostProc::start(&dir, "host-a", &directory.listen, "4M");
+    let b = HostProc::start(&dir, "host-b", &directory.listen, "4M");
+    let socket_a = a.socket.clone();
+    // A sink on A waits (in its own thread: the call blocks until the match).
+    let sink = std::thread::spawn(move || {
+        let mut session = ChildSession::connect(&socket_a).expect("attach on A");
+        let stream = session
+            .open_stream(
+                "/data/s",
+                StreamRole::Sink,
+                b"sink",
+                StreamOpen::default(),
+                Some(Duration::from_secs(30)),
+            )
+            .expect("the sink is matched");
+        (session, stream)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mut source = ChildSession::connect(&b.socket).expect("attach on B");
+    let first = source
+        .open_stream(
+            "/data/s",
+            StreamRole::Source,
+            b"source-1",
+            StreamOpen::default(),
+            Some(Duration::from_secs(30)),
+        )
+        .expect("the source is matched");
+    assert_eq!(first.peer_descriptor(), b"sink");
+    let (mut sink_session, sink_stream) = sink.join().unwrap();
+    assert_eq!(sink_stream.peer_descriptor(), b"source-1");
+    assert!(!sink_session.displaced(&sink_stream).unwrap());
+
+    // A replacing source displaces the rendezvous: both old sides hear it, and the new
+    // source, with no sink left, gives up after its wait.
+    let mut replacer = ChildSession::connect(&b.socket).expect("another child on B");
+    let how = StreamOpen {
+        replace: true,
+        ..StreamOpen::default()
+    };
+    let waited = replacer.open_stream(
+        "/data/s",
+        StreamRole::Source,
+        b"source-2",
+        how,
+        Some(Duration::from_secs(2)),
+    );
+    assert!(matches!(waited, Err(ChildError::TimedOut)), "{waited:?}");
+    wait_until(
+        "the sink to hear its displacement",
+        Duration::from_secs(10),
+        || sink_session.displaced(&sink_stream).unwrap(),
+    );
+    wait_until(
+        "the source to hear its displacement",
+        Duration::from_secs(10),
+        || source.displaced(&first).unwrap(),
+    );
+    // Closing a displaced stream is fine, and nothing is left behind.
+    sink_session.close_stream(sink_stream).unwrap();
+    source.close_stream(first).unwrap();
+    for session in [sink_session, source, replacer] {
+        session.close().unwrap();
+    }
+    let sessions = a.cli(&["sessions"]);
+    assert!(
+        sessions.stderr.contains("0 live session(s)"),
+        "{}",
+        sessions.stderr
+    );
+}
