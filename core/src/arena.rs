@@ -435,8 +435,10 @@ impl Arena {
         if self.queue.len() > ARENA_QUEUE_MAX {
             return Err(format!("{} queued requests", self.queue.len()));
         }
-        // Every piece: (start, end, what).
-        let mut pieces: Vec<(u64, u64, String)> = Vec::new();
+        // Every piece: (start, end, the lease's ring or `None` for a free range). Named only
+        // when something is wrong, so the walk allocates one vector and no strings.
+        let mut pieces: Vec<(u64, u64, Option<u64>)> =
+            Vec::with_capacity(self.free.len() + self.leases.len());
         let mut free_total: u64 = 0;
         let mut previous_end: Option<u64> = None;
         for (&start, &end) in &self.free {
@@ -453,7 +455,7 @@ impl Arena {
             }
             previous_end = Some(end);
             free_total += end - start;
-            pieces.push((start, end, "free range".into()));
+            pieces.push((start, end, None));
         }
         if free_total != self.free_bytes {
             return Err(format!(
@@ -474,12 +476,16 @@ impl Arena {
             let end = footprint(lease.length)
                 .and_then(|f| lease.offset.checked_add(f))
                 .ok_or_else(|| format!("lease {lease:?} overflows"))?;
-            pieces.push((lease.offset, end, format!("lease {}", ring.0)));
+            pieces.push((lease.offset, end, Some(ring.0)));
         }
-        pieces.sort();
+        pieces.sort_unstable();
         let mut cursor = 0;
         for (start, end, what) in &pieces {
             if *start != cursor {
+                let what = match what {
+                    Some(ring) => format!("lease {ring}"),
+                    None => "free range".to_owned(),
+                };
                 return Err(format!(
                     "{what} [{start}, {end}) starts at {start}, expected {cursor} (gap or overlap)"
                 ));

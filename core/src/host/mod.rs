@@ -1194,13 +1194,16 @@ impl Host {
     pub fn check_invariants(&self) -> Result<(), String> {
         self.arena.check_invariants()?;
         self.check_files()?;
-        let mut leased = BTreeMap::new();
-        let mut readers: BTreeMap<u64, u32> = BTreeMap::new();
-        for b in self.bindings.values() {
-            if let Some(write) = b.shared {
-                *readers.entry(write).or_default() += 1;
-            }
-        }
+        // Sorted vectors, not maps: this walk runs after every step of the simulator's hosts,
+        // which hold thousands of bindings in long runs.
+        let mut leased: Vec<crate::arena::RingId> = Vec::with_capacity(self.arena.live_count());
+        let mut shared: Vec<u64> = self.bindings.values().filter_map(|b| b.shared).collect();
+        shared.sort_unstable();
+        let readers_of = |write: &u64| {
+            let first = shared.partition_point(|w| w < write);
+            let end = shared.partition_point(|w| w <= write);
+            u32::try_from(end - first).unwrap_or(u32::MAX)
+        };
         for (actor, b) in &self.bindings {
             if let Some(slot) = b.lease {
                 if self.arena.lease(slot.lease.ring) != Some(&slot.lease) {
@@ -1209,9 +1212,7 @@ impl Host {
                         slot.lease
                     ));
                 }
-                if leased.insert(slot.lease.ring, *actor).is_some() {
-                    return Err(format!("two bindings hold {:?}", slot.lease.ring));
-                }
+                leased.push(slot.lease.ring);
             }
             if b.child_holds && b.lease.is_none() && b.shared.is_none() {
                 return Err(format!("binding {actor}: the child holds no lease"));
@@ -1224,7 +1225,7 @@ impl Host {
                     ));
                 }
             }
-            let sharing = readers.get(actor).copied().unwrap_or(0);
+            let sharing = readers_of(actor);
             if sharing != b.readers {
                 return Err(format!(
                     "binding {actor} counts {} readers, {sharing} read bindings view it",
@@ -1237,6 +1238,10 @@ impl Host {
             {
                 return Err(format!("binding {actor}: source {source} without a lease"));
             }
+        }
+        leased.sort_unstable();
+        if let Some(twice) = leased.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!("two bindings hold {:?}", twice[0]));
         }
         if leased.len() != self.arena.live_count() {
             return Err(format!(

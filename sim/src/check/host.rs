@@ -23,11 +23,21 @@ use dataplane_core::wire::{DirectoryRequest, Message, SourceRecovery};
 use crate::host::HostNode;
 use crate::worker::{Note, content};
 
+/// The sources a directory binds, collected from its entries after its `directory`th step.
+#[derive(Debug)]
+struct BoundSources {
+    directory: u64,
+    actors: Vec<Address>,
+    files: Vec<Address>,
+}
+
 /// What the host checks remember.
 #[derive(Debug, Default)]
 pub struct HostChecker {
     published: BTreeMap<(DataPath, Revision), (u64, u64)>,
     published_by: BTreeMap<Address, Revision>,
+    /// The sources the directory bound when the checker last walked its entries.
+    bound: Option<BoundSources>,
     /// The last namespace call each binding sent: (the proxy, the request).
     last_call: BTreeMap<Address, (Address, DirectoryRequest)>,
     /// When each host's declarer (its horizon actor) last declared operations done.
@@ -37,64 +47,103 @@ pub struct HostChecker {
     refused: BTreeMap<Address, u64>,
 }
 
-/// The sources `dir` binds that live on `host`'s current incarnation.
-fn bound_here<'a>(
-    dir: &'a Directory,
-    host: &'a HostNode,
-) -> impl Iterator<Item = (&'a DataPath, Address)> + 'a {
-    dir.durable()
-        .entries()
-        .filter_map(move |(path, entry)| match entry {
-            Entry::Blob {
-                recovery: SourceRecovery::Actor { actor, .. },
-                ..
-            } if actor.node == host.node && actor.incarnation == host.incarnation => {
-                Some((path, *actor))
-            }
-            _ => None,
-        })
-}
-
 impl HostChecker {
     /// S34: every source the directory binds on a running host's current incarnation is live
-    /// there and backed by a lease (a lease is never freed under a binding).
-    pub fn sources_backed(&self, dir: &Directory, hosts: &[HostNode]) -> Result<(), String> {
-        for host in hosts.iter().filter(|h| h.up) {
-            let Some(machine) = host.machine.as_ref() else {
-                continue;
+    /// there and backed by a lease (a lease is never freed under a binding); and (issue 17) a
+    /// file blob the directory binds is in its host's table, in every life of the host (the
+    /// table is durable before the Register leaves, and a record goes only once the directory
+    /// retired its source).
+    ///
+    /// This runs after every host step and every committing directory step. `directory` is the
+    /// checker's count of the directory steps it has seen: while it stays the same (host steps
+    /// in between), the sources the directory binds are the ones collected from its entries the
+    /// last time, so the entries are walked once per directory change, not once per host step.
+    pub fn sources_backed(
+        &mut self,
+        dir: &Directory,
+        directory: u64,
+        hosts: &[HostNode],
+    ) -> Result<(), String> {
+        let running: Vec<(&HostNode, &Host, BTreeSet<u64>)> = hosts
+            .iter()
+            .filter(|h| h.up)
+            .filter_map(|h| {
+                let machine = h.machine.as_ref()?;
+                let files = machine.file_blobs().map(|f| f.actor).collect();
+                Some((h, machine, files))
+            })
+            .collect();
+        if running.is_empty() {
+            return Ok(());
+        }
+        if self.bound.as_ref().is_none_or(|b| b.directory != directory) {
+            let mut bound = BoundSources {
+                directory,
+                actors: Vec::new(),
+                files: Vec::new(),
             };
-            for (path, source) in bound_here(dir, host) {
-                if source.actor < crate::worker::HOST_FIRST_ACTOR {
-                    continue;
-                }
-                let backed = machine
-                    .source(source.actor)
-                    .and_then(|s| machine.binding(s.binding))
-                    .is_some_and(|b| b.lease.is_some());
-                if !backed {
-                    return Err(format!(
-                        "S34: {path} is bound to {source}, which has no live source and lease"
-                    ));
+            for (_, entry) in dir.durable().entries() {
+                match entry {
+                    Entry::Blob {
+                        recovery: SourceRecovery::Actor { actor, .. },
+                        ..
+                    } => bound.actors.push(*actor),
+                    Entry::Blob {
+                        recovery: SourceRecovery::File { source, .. },
+                        ..
+                    } => bound.files.push(*source),
+                    _ => {}
                 }
             }
-            // Issue 17: a file blob the directory binds is in its host's table, in every life
-            // of the host (the table is durable before the Register leaves, and a record goes
-            // only once the directory retired its source).
-            for (path, entry) in dir.durable().entries() {
-                let Entry::Blob {
-                    recovery: SourceRecovery::File { source, .. },
-                    ..
-                } = entry
-                else {
-                    continue;
-                };
-                if source.node == host.node
-                    && !machine.file_blobs().any(|f| f.actor == source.actor)
-                {
-                    return Err(format!(
-                        "files: {path} is bound to file source {source}, which its host does not serve"
-                    ));
-                }
+            self.bound = Some(bound);
+        }
+        let bound = self.bound.as_ref().expect("collected above");
+        // The path is looked up only to name a violation.
+        let path_of = |source: &Address| -> String {
+            dir.durable()
+                .entries()
+                .find(|(_, e)| match e {
+                    Entry::Blob {
+                        recovery:
+                            SourceRecovery::Actor { actor: a, .. }
+                            | SourceRecovery::File { source: a, .. },
+                        ..
+                    } => a == source,
+                    _ => false,
+                })
+                .map_or_else(|| "?".to_owned(), |(p, _)| p.to_string())
+        };
+        for source in &bound.actors {
+            let Some((_, machine, _)) = running
+                .iter()
+                .find(|(h, _, _)| source.node == h.node && source.incarnation == h.incarnation)
+            else {
+                continue;
+            };
+            if source.actor < crate::worker::HOST_FIRST_ACTOR {
+                continue;
+            }
+            let backed = machine
+                .source(source.actor)
+                .and_then(|s| machine.binding(s.binding))
+                .is_some_and(|b| b.lease.is_some());
+            if !backed {
+                return Err(format!(
+                    "S34: {} is bound to {source}, which has no live source and lease",
+                    path_of(source)
+                ));
+            }
+        }
+        for source in &bound.files {
+            let served = running
+                .iter()
+                .filter(|(h, _, _)| h.node == source.node)
+                .all(|(_, _, files)| files.contains(&source.actor));
+            if !served {
+                return Err(format!(
+                    "files: {} is bound to file source {source}, which its host does not serve",
+                    path_of(source)
+                ));
             }
         }
         Ok(())

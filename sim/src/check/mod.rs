@@ -242,6 +242,9 @@ pub struct EndView<'a> {
 #[derive(Debug)]
 pub struct Checker {
     model: Model,
+    /// How many directory steps, crashes and recoveries the checker has seen: the directory's
+    /// entries change only then.
+    directory_seen: u64,
     /// Obligation frames per retry pass (the seed's `retry_batch`).
     retry_batch: usize,
     failure: Option<String>,
@@ -364,6 +367,7 @@ impl Checker {
         Checker {
             // The simulated directory runs with the default limits but for the retry batch
             // (`world.rs`).
+            directory_seen: 0,
             model: Model::new(DirectoryLimits {
                 retry_batch: options.retry_batch,
                 ..DirectoryLimits::default()
@@ -388,7 +392,7 @@ impl Checker {
 
     /// S34 for every running host after a directory step.
     pub fn sources_backed(&mut self, now: Instant, dir: &Directory, hosts: &[HostNode]) {
-        if let Err(v) = self.hosts.sources_backed(dir, hosts) {
+        if let Err(v) = self.hosts.sources_backed(dir, self.directory_seen, hosts) {
             self.fail(now, v);
         }
     }
@@ -425,7 +429,9 @@ impl Checker {
             result = self.hosts.arena_accounted(machine);
         }
         if let (Ok(()), Some(dir)) = (&result, dir) {
-            result = self.hosts.sources_backed(dir, std::slice::from_ref(host));
+            result =
+                self.hosts
+                    .sources_backed(dir, self.directory_seen, std::slice::from_ref(host));
         }
         if let Err(v) = result {
             self.fail(now, v);
@@ -514,6 +520,7 @@ impl Checker {
 
     /// The directory crashed; steps after `surviving_step` did not reach the disk.
     pub fn directory_crashed(&mut self, surviving_step: u64) {
+        self.directory_seen += 1;
         self.model.rollback_after(surviving_step);
         self.told_unroutable.clear();
         self.ticks_without_frame.clear();
@@ -527,6 +534,7 @@ impl Checker {
         effects: &[Effect],
         dir: &Directory,
     ) {
+        self.directory_seen += 1;
         self.model.recover(step);
         if dir.epoch() != self.model.epoch() {
             let (got, want) = (dir.epoch(), self.model.epoch());
@@ -562,6 +570,7 @@ impl Checker {
         effects: &[Effect],
         dir: &Directory,
     ) {
+        self.directory_seen += 1;
         if self.failed() {
             return;
         }

@@ -20,7 +20,7 @@
 //! A proxy that stops (restart, host crash) excuses its outstanding requests: its callers
 //! re-issue them to the next instance.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use dataplane_core::effect::Effect;
 use dataplane_core::error::{Limit, NamespaceError};
@@ -83,8 +83,10 @@ pub struct ProxyChecker {
     retry_period: Duration,
     outstanding: BTreeMap<(Address, RequestId), Outstanding>,
     live: BTreeMap<usize, ProxyId>,
-    /// The retractions each proxy held after its last step, by the proxy's request id.
-    retractions: BTreeMap<ProxyId, BTreeSet<RequestId>>,
+    /// The retractions each proxy held after its last step, by the proxy's request id (sorted).
+    retractions: BTreeMap<ProxyId, Vec<RequestId>>,
+    /// A vector to collect the next step's retractions into (the last step's, reused).
+    spare: Vec<RequestId>,
     /// What each proxy was last told by discovery (the checker's own record of its inputs).
     discovery: BTreeMap<ProxyId, Option<Discovered>>,
 }
@@ -98,6 +100,7 @@ impl ProxyChecker {
             outstanding: BTreeMap::new(),
             live: BTreeMap::new(),
             retractions: BTreeMap::new(),
+            spare: Vec::new(),
             discovery: BTreeMap::new(),
         }
     }
@@ -302,7 +305,7 @@ impl ProxyChecker {
             .values()
             .filter(|o| o.proxy == id && !o.kind.is_retraction())
             .count();
-        let retractions = self.retractions.get(&id).map_or(0, BTreeSet::len);
+        let retractions = self.retractions.get(&id).map_or(0, Vec::len);
         let owed = callers + retractions;
         let sent = effects
             .iter()
@@ -333,11 +336,20 @@ impl ProxyChecker {
         effects: &[Effect],
         proxy: &Proxy,
     ) -> Result<(), String> {
-        let now_held: BTreeSet<RequestId> = proxy
-            .pending()
-            .filter(|(_, p)| p.is_retraction())
-            .map(|(rid, _)| *rid)
-            .collect();
+        // Both this step's and the last step's retractions are sorted vectors, compared in one
+        // merge walk: this check runs after every proxy step, and long-lived proxies hold
+        // thousands of retractions.
+        let mut now_held = std::mem::take(&mut self.spare);
+        now_held.clear();
+        now_held.extend(
+            proxy
+                .pending()
+                .filter(|(_, p)| p.is_retraction())
+                .map(|(rid, _)| *rid),
+        );
+        if !now_held.is_sorted() {
+            now_held.sort_unstable();
+        }
         let acknowledged = match input {
             ProxyInput::Message(Message::Reply(reply))
                 if proxy.directory().is_some_and(|d| d.epoch == reply.epoch) =>
@@ -346,14 +358,16 @@ impl ProxyChecker {
             }
             _ => None,
         };
-        if let Some(before) = self.retractions.get(&id)
-            && let Some(gone) = before
-                .iter()
-                .find(|rid| !now_held.contains(rid) && Some(**rid) != acknowledged)
-        {
-            return Err(format!(
-                "L8: retraction {gone} left proxy {id:?} without an acknowledgement"
-            ));
+        if let Some(before) = self.retractions.get(&id) {
+            let mut now = now_held.iter().peekable();
+            for gone in before {
+                while now.next_if(|held| *held < gone).is_some() {}
+                if now.peek() != Some(&gone) && Some(*gone) != acknowledged {
+                    return Err(format!(
+                        "L8: retraction {gone} left proxy {id:?} without an acknowledgement"
+                    ));
+                }
+            }
         }
         for effect in effects {
             if let Effect::Send {
@@ -361,7 +375,7 @@ impl ProxyChecker {
                 ..
             } = effect
                 && call.request.kind().is_retraction()
-                && !now_held.contains(&call.request_id)
+                && now_held.binary_search(&call.request_id).is_err()
             {
                 return Err(format!(
                     "L8: retraction {} dispatched but not kept by proxy {id:?}",
@@ -369,7 +383,9 @@ impl ProxyChecker {
                 ));
             }
         }
-        self.retractions.insert(id, now_held);
+        if let Some(last) = self.retractions.insert(id, now_held) {
+            self.spare = last;
+        }
         Ok(())
     }
 
