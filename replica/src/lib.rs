@@ -1,0 +1,380 @@
+//! The directory's replicated log (issue 19, first step): one replica of a Raft group, as a
+//! sans-IO machine over tikv's `raft` engine (`RawNode`).
+//!
+//! The driving contract is the one of every machine here, with the engine's two halves kept
+//! apart:
+//!
+//! ```text
+//! tick() / step(message) / propose(bytes)      inputs
+//! ready() -> Ready                             one round of output:
+//!     send     may leave now (a leader's appends leave before its own fsync)
+//!     apply    committed entries, to apply now (all of them durable here already)
+//!     entries, hard_state                      must be durable before ...
+//! persisted(ready) -> Vec<WireMessage>         ... this, which releases what waited for the
+//!                                              disk (votes, append acknowledgements); then
+//!                                              ready() again (a leader may commit now)
+//! ```
+//!
+//! Rounds are persisted in order; this wrapper's drivers keep one in flight. Inputs may be
+//! fed while a round is being written (the engine keeps the round's entries in its in-memory
+//! storage at once, `advance_append_async`, and learns of the fsync from `persisted`,
+//! `on_persist_ready`). A crash before `persisted` loses that round's entries and hard state,
+//! and nothing that depended on them has left.
+//!
+//! **Why a crate of its own.** `core/` is pure; the engine draws its randomised election
+//! timeout from `thread_rng` (and logs through slog). This crate pins the timeout: the engine
+//! draws from `[min, max)`, and `max = min + 1` leaves it one value, [`ReplicaConfig::election_ticks`],
+//! which drivers choose per replica (the simulator from its seed). The engine's maps hash with
+//! FxHash, whose order does not depend on the process, so a run is a function of its inputs.
+//!
+//! **Trust.** Replicas trust one another as a node trusts its own disk: the engine asserts
+//! (and so panics) on some inputs no correct replica sends, such as a heartbeat committing
+//! past the follower's log. Frames between replicas are authenticated like every other link
+//! of the cluster; [`WireMessage::decode`] refuses malformed or oversized frames and the
+//! engine's local messages with a typed error before the engine sees them.
+
+mod wire;
+
+use raft::eraftpb::{ConfState, HardState};
+use raft::storage::MemStorage;
+use raft::{Config, RawNode, StateRole};
+
+pub use wire::{EntryKind, FRAME_MAX, Kind, LogEntry, WireError, WireMessage};
+
+/// A replica's id in its group (never 0).
+pub type ReplicaId = u64;
+
+/// How one replica runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaConfig {
+    /// This replica.
+    pub id: ReplicaId,
+    /// The voters of the group's first configuration.
+    pub voters: Vec<ReplicaId>,
+    /// Ticks without hearing a leader before this replica campaigns. Pinned: choose a different
+    /// value per replica (the simulator draws them from its seed; the real nodes will derive
+    /// them from the id), or the replicas split their votes for ever.
+    pub election_ticks: usize,
+    /// Ticks between a leader's heartbeats (below `election_ticks`).
+    pub heartbeat_ticks: usize,
+}
+
+/// The engine's durable vote and term, and the commit index it last reported.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HardStateRecord {
+    /// The current term.
+    pub term: u64,
+    /// Whom this replica voted for in `term` (0: nobody).
+    pub vote: ReplicaId,
+    /// The highest index known committed.
+    pub commit: u64,
+}
+
+/// What a replica's disk held when it starts again.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Durable {
+    /// The last hard state made durable.
+    pub hard_state: HardStateRecord,
+    /// The log, from index 1 (this step never compacts it).
+    pub entries: Vec<LogEntry>,
+}
+
+impl Durable {
+    /// Makes `ready`'s durable part this disk's (what a driver does before `persisted`):
+    /// the entries replace every entry from the first one's index on.
+    pub fn write(&mut self, ready: &Ready) {
+        self.write_parts(&ready.entries, ready.hard_state);
+    }
+
+    /// [`Durable::write`] from a round's parts.
+    pub fn write_parts(&mut self, entries: &[LogEntry], hard_state: Option<HardStateRecord>) {
+        if let Some(first) = entries.first() {
+            let keep = usize::try_from(first.index.saturating_sub(1)).unwrap_or(usize::MAX);
+            self.entries.truncate(keep);
+            self.entries.extend(entries.iter().cloned());
+        }
+        if let Some(hs) = hard_state {
+            self.hard_state = hs;
+        }
+    }
+}
+
+/// The engine's role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Follows a leader (or waits for one).
+    Follower,
+    /// Asks for pre-votes before campaigning.
+    PreCandidate,
+    /// Campaigns.
+    Candidate,
+    /// Leads its term.
+    Leader,
+}
+
+/// Why an input was refused (it changed nothing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplicaError {
+    /// A proposal reached a replica that does not lead; the leader it knows, if any.
+    NotLeader(Option<ReplicaId>),
+    /// A message addressed to another replica.
+    WrongReplica {
+        /// Whom it was for.
+        to: ReplicaId,
+    },
+    /// A response from a replica outside the group.
+    UnknownPeer(ReplicaId),
+    /// The engine refused the input.
+    Refused(String),
+    /// The durable state a replica was started from is not a log (a gap, or an index 0).
+    BadDurable(String),
+}
+
+impl std::fmt::Display for ReplicaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplicaError::NotLeader(Some(l)) => write!(f, "not the leader (replica {l} is)"),
+            ReplicaError::NotLeader(None) => write!(f, "not the leader (none known)"),
+            ReplicaError::WrongReplica { to } => write!(f, "a message for replica {to}"),
+            ReplicaError::UnknownPeer(p) => {
+                write!(f, "a response from replica {p}, not in the group")
+            }
+            ReplicaError::Refused(why) => write!(f, "the engine refused the input: {why}"),
+            ReplicaError::BadDurable(why) => {
+                write!(f, "the replica's durable log is not a log: {why}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReplicaError {}
+
+/// One round of a replica's output (see the crate's documentation).
+#[derive(Debug)]
+pub struct Ready {
+    /// Messages that may leave now.
+    pub send: Vec<WireMessage>,
+    /// Committed entries to apply now, in order.
+    pub apply: Vec<LogEntry>,
+    /// Entries to make durable (replacing every entry from the first one's index on).
+    pub entries: Vec<LogEntry>,
+    /// The hard state to make durable, if it changed.
+    pub hard_state: Option<HardStateRecord>,
+    /// Messages that leave only once `entries` and `hard_state` are durable.
+    after_persist: Vec<WireMessage>,
+    /// The engine's number for the round.
+    number: u64,
+}
+
+/// One replica.
+pub struct Replica {
+    node: RawNode<MemStorage>,
+    id: ReplicaId,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("id", &self.id)
+            .field("term", &self.term())
+            .field("role", &self.role())
+            .field("commit", &self.commit())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Replica {
+    /// Starts replica `config.id` from what its disk holds (`Durable::default()` for a new
+    /// group). Its committed entries are handed back to apply again, from index 1: the state
+    /// machine is rebuilt from the log.
+    pub fn start(config: &ReplicaConfig, durable: &Durable) -> Result<Replica, ReplicaError> {
+        for (i, e) in durable.entries.iter().enumerate() {
+            if e.index != i as u64 + 1 {
+                return Err(ReplicaError::BadDurable(format!(
+                    "entry {} at position {}",
+                    e.index,
+                    i + 1
+                )));
+            }
+        }
+        let last = durable.entries.last().map_or(0, |e| e.index);
+        if durable.hard_state.commit > last {
+            return Err(ReplicaError::BadDurable(format!(
+                "commit {} past the last entry {last}",
+                durable.hard_state.commit
+            )));
+        }
+        let storage =
+            MemStorage::new_with_conf_state(ConfState::from((config.voters.clone(), Vec::new())));
+        {
+            let mut w = storage.wl();
+            let entries: Vec<_> = durable
+                .entries
+                .iter()
+                .cloned()
+                .map(wire::into_raft_entry)
+                .collect();
+            w.append(&entries)
+                .map_err(|e| ReplicaError::BadDurable(e.to_string()))?;
+            let hs = durable.hard_state;
+            w.set_hardstate(HardState {
+                term: hs.term,
+                vote: hs.vote,
+                commit: hs.commit,
+                ..HardState::default()
+            });
+        }
+        let raft_config = Config {
+            id: config.id,
+            election_tick: config.election_ticks,
+            heartbeat_tick: config.heartbeat_ticks,
+            min_election_tick: config.election_ticks,
+            max_election_tick: config.election_ticks + 1,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+            check_quorum: true,
+            pre_vote: true,
+            applied: 0,
+            // Proposals not yet committed are bounded: past this the engine refuses new ones
+            // (`propose` answers `Refused`) until the log catches up.
+            max_uncommitted_size: 64 << 20,
+            ..Config::default()
+        };
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let node = RawNode::new(&raft_config, storage, &logger)
+            .map_err(|e| ReplicaError::Refused(e.to_string()))?;
+        Ok(Replica {
+            node,
+            id: config.id,
+        })
+    }
+
+    /// This replica's id.
+    pub fn id(&self) -> ReplicaId {
+        self.id
+    }
+
+    /// Its current term.
+    pub fn term(&self) -> u64 {
+        self.node.raft.term
+    }
+
+    /// Its role.
+    pub fn role(&self) -> Role {
+        match self.node.raft.state {
+            StateRole::Follower => Role::Follower,
+            StateRole::PreCandidate => Role::PreCandidate,
+            StateRole::Candidate => Role::Candidate,
+            StateRole::Leader => Role::Leader,
+        }
+    }
+
+    /// The leader it knows in its term, if any.
+    pub fn leader(&self) -> Option<ReplicaId> {
+        match self.node.raft.leader_id {
+            0 => None,
+            id => Some(id),
+        }
+    }
+
+    /// Its commit index.
+    pub fn commit(&self) -> u64 {
+        self.node.raft.raft_log.committed
+    }
+
+    /// One tick of its clock.
+    pub fn tick(&mut self) {
+        self.node.tick();
+    }
+
+    /// A message from another replica.
+    pub fn step(&mut self, message: WireMessage) -> Result<(), ReplicaError> {
+        if message.to != self.id {
+            return Err(ReplicaError::WrongReplica { to: message.to });
+        }
+        let from = message.from;
+        match self.node.step(message.into_raft()) {
+            Ok(()) => Ok(()),
+            Err(raft::Error::StepPeerNotFound) => Err(ReplicaError::UnknownPeer(from)),
+            Err(e) => Err(ReplicaError::Refused(e.to_string())),
+        }
+    }
+
+    /// Proposes `data` as the next entry (only a leader takes proposals).
+    pub fn propose(&mut self, data: Vec<u8>) -> Result<(), ReplicaError> {
+        if self.role() != Role::Leader {
+            return Err(ReplicaError::NotLeader(self.leader()));
+        }
+        self.node
+            .propose(Vec::new(), data)
+            .map_err(|e| ReplicaError::Refused(e.to_string()))
+    }
+
+    /// The next round of output, if there is one.
+    pub fn ready(&mut self) -> Option<Ready> {
+        if !self.node.has_ready() {
+            return None;
+        }
+        let mut rd = self.node.ready();
+        debug_assert!(rd.snapshot().is_empty(), "no replica compacts its log yet");
+        let send = wire_messages(rd.take_messages());
+        let after_persist = wire_messages(rd.take_persisted_messages());
+        let apply = rd
+            .take_committed_entries()
+            .iter()
+            .map(wire::from_raft_entry)
+            .collect();
+        let entries = rd.entries().iter().map(wire::from_raft_entry).collect();
+        let hard_state = rd.hs().map(|hs| HardStateRecord {
+            term: hs.term,
+            vote: hs.vote,
+            commit: hs.commit,
+        });
+        // The engine reads its log from its storage: the round's entries go there now (they
+        // are durable only once the driver says so, `persisted`).
+        {
+            let store = self.node.mut_store();
+            let mut w = store.wl();
+            if !rd.entries().is_empty() {
+                w.append(rd.entries())
+                    .expect("the engine's own entries follow its log");
+            }
+            if let Some(hs) = rd.hs() {
+                w.set_hardstate(hs.clone());
+            }
+        }
+        let number = rd.number();
+        self.node.advance_append_async(rd);
+        // The committed entries are handed to the driver, which applies them now.
+        self.node.advance_apply();
+        Some(Ready {
+            send,
+            apply,
+            entries,
+            hard_state,
+            after_persist,
+            number,
+        })
+    }
+
+    /// `ready`'s entries and hard state are durable: the messages that waited for them.
+    /// Call `ready` next: the round may let a leader commit.
+    pub fn persisted(&mut self, ready: Ready) -> Vec<WireMessage> {
+        self.node.on_persist_ready(ready.number);
+        ready.after_persist
+    }
+}
+
+/// The engine's outgoing messages on our wire. The engine never hands a driver a local
+/// message or (without compaction) a snapshot, so nothing is dropped here; a debug build
+/// says so if that ever changes.
+fn wire_messages(messages: Vec<raft::eraftpb::Message>) -> Vec<WireMessage> {
+    messages
+        .iter()
+        .filter_map(|m| {
+            let wire = WireMessage::from_raft(m);
+            debug_assert!(wire.is_ok(), "the engine sent {m:?}");
+            wire.ok()
+        })
+        .collect()
+}
