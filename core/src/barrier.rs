@@ -68,6 +68,14 @@ impl Barrier {
         }
     }
 
+    /// Effects admitted from now on wait until the log is durable up to `position`, as if a
+    /// record ended there: for a log whose entries need not carry records (a replicated
+    /// directory proposes an entry for a step that only answers, and its answers wait for that
+    /// entry, issue 19). A position below the last appended one changes nothing.
+    pub fn wait_for(&mut self, position: u64) {
+        self.appended = self.appended.max(position);
+    }
+
     /// Whether effects wait for a sync.
     pub fn waiting(&self) -> bool {
         !self.held.is_empty()

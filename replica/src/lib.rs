@@ -33,12 +33,14 @@
 //! of the cluster; [`WireMessage::decode`] refuses malformed or oversized frames and the
 //! engine's local messages with a typed error before the engine sees them.
 
+mod directory;
 mod wire;
 
 use raft::eraftpb::{ConfState, HardState};
 use raft::storage::MemStorage;
 use raft::{Config, RawNode, StateRole};
 
+pub use directory::{NotServing, ReplicatedDirectory};
 pub use wire::{EntryKind, FRAME_MAX, Kind, LogEntry, WireError, WireMessage};
 
 /// A replica's id in its group (never 0).
@@ -300,14 +302,16 @@ impl Replica {
         }
     }
 
-    /// Proposes `data` as the next entry (only a leader takes proposals).
-    pub fn propose(&mut self, data: Vec<u8>) -> Result<(), ReplicaError> {
+    /// Proposes `data` as the next entry (only a leader takes proposals); the index it will
+    /// have if it commits (it commits there only while this replica leads the same term).
+    pub fn propose(&mut self, data: Vec<u8>) -> Result<u64, ReplicaError> {
         if self.role() != Role::Leader {
             return Err(ReplicaError::NotLeader(self.leader()));
         }
         self.node
             .propose(Vec::new(), data)
-            .map_err(|e| ReplicaError::Refused(e.to_string()))
+            .map_err(|e| ReplicaError::Refused(e.to_string()))?;
+        Ok(self.node.raft.raft_log.last_index())
     }
 
     /// The next round of output, if there is one.

@@ -83,6 +83,13 @@ pub enum RecoveryError {
     },
     /// The epoch counter cannot advance.
     EpochExhausted,
+    /// A directory asked to serve at an epoch not above the one its records reached.
+    EpochNotAbove {
+        /// The epoch asked for.
+        epoch: AuthorityEpoch,
+        /// The records' epoch.
+        recorded: AuthorityEpoch,
+    },
 }
 
 impl fmt::Display for RecoveryError {
@@ -92,6 +99,10 @@ impl fmt::Display for RecoveryError {
                 write!(f, "log record {index} is inconsistent: {reason}")
             }
             RecoveryError::EpochExhausted => f.write_str("authority epoch space exhausted"),
+            RecoveryError::EpochNotAbove { epoch, recorded } => write!(
+                f,
+                "cannot serve at epoch {epoch}: the records already reached {recorded}"
+            ),
         }
     }
 }
@@ -124,6 +135,39 @@ impl Directory {
             Some(next) => AuthorityEpoch(next),
             None => return Err(RecoveryError::EpochExhausted),
         };
+        Ok(Directory::start(config, durable, epoch, hook, now, out))
+    }
+
+    /// [`Directory::recover`] at a given epoch: a replicated directory's leader serves at its
+    /// term (issue 19), which the proxies already treat as the fencing token. Refused unless
+    /// `epoch` is above the records' own, so an epoch never repeats nor goes back.
+    pub fn recover_in_epoch(
+        config: DirectoryConfig,
+        records: &[LogRecord],
+        epoch: AuthorityEpoch,
+        hook: &mut dyn SourceRecoveryHook,
+        now: Instant,
+        out: &mut Outbox,
+    ) -> Result<Directory, RecoveryError> {
+        let durable = replay_records(records)?;
+        if epoch <= durable.epoch() {
+            return Err(RecoveryError::EpochNotAbove {
+                epoch,
+                recorded: durable.epoch(),
+            });
+        }
+        Ok(Directory::start(config, durable, epoch, hook, now, out))
+    }
+
+    /// Starts serving `durable` at `epoch` (above its own).
+    fn start(
+        config: DirectoryConfig,
+        durable: DurableState,
+        epoch: AuthorityEpoch,
+        hook: &mut dyn SourceRecoveryHook,
+        now: Instant,
+        out: &mut Outbox,
+    ) -> Directory {
         let mut directory = Directory {
             config,
             durable,
@@ -145,7 +189,7 @@ impl Directory {
         }
         directory.arm_timer(now, out);
         directory.retry_pass(out);
-        Ok(directory)
+        directory
     }
 
     fn recover_sources(&mut self, hook: &mut dyn SourceRecoveryHook) {

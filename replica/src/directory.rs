@@ -1,0 +1,361 @@
+//! The directory on the replicated log (issue 19, second step): `Persist` means "committed by
+//! a quorum".
+//!
+//! Every replica applies the committed records, in log order, to its own [`DurableState`]
+//! through the one `apply` the directory and its recovery use. The replica that leads term
+//! `T` serves a [`Directory`] once it has applied the first entry of its own term (the empty
+//! entry the engine appends on election): by then every entry before it is committed and
+//! applied, so it recovers from exactly what was acknowledged before, at epoch `T`
+//! ([`Directory::recover_in_epoch`]): the term is the authority epoch the proxies already
+//! fence on.
+//!
+//! Each step of the serving directory becomes one proposal holding the step's records (none,
+//! for a step that only answers: a read is answered only once an entry of the leader's term
+//! after it commits, which proves the leader still leads, so a partitioned old leader answers
+//! nothing). The step's effects wait behind it in core's [`Barrier`], with the log index as
+//! the position: they leave once the entry is applied. A replica that stops leading (a new
+//! term, or an entry of another term where its own proposal was) drops its directory and
+//! everything held: nobody saw it, and the next leader decides again from the log.
+
+use dataplane_core::barrier::Barrier;
+use dataplane_core::directory::{Directory, DirectoryConfig, DurableState, SourceRecoveryHook};
+use dataplane_core::effect::{Effect, Outbox, Timer};
+use dataplane_core::error::InputError;
+use dataplane_core::ids::{Address, AuthorityEpoch};
+use dataplane_core::log::LogRecord;
+use dataplane_core::time::Instant;
+use dataplane_core::wire::Message;
+
+use crate::{Ready, Replica, ReplicaId, Role, WireMessage};
+
+/// Why the replicated directory did not take an input (nothing changed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotServing {
+    /// This replica does not lead; the leader it knows, if any.
+    NotLeader(Option<ReplicaId>),
+    /// It leads, but has not applied its term's first entry yet.
+    Starting,
+    /// The directory refused the input.
+    Refused(InputError),
+    /// A committed record did not apply: this replica stopped (fail-stop).
+    Stopped(String),
+}
+
+impl std::fmt::Display for NotServing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotServing::NotLeader(Some(l)) => write!(f, "not the leader (replica {l} is)"),
+            NotServing::NotLeader(None) => write!(f, "not the leader (none known)"),
+            NotServing::Starting => write!(f, "the leader is still applying its log"),
+            NotServing::Refused(e) => write!(f, "{e}"),
+            NotServing::Stopped(why) => write!(f, "stopped: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for NotServing {}
+
+/// The leader's serving state for one term.
+struct Leading {
+    term: u64,
+    directory: Option<Directory>,
+    barrier: Barrier,
+}
+
+/// One replica of the directory (see the module documentation).
+pub struct ReplicatedDirectory<H: SourceRecoveryHook> {
+    replica: Replica,
+    config: DirectoryConfig,
+    hook: H,
+    committed: DurableState,
+    applied: u64,
+    leading: Option<Leading>,
+    released: Vec<Effect>,
+    stopped: Option<String>,
+}
+
+impl<H: SourceRecoveryHook> std::fmt::Debug for ReplicatedDirectory<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicatedDirectory")
+            .field("replica", &self.replica)
+            .field("applied", &self.applied)
+            .field("serving", &self.serving_epoch())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
+    /// A replica of the directory over `replica` (started from its disk: its committed entries
+    /// come back through `ready` and are applied again from index 1).
+    pub fn new(replica: Replica, config: DirectoryConfig, hook: H) -> Self {
+        ReplicatedDirectory {
+            replica,
+            config,
+            hook,
+            committed: DurableState::default(),
+            applied: 0,
+            leading: None,
+            released: Vec::new(),
+            stopped: None,
+        }
+    }
+
+    /// The replica underneath.
+    pub fn replica(&self) -> &Replica {
+        &self.replica
+    }
+
+    /// The state every committed record built, as this replica applied it.
+    pub fn committed(&self) -> &DurableState {
+        &self.committed
+    }
+
+    /// The last log index applied.
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    /// The epoch this replica serves at, if it serves.
+    pub fn serving_epoch(&self) -> Option<AuthorityEpoch> {
+        self.leading
+            .as_ref()
+            .and_then(|l| l.directory.as_ref())
+            .map(Directory::epoch)
+    }
+
+    /// The directory it serves, if it does.
+    pub fn directory(&self) -> Option<&Directory> {
+        self.leading.as_ref().and_then(|l| l.directory.as_ref())
+    }
+
+    /// Why it stopped, if it did.
+    pub fn stopped(&self) -> Option<&str> {
+        self.stopped.as_deref()
+    }
+
+    /// The directory's effects that may be executed now (sends, timers, route watches; never a
+    /// `Persist`: the log took those).
+    pub fn take_effects(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.released)
+    }
+
+    /// A message for the directory (a call, a retirement...).
+    pub fn handle_message(&mut self, now: Instant, message: Message) -> Result<(), NotServing> {
+        let mut out = Outbox::new();
+        let result = self.serving()?.handle_message(now, message, &mut out);
+        self.admit_step(result, out)
+    }
+
+    /// The directory's timer fired.
+    pub fn handle_timer(&mut self, now: Instant, timer: Timer) -> Result<(), NotServing> {
+        let mut out = Outbox::new();
+        let result = self.serving()?.handle_timer(now, timer, &mut out);
+        self.admit_step(result, out)
+    }
+
+    /// A routability report for a watched target.
+    pub fn handle_route(
+        &mut self,
+        now: Instant,
+        target: Address,
+        routable: bool,
+    ) -> Result<(), NotServing> {
+        let mut out = Outbox::new();
+        self.serving()?
+            .handle_route(now, target, routable, &mut out);
+        self.admit_step(Ok(()), out)
+    }
+
+    /// One tick of the replica's clock.
+    pub fn tick(&mut self) {
+        self.replica.tick();
+        self.follow_leadership();
+    }
+
+    /// A message from another replica.
+    pub fn step(&mut self, message: WireMessage) -> Result<(), crate::ReplicaError> {
+        let result = self.replica.step(message);
+        self.follow_leadership();
+        result
+    }
+
+    /// The replica's next round (see [`Replica::ready`]); its committed entries are applied
+    /// here (the round's `apply` comes back empty), which may start the directory or release
+    /// its held effects.
+    pub fn ready(&mut self, now: Instant) -> Option<Ready> {
+        self.follow_leadership();
+        let mut ready = self.replica.ready()?;
+        for entry in std::mem::take(&mut ready.apply) {
+            self.apply(now, entry.index, entry.term, &entry.data);
+        }
+        self.follow_leadership();
+        Some(ready)
+    }
+
+    /// The round's entries and hard state are durable (see [`Replica::persisted`]).
+    pub fn persisted(&mut self, ready: Ready) -> Vec<WireMessage> {
+        self.replica.persisted(ready)
+    }
+
+    fn serving(&mut self) -> Result<&mut Directory, NotServing> {
+        if let Some(why) = &self.stopped {
+            return Err(NotServing::Stopped(why.clone()));
+        }
+        self.follow_leadership();
+        match self.leading.as_mut() {
+            None => Err(NotServing::NotLeader(self.replica.leader())),
+            Some(Leading {
+                directory: None, ..
+            }) => Err(NotServing::Starting),
+            Some(Leading {
+                directory: Some(d), ..
+            }) => Ok(d),
+        }
+    }
+
+    /// Starts or ends a term's serving state to match the engine's role.
+    fn follow_leadership(&mut self) {
+        let (role, term) = (self.replica.role(), self.replica.term());
+        let leads = role == Role::Leader && self.stopped.is_none();
+        match &self.leading {
+            Some(l) if leads && l.term == term => {}
+            _ if leads => {
+                self.leading = Some(Leading {
+                    term,
+                    directory: None,
+                    barrier: Barrier::new(self.applied),
+                });
+            }
+            Some(_) => self.step_down(),
+            None => {}
+        }
+    }
+
+    /// Drops the directory and everything it held (nobody saw it).
+    fn step_down(&mut self) {
+        self.leading = None;
+    }
+
+    /// Hands a directory step's effects to the log and the barrier.
+    fn admit_step(
+        &mut self,
+        result: Result<(), InputError>,
+        mut out: Outbox,
+    ) -> Result<(), NotServing> {
+        // A refused input changes nothing (and emits nothing).
+        result.map_err(NotServing::Refused)?;
+        let effects = out.take();
+        self.admit(effects);
+        Ok(())
+    }
+
+    fn admit(&mut self, effects: Vec<Effect>) {
+        if effects.is_empty() {
+            return;
+        }
+        let records: Vec<LogRecord> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Persist(r) => Some(r.clone()),
+                _ => None,
+            })
+            .collect();
+        let answers = effects.iter().any(|e| matches!(e, Effect::Send { .. }));
+        let mut position = None;
+        if !records.is_empty() || answers {
+            // One proposal per step: its records (or none: an answer waits for an entry of this
+            // term to commit after it).
+            let data = postcard::to_allocvec(&records).expect("records always serialise");
+            match self.replica.propose(data) {
+                Ok(index) => position = Some(index),
+                Err(_) => {
+                    // The directory changed its state for records that cannot be committed by
+                    // this leader: it stops serving (fail-stop), and the next leader decides.
+                    self.step_down();
+                    return;
+                }
+            }
+        }
+        let Some(leading) = self.leading.as_mut() else {
+            return;
+        };
+        if let Some(position) = position {
+            leading.barrier.wait_for(position);
+        }
+        let mut ready = Vec::new();
+        let admitted: Result<(), std::convert::Infallible> = leading.barrier.admit(
+            effects,
+            self.applied,
+            |_| Ok(position.expect("a step with records proposed them")),
+            &mut ready,
+        );
+        let Ok(()) = admitted;
+        self.released.extend(ready);
+    }
+
+    /// A committed entry.
+    fn apply(&mut self, now: Instant, index: u64, term: u64, data: &[u8]) {
+        if self.stopped.is_some() {
+            return;
+        }
+        if !data.is_empty() {
+            let records: Vec<LogRecord> = match postcard::from_bytes(data) {
+                Ok(records) => records,
+                Err(e) => {
+                    self.stop(format!("entry {index} is not a batch of records: {e}"));
+                    return;
+                }
+            };
+            for record in &records {
+                if let Err(e) = self.committed.apply(record) {
+                    self.stop(format!("committed entry {index} does not apply: {}", e.0));
+                    return;
+                }
+            }
+        }
+        self.applied = index;
+        let Some(leading) = self.leading.as_mut() else {
+            return;
+        };
+        if term != leading.term {
+            if leading.directory.is_some() {
+                // Another term's entry where this leader's own were: it no longer leads.
+                self.step_down();
+            }
+            return;
+        }
+        match leading.directory.as_mut() {
+            Some(_) => {
+                let mut ready = Vec::new();
+                leading.barrier.release(index, &mut ready);
+                self.released.extend(ready);
+            }
+            None => {
+                // The first entry of this leader's term: everything before it is committed and
+                // applied. Serve from it, at the term.
+                let records = self.committed.snapshot_records();
+                let mut out = Outbox::new();
+                match Directory::recover_in_epoch(
+                    self.config.clone(),
+                    &records,
+                    AuthorityEpoch(term),
+                    &mut self.hook,
+                    now,
+                    &mut out,
+                ) {
+                    Ok(directory) => {
+                        leading.directory = Some(directory);
+                        let effects: Vec<Effect> = out.drain().collect();
+                        self.admit(effects);
+                    }
+                    Err(e) => self.stop(format!("cannot serve term {term}: {e}")),
+                }
+            }
+        }
+    }
+
+    fn stop(&mut self, why: String) {
+        self.step_down();
+        self.stopped = Some(why);
+    }
+}

@@ -1,0 +1,355 @@
+//! The directory on the replicated log, three replicas on an in-memory network the test
+//! drives step by step: a reply leaves only once its step's entry is committed; a new leader
+//! serves at its term with everything acknowledged before; a replayed mutation answers the
+//! same; a partitioned old leader answers nothing.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use dataplane_core::directory::{ActorSources, DirectoryConfig};
+use dataplane_core::effect::Effect;
+use dataplane_core::ids::{Address, AuthorityEpoch, NodeId, OperationId, RequestId};
+use dataplane_core::path::DataPath;
+use dataplane_core::time::Instant;
+use dataplane_core::wire::{DirectoryCall, DirectoryRequest, Message, ReplyBody, SourceRecovery};
+use dataplane_replica::{
+    Durable, NotServing, Replica, ReplicaConfig, ReplicatedDirectory, WireMessage,
+};
+
+type Node = ReplicatedDirectory<ActorSources>;
+
+struct Group {
+    nodes: Vec<Option<Node>>,
+    disks: Vec<Durable>,
+    configs: Vec<ReplicaConfig>,
+    net: VecDeque<WireMessage>,
+    isolated: BTreeSet<u64>,
+    now: Instant,
+    /// Every directory effect released, by replica.
+    released: Vec<(usize, Effect)>,
+}
+
+fn directory_address() -> Address {
+    Address::new(NodeId(0), 1, 1)
+}
+
+fn client() -> Address {
+    Address::new(NodeId(7), 1, 100)
+}
+
+impl Group {
+    fn new() -> Group {
+        let configs: Vec<ReplicaConfig> = (1..=3)
+            .map(|id| ReplicaConfig {
+                id,
+                voters: vec![1, 2, 3],
+                election_ticks: 10 + 7 * (id as usize - 1),
+                heartbeat_ticks: 3,
+            })
+            .collect();
+        let mut g = Group {
+            nodes: Vec::new(),
+            disks: vec![Durable::default(); 3],
+            configs,
+            net: VecDeque::new(),
+            isolated: BTreeSet::new(),
+            now: Instant::ZERO,
+            released: Vec::new(),
+        };
+        for i in 0..3 {
+            g.nodes.push(None);
+            g.start(i);
+        }
+        g
+    }
+
+    fn start(&mut self, i: usize) {
+        let replica = Replica::start(&self.configs[i], &self.disks[i]).unwrap();
+        self.nodes[i] = Some(ReplicatedDirectory::new(
+            replica,
+            DirectoryConfig::new(directory_address()),
+            ActorSources,
+        ));
+    }
+
+    fn node(&mut self, i: usize) -> &mut Node {
+        self.nodes[i].as_mut().expect("running")
+    }
+
+    /// Rounds and messages until nothing moves.
+    fn pump(&mut self) {
+        for _ in 0..10_000 {
+            let mut moved = false;
+            for i in 0..self.nodes.len() {
+                let now = self.now;
+                let Some(node) = self.nodes[i].as_mut() else {
+                    continue;
+                };
+                while let Some(ready) = node.ready(now) {
+                    moved = true;
+                    self.disks[i].write(&ready);
+                    self.net.extend(ready.send.iter().cloned());
+                    let after = node.persisted(ready);
+                    self.net.extend(after);
+                }
+                for e in node.take_effects() {
+                    assert!(!matches!(e, Effect::Persist(_)), "a Persist left: {e:?}");
+                    self.released.push((i, e));
+                }
+            }
+            while let Some(m) = self.net.pop_front() {
+                moved = true;
+                if self.isolated.contains(&m.to) || self.isolated.contains(&m.from) {
+                    continue;
+                }
+                if let Some(node) = self.nodes[m.to as usize - 1].as_mut() {
+                    let _ = node.step(m);
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+        panic!("the group never settled");
+    }
+
+    fn ticks(&mut self, n: usize) {
+        for _ in 0..n {
+            self.now = self
+                .now
+                .saturating_add(dataplane_core::time::Duration::from_millis(10));
+            for node in self.nodes.iter_mut().flatten() {
+                node.tick();
+            }
+            self.pump();
+        }
+    }
+
+    fn serving(&self) -> Option<usize> {
+        let serving: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| {
+                !self.isolated.contains(&(i as u64 + 1))
+                    && self.nodes[i]
+                        .as_ref()
+                        .is_some_and(|n| n.serving_epoch().is_some())
+            })
+            .collect();
+        assert!(serving.len() <= 1, "two replicas serve: {serving:?}");
+        serving.first().copied()
+    }
+
+    fn elect(&mut self) -> usize {
+        for _ in 0..200 {
+            if let Some(i) = self.serving() {
+                return i;
+            }
+            self.ticks(1);
+        }
+        panic!("no replica serves after 200 ticks");
+    }
+
+    fn replies(&self, node: usize, request: u64) -> Vec<(AuthorityEpoch, ReplyBody)> {
+        self.released
+            .iter()
+            .filter_map(|(i, e)| match e {
+                Effect::Send {
+                    message: Message::Reply(r),
+                    ..
+                } if *i == node && r.request_id == RequestId(request) => {
+                    Some((r.epoch, r.body.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn register(request: u64, path: &str, operation: u128) -> Message {
+    let source = Address::new(NodeId(7), 1, 200);
+    Message::Call(DirectoryCall {
+        request_id: RequestId(request),
+        reply_to: client(),
+        request: DirectoryRequest::Register {
+            path: DataPath::new(path).unwrap(),
+            source,
+            source_node: NodeId(7),
+            length: 10,
+            recovery: SourceRecovery::Actor {
+                actor: source,
+                node: NodeId(7),
+                owner: None,
+            },
+            operation: OperationId((7u128 << 96) | (1u128 << 64) | operation),
+            reservation: None,
+        },
+    })
+}
+
+fn resolve(request: u64, path: &str) -> Message {
+    Message::Call(DirectoryCall {
+        request_id: RequestId(request),
+        reply_to: client(),
+        request: DirectoryRequest::Resolve {
+            path: DataPath::new(path).unwrap(),
+        },
+    })
+}
+
+#[test]
+fn a_reply_leaves_only_once_committed_and_a_new_leader_serves_what_was_acknowledged() {
+    let mut g = Group::new();
+    let leader = g.elect();
+    let term = g.node(leader).replica().term();
+    assert_eq!(g.node(leader).serving_epoch(), Some(AuthorityEpoch(term)));
+
+    // Followers refuse, naming the leader.
+    let follower = (leader + 1) % 3;
+    let now = g.now;
+    assert_eq!(
+        g.node(follower).handle_message(now, register(1, "/a", 1)),
+        Err(NotServing::NotLeader(Some(leader as u64 + 1)))
+    );
+
+    // The call is taken, but its reply waits for the commit.
+    let now = g.now;
+    g.node(leader)
+        .handle_message(now, register(1, "/a", 1))
+        .unwrap();
+    for e in g.node(leader).take_effects() {
+        assert!(
+            !matches!(
+                e,
+                Effect::Send {
+                    message: Message::Reply(_),
+                    ..
+                }
+            ),
+            "a reply left before its entry committed: {e:?}"
+        );
+        g.released.push((leader, e));
+    }
+    g.pump();
+    let replies = g.replies(leader, 1);
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    let (epoch, body) = replies[0].clone();
+    assert_eq!(epoch, AuthorityEpoch(term));
+    let ReplyBody::Registered(Ok(receipt)) = body else {
+        panic!("{body:?}");
+    };
+    // Every replica applied it.
+    g.ticks(5);
+    for i in 0..3 {
+        let committed = g.node(i).committed();
+        assert!(
+            committed.entries().any(|(p, _)| p.as_str() == "/a"),
+            "replica {} has not applied the register",
+            i + 1
+        );
+    }
+
+    // The leader crashes; another serves at a higher term, from what was acknowledged.
+    g.nodes[leader] = None;
+    let next = g.elect();
+    assert_ne!(next, leader);
+    let next_term = g.node(next).replica().term();
+    assert!(next_term > term);
+    assert_eq!(
+        g.node(next).serving_epoch(),
+        Some(AuthorityEpoch(next_term))
+    );
+    let dir = g.node(next).directory().unwrap();
+    assert!(dir.durable().entries().any(|(p, _)| p.as_str() == "/a"));
+
+    // The client's retry of the same operation answers the same.
+    let now = g.now;
+    g.node(next)
+        .handle_message(now, register(2, "/a", 1))
+        .unwrap();
+    g.pump();
+    let replies = g.replies(next, 2);
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(replies[0].0, AuthorityEpoch(next_term));
+    assert_eq!(replies[0].1, ReplyBody::Registered(Ok(receipt)));
+
+    // The crashed replica comes back from its disk and catches up as a follower.
+    g.start(leader);
+    g.ticks(10);
+    assert!(g.node(leader).serving_epoch().is_none());
+    assert!(
+        g.node(leader)
+            .committed()
+            .entries()
+            .any(|(p, _)| p.as_str() == "/a"),
+        "the restarted replica did not apply the log again"
+    );
+}
+
+#[test]
+fn a_partitioned_leader_answers_nothing() {
+    let mut g = Group::new();
+    let old = g.elect();
+    let old_id = old as u64 + 1;
+    let now = g.now;
+    g.node(old)
+        .handle_message(now, register(1, "/b", 1))
+        .unwrap();
+    g.pump();
+    assert_eq!(g.replies(old, 1).len(), 1);
+
+    // Cut it off: a read and a write it takes get no answer.
+    g.isolated.insert(old_id);
+    let now = g.now;
+    g.node(old).handle_message(now, resolve(2, "/b")).unwrap();
+    g.node(old)
+        .handle_message(now, register(3, "/c", 2))
+        .unwrap();
+    g.pump();
+    assert!(
+        g.replies(old, 2).is_empty(),
+        "a cut-off leader answered a read"
+    );
+    assert!(
+        g.replies(old, 3).is_empty(),
+        "a cut-off leader answered a write"
+    );
+
+    // The others elect a leader; the old one steps down (check-quorum) and still answered
+    // nothing.
+    g.isolated.remove(&old_id);
+    g.isolated.insert(old_id);
+    let mut new = None;
+    for _ in 0..300 {
+        g.ticks(1);
+        new = (0..3).find(|&i| i != old && g.nodes[i].as_ref().unwrap().serving_epoch().is_some());
+        if new.is_some() && g.node(old).serving_epoch().is_none() {
+            break;
+        }
+    }
+    let new = new.expect("the majority elected a leader");
+    assert!(
+        g.node(old).serving_epoch().is_none(),
+        "the cut-off leader still serves"
+    );
+    assert!(g.replies(old, 2).is_empty() && g.replies(old, 3).is_empty());
+    // The new leader never heard of /c.
+    let dir = g.node(new).directory().unwrap();
+    assert!(!dir.durable().entries().any(|(p, _)| p.as_str() == "/c"));
+    assert!(dir.durable().entries().any(|(p, _)| p.as_str() == "/b"));
+
+    // Healed, the old leader follows and applies the same log.
+    g.isolated.clear();
+    g.ticks(20);
+    assert!(g.node(old).serving_epoch().is_none());
+    let a: Vec<String> = g
+        .node(old)
+        .committed()
+        .entries()
+        .map(|(p, _)| p.to_string())
+        .collect();
+    let b: Vec<String> = g
+        .node(new)
+        .committed()
+        .entries()
+        .map(|(p, _)| p.to_string())
+        .collect();
+    assert_eq!(a, b);
+}
