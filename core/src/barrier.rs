@@ -76,6 +76,11 @@ impl Barrier {
         self.appended = self.appended.max(position);
     }
 
+    /// The position the first held effect waits for, if one waits.
+    pub fn first_held(&self) -> Option<u64> {
+        self.held.front().map(|(at, _)| *at)
+    }
+
     /// Whether effects wait for a sync.
     pub fn waiting(&self) -> bool {
         !self.held.is_empty()

@@ -80,6 +80,10 @@ impl<H: SourceRecoveryHook> std::fmt::Debug for ReplicatedDirectory<H> {
             .field("replica", &self.replica)
             .field("applied", &self.applied)
             .field("serving", &self.serving_epoch())
+            .field(
+                "holding",
+                &self.leading.as_ref().and_then(|l| l.barrier.first_held()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -126,6 +130,11 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
     /// The directory it serves, if it does.
     pub fn directory(&self) -> Option<&Directory> {
         self.leading.as_ref().and_then(|l| l.directory.as_ref())
+    }
+
+    /// Whether directory effects wait for an entry to commit.
+    pub fn holding(&self) -> bool {
+        self.leading.as_ref().is_some_and(|l| l.barrier.waiting())
     }
 
     /// Why it stopped, if it did.

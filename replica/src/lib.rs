@@ -181,6 +181,7 @@ impl std::fmt::Debug for Replica {
             .field("term", &self.term())
             .field("role", &self.role())
             .field("commit", &self.commit())
+            .field("last", &self.last_index())
             .finish_non_exhaustive()
     }
 }
@@ -282,6 +283,11 @@ impl Replica {
     /// Its commit index.
     pub fn commit(&self) -> u64 {
         self.node.raft.raft_log.committed
+    }
+
+    /// The index of its last entry.
+    pub fn last_index(&self) -> u64 {
+        self.node.raft.raft_log.last_index()
     }
 
     /// One tick of its clock.

@@ -69,6 +69,7 @@ struct Slot {
     applied_to: u64,
     applied_ids: BTreeSet<u64>,
     isolated: bool,
+    /// The highest term the replica handed to its disk.
     max_term: u64,
     /// When the last round released early reaches the disk (the planted `ReleaseBeforeSync`).
     late_until: u64,
@@ -267,15 +268,16 @@ impl World {
             return;
         };
         let (term, role) = (node.term(), node.role());
+        // A term the replica handed to its disk never goes back (one only in its memory may:
+        // a crash before the round is written forgets it, and nothing acted on it has left).
         if term < self.slots[i].max_term {
             let why = format!(
-                "replica {} is at term {term} after term {}",
+                "replica {} is at term {term} after making term {} durable",
                 i + 1,
                 self.slots[i].max_term
             );
             self.fail(why);
         }
-        self.slots[i].max_term = self.slots[i].max_term.max(term);
         if role == Role::Leader {
             match self.leaders.get(&term) {
                 Some(&other) if other != i => {
@@ -331,6 +333,9 @@ impl World {
     }
 
     fn write(&mut self, i: usize, entries: &[LogEntry], hs: Option<HardStateRecord>) {
+        if let Some(h) = hs {
+            self.slots[i].max_term = self.slots[i].max_term.max(h.term);
+        }
         let hs = if self.defect == Defect::ForgetHardState {
             None
         } else {
