@@ -11,6 +11,8 @@
 //!   answered first (a register's receipt never changes);
 //! * **reads are linearizable**: a resolve sent after a register of its path was acknowledged
 //!   sees that register (a partitioned old leader must not answer from its stale state);
+//! * **no read returns a lost write**: every revision a resolve answered is bound after the
+//!   heal;
 //! * **nothing acknowledged is lost**: after the heal every replica's committed state binds
 //!   every acknowledged path at its acknowledged revision, and all replicas agree;
 //! * **liveness**: after the heal a last register is acknowledged.
@@ -39,7 +41,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 const TICK_MS: u64 = 10;
 const FAULT_MS: u64 = 20_000;
 const SETTLE_MS: u64 = 15_000;
-const RETRY_MS: u64 = 300;
+const RETRY_MS: u64 = 120;
 
 type Node = ReplicatedDirectory<ActorSources>;
 
@@ -71,7 +73,10 @@ struct Slot {
     disk: Durable,
     inflight: Option<Ready>,
     synced: bool,
-    isolated: bool,
+    /// Cut off: from everyone (`Some(true)`), or from its peers and the client's writer while
+    /// the client's reader still reaches it (`Some(false)`: a partition with the old leader on
+    /// the reader's side, where a stale leader could answer a read).
+    isolated: Option<bool>,
     /// The highest term the replica made durable.
     max_term: u64,
 }
@@ -100,6 +105,9 @@ struct World {
     outstanding: BTreeMap<RequestId, Outstanding>,
     answered: BTreeMap<RequestId, ReplyBody>,
     acknowledged: BTreeMap<DataPath, Revision>,
+    /// What resolves answered (the last answer per path): a read never returns a write that
+    /// is later lost.
+    read: BTreeMap<DataPath, Revision>,
     registered: Vec<DataPath>,
     /// The client issues no new call (the end of the run).
     quiet: bool,
@@ -144,7 +152,7 @@ impl World {
                 disk: Durable::default(),
                 inflight: None,
                 synced: false,
-                isolated: false,
+                isolated: None,
                 max_term: 0,
             })
             .collect();
@@ -165,6 +173,7 @@ impl World {
             outstanding: BTreeMap::new(),
             answered: BTreeMap::new(),
             acknowledged: BTreeMap::new(),
+            read: BTreeMap::new(),
             registered: Vec::new(),
             quiet: false,
             failure: None,
@@ -204,12 +213,20 @@ impl World {
         Instant::from_nanos(self.now * 1_000_000)
     }
 
-    /// Whether a frame between replica `a` and `b` (or the client, `None`) is lost.
-    fn lost(&mut self, a: Option<usize>, b: Option<usize>) -> bool {
+    /// Whether a frame between replica `a` and `b` (or the client, `None`; its reader if
+    /// `reader`) is lost.
+    fn lost(&mut self, a: Option<usize>, b: Option<usize>, reader: bool) -> bool {
         if !self.faults {
             return false;
         }
-        let cut = |s: Option<usize>, w: &World| s.is_some_and(|i| w.slots[i].isolated);
+        let reaches_reader = (a.is_none() || b.is_none()) && reader;
+        let cut = |s: Option<usize>, w: &World| {
+            s.is_some_and(|i| {
+                w.slots[i]
+                    .isolated
+                    .is_some_and(|all| all || !reaches_reader)
+            })
+        };
         cut(a, self) || cut(b, self) || self.chance(self.loss_ppm)
     }
 
@@ -226,7 +243,7 @@ impl World {
     fn send_replica(&mut self, from: usize, messages: Vec<WireMessage>) {
         for m in messages {
             let to = m.to as usize - 1;
-            if self.lost(Some(from), Some(to)) {
+            if self.lost(Some(from), Some(to), false) {
                 continue;
             }
             let m = WireMessage::decode(&m.encode()).expect("our own frame decodes");
@@ -298,7 +315,8 @@ impl World {
                 );
                 self.fail(why);
             }
-            if self.lost(Some(i), None) {
+            let reader = matches!(reply.body, ReplyBody::Resolved(_));
+            if self.lost(Some(i), None, reader) {
                 continue;
             }
             let (copies, delay) = self.copies();
@@ -357,8 +375,16 @@ impl World {
             reply_to: client(),
             request: o.request.clone(),
         };
-        let target = self.target;
-        if self.lost(None, Some(target)) {
+        // Half the reads come from a reader of their own that asks any replica (a proxy whose
+        // view of the leader lags): a replica that only believes it leads, and holds no write,
+        // hears reads.
+        let read = matches!(o.request, DirectoryRequest::Resolve { .. });
+        let target = if read && self.rng.next_u32().is_multiple_of(2) {
+            self.below(self.slots.len() as u64) as usize
+        } else {
+            self.target
+        };
+        if self.lost(None, Some(target), read) {
             return;
         }
         let (copies, delay) = self.copies();
@@ -387,11 +413,23 @@ impl World {
         if self.quiet || self.outstanding.len() >= 8 {
             return;
         }
+        // Now and then a call goes elsewhere (two proxies with different views of the leader):
+        // a replica that still believes it leads hears calls too.
+        if self.below(4) == 0 {
+            self.target = self.below(self.slots.len() as u64) as usize;
+        }
         let id = RequestId(self.next_request);
         self.next_request += 1;
         let read = !self.registered.is_empty() && self.below(10) < 3;
         let (request, acknowledged_before) = if read {
-            let pick = self.below(self.registered.len() as u64) as usize;
+            // Mostly one of the last few paths: a read soon after its register is where a
+            // stale answer shows.
+            let n = self.registered.len() as u64;
+            let pick = if self.below(4) == 0 {
+                self.below(n)
+            } else {
+                n - 1 - self.below(n.min(4))
+            } as usize;
             let path = self.registered[pick].clone();
             let before = self.acknowledged.get(&path).copied();
             (DirectoryRequest::Resolve { path }, before)
@@ -444,6 +482,9 @@ impl World {
             }
             (DirectoryRequest::Resolve { path }, body) => {
                 self.stats.reads_checked += 1;
+                if let ReplyBody::Resolved(Ok(b)) = body {
+                    self.read.insert(path.clone(), b.revision);
+                }
                 if let Some(revision) = o.acknowledged_before {
                     let seen = match body {
                         ReplyBody::Resolved(Ok(b)) => Some(b.revision),
@@ -468,7 +509,7 @@ impl World {
         match event {
             Event::Replica(m) => {
                 let to = m.to as usize - 1;
-                if self.faults && self.slots[to].isolated {
+                if self.faults && self.slots[to].isolated.is_some() {
                     return;
                 }
                 let Some(node) = self.slots[to].node.as_mut() else {
@@ -478,7 +519,8 @@ impl World {
                 self.drive(to);
             }
             Event::Call(i, call) => {
-                if self.faults && self.slots[i].isolated {
+                let read = matches!(call.request, DirectoryRequest::Resolve { .. });
+                if self.faults && self.slots[i].isolated.is_some_and(|all| all || !read) {
                     return;
                 }
                 let now = self.instant();
@@ -560,7 +602,7 @@ impl World {
             Event::Restart(i) => self.restart(i),
             Event::Client => {
                 self.client_step();
-                let next = 10 + self.below(if self.faults { 90 } else { 20 });
+                let next = 5 + self.below(if self.faults { 35 } else { 20 });
                 self.at(next, Event::Client);
             }
             Event::Isolate => {
@@ -568,13 +610,14 @@ impl World {
                     return;
                 }
                 let i = self.below(self.slots.len() as u64) as usize;
-                self.slots[i].isolated = true;
+                let from_everyone = self.rng.next_u32().is_multiple_of(2);
+                self.slots[i].isolated = Some(from_everyone);
                 let length = 300 + self.below(3_000);
                 self.at(length, Event::Heal(i));
                 let next = 2_000 + self.below(5_000);
                 self.at(next, Event::Isolate);
             }
-            Event::Heal(i) => self.slots[i].isolated = false,
+            Event::Heal(i) => self.slots[i].isolated = None,
         }
     }
 
@@ -596,7 +639,7 @@ impl World {
         self.run_until(FAULT_MS);
         self.faults = false;
         for i in 0..self.slots.len() {
-            self.slots[i].isolated = false;
+            self.slots[i].isolated = None;
             self.restart(i);
         }
         // The client goes on until a register issued after the heal is acknowledged, then
@@ -654,6 +697,16 @@ impl World {
                     Entry::Stream { .. } => None,
                 })
                 .collect();
+            for (path, revision) in &self.read {
+                if bound.get(path.as_str()) != Some(&revision.0) {
+                    return Err(format!(
+                        "a resolve of {path} answered {revision:?}, which replica {} does not \
+                         bind after the heal ({:?}): a read of a write that was lost",
+                        i + 1,
+                        bound.get(path.as_str())
+                    ));
+                }
+            }
             for (path, revision) in &self.acknowledged {
                 if bound.get(path.as_str()) != Some(&revision.0) {
                     return Err(format!(
