@@ -35,10 +35,10 @@ use dataplane_replica::{
     Durable, HardStateRecord, LogEntry, Ready, Replica, ReplicaConfig, ReplicatedDirectory, Role,
     WireMessage,
 };
-use rand_chacha::ChaCha8Rng;
-use rand_chacha::rand_core::{RngCore, SeedableRng};
 
-const TICK_MS: u64 = 10;
+mod common;
+use common::{Sched, TICK_MS, Terms};
+
 const FAULT_MS: u64 = 20_000;
 const SETTLE_MS: u64 = 15_000;
 const RETRY_MS: u64 = 120;
@@ -77,8 +77,6 @@ struct Slot {
     /// the client's reader still reaches it (`Some(false)`: a partition with the old leader on
     /// the reader's side, where a stale leader could answer a read).
     isolated: Option<bool>,
-    /// The highest term the replica made durable.
-    max_term: u64,
 }
 
 /// A call the client waits on.
@@ -90,15 +88,12 @@ struct Outstanding {
 }
 
 struct World {
-    rng: ChaCha8Rng,
-    now: u64,
-    seq: u64,
-    events: BTreeMap<(u64, u64), Event>,
+    sched: Sched<Event>,
     slots: Vec<Slot>,
     loss_ppm: u32,
     dup_ppm: u32,
     faults: bool,
-    leaders: BTreeMap<u64, usize>,
+    terms: Terms,
     // The client.
     target: usize,
     next_request: u64,
@@ -111,7 +106,6 @@ struct World {
     registered: Vec<DataPath>,
     /// The client issues no new call (the end of the run).
     quiet: bool,
-    failure: Option<String>,
     stats: Stats,
 }
 
@@ -127,47 +121,29 @@ struct Stats {
 
 impl World {
     fn new(seed: u64) -> World {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let n = if rng.next_u32().is_multiple_of(3) {
-            5
-        } else {
-            3
-        };
-        let voters: Vec<u64> = (1..=n as u64).collect();
-        let mut timeouts: Vec<usize> = (0..n).map(|i| 10 + 6 * i).collect();
-        for i in (1..n).rev() {
-            let j = (rng.next_u32() as usize) % (i + 1);
-            timeouts.swap(i, j);
-        }
-        let slots = (0..n)
-            .map(|i| Slot {
-                config: ReplicaConfig {
-                    id: i as u64 + 1,
-                    voters: voters.clone(),
-                    election_ticks: timeouts[i] + (rng.next_u32() % 5) as usize,
-                    heartbeat_ticks: 3,
-                },
+        let mut sched = Sched::new(seed);
+        let slots: Vec<Slot> = common::group(&mut sched)
+            .into_iter()
+            .map(|config| Slot {
+                config,
                 node: None,
                 life: 0,
                 disk: Durable::default(),
                 inflight: None,
                 synced: false,
                 isolated: None,
-                max_term: 0,
             })
             .collect();
-        let loss_ppm = rng.next_u32() % 100_000;
-        let dup_ppm = rng.next_u32() % 50_000;
+        let n = slots.len();
+        let loss_ppm = sched.below(100_000) as u32;
+        let dup_ppm = sched.below(50_000) as u32;
         let mut w = World {
-            rng,
-            now: 0,
-            seq: 0,
-            events: BTreeMap::new(),
+            sched,
             slots,
             loss_ppm,
             dup_ppm,
             faults: true,
-            leaders: BTreeMap::new(),
+            terms: Terms::default(),
             target: 0,
             next_request: 1,
             outstanding: BTreeMap::new(),
@@ -176,41 +152,21 @@ impl World {
             read: BTreeMap::new(),
             registered: Vec::new(),
             quiet: false,
-            failure: None,
             stats: Stats::default(),
         };
         for i in 0..n {
             w.restart(i);
         }
-        w.at(50, Event::Client);
-        let crash = 1_000 + w.below(3_000);
-        w.at(crash, Event::Crash);
-        let isolate = 2_000 + w.below(4_000);
-        w.at(isolate, Event::Isolate);
+        w.sched.at(50, Event::Client);
+        let crash = 1_000 + w.sched.below(3_000);
+        w.sched.at(crash, Event::Crash);
+        let isolate = 2_000 + w.sched.below(4_000);
+        w.sched.at(isolate, Event::Isolate);
         w
     }
 
-    fn below(&mut self, n: u64) -> u64 {
-        self.rng.next_u64() % n.max(1)
-    }
-
-    fn chance(&mut self, ppm: u32) -> bool {
-        self.rng.next_u32() % 1_000_000 < ppm
-    }
-
-    fn at(&mut self, delay: u64, event: Event) {
-        self.seq += 1;
-        self.events.insert((self.now + delay, self.seq), event);
-    }
-
-    fn fail(&mut self, why: String) {
-        if self.failure.is_none() {
-            self.failure = Some(format!("at {} ms: {why}", self.now));
-        }
-    }
-
     fn instant(&self) -> Instant {
-        Instant::from_nanos(self.now * 1_000_000)
+        Instant::from_nanos(self.sched.now * 1_000_000)
     }
 
     /// Whether a frame between replica `a` and `b` (or the client, `None`; its reader if
@@ -227,16 +183,16 @@ impl World {
                     .is_some_and(|all| all || !reaches_reader)
             })
         };
-        cut(a, self) || cut(b, self) || self.chance(self.loss_ppm)
+        cut(a, self) || cut(b, self) || self.sched.chance(self.loss_ppm)
     }
 
     fn copies(&mut self) -> (usize, u64) {
-        let copies = if self.faults && self.chance(self.dup_ppm) {
+        let copies = if self.faults && self.sched.chance(self.dup_ppm) {
             2
         } else {
             1
         };
-        let delay = 1 + self.below(if self.faults { 30 } else { 5 });
+        let delay = 1 + self.sched.below(if self.faults { 30 } else { 5 });
         (copies, delay)
     }
 
@@ -249,7 +205,7 @@ impl World {
             let m = WireMessage::decode(&m.encode()).expect("our own frame decodes");
             let (copies, delay) = self.copies();
             for _ in 0..copies {
-                self.at(delay, Event::Replica(m.clone()));
+                self.sched.at(delay, Event::Replica(m.clone()));
             }
         }
     }
@@ -260,31 +216,12 @@ impl World {
         };
         let (term, role) = (node.replica().term(), node.replica().role());
         let stopped = node.stopped().map(str::to_owned);
-        // A term the replica made durable never goes back (one only in its memory may).
-        if term < self.slots[i].max_term {
-            let why = format!(
-                "replica {} is at term {term} after making term {} durable",
-                i + 1,
-                self.slots[i].max_term
-            );
-            self.fail(why);
-        }
-        if role == Role::Leader {
-            match self.leaders.get(&term) {
-                Some(&other) if other != i => {
-                    let why = format!("replicas {} and {} both lead term {term}", other + 1, i + 1);
-                    self.fail(why);
-                }
-                Some(_) => {}
-                None => {
-                    self.stats.elections += 1;
-                    self.leaders.insert(term, i);
-                }
-            }
+        if let Err(why) = self.terms.observe(i, term, role) {
+            self.sched.fail(why);
         }
         if let Some(why) = stopped {
             let why = format!("replica {} stopped: {why}", i + 1);
-            self.fail(why);
+            self.sched.fail(why);
         }
     }
 
@@ -313,7 +250,7 @@ impl World {
                     i + 1,
                     reply.epoch
                 );
-                self.fail(why);
+                self.sched.fail(why);
             }
             let reader = matches!(reply.body, ReplyBody::Resolved(_));
             if self.lost(Some(i), None, reader) {
@@ -321,7 +258,7 @@ impl World {
             }
             let (copies, delay) = self.copies();
             for _ in 0..copies {
-                self.at(delay, Event::Reply(reply.clone()));
+                self.sched.at(delay, Event::Reply(reply.clone()));
             }
         }
     }
@@ -339,8 +276,8 @@ impl World {
             self.send_replica(i, send);
             self.slots[i].inflight = Some(ready);
             self.slots[i].synced = false;
-            let latency = 1 + self.below(8);
-            self.at(latency, Event::Synced(i, life));
+            let latency = 1 + self.sched.below(8);
+            self.sched.at(latency, Event::Synced(i, life));
         }
         self.release(i);
         self.observe(i);
@@ -359,10 +296,12 @@ impl World {
                     ActorSources,
                 ));
                 let life = slot.life;
-                self.at(TICK_MS, Event::Tick(i, life));
+                self.sched.at(TICK_MS, Event::Tick(i, life));
                 self.drive(i);
             }
-            Err(e) => self.fail(format!("replica {} could not start again: {e}", i + 1)),
+            Err(e) => self
+                .sched
+                .fail(format!("replica {} could not start again: {e}", i + 1)),
         }
     }
 
@@ -379,8 +318,8 @@ impl World {
         // view of the leader lags): a replica that only believes it leads, and holds no write,
         // hears reads.
         let read = matches!(o.request, DirectoryRequest::Resolve { .. });
-        let target = if read && self.rng.next_u32().is_multiple_of(2) {
-            self.below(self.slots.len() as u64) as usize
+        let target = if read && self.sched.coin() {
+            self.sched.below(self.slots.len() as u64) as usize
         } else {
             self.target
         };
@@ -389,7 +328,7 @@ impl World {
         }
         let (copies, delay) = self.copies();
         for _ in 0..copies {
-            self.at(delay, Event::Call(target, call.clone()));
+            self.sched.at(delay, Event::Call(target, call.clone()));
         }
     }
 
@@ -398,15 +337,15 @@ impl World {
         let stale: Vec<RequestId> = self
             .outstanding
             .iter()
-            .filter(|(_, o)| self.now - o.sent_at >= RETRY_MS)
+            .filter(|(_, o)| self.sched.now - o.sent_at >= RETRY_MS)
             .map(|(id, _)| *id)
             .collect();
         if !stale.is_empty() {
-            self.target = self.below(self.slots.len() as u64) as usize;
+            self.target = self.sched.below(self.slots.len() as u64) as usize;
         }
         for id in stale {
             if let Some(o) = self.outstanding.get_mut(&id) {
-                o.sent_at = self.now;
+                o.sent_at = self.sched.now;
             }
             self.send_call(id);
         }
@@ -415,20 +354,20 @@ impl World {
         }
         // Now and then a call goes elsewhere (two proxies with different views of the leader):
         // a replica that still believes it leads hears calls too.
-        if self.below(4) == 0 {
-            self.target = self.below(self.slots.len() as u64) as usize;
+        if self.sched.below(4) == 0 {
+            self.target = self.sched.below(self.slots.len() as u64) as usize;
         }
         let id = RequestId(self.next_request);
         self.next_request += 1;
-        let read = !self.registered.is_empty() && self.below(10) < 3;
+        let read = !self.registered.is_empty() && self.sched.below(10) < 3;
         let (request, acknowledged_before) = if read {
             // Mostly one of the last few paths: a read soon after its register is where a
             // stale answer shows.
             let n = self.registered.len() as u64;
-            let pick = if self.below(4) == 0 {
-                self.below(n)
+            let pick = if self.sched.below(4) == 0 {
+                self.sched.below(n)
             } else {
-                n - 1 - self.below(n.min(4))
+                n - 1 - self.sched.below(n.min(4))
             } as usize;
             let path = self.registered[pick].clone();
             let before = self.acknowledged.get(&path).copied();
@@ -456,7 +395,7 @@ impl World {
             id,
             Outstanding {
                 request,
-                sent_at: self.now,
+                sent_at: self.sched.now,
                 acknowledged_before,
             },
         );
@@ -468,7 +407,7 @@ impl World {
         if let Some(first) = self.answered.get(&id) {
             if matches!(first, ReplyBody::Registered(_)) && *first != reply.body {
                 let why = format!("request {} answered {first:?}, then {:?}", id.0, reply.body);
-                self.fail(why);
+                self.sched.fail(why);
             }
             return;
         }
@@ -496,7 +435,7 @@ impl World {
                              {revision:?} answered {body:?} (epoch {}): a stale read",
                             reply.epoch
                         );
-                        self.fail(why);
+                        self.sched.fail(why);
                     }
                 }
             }
@@ -541,7 +480,7 @@ impl World {
                 if let Some(node) = self.slots[i].node.as_mut() {
                     node.tick();
                     self.drive(i);
-                    self.at(TICK_MS, Event::Tick(i, life));
+                    self.sched.at(TICK_MS, Event::Tick(i, life));
                 }
             }
             Event::Synced(i, life) => {
@@ -553,12 +492,12 @@ impl World {
                     (ready.entries.clone(), ready.hard_state);
                 self.slots[i].disk.write_parts(&entries, hs);
                 if let Some(h) = hs {
-                    self.slots[i].max_term = self.slots[i].max_term.max(h.term);
+                    self.terms.made_durable(i, h.term);
                 }
                 self.slots[i].inflight = Some(ready);
                 self.slots[i].synced = true;
-                let gap = self.below(2);
-                self.at(gap, Event::Resume(i, life));
+                let gap = self.sched.below(2);
+                self.sched.at(gap, Event::Resume(i, life));
             }
             Event::Resume(i, life) => {
                 if self.slots[i].life != life || !self.slots[i].synced {
@@ -581,8 +520,8 @@ impl World {
                         .is_some_and(|n| n.replica().role() == Role::Leader)
                 });
                 let i = match leader {
-                    Some(l) if self.rng.next_u32().is_multiple_of(2) => l,
-                    _ => self.below(self.slots.len() as u64) as usize,
+                    Some(l) if self.sched.coin() => l,
+                    _ => self.sched.below(self.slots.len() as u64) as usize,
                 };
                 if self.slots[i].node.is_some() {
                     self.stats.crashes += 1;
@@ -593,44 +532,36 @@ impl World {
                     slot.node = None;
                     slot.inflight = None;
                     slot.life += 1;
-                    let down = 100 + self.below(2_000);
-                    self.at(down, Event::Restart(i));
+                    let down = 100 + self.sched.below(2_000);
+                    self.sched.at(down, Event::Restart(i));
                 }
-                let next = 500 + self.below(4_000);
-                self.at(next, Event::Crash);
+                let next = 500 + self.sched.below(4_000);
+                self.sched.at(next, Event::Crash);
             }
             Event::Restart(i) => self.restart(i),
             Event::Client => {
                 self.client_step();
-                let next = 5 + self.below(if self.faults { 35 } else { 20 });
-                self.at(next, Event::Client);
+                let next = 5 + self.sched.below(if self.faults { 35 } else { 20 });
+                self.sched.at(next, Event::Client);
             }
             Event::Isolate => {
                 if !self.faults {
                     return;
                 }
-                let i = self.below(self.slots.len() as u64) as usize;
-                let from_everyone = self.rng.next_u32().is_multiple_of(2);
+                let i = self.sched.below(self.slots.len() as u64) as usize;
+                let from_everyone = self.sched.coin();
                 self.slots[i].isolated = Some(from_everyone);
-                let length = 300 + self.below(3_000);
-                self.at(length, Event::Heal(i));
-                let next = 2_000 + self.below(5_000);
-                self.at(next, Event::Isolate);
+                let length = 300 + self.sched.below(3_000);
+                self.sched.at(length, Event::Heal(i));
+                let next = 2_000 + self.sched.below(5_000);
+                self.sched.at(next, Event::Isolate);
             }
             Event::Heal(i) => self.slots[i].isolated = None,
         }
     }
 
     fn run_until(&mut self, end: u64) {
-        while self.failure.is_none() {
-            let Some((&(t, _), _)) = self.events.first_key_value() else {
-                return;
-            };
-            if t > end {
-                return;
-            }
-            let (_, event) = self.events.pop_first().expect("peeked");
-            self.now = t;
+        while let Some(event) = self.sched.next_until(end) {
             self.handle(event);
         }
     }
@@ -644,7 +575,7 @@ impl World {
         }
         // The client goes on until a register issued after the heal is acknowledged, then
         // stops issuing and retries what is outstanding until everything is answered.
-        let deadline = self.now + SETTLE_MS;
+        let deadline = self.sched.now + SETTLE_MS;
         let mark = self.next_request;
         let acknowledged_since = |w: &World| {
             w.acknowledged.keys().any(|p| {
@@ -654,24 +585,30 @@ impl World {
                     .is_some_and(|n| n >= mark)
             })
         };
-        while self.failure.is_none() && self.now < deadline && !acknowledged_since(&self) {
-            let step = self.now + 200;
+        while self.sched.failure.is_none()
+            && self.sched.now < deadline
+            && !acknowledged_since(&self)
+        {
+            let step = self.sched.now + 200;
             self.run_until(step);
         }
         self.quiet = true;
-        while self.failure.is_none() && self.now < deadline && !self.outstanding.is_empty() {
-            let step = self.now + 200;
+        while self.sched.failure.is_none()
+            && self.sched.now < deadline
+            && !self.outstanding.is_empty()
+        {
+            let step = self.sched.now + 200;
             self.run_until(step);
         }
         // Followers apply what the leader committed last.
-        let end = self.now + 1_000;
+        let end = self.sched.now + 1_000;
         self.run_until(end);
-        if self.failure.is_none() && !acknowledged_since(&self) {
+        if self.sched.failure.is_none() && !acknowledged_since(&self) {
             return Err(format!(
                 "liveness: no register acknowledged in the {SETTLE_MS} ms after the heal"
             ));
         }
-        if let Some(f) = self.failure {
+        if let Some(f) = self.sched.failure {
             return Err(f);
         }
         if !self.outstanding.is_empty() {
@@ -721,6 +658,7 @@ impl World {
         if states.windows(2).any(|w| w[0] != w[1]) {
             return Err("the replicas' committed states differ after the heal".into());
         }
+        self.stats.elections = self.terms.elections;
         Ok(self.stats)
     }
 }

@@ -22,8 +22,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use dataplane_replica::{
     Durable, HardStateRecord, LogEntry, Ready, Replica, ReplicaConfig, Role, WireMessage,
 };
-use rand_chacha::ChaCha8Rng;
-use rand_chacha::rand_core::{RngCore, SeedableRng};
+
+mod common;
+use common::{Sched, TICK_MS, Terms};
 
 /// A defect planted in the driver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,7 +38,6 @@ enum Defect {
     ForgetHardState,
 }
 
-const TICK_MS: u64 = 10;
 const FAULT_MS: u64 = 20_000;
 const SETTLE_MS: u64 = 15_000;
 
@@ -69,18 +69,13 @@ struct Slot {
     applied_to: u64,
     applied_ids: BTreeSet<u64>,
     isolated: bool,
-    /// The highest term the replica handed to its disk.
-    max_term: u64,
     /// When the last round released early reaches the disk (the planted `ReleaseBeforeSync`).
     late_until: u64,
 }
 
 struct World {
-    rng: ChaCha8Rng,
+    sched: Sched<Event>,
     defect: Defect,
-    now: u64,
-    seq: u64,
-    events: BTreeMap<(u64, u64), Event>,
     slots: Vec<Slot>,
     loss_ppm: u32,
     dup_ppm: u32,
@@ -88,9 +83,8 @@ struct World {
     next_proposal: u64,
     proposed: BTreeMap<u64, (usize, u64)>,
     acked: BTreeSet<u64>,
-    leaders: BTreeMap<u64, usize>,
+    terms: Terms,
     chosen: BTreeMap<u64, (u64, Vec<u8>)>,
-    failure: Option<String>,
     stats: Stats,
 }
 
@@ -105,27 +99,10 @@ struct Stats {
 
 impl World {
     fn new(seed: u64, defect: Defect) -> World {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let n = if rng.next_u32().is_multiple_of(3) {
-            5
-        } else {
-            3
-        };
-        let voters: Vec<u64> = (1..=n as u64).collect();
-        // Pinned, distinct election timeouts (10..=40 ticks) drawn from the seed.
-        let mut timeouts: Vec<usize> = (0..n).map(|i| 10 + 6 * i).collect();
-        for i in (1..n).rev() {
-            let j = (rng.next_u32() as usize) % (i + 1);
-            timeouts.swap(i, j);
-        }
-        let slots = (0..n)
-            .map(|i| {
-                let config = ReplicaConfig {
-                    id: i as u64 + 1,
-                    voters: voters.clone(),
-                    election_ticks: timeouts[i] + (rng.next_u32() % 5) as usize,
-                    heartbeat_ticks: 3,
-                };
+        let mut sched = Sched::new(seed);
+        let slots: Vec<Slot> = common::group(&mut sched)
+            .into_iter()
+            .map(|config| {
                 let node = Replica::start(&config, &Durable::default()).expect("a new replica");
                 Slot {
                     config,
@@ -137,19 +114,16 @@ impl World {
                     applied_to: 0,
                     applied_ids: BTreeSet::new(),
                     isolated: false,
-                    max_term: 0,
                     late_until: 0,
                 }
             })
             .collect();
-        let loss_ppm = rng.next_u32() % 100_000;
-        let dup_ppm = rng.next_u32() % 50_000;
+        let n = slots.len();
+        let loss_ppm = sched.below(100_000) as u32;
+        let dup_ppm = sched.below(50_000) as u32;
         let mut w = World {
-            rng,
+            sched,
             defect,
-            now: 0,
-            seq: 0,
-            events: BTreeMap::new(),
             slots,
             loss_ppm,
             dup_ppm,
@@ -157,40 +131,20 @@ impl World {
             next_proposal: 1,
             proposed: BTreeMap::new(),
             acked: BTreeSet::new(),
-            leaders: BTreeMap::new(),
+            terms: Terms::default(),
             chosen: BTreeMap::new(),
-            failure: None,
             stats: Stats::default(),
         };
         for i in 0..n {
-            let first = w.below(TICK_MS);
-            w.at(first, Event::Tick(i, 0));
+            let first = w.sched.below(TICK_MS);
+            w.sched.at(first, Event::Tick(i, 0));
         }
-        w.at(50, Event::Propose);
-        let first_crash = 1_000 + w.below(3_000);
-        w.at(first_crash, Event::Crash(usize::MAX));
-        let first_partition = 2_000 + w.below(4_000);
-        w.at(first_partition, Event::Isolate(usize::MAX));
+        w.sched.at(50, Event::Propose);
+        let first_crash = 1_000 + w.sched.below(3_000);
+        w.sched.at(first_crash, Event::Crash(usize::MAX));
+        let first_partition = 2_000 + w.sched.below(4_000);
+        w.sched.at(first_partition, Event::Isolate(usize::MAX));
         w
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.rng.next_u64() % n.max(1)
-    }
-
-    fn chance(&mut self, ppm: u32) -> bool {
-        self.rng.next_u32() % 1_000_000 < ppm
-    }
-
-    fn at(&mut self, delay: u64, event: Event) {
-        self.seq += 1;
-        self.events.insert((self.now + delay, self.seq), event);
-    }
-
-    fn fail(&mut self, why: String) {
-        if self.failure.is_none() {
-            self.failure = Some(format!("at {} ms: {why}", self.now));
-        }
     }
 
     fn send(&mut self, from: usize, messages: Vec<WireMessage>) {
@@ -202,17 +156,17 @@ impl World {
             // Every message crosses the wire as bytes.
             let bytes = m.encode();
             let m = WireMessage::decode(&bytes).expect("our own frame decodes");
-            if self.faults && self.chance(self.loss_ppm) {
+            if self.faults && self.sched.chance(self.loss_ppm) {
                 continue;
             }
-            let copies = if self.faults && self.chance(self.dup_ppm) {
+            let copies = if self.faults && self.sched.chance(self.dup_ppm) {
                 2
             } else {
                 1
             };
             for _ in 0..copies {
-                let delay = 1 + self.below(if self.faults { 30 } else { 5 });
-                self.at(delay, Event::Deliver(m.clone()));
+                let delay = 1 + self.sched.below(if self.faults { 30 } else { 5 });
+                self.sched.at(delay, Event::Deliver(m.clone()));
             }
         }
     }
@@ -227,7 +181,7 @@ impl World {
                     e.index,
                     slot.applied_to
                 );
-                self.fail(why);
+                self.sched.fail(why);
                 return;
             }
             slot.applied_to = e.index;
@@ -246,7 +200,7 @@ impl World {
                         e.index,
                         proposal_id(data)
                     );
-                    self.fail(why);
+                    self.sched.fail(why);
                     return;
                 }
                 Some(_) => {}
@@ -267,29 +221,8 @@ impl World {
         let Some(node) = self.slots[i].node.as_ref() else {
             return;
         };
-        let (term, role) = (node.term(), node.role());
-        // A term the replica handed to its disk never goes back (one only in its memory may:
-        // a crash before the round is written forgets it, and nothing acted on it has left).
-        if term < self.slots[i].max_term {
-            let why = format!(
-                "replica {} is at term {term} after making term {} durable",
-                i + 1,
-                self.slots[i].max_term
-            );
-            self.fail(why);
-        }
-        if role == Role::Leader {
-            match self.leaders.get(&term) {
-                Some(&other) if other != i => {
-                    let why = format!("replicas {} and {} both lead term {term}", other + 1, i + 1);
-                    self.fail(why);
-                }
-                Some(_) => {}
-                None => {
-                    self.stats.elections += 1;
-                    self.leaders.insert(term, i);
-                }
-            }
+        if let Err(why) = self.terms.observe(i, node.term(), node.role()) {
+            self.sched.fail(why);
         }
     }
 
@@ -314,10 +247,13 @@ impl World {
             if self.defect == Defect::ReleaseBeforeSync {
                 let (entries, hs) = (ready.entries.clone(), ready.hard_state);
                 // The disk writes rounds in order, each some time after it was released.
-                let latency = 1 + self.below(8);
-                let when = (self.now + latency).max(self.slots[i].late_until);
+                let latency = 1 + self.sched.below(8);
+                let when = (self.sched.now + latency).max(self.slots[i].late_until);
                 self.slots[i].late_until = when;
-                self.at(when - self.now, Event::LateWrite(i, life, entries, hs));
+                self.sched.at(
+                    when - self.sched.now,
+                    Event::LateWrite(i, life, entries, hs),
+                );
                 let node = self.slots[i].node.as_mut().expect("running");
                 let after = node.persisted(ready);
                 self.send(i, after);
@@ -325,8 +261,8 @@ impl World {
             }
             self.slots[i].inflight = Some(ready);
             self.slots[i].synced = false;
-            let latency = 1 + self.below(8);
-            self.at(latency, Event::Synced(i, life));
+            let latency = 1 + self.sched.below(8);
+            self.sched.at(latency, Event::Synced(i, life));
             self.observe(i);
             return;
         }
@@ -334,7 +270,7 @@ impl World {
 
     fn write(&mut self, i: usize, entries: &[LogEntry], hs: Option<HardStateRecord>) {
         if let Some(h) = hs {
-            self.slots[i].max_term = self.slots[i].max_term.max(h.term);
+            self.terms.made_durable(i, h.term);
         }
         let hs = if self.defect == Defect::ForgetHardState {
             None
@@ -358,7 +294,8 @@ impl World {
                 if let Err(e) = node.step(m) {
                     // A response from a peer the engine no longer tracks is refused, typed.
                     if !matches!(e, dataplane_replica::ReplicaError::UnknownPeer(_)) {
-                        self.fail(format!("replica {} refused a message: {e}", to + 1));
+                        self.sched
+                            .fail(format!("replica {} refused a message: {e}", to + 1));
                     }
                 }
                 self.drive(to);
@@ -370,7 +307,7 @@ impl World {
                 if let Some(node) = self.slots[i].node.as_mut() {
                     node.tick();
                     self.drive(i);
-                    self.at(TICK_MS, Event::Tick(i, life));
+                    self.sched.at(TICK_MS, Event::Tick(i, life));
                 }
             }
             Event::Synced(i, life) => {
@@ -382,8 +319,8 @@ impl World {
                 self.write(i, &entries, hs);
                 self.slots[i].inflight = Some(ready);
                 self.slots[i].synced = true;
-                let gap = self.below(2);
-                self.at(gap, Event::Resume(i, life));
+                let gap = self.sched.below(2);
+                self.sched.at(gap, Event::Resume(i, life));
             }
             Event::Resume(i, life) => {
                 if self.slots[i].life != life || !self.slots[i].synced {
@@ -413,8 +350,8 @@ impl World {
                             .is_some_and(|n| n.role() == Role::Leader)
                     });
                     match leader {
-                        Some(l) if self.rng.next_u32().is_multiple_of(2) => l,
-                        _ => self.below(self.slots.len() as u64) as usize,
+                        Some(l) if self.sched.coin() => l,
+                        _ => self.sched.below(self.slots.len() as u64) as usize,
                     }
                 } else {
                     which
@@ -428,11 +365,11 @@ impl World {
                     slot.node = None;
                     slot.inflight = None;
                     slot.life += 1;
-                    let down = 100 + self.below(2_000);
-                    self.at(down, Event::Restart(i));
+                    let down = 100 + self.sched.below(2_000);
+                    self.sched.at(down, Event::Restart(i));
                 }
-                let next = 500 + self.below(4_000);
-                self.at(next, Event::Crash(usize::MAX));
+                let next = 500 + self.sched.below(4_000);
+                self.sched.at(next, Event::Crash(usize::MAX));
             }
             Event::Restart(i) => self.restart(i),
             Event::Propose => {
@@ -442,7 +379,8 @@ impl World {
                         .as_ref()
                         .is_some_and(|n| n.role() == Role::Leader)
                 });
-                let target = target.unwrap_or_else(|| self.below(self.slots.len() as u64) as usize);
+                let target =
+                    target.unwrap_or_else(|| self.sched.below(self.slots.len() as u64) as usize);
                 let life = self.slots[target].life;
                 if let Some(node) = self.slots[target].node.as_mut() {
                     let id = self.next_proposal;
@@ -456,8 +394,8 @@ impl World {
                     self.drive(target);
                 }
                 if self.faults {
-                    let next = 10 + self.below(90);
-                    self.at(next, Event::Propose);
+                    let next = 10 + self.sched.below(90);
+                    self.sched.at(next, Event::Propose);
                 }
             }
             Event::Isolate(which) => {
@@ -465,15 +403,15 @@ impl World {
                     return;
                 }
                 let i = if which == usize::MAX {
-                    self.below(self.slots.len() as u64) as usize
+                    self.sched.below(self.slots.len() as u64) as usize
                 } else {
                     which
                 };
                 self.slots[i].isolated = true;
-                let length = 300 + self.below(3_000);
-                self.at(length, Event::Heal(i));
-                let next = 2_000 + self.below(5_000);
-                self.at(next, Event::Isolate(usize::MAX));
+                let length = 300 + self.sched.below(3_000);
+                self.sched.at(length, Event::Heal(i));
+                let next = 2_000 + self.sched.below(5_000);
+                self.sched.at(next, Event::Isolate(usize::MAX));
             }
             Event::Heal(i) => self.slots[i].isolated = false,
         }
@@ -490,23 +428,17 @@ impl World {
                 slot.applied_to = 0;
                 slot.applied_ids.clear();
                 let life = slot.life;
-                self.at(TICK_MS, Event::Tick(i, life));
+                self.sched.at(TICK_MS, Event::Tick(i, life));
                 self.drive(i);
             }
-            Err(e) => self.fail(format!("replica {} could not start again: {e}", i + 1)),
+            Err(e) => self
+                .sched
+                .fail(format!("replica {} could not start again: {e}", i + 1)),
         }
     }
 
     fn run_until(&mut self, end: u64) {
-        while self.failure.is_none() {
-            let Some((&(t, _), _)) = self.events.first_key_value() else {
-                return;
-            };
-            if t > end {
-                return;
-            }
-            let (_, event) = self.events.pop_first().expect("peeked");
-            self.now = t;
+        while let Some(event) = self.sched.next_until(end) {
             self.handle(event);
         }
     }
@@ -521,12 +453,15 @@ impl World {
         }
         // A last proposal, offered to whoever leads until one replica acknowledges it.
         let marker = u64::MAX;
-        let deadline = self.now + SETTLE_MS;
+        let deadline = self.sched.now + SETTLE_MS;
         let mut offered = false;
-        while self.failure.is_none() && self.now < deadline && !self.acked.contains(&marker) {
-            let step = self.now + 100;
+        while self.sched.failure.is_none()
+            && self.sched.now < deadline
+            && !self.acked.contains(&marker)
+        {
+            let step = self.sched.now + 100;
             self.run_until(step);
-            self.now = step;
+            self.sched.now = step;
             let leader = (0..self.slots.len()).find(|&i| {
                 self.slots[i]
                     .node
@@ -548,9 +483,9 @@ impl World {
             }
         }
         // Let the followers catch up.
-        let end = self.now + 3_000;
+        let end = self.sched.now + 3_000;
         self.run_until(end);
-        if let Some(f) = self.failure {
+        if let Some(f) = self.sched.failure {
             return Err(f);
         }
         if !self.acked.contains(&marker) {
@@ -574,6 +509,7 @@ impl World {
                 ));
             }
         }
+        self.stats.elections = self.terms.elections;
         Ok(self.stats)
     }
 }
