@@ -188,6 +188,9 @@ fn check_recover(records: &[LogRecord], must_recover: bool) {
             assert_eq!(state.epoch(), AuthorityEpoch(u64::MAX));
             return;
         }
+        Err(e @ RecoveryError::EpochNotAbove { .. }) => {
+            panic!("recovery at the next epoch refused its own epoch: {e}")
+        }
         Ok(dir) => dir,
     };
     if let Err(e) = dir.check_invariants() {
