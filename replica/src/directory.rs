@@ -35,6 +35,9 @@ pub enum NotServing {
     NotLeader(Option<ReplicaId>),
     /// It leads, but has not applied its term's first entry yet.
     Starting,
+    /// It leads, but [`IN_FLIGHT_MAX`] entries wait to be applied (a quorum is slow or
+    /// unreachable): the input is refused before the directory sees it, as any full table.
+    Busy,
     /// The directory refused the input.
     Refused(InputError),
     /// A committed record did not apply: this replica stopped (fail-stop).
@@ -47,6 +50,10 @@ impl std::fmt::Display for NotServing {
             NotServing::NotLeader(Some(l)) => write!(f, "not the leader (replica {l} is)"),
             NotServing::NotLeader(None) => write!(f, "not the leader (none known)"),
             NotServing::Starting => write!(f, "the leader is still applying its log"),
+            NotServing::Busy => write!(
+                f,
+                "the leader has {IN_FLIGHT_MAX} entries waiting for a quorum (try again later)"
+            ),
             NotServing::Refused(e) => write!(f, "{e}"),
             NotServing::Stopped(why) => write!(f, "stopped: {why}"),
         }
@@ -54,6 +61,12 @@ impl std::fmt::Display for NotServing {
 }
 
 impl std::error::Error for NotServing {}
+
+/// The most entries a leader lets wait for a quorum before it refuses inputs `Busy`. The
+/// directory applies a step to its memory before the step's entry is proposed, so a proposal
+/// the engine refused would stop the replica; this bound keeps the engine's own limit on
+/// uncommitted entries (64 MiB) out of reach, and the memory held for effects bounded.
+pub const IN_FLIGHT_MAX: u64 = 4096;
 
 /// The leader's serving state for one term.
 struct Leading {
@@ -211,6 +224,11 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
             return Err(NotServing::Stopped(why.clone()));
         }
         self.follow_leadership();
+        if self.leading.is_some()
+            && self.replica.last_index().saturating_sub(self.applied) >= IN_FLIGHT_MAX
+        {
+            return Err(NotServing::Busy);
+        }
         match self.leading.as_mut() {
             None => Err(NotServing::NotLeader(self.replica.leader())),
             Some(Leading {

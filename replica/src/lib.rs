@@ -40,7 +40,7 @@ use raft::eraftpb::{ConfState, HardState};
 use raft::storage::MemStorage;
 use raft::{Config, RawNode, StateRole};
 
-pub use directory::{NotServing, ReplicatedDirectory};
+pub use directory::{IN_FLIGHT_MAX, NotServing, ReplicatedDirectory};
 pub use wire::{EntryKind, FRAME_MAX, Kind, LogEntry, WireError, WireMessage};
 
 /// A replica's id in its group (never 0).

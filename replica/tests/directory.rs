@@ -353,3 +353,39 @@ fn a_partitioned_leader_answers_nothing() {
         .collect();
     assert_eq!(a, b);
 }
+
+#[test]
+fn a_leader_without_its_quorum_refuses_busy_past_the_bound_and_serves_again_after() {
+    use dataplane_replica::IN_FLIGHT_MAX;
+    let mut g = Group::new();
+    let leader = g.elect();
+    let id = leader as u64 + 1;
+    // Its followers cannot hear it: every write it takes waits for a quorum.
+    g.isolated = (1..=3).filter(|&r| r != id).collect();
+    let now = g.now;
+    let mut taken = 0u64;
+    let refused = loop {
+        match g.node(leader).handle_message(
+            now,
+            register(1_000 + taken, "/full", 100 + u128::from(taken)),
+        ) {
+            Ok(()) => taken += 1,
+            Err(e) => break e,
+        }
+        assert!(taken <= IN_FLIGHT_MAX, "took more than the bound");
+        g.pump();
+    };
+    assert_eq!(refused, NotServing::Busy);
+    assert!(taken > 0 && taken <= IN_FLIGHT_MAX, "took {taken}");
+    assert!(g.node(leader).stopped().is_none());
+    // Healed, its entries commit (or a new leader takes over), and the directory serves again.
+    g.isolated.clear();
+    g.ticks(40);
+    let serving = g.elect();
+    let now = g.now;
+    g.node(serving)
+        .handle_message(now, resolve(9_999, "/full"))
+        .unwrap();
+    g.pump();
+    assert_eq!(g.replies(serving, 9_999).len(), 1);
+}
