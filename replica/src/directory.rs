@@ -145,11 +145,6 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
         self.leading.as_ref().and_then(|l| l.directory.as_ref())
     }
 
-    /// Whether directory effects wait for an entry to commit.
-    pub fn holding(&self) -> bool {
-        self.leading.as_ref().is_some_and(|l| l.barrier.waiting())
-    }
-
     /// Why it stopped, if it did.
     pub fn stopped(&self) -> Option<&str> {
         self.stopped.as_deref()
@@ -295,10 +290,13 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
             let data = postcard::to_allocvec(&records).expect("records always serialise");
             match self.replica.propose(data) {
                 Ok(index) => position = Some(index),
-                Err(_) => {
-                    // The directory changed its state for records that cannot be committed by
-                    // this leader: it stops serving (fail-stop), and the next leader decides.
-                    self.step_down();
+                Err(e) => {
+                    // The directory already changed its memory for records this leader cannot
+                    // commit: it stops (fail-stop; its driver starts it again from its disk).
+                    // Stepping down alone would not do: the engine still leads this term, and
+                    // a directory can start again only at a term above its records' epoch.
+                    // `IN_FLIGHT_MAX` keeps the engine's refusal out of reach.
+                    self.stop(format!("the engine refused a step's proposal: {e}"));
                     return;
                 }
             }

@@ -1,5 +1,6 @@
-//! The directory's replicated log (issue 19, first step): one replica of a Raft group, as a
-//! sans-IO machine over tikv's `raft` engine (`RawNode`).
+//! The directory's replicated log (issue 19): one replica of a Raft group, as a sans-IO
+//! machine over tikv's `raft` engine (`RawNode`), and the directory on top of it
+//! ([`ReplicatedDirectory`], `directory.rs`).
 //!
 //! The driving contract is the one of every machine here, with the engine's two halves kept
 //! apart:

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use dataplane_core::directory::{Directory, SourceState};
 use dataplane_core::effect::Effect;
 use dataplane_core::host::{Host, Kind, NamespaceHold, Phase};
-use dataplane_core::ids::{Address, Revision};
+use dataplane_core::ids::{Address, NodeId, Revision};
 use dataplane_core::log::Entry;
 use dataplane_core::path::DataPath;
 use dataplane_core::time::Instant;
@@ -64,14 +64,10 @@ impl HostChecker {
         directory: u64,
         hosts: &[HostNode],
     ) -> Result<(), String> {
-        let running: Vec<(&HostNode, &Host, BTreeSet<u64>)> = hosts
+        let running: Vec<(&HostNode, &Host)> = hosts
             .iter()
             .filter(|h| h.up)
-            .filter_map(|h| {
-                let machine = h.machine.as_ref()?;
-                let files = machine.file_blobs().map(|f| f.actor).collect();
-                Some((h, machine, files))
-            })
+            .filter_map(|h| Some((h, h.machine.as_ref()?)))
             .collect();
         if running.is_empty() {
             return Ok(());
@@ -114,9 +110,9 @@ impl HostChecker {
                 .map_or_else(|| "?".to_owned(), |(p, _)| p.to_string())
         };
         for source in &bound.actors {
-            let Some((_, machine, _)) = running
+            let Some((_, machine)) = running
                 .iter()
-                .find(|(h, _, _)| source.node == h.node && source.incarnation == h.incarnation)
+                .find(|(h, _)| source.node == h.node && source.incarnation == h.incarnation)
             else {
                 continue;
             };
@@ -134,11 +130,19 @@ impl HostChecker {
                 ));
             }
         }
+        if bound.files.is_empty() {
+            return Ok(());
+        }
+        // Each running host's file blobs, collected once per call that has file sources to check.
+        let served_by: Vec<(NodeId, BTreeSet<u64>)> = running
+            .iter()
+            .map(|(h, machine)| (h.node, machine.file_blobs().map(|f| f.actor).collect()))
+            .collect();
         for source in &bound.files {
-            let served = running
+            let served = served_by
                 .iter()
-                .filter(|(h, _, _)| h.node == source.node)
-                .all(|(_, _, files)| files.contains(&source.actor));
+                .filter(|(node, _)| *node == source.node)
+                .all(|(_, files)| files.contains(&source.actor));
             if !served {
                 return Err(format!(
                     "files: {} is bound to file source {source}, which its host does not serve",

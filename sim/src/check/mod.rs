@@ -365,9 +365,9 @@ impl Checker {
     /// A checker for a run with `options`.
     pub fn new(options: &Options) -> Self {
         Checker {
+            directory_seen: 0,
             // The simulated directory runs with the default limits but for the retry batch
             // (`world.rs`).
-            directory_seen: 0,
             model: Model::new(DirectoryLimits {
                 retry_batch: options.retry_batch,
                 ..DirectoryLimits::default()
