@@ -608,19 +608,30 @@ impl DirectoryConns {
     }
 }
 
-/// The first back-off after a failed connection attempt to the directory.
+/// The first back-off after a failed connection attempt to the directory, and the wait
+/// before moving on to the next of its addresses within a round.
 pub const RECONNECT_FIRST: Duration = Duration::from_millis(50);
 /// The longest back-off between two connection attempts to the directory.
 pub const RECONNECT_MAX: Duration = Duration::from_secs(2);
+/// The longest round back-off with several directory addresses: a replicated directory is
+/// without a leader for about an election timeout (1–1.2 s), and a host must find the next one
+/// soon after (a round of three attempts every half second costs a follower nothing).
+pub const RECONNECT_MAX_ROTATING: Duration = Duration::from_millis(500);
+/// Most addresses a host may be given for the directory (one per replica of its group): a
+/// round of attempts costs at least [`RECONNECT_FIRST`] per address.
+pub const DIRECTORY_CANDIDATES_MAX: usize = 16;
 
+/// `backoff` in the states below is the round back-off: the wait after a round of failed
+/// attempts, which doubles per round (see [`DirectoryLink`]).
 #[derive(Clone, Debug)]
 enum LinkState {
-    /// No connection; the next attempt is at `retry_at`.
+    /// No connection; the next attempt is at `retry_at`. Entered when an attempt fails or the
+    /// link is lost; left when the driver starts the next attempt.
     Down {
         retry_at: Instant,
         backoff: Duration,
     },
-    /// The driver is connecting.
+    /// The driver is connecting. Entered from `Down`; left when the connection is made or fails.
     Connecting { conn: ConnId, backoff: Duration },
     /// The hello went out; the challenge is awaited.
     Proving {
@@ -630,7 +641,7 @@ enum LinkState {
     },
     /// The proof went out; the `Welcome` is awaited.
     Welcoming { conn: ConnId, backoff: Duration },
-    /// Welcomed.
+    /// Welcomed. Left when the connection is lost or breaks the protocol.
     Up { conn: ConnId },
 }
 
@@ -677,6 +688,17 @@ pub enum LinkHeard {
 
 /// A host's link to the directory node: connect, hello, proof, welcome, then frames; on a
 /// failure, back off (doubling up to [`RECONNECT_MAX`]) and try again.
+///
+/// **Several addresses.** A replicated directory has one address per replica, and only its
+/// leader serves (a follower closes a host's connection at once, a dead replica refuses it).
+/// The driver numbers the addresses it was given, `0..candidates`
+/// ([`Self::with_candidates`]), and connects each attempt to [`Self::candidate`]. Every failed
+/// attempt (its connection failed, closed or expired before the `Welcome`, or the directory
+/// broke the protocol) and every loss of a welcomed link moves on to the next address. Moving
+/// on within a round of the addresses costs [`RECONNECT_FIRST`]; the back-off doubles once per
+/// full round, so a leader behind two dead replicas is reached within a few round trips and a
+/// group that is down entirely is tried as slowly as one directory is. With one address (the
+/// default) every failure ends a round: the back-off is exactly the single directory's.
 #[derive(Clone, Debug)]
 pub struct DirectoryLink {
     who: Who,
@@ -686,6 +708,14 @@ pub struct DirectoryLink {
     /// When the current connection attempt started (its handshake must end by
     /// [`HANDSHAKE_DEADLINE`] after it).
     attempt_since: Instant,
+    /// How many addresses the directory has (at least 1).
+    candidates: usize,
+    /// The address of the attempt under way, of the welcomed link, or of the next attempt
+    /// while down (below `candidates`).
+    candidate: usize,
+    /// Attempts that failed since the current round of the addresses began (below
+    /// `candidates`: the failure that ends a round starts the next one).
+    failed_in_round: usize,
 }
 
 /// How long a connection of this host's (to the directory, or to another host) may take to
@@ -706,6 +736,9 @@ impl DirectoryLink {
                 backoff: RECONNECT_FIRST,
             },
             attempt_since: now,
+            candidates: 1,
+            candidate: 0,
+            failed_in_round: 0,
         }
     }
 
@@ -724,6 +757,75 @@ impl DirectoryLink {
             identity: Some((node, incarnation)),
             state: LinkState::Up { conn },
             attempt_since: Instant::ZERO,
+            candidates: 1,
+            candidate: 0,
+            failed_in_round: 0,
+        }
+    }
+
+    /// The same link following a directory at `candidates` addresses, its current attempt
+    /// (or welcomed connection, or next attempt) at address `current`. A fresh round starts.
+    ///
+    /// # Panics
+    ///
+    /// If `candidates` is 0 or above [`DIRECTORY_CANDIDATES_MAX`], or `current` is not below
+    /// it: the driver checks the addresses it was given first.
+    #[must_use]
+    pub fn with_candidates(mut self, candidates: usize, current: usize) -> DirectoryLink {
+        assert!(
+            (1..=DIRECTORY_CANDIDATES_MAX).contains(&candidates),
+            "{candidates} directory addresses: 1 to {DIRECTORY_CANDIDATES_MAX} are allowed"
+        );
+        assert!(
+            current < candidates,
+            "address {current} of {candidates} directory addresses"
+        );
+        self.candidates = candidates;
+        self.candidate = current;
+        self.failed_in_round = 0;
+        self
+    }
+
+    /// The round back-off after `backoff`: twice it, at most [`RECONNECT_MAX`] for one
+    /// address, [`RECONNECT_MAX_ROTATING`] for several.
+    fn doubled(&self, backoff: Duration) -> Duration {
+        let max = if self.candidates > 1 {
+            RECONNECT_MAX_ROTATING
+        } else {
+            RECONNECT_MAX
+        };
+        backoff.saturating_mul(2).min(max)
+    }
+
+    /// The address (of `0..candidates`) the attempt under way goes to, the welcomed link
+    /// went to, or the next attempt goes to while down.
+    pub fn candidate(&self) -> usize {
+        self.candidate
+    }
+
+    /// How many addresses the directory has.
+    pub fn candidates(&self) -> usize {
+        self.candidates
+    }
+
+    /// An attempt at the current address failed: moves on to the next one. Returns the wait
+    /// before the next attempt and the round back-off from then on, given the round back-off
+    /// `base` the attempt started with. Within a round the wait is [`RECONNECT_FIRST`] and
+    /// `base` stays; the failure that ends a round waits `ended` and the round back-off
+    /// becomes `doubled` (the callers keep the single directory's order of the two).
+    fn next_candidate(
+        &mut self,
+        base: Duration,
+        ended: Duration,
+        doubled: Duration,
+    ) -> (Duration, Duration) {
+        self.candidate = (self.candidate + 1) % self.candidates;
+        self.failed_in_round += 1;
+        if self.failed_in_round < self.candidates {
+            (RECONNECT_FIRST, base)
+        } else {
+            self.failed_in_round = 0;
+            (ended, doubled)
         }
     }
 
@@ -764,29 +866,30 @@ impl DirectoryLink {
         true
     }
 
-    /// The driver started connection `conn` at `now` (it answers [`Self::connected`] or
-    /// [`Self::closed`]).
+    /// The driver started connection `conn` to address [`Self::candidate`] at `now` (it
+    /// answers [`Self::connected`] or [`Self::closed`]).
     pub fn connecting(&mut self, now: Instant, conn: ConnId) {
         self.attempt_since = now;
         let backoff = match self.state {
             LinkState::Down { backoff, .. } => backoff,
             _ => RECONNECT_FIRST,
         };
-        self.state = LinkState::Connecting {
-            conn,
-            backoff: backoff.saturating_mul(2).min(RECONNECT_MAX),
-        };
+        self.state = LinkState::Connecting { conn, backoff };
     }
 
-    /// The driver could not even start a connection: try again after the back-off.
+    /// The driver could not even start a connection to address [`Self::candidate`]: try the
+    /// next address after the back-off.
     pub fn connect_failed(&mut self, now: Instant) {
-        let backoff = match self.state {
+        let base = match self.state {
             LinkState::Down { backoff, .. } => backoff,
             _ => RECONNECT_FIRST,
         };
+        // A round that ends here waits its back-off, then doubles it.
+        let twice = self.doubled(base);
+        let (wait, backoff) = self.next_candidate(base, base, twice);
         self.state = LinkState::Down {
-            retry_at: now.saturating_add(backoff),
-            backoff: backoff.saturating_mul(2).min(RECONNECT_MAX),
+            retry_at: now.saturating_add(wait),
+            backoff,
         };
     }
 
@@ -898,20 +1001,30 @@ impl DirectoryLink {
         self.closed(now, conn);
     }
 
-    /// The link's connection is gone: back off (from the start, if it was up). `Lost` if it
-    /// was up.
+    /// The link's connection is gone: back off (from the start, if it was up), and try the
+    /// next address. `Lost` if it was up.
     pub fn closed(&mut self, now: Instant, conn: ConnId) -> LinkHeard {
         if self.conn() != Some(conn) {
             return LinkHeard::Nothing;
         }
-        let (backoff, lost) = match self.state {
+        let ((wait, backoff), lost) = match self.state {
             LinkState::Connecting { backoff, .. }
             | LinkState::Proving { backoff, .. }
-            | LinkState::Welcoming { backoff, .. } => (backoff, false),
-            LinkState::Up { .. } | LinkState::Down { .. } => (RECONNECT_FIRST, true),
+            | LinkState::Welcoming { backoff, .. } => {
+                // A round that ends here doubles its back-off, then waits it.
+                let twice = self.doubled(backoff);
+                (self.next_candidate(backoff, twice, twice), false)
+            }
+            LinkState::Up { .. } | LinkState::Down { .. } => {
+                // The directory that served is gone (a replica may have taken over
+                // elsewhere): the next address soon, and a fresh round from it.
+                self.candidate = (self.candidate + 1) % self.candidates;
+                self.failed_in_round = 0;
+                ((RECONNECT_FIRST, RECONNECT_FIRST), true)
+            }
         };
         self.state = LinkState::Down {
-            retry_at: now.saturating_add(backoff),
+            retry_at: now.saturating_add(wait),
             backoff,
         };
         if lost {

@@ -413,6 +413,55 @@ pub enum LogRecord {
     /// The directory node's membership (node ids, incarnations, boots): the machine ignores
     /// it; `membership::Membership` reads it back.
     Member(MemberRecord),
+    /// A replica of the replicated directory's log (dataplane-replica): its hard state or one
+    /// of its entries, kept on disk through the same storage protocol as a directory's log.
+    /// The directory machine refuses it (a directory log holding one is the wrong data
+    /// directory); `membership::Membership` skips it. Last of the variants: postcard tags are
+    /// positional, so logs written before it existed still decode.
+    Replica(ReplicaRecord),
+}
+
+/// One durable change of a replica of the replicated directory's log (dataplane-replica's
+/// `Durable`): replayed in order, these rebuild what the replica's disk holds. Core only
+/// carries them (it knows nothing of the consensus engine); the replica crate gives them
+/// their meaning and checks them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReplicaRecord {
+    /// The replica's hard state, replacing the one before.
+    HardState {
+        /// The current term.
+        term: u64,
+        /// Whom the replica voted for in `term` (0: nobody).
+        vote: u64,
+        /// The highest index known committed.
+        commit: u64,
+    },
+    /// One entry of the replicated log. It replaces every entry from `index` on (a new leader
+    /// overwrites a suffix the old one did not commit), so `index` is at most one past the
+    /// last entry.
+    Entry {
+        /// Its position in the log (from 1).
+        index: u64,
+        /// The term of the leader that appended it.
+        term: u64,
+        /// What it carries.
+        kind: ReplicaEntryKind,
+        /// The proposal's bytes.
+        data: Vec<u8>,
+        /// The proposal's context bytes.
+        context: Vec<u8>,
+    },
+}
+
+/// What a replicated log entry carries (the engine's entry types, mirrored).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReplicaEntryKind {
+    /// A proposal of the replicated state machine (or the empty entry a new leader appends).
+    Normal,
+    /// A membership change (joint consensus).
+    ConfChange,
+    /// A membership change in the engine's second format.
+    ConfChangeV2,
 }
 
 /// One durable change of the membership.
@@ -633,6 +682,32 @@ mod tests {
         let decoded = decode_log(&corrupt);
         assert_eq!(decoded.records, recs[..1]);
         assert_eq!(decoded.defect, Some(TailDefect::Checksum { offset: first }));
+    }
+
+    #[test]
+    fn replica_records_come_last_so_older_logs_keep_their_tags() {
+        // Postcard writes an enum's variant index first: a variant inserted before `Member`
+        // would make every log written before it decode as something else.
+        let member = LogRecord::Member(MemberRecord::Booted { boots: 1 });
+        assert_eq!(postcard::to_allocvec(&member).unwrap()[0], 12);
+        let replica = LogRecord::Replica(ReplicaRecord::Entry {
+            index: 3,
+            term: 2,
+            kind: ReplicaEntryKind::ConfChangeV2,
+            data: vec![1, 2, 3],
+            context: vec![4],
+        });
+        assert_eq!(postcard::to_allocvec(&replica).unwrap()[0], 13);
+        let recs = vec![
+            replica,
+            LogRecord::Replica(ReplicaRecord::HardState {
+                term: 2,
+                vote: 1,
+                commit: 3,
+            }),
+        ];
+        let decoded = decode_log(&encode_log(&recs).unwrap());
+        assert_eq!((decoded.records, decoded.defect), (recs, None));
     }
 
     #[test]

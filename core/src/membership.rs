@@ -89,7 +89,8 @@ pub struct Membership {
 }
 
 impl Membership {
-    /// The membership the `Member` records among `records` describe (the others are skipped).
+    /// The membership the `Member` records among `records` describe (the others, directory
+    /// and replica records alike, are skipped).
     /// Records that contradict the table (an incarnation going back, one node id for two
     /// listen addresses) are a damaged log: the first one is reported, and nothing is built.
     pub fn recover(records: &[LogRecord]) -> Result<Membership, String> {
@@ -105,7 +106,9 @@ impl Membership {
         Ok(membership)
     }
 
-    fn apply(&mut self, record: &MemberRecord) -> Result<(), String> {
+    /// Applies one committed record (what [`Membership::recover`] does for each): a record
+    /// that contradicts the table is refused, and nothing changes.
+    pub fn apply(&mut self, record: &MemberRecord) -> Result<(), String> {
         match record {
             MemberRecord::Booted { boots } => {
                 if *boots < self.boots {
@@ -347,5 +350,19 @@ mod tests {
         let booted = |boots| LogRecord::Member(MemberRecord::Booted { boots });
         assert!(Membership::recover(&[booted(3), booted(2)]).is_err());
         assert!(Membership::recover(&[booted(2), host("a", 5, 1), booted(3)]).is_ok());
+    }
+
+    #[test]
+    fn replica_records_are_skipped_like_directory_records() {
+        use crate::log::ReplicaRecord;
+        let booted = LogRecord::Member(MemberRecord::Booted { boots: 2 });
+        let replica = LogRecord::Replica(ReplicaRecord::HardState {
+            term: 9,
+            vote: 1,
+            commit: 0,
+        });
+        let recovered = Membership::recover(&[booted.clone(), replica]).unwrap();
+        assert_eq!(recovered, Membership::recover(&[booted]).unwrap());
+        assert_eq!(recovered.boots, 2);
     }
 }

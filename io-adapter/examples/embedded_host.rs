@@ -53,7 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         metrics_listen: None,
     };
     let host = HostOptions {
-        directory: directory.listen.clone(),
+        directories: vec![directory.listen.clone()],
         listen: free_address()?,
         socket: scratch.path().join("host.sock"),
         socket_group: None,

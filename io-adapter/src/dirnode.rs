@@ -76,7 +76,7 @@ const COMPACT_MIN_BYTES: u64 = 4 << 20;
 /// The log file grows in steps of this many bytes of zeros written ahead of its records, so
 /// that the `fdatasync` of a commit overwrites allocated blocks and need not commit a change
 /// of the file's size (ARCHITECTURE.md "Durability": 130 µs instead of 200 µs here).
-const LOG_PREALLOCATE_BYTES: u64 = 1 << 20;
+pub(crate) const LOG_PREALLOCATE_BYTES: u64 = 1 << 20;
 /// The longest the driver waits for an event (the metrics' gauges are read this often at
 /// least).
 const IDLE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);

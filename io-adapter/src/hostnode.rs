@@ -28,6 +28,14 @@
 //! acknowledges. If the directory connection drops, the proxy is told "no directory" and the
 //! host reconnects with backoff; the new `Welcome` carries the new authority epoch.
 //!
+//! **A replicated directory.** [`HostOptions::directories`] may name several addresses, one per
+//! replica of the directory's group. Only the leader serves: a follower closes the connection
+//! at once, a dead replica refuses it. The host tries the addresses in turn, moving on to the
+//! next after every failed attempt and after losing a welcomed link, in the blocking first
+//! handshake and in every reconnect alike (the order and the back-off are
+//! [`dataplane_core::conns::DirectoryLink`]'s). A new leader welcomes the host as a restarted
+//! directory does: a new directory address and a higher epoch.
+//!
 //! **Other hosts.** Frames for another host go over this host's own connection to it, made on
 //! demand; they wait (a bounded backlog) until the handshake proved both sides know the
 //! cluster key. Connections other hosts make to this one go through the same kind of waiting
@@ -85,8 +93,8 @@ use crate::net::{
     Peer, Performed, Reactor, Who, fresh_nonce, handshake_blocking, perform_conn_action,
 };
 use dataplane_core::conns::{
-    Accepts, Closing, ConnAction, DirectoryLink, HANDSHAKE_DEADLINE, LinkHeard, Listener,
-    PeerHeard, PeerLinks, Routed,
+    Accepts, Closing, ConnAction, DIRECTORY_CANDIDATES_MAX, DirectoryLink, HANDSHAKE_DEADLINE,
+    LinkHeard, Listener, PeerHeard, PeerLinks, RECONNECT_FIRST, Routed,
 };
 
 /// The node agent's actor number (gone reports).
@@ -107,6 +115,13 @@ pub const TRANSFER_WINDOW: u32 = 16;
 const PEERS_MAX: usize = 1024;
 /// Most children waiting to attach at once.
 const CHILDREN_PENDING_MAX: usize = 64;
+/// How long the blocking first handshake waits after a round of the directory's addresses
+/// failed (between two addresses of a round it waits [`RECONNECT_FIRST`]).
+const FIRST_ROUND_PAUSE: StdDuration = StdDuration::from_millis(100);
+/// How long the blocking first handshake waits for a connection to the directory to be made.
+const FIRST_CONNECT_TIMEOUT: StdDuration = StdDuration::from_secs(1);
+/// How long the blocking first handshake waits for the directory's next frame.
+const FIRST_READ_TIMEOUT: StdDuration = StdDuration::from_secs(5);
 /// How often the node agent re-sends a gone report the directory has not acknowledged.
 const AGENT_PERIOD: Duration = Duration::from_secs(1);
 /// The longest the driver waits for an event (the metrics' gauges are read this often at
@@ -131,8 +146,10 @@ const CHILD_LIMITS: Limits = Limits {
 /// How a host node is set up.
 #[derive(Clone, Debug)]
 pub struct HostOptions {
-    /// The directory node (`host:port`).
-    pub directory: String,
+    /// The directory's addresses (`host:port`), at least one and at most
+    /// [`DIRECTORY_CANDIDATES_MAX`]: one per replica of a replicated directory, whose leader
+    /// alone serves. They are tried in this order.
+    pub directories: Vec<String>,
     /// Where other hosts connect (`host:port`); also this host's identity at the directory.
     pub listen: String,
     /// The Unix socket children connect to.
@@ -409,6 +426,7 @@ fn claim_socket(options: &HostOptions) -> Result<Claimed, HostError> {
 /// Runs a host node. Returns only on a setup failure or when the directory refuses this host.
 pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     let err = |what: &str, e: &dyn fmt::Display| HostError::Setup(format!("{what}: {e}"));
+    check_directories(&options.directories)?;
     // The socket first: a second host on it must change nothing, not even make an arena.
     let (lock, children, control, capability) = claim_socket(&options)?;
     let arena = match &options.arena_file {
@@ -450,7 +468,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     };
     info!(
         version = dataplane_cli::VERSION,
-        directory = %options.directory,
+        directory = %options.directories.join(","),
         listen = %options.listen,
         socket = %options.socket.display(),
         arena_bytes = arena.size(),
@@ -468,41 +486,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         listen: options.listen.clone(),
         boot_nonce,
     };
-    let mut attempts = 0u64;
-    let (stream, welcome, received) = loop {
-        attempts += 1;
-        // The first failure is worth a line; later ones only at debug (it keeps trying).
-        let waiting = |reason: &dyn fmt::Display| {
-            if attempts == 1 {
-                warn!(directory = %options.directory, %reason, "waiting for the directory");
-            } else {
-                debug!(directory = %options.directory, %reason, attempts, "waiting for the directory");
-            }
-        };
-        let stream = match connect(&options.directory, StdDuration::from_secs(1)) {
-            Ok(stream) => stream,
-            Err(e) => {
-                waiting(&e);
-                std::thread::sleep(StdDuration::from_millis(100));
-                continue;
-            }
-        };
-        let _ = stream.set_read_timeout(Some(StdDuration::from_secs(5)));
-        match handshake_blocking(&stream, who.clone(), options.cluster_key.as_ref()) {
-            Ok((welcome, reader)) => {
-                let (_, received) = reader.into_parts();
-                break (stream, welcome, received);
-            }
-            Err(HandshakeError::Refused(reason)) => {
-                error!(directory = %options.directory, %reason, "the directory refused this host");
-                return Err(HostError::Refused(reason));
-            }
-            Err(e) => {
-                waiting(&e);
-                std::thread::sleep(StdDuration::from_millis(100));
-            }
-        }
-    };
+    let (candidate, stream, welcome, received) = first_welcome(&options, &who)?;
     let Link::Welcome {
         node,
         incarnation,
@@ -519,6 +503,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     info!(
         %node,
         incarnation,
+        directory = %options.directories[candidate],
         directory_address = %directory,
         epoch = epoch.0,
         peers = peers.len(),
@@ -570,6 +555,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         &mut agent_boot,
     );
     let key = options.cluster_key;
+    let candidates = options.directories.len();
     let mut host = HostNode {
         options,
         clock,
@@ -593,7 +579,8 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         ),
         outbox,
         local: VecDeque::new(),
-        directory: DirectoryLink::welcomed(who, key, directory_conn, node, incarnation),
+        directory: DirectoryLink::welcomed(who, key, directory_conn, node, incarnation)
+            .with_candidates(candidates, candidate),
         peer_links: PeerLinks::new(
             node,
             incarnation,
@@ -632,6 +619,77 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         epoch,
     }));
     host.run()
+}
+
+/// Refuses a list of directory addresses the link cannot follow: none, or too many.
+fn check_directories(directories: &[String]) -> Result<(), HostError> {
+    if directories.is_empty() || directories.len() > DIRECTORY_CANDIDATES_MAX {
+        return Err(HostError::Setup(format!(
+            "{} directory addresses: give 1 to {DIRECTORY_CANDIDATES_MAX}",
+            directories.len()
+        )));
+    }
+    Ok(())
+}
+
+/// What the blocking first handshake gets: the address (its index) that welcomed this host,
+/// the connection, the `Welcome`, and the bytes read after it.
+type FirstWelcome = (usize, TcpStream, Link, Vec<u8>);
+
+/// Connects to the directory's addresses in turn until one welcomes this host (the first
+/// `Welcome` tells it who it is). After a failed attempt the next address is tried
+/// [`RECONNECT_FIRST`] later, and a round of them that all failed pauses
+/// [`FIRST_ROUND_PAUSE`]: a leader behind dead or following replicas is found at once, and a
+/// directory that is not up yet is polled. Returns only when welcomed, or refused (the
+/// cluster key).
+fn first_welcome(options: &HostOptions, who: &Who) -> Result<FirstWelcome, HostError> {
+    let count = options.directories.len();
+    let mut attempts = 0usize;
+    for candidate in (0..count).cycle() {
+        let address = &options.directories[candidate];
+        attempts += 1;
+        // The first round's failures are worth a line each; later ones only at debug (it
+        // keeps trying).
+        let waiting = |reason: &dyn fmt::Display| {
+            if attempts <= count {
+                warn!(directory = %address, %reason, "waiting for the directory");
+            } else {
+                debug!(directory = %address, %reason, attempts, "waiting for the directory");
+            }
+        };
+        let pause = || {
+            std::thread::sleep(if candidate + 1 == count {
+                FIRST_ROUND_PAUSE
+            } else {
+                StdDuration::from_nanos(RECONNECT_FIRST.as_nanos())
+            });
+        };
+        debug!(directory = %address, attempts, "connecting to the directory");
+        let stream = match connect(address, FIRST_CONNECT_TIMEOUT) {
+            Ok(stream) => stream,
+            Err(e) => {
+                waiting(&e);
+                pause();
+                continue;
+            }
+        };
+        let _ = stream.set_read_timeout(Some(FIRST_READ_TIMEOUT));
+        match handshake_blocking(&stream, who.clone(), options.cluster_key.as_ref()) {
+            Ok((welcome, reader)) => {
+                let (_, received) = reader.into_parts();
+                return Ok((candidate, stream, welcome, received));
+            }
+            Err(HandshakeError::Refused(reason)) => {
+                error!(directory = %address, %reason, "the directory refused this host");
+                return Err(HostError::Refused(reason));
+            }
+            Err(e) => {
+                waiting(&e);
+                pause();
+            }
+        }
+    }
+    unreachable!("the directory addresses were checked: at least one")
 }
 
 /// What a refused child is told.
@@ -787,9 +845,11 @@ impl HostNode {
     fn timers(&mut self) {
         let now = self.clock.now();
         self.peer_links.expire(now, &mut self.actions);
+        let tried = self.directory_address().to_owned();
         if self.directory.expire(now, &mut self.actions) {
             warn!(
-                directory = %self.options.directory,
+                directory = %tried,
+                next = %self.directory_address(),
                 "the directory did not finish the handshake within {HANDSHAKE_DEADLINE}: trying again"
             );
         }
@@ -942,12 +1002,31 @@ impl HostNode {
         }
     }
 
+    /// The directory address the link's attempt goes to (or went to, or goes to next).
+    fn directory_address(&self) -> &str {
+        &self.options.directories[self.directory.candidate()]
+    }
+
+    /// Starts an attempt at the directory's current address (the link moves on to the next
+    /// one if it fails).
     fn connect_directory(&mut self, now: Instant) {
-        let conn = resolve(&self.options.directory)
-            .and_then(|address| self.net.connect(address, Limits::peer()).ok());
+        let address = self.directory_address().to_owned();
+        let conn = match resolve(&address) {
+            Some(resolved) => self
+                .net
+                .connect(resolved, Limits::peer())
+                .map_err(|e| e.to_string()),
+            None => Err("the address does not resolve".to_owned()),
+        };
         match conn {
-            Some(conn) => self.directory.connecting(now, conn),
-            None => self.directory.connect_failed(now),
+            Ok(conn) => {
+                debug!(conn, directory = %address, "connecting to the directory");
+                self.directory.connecting(now, conn);
+            }
+            Err(reason) => {
+                debug!(directory = %address, %reason, "cannot connect to the directory");
+                self.directory.connect_failed(now);
+            }
         }
     }
 
@@ -1130,10 +1209,11 @@ impl HostNode {
     /// A connection the peer closed, or that broke: logged, then forgotten.
     fn peer_closed(&mut self, conn: ConnId, reason: &str) {
         if self.directory.conn() == Some(conn) {
+            let directory = self.directory_address();
             if self.directory.up().is_some() {
-                warn!(directory = %self.options.directory, reason, "lost the directory; reconnecting");
+                warn!(%directory, reason, "lost the directory; reconnecting");
             } else {
-                debug!(directory = %self.options.directory, reason, "a connection attempt to the directory failed");
+                debug!(%directory, reason, "a connection attempt to the directory failed");
             }
         } else if let Some(child) = self.children.get(&conn) {
             match child {
@@ -1186,9 +1266,10 @@ impl HostNode {
 
     fn directory_frame(&mut self, conn: ConnId, payload: &[u8]) {
         let now = self.clock.now();
+        // The address this frame came from: a failure moves the link on to the next one.
+        let directory = self.directory_address().to_owned();
         let heard = self.directory.frame(now, conn, payload, &mut self.actions);
         self.conn_actions();
-        let directory = &self.options.directory;
         match heard {
             LinkHeard::Nothing => {}
             LinkHeard::Welcomed {
@@ -1198,6 +1279,7 @@ impl HostNode {
                 ..
             } => {
                 info!(
+                    %directory,
                     directory_address = %address,
                     epoch = epoch.0,
                     "welcomed by the directory again"

@@ -17,6 +17,8 @@
 //! * [`net`] — one poll loop per node ([`net::Reactor`], on `mio`) with per-connection frame
 //!   limits, and the nodes' link protocol with its challenge-response handshake.
 //! * [`dirnode`], [`hostnode`] — the two node drivers; [`child`] — the library a child links.
+//! * [`replica_log`] — a replica of the replicated directory's log on disk: its hard state and
+//!   entries as records of the same durable log ([`log`]), so the same recovery and compaction.
 //! * [`metrics`] — the nodes' counters, gauges and histograms, served in the Prometheus text
 //!   format by a small listener of their own.
 //!
@@ -43,5 +45,7 @@ pub mod hostnode;
 pub mod log;
 pub mod metrics;
 pub mod net;
+pub mod replica_log;
+pub mod replnode;
 pub mod sys;
 pub mod transport;

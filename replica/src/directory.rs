@@ -23,6 +23,7 @@ use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::error::InputError;
 use dataplane_core::ids::{Address, AuthorityEpoch};
 use dataplane_core::log::LogRecord;
+use dataplane_core::membership::Membership;
 use dataplane_core::time::Instant;
 use dataplane_core::wire::Message;
 
@@ -81,6 +82,8 @@ pub struct ReplicatedDirectory<H: SourceRecoveryHook> {
     config: DirectoryConfig,
     hook: H,
     committed: DurableState,
+    /// The hosts' identities, as committed (`LogRecord::Member`; the directory ignores them).
+    members: Membership,
     applied: u64,
     leading: Option<Leading>,
     released: Vec<Effect>,
@@ -110,6 +113,7 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
             config,
             hook,
             committed: DurableState::default(),
+            members: Membership::recover(&[]).expect("an empty membership"),
             applied: 0,
             leading: None,
             released: Vec::new(),
@@ -125,6 +129,13 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
     /// The state every committed record built, as this replica applied it.
     pub fn committed(&self) -> &DurableState {
         &self.committed
+    }
+
+    /// The membership every committed `Member` record built. A node serving hosts starts its
+    /// working copy from it when this replica starts serving, and proposes each change
+    /// ([`Self::propose_records`]) before it announces it.
+    pub fn members(&self) -> &Membership {
+        &self.members
     }
 
     /// The last log index applied.
@@ -143,6 +154,42 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
     /// The directory it serves, if it does.
     pub fn directory(&self) -> Option<&Directory> {
         self.leading.as_ref().and_then(|l| l.directory.as_ref())
+    }
+
+    /// The term it serves, if it serves (its epoch's number; [`Self::serving_epoch`]).
+    pub fn serving_term(&self) -> Option<u64> {
+        self.leading
+            .as_ref()
+            .filter(|l| l.directory.is_some())
+            .map(|l| l.term)
+    }
+
+    /// Proposes records of the node's own (the membership's `Member` records, which the
+    /// directory ignores) as one entry; the index at which they are committed once
+    /// [`Self::applied`] reaches it while [`Self::serving_term`] is still the same. Only a
+    /// serving replica takes them. They are not bounded by [`IN_FLIGHT_MAX`]: the node has
+    /// changed its membership in memory already, so a refusal by the engine stops this
+    /// replica (as for the directory's own steps).
+    pub fn propose_records(&mut self, records: &[LogRecord]) -> Result<u64, NotServing> {
+        if let Some(why) = &self.stopped {
+            return Err(NotServing::Stopped(why.clone()));
+        }
+        self.follow_leadership();
+        if self.serving_term().is_none() {
+            return match self.leading {
+                Some(_) => Err(NotServing::Starting),
+                None => Err(NotServing::NotLeader(self.replica.leader())),
+            };
+        }
+        let data = postcard::to_allocvec(records).expect("records always serialise");
+        match self.replica.propose(data) {
+            Ok(index) => Ok(index),
+            Err(e) => {
+                let why = format!("the engine refused the node's proposal: {e}");
+                self.stop(why.clone());
+                Err(NotServing::Stopped(why))
+            }
+        }
     }
 
     /// Why it stopped, if it did.
@@ -332,8 +379,12 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
                 }
             };
             for record in &records {
-                if let Err(e) = self.committed.apply(record) {
-                    self.stop(format!("committed entry {index} does not apply: {}", e.0));
+                let applied = match record {
+                    LogRecord::Member(member) => self.members.apply(member),
+                    _ => self.committed.apply(record).map_err(|e| e.0.to_owned()),
+                };
+                if let Err(e) = applied {
+                    self.stop(format!("committed entry {index} does not apply: {e}"));
                     return;
                 }
             }
@@ -357,11 +408,14 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
             }
             None => {
                 // The first entry of this leader's term: everything before it is committed and
-                // applied. Serve from it, at the term.
+                // applied. Serve from it, at the term; the directory's address carries the term
+                // as its incarnation (a new leader is, to the hosts, a directory that restarted).
                 let records = self.committed.snapshot_records();
                 let mut out = Outbox::new();
+                let mut config = self.config.clone();
+                config.address.incarnation = term;
                 match Directory::recover_in_epoch(
-                    self.config.clone(),
+                    config,
                     &records,
                     AuthorityEpoch(term),
                     &mut self.hook,

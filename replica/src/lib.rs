@@ -35,6 +35,7 @@
 //! engine's local messages with a typed error before the engine sees them.
 
 mod directory;
+mod disk;
 mod wire;
 
 use raft::eraftpb::{ConfState, HardState};
@@ -42,6 +43,7 @@ use raft::storage::MemStorage;
 use raft::{Config, RawNode, StateRole};
 
 pub use directory::{IN_FLIGHT_MAX, NotServing, ReplicatedDirectory};
+pub use disk::{DiskRecord, round_records};
 pub use wire::{EntryKind, FRAME_MAX, Kind, LogEntry, WireError, WireMessage};
 
 /// A replica's id in its group (never 0).
@@ -173,6 +175,22 @@ pub struct Ready {
 pub struct Replica {
     node: RawNode<MemStorage>,
     id: ReplicaId,
+    /// Rejoining after losing its disk ([`Replica::start_joining`]).
+    joining: Option<Joining>,
+    /// A replica that rejoined never votes in a term up to this one (it may have voted in
+    /// them before it lost its disk).
+    no_votes_up_to: u64,
+}
+
+/// A replica that lost its disk and rejoins its group under its old id: it forgot its log and
+/// its votes, so until it holds everything committed when it first heard a leader it neither
+/// votes nor campaigns (an amnesiac voter could elect a replica that lacks acknowledged
+/// entries), and it never votes in a term up to the one of that leader (it may have voted in
+/// it before).
+#[derive(Clone, Copy, Debug)]
+struct Joining {
+    /// The first leader's term and commit, once heard.
+    target: Option<(u64, u64)>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -234,7 +252,8 @@ impl Replica {
             heartbeat_tick: config.heartbeat_ticks,
             min_election_tick: config.election_ticks,
             max_election_tick: config.election_ticks + 1,
-            max_size_per_msg: 1 << 20,
+            // Below the nodes' frame bound (1 MiB) with room for the message around the entries.
+            max_size_per_msg: 256 << 10,
             max_inflight_msgs: 256,
             check_quorum: true,
             pre_vote: true,
@@ -250,7 +269,27 @@ impl Replica {
         Ok(Replica {
             node,
             id: config.id,
+            joining: None,
+            no_votes_up_to: 0,
         })
+    }
+
+    /// [`Replica::start`] for a replica whose disk was lost (or replaced) while its group went
+    /// on: it takes part only once it caught up (see [`Replica::is_joining`]). A new group must
+    /// start with [`Replica::start`]: replicas that all wait for a leader never elect one.
+    pub fn start_joining(
+        config: &ReplicaConfig,
+        durable: &Durable,
+    ) -> Result<Replica, ReplicaError> {
+        let mut replica = Replica::start(config, durable)?;
+        replica.joining = Some(Joining { target: None });
+        Ok(replica)
+    }
+
+    /// Whether it is still catching up after [`Replica::start_joining`]: it neither votes
+    /// nor campaigns until it holds every entry committed when it first heard a leader.
+    pub fn is_joining(&self) -> bool {
+        self.joining.is_some()
     }
 
     /// This replica's id.
@@ -291,9 +330,11 @@ impl Replica {
         self.node.raft.raft_log.last_index()
     }
 
-    /// One tick of its clock.
+    /// One tick of its clock (a joining replica's election clock stands still).
     pub fn tick(&mut self) {
-        self.node.tick();
+        if self.joining.is_none() {
+            self.node.tick();
+        }
     }
 
     /// A message from another replica.
@@ -302,7 +343,40 @@ impl Replica {
             return Err(ReplicaError::WrongReplica { to: message.to });
         }
         let from = message.from;
-        match self.node.step(message.into_raft()) {
+        let mut message = message;
+        if let Some(joining) = &mut self.joining {
+            match message.kind {
+                // Not a voter yet: no answer (the candidate needs the others).
+                Kind::RequestVote | Kind::RequestPreVote | Kind::TimeoutNow => return Ok(()),
+                Kind::Append | Kind::Heartbeat if joining.target.is_none() => {
+                    joining.target = Some((message.term, message.commit));
+                }
+                _ => {}
+            }
+        }
+        if matches!(message.kind, Kind::RequestVote | Kind::RequestPreVote)
+            && message.term <= self.no_votes_up_to
+        {
+            return Ok(());
+        }
+        // A leader that believes this replica holds more than it does (it lost its disk, or a
+        // repair cut synced entries) sends a heartbeat committing past its log, on which the
+        // engine panics. The replica's own log is what it may commit: the leader learns the
+        // rest from the next append's refusal and sends the entries again.
+        if message.kind == Kind::Heartbeat {
+            message.commit = message.commit.min(self.last_index());
+        }
+        let result = self.node.step(message.into_raft());
+        if let Some(Joining {
+            target: Some((term, commit)),
+        }) = self.joining
+            && self.commit() >= commit
+        {
+            // Caught up: a voter again, but never in a term up to the first leader's.
+            self.joining = None;
+            self.no_votes_up_to = term.max(self.term());
+        }
+        match result {
             Ok(()) => Ok(()),
             Err(raft::Error::StepPeerNotFound) => Err(ReplicaError::UnknownPeer(from)),
             Err(e) => Err(ReplicaError::Refused(e.to_string())),

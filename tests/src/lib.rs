@@ -210,7 +210,13 @@ impl Proc {
         proc
     }
 
-    fn start(&mut self) {
+    /// Adds `args` to its command line (for its next start).
+    pub fn add_args(&mut self, args: &[&str]) {
+        self.args.extend(args.iter().map(OsString::from));
+    }
+
+    /// Starts it (again) with its command line, if it is not running.
+    pub fn start(&mut self) {
         assert!(self.child.is_none(), "{} is already running", self.name);
         let out = OpenOptions::new()
             .create(true)
@@ -462,6 +468,69 @@ impl DirectoryProc {
     }
 }
 
+/// A replicated directory (issue 19): `dataplane-node directory --replica-id N --replicas ...`
+/// processes on loopback, each with its own data directory, host port and peer port.
+#[derive(Debug)]
+pub struct ReplicaGroup {
+    /// The replicas, in id order (replica `i + 1` at index `i`).
+    pub replicas: Vec<DirectoryProc>,
+}
+
+impl ReplicaGroup {
+    /// Starts `count` replicas in `dir/<name>-<id>` and waits until each accepts connections.
+    pub fn start(dir: &TestDir, name: &str, count: usize) -> ReplicaGroup {
+        let peers: Vec<String> = (0..count).map(|_| free_address()).collect();
+        let list = peers
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}={a}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        let replicas = (0..count)
+            .map(|i| {
+                let extra: Vec<OsString> = vec![
+                    "--replica-id".into(),
+                    (i + 1).to_string().into(),
+                    "--replicas".into(),
+                    list.clone().into(),
+                ];
+                DirectoryProc::start_with(dir, &format!("{name}-{}", i + 1), &extra)
+            })
+            .collect();
+        ReplicaGroup { replicas }
+    }
+
+    /// Every replica's host address, comma-separated (a host's `--directory`).
+    pub fn listens(&self) -> String {
+        self.replicas
+            .iter()
+            .map(|r| r.listen.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The replica that serves now: the one a client is welcomed by (followers close the
+    /// connection). Waits up to `timeout`.
+    pub fn serving(&mut self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            for (i, replica) in self.replicas.iter_mut().enumerate() {
+                if replica.proc.try_wait().is_some() {
+                    continue;
+                }
+                if raw::RawClient::connect(&replica.listen).is_ok() {
+                    return i;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no replica serves within {timeout:?}"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 /// A host node process.
 #[derive(Debug)]
 pub struct HostProc {
@@ -475,7 +544,9 @@ pub struct HostProc {
 
 impl HostProc {
     /// Starts a host with an arena of `arena` (e.g. `"32M"`) and waits until the CLI can use
-    /// it through the directory.
+    /// it through the directory. `directory` is its `--directory`: one address, or several,
+    /// comma-separated (`host:port,host:port`: the replicas of a replicated directory, tried in
+    /// turn).
     pub fn start(dir: &TestDir, name: &str, directory: &str, arena: &str) -> HostProc {
         HostProc::start_with(dir, name, directory, arena, &[])
     }

@@ -451,3 +451,169 @@ fn a_silent_directory_or_host_cannot_hold_a_handshake() {
     assert!(!a.knows(8));
     assert_eq!(a.route(NodeId(2), frame.clone(), &mut out), Err(frame));
 }
+
+/// How an attempt at the directory fails, as a driver reports it.
+#[derive(Clone, Copy, Debug)]
+enum Fails {
+    /// The connection was made, then closed before the `Welcome` (a follower replica).
+    Closed,
+    /// The driver could not even start the connection.
+    ToStart,
+    /// The connection was made and the directory said nothing until the deadline.
+    Silent,
+}
+
+/// Starts `count` attempts of `link`, each when it is due, and fails them `how`; returns the
+/// address each went to and the wait (in ms) after it before the next attempt. Connection
+/// ids start at `first_conn`.
+fn fail_attempts(
+    link: &mut DirectoryLink,
+    how: Fails,
+    count: usize,
+    first_conn: ConnId,
+) -> Vec<(usize, u64)> {
+    let mut out = Vec::new();
+    let mut seen = Vec::new();
+    for conn in first_conn..first_conn + count as u64 {
+        let at = link.next_deadline().expect("down: an attempt is due later");
+        assert!(link.due(at), "{how:?}: not due at its own deadline");
+        let address = link.candidate();
+        let failed_at = match how {
+            Fails::Closed => {
+                link.connecting(at, conn);
+                link.connected(conn, [1; 32], &mut out);
+                assert_eq!(link.closed(at, conn), LinkHeard::Nothing);
+                at
+            }
+            Fails::ToStart => {
+                link.connect_failed(at);
+                at
+            }
+            Fails::Silent => {
+                link.connecting(at, conn);
+                link.connected(conn, [1; 32], &mut out);
+                let deadline = link.next_deadline().expect("a handshake deadline");
+                assert!(link.expire(deadline, &mut out));
+                deadline
+            }
+        };
+        assert_eq!(
+            link.conn(),
+            None,
+            "{how:?}: the failed attempt is forgotten"
+        );
+        let wait = link.next_deadline().unwrap().saturating_since(failed_at);
+        seen.push((address, wait.as_millis()));
+    }
+    seen
+}
+
+/// The waits of `fail_attempts`, without the addresses.
+fn waits(seen: &[(usize, u64)]) -> Vec<u64> {
+    seen.iter().map(|(_, wait)| *wait).collect()
+}
+
+#[test]
+fn one_directory_backs_off_as_it_always_did() {
+    // Attempts that fail once connected double the wait first: 100 ms, up to 2 s.
+    let mut link = host_link(None, 1);
+    let seen = fail_attempts(&mut link, Fails::Closed, 8, 1);
+    assert_eq!(waits(&seen), [100, 200, 400, 800, 1600, 2000, 2000, 2000]);
+    assert!(seen.iter().all(|(address, _)| *address == 0), "{seen:?}");
+    // Attempts the driver cannot start wait first, then double: from 50 ms.
+    let mut link = host_link(None, 2);
+    let seen = fail_attempts(&mut link, Fails::ToStart, 8, 1);
+    assert_eq!(waits(&seen), [50, 100, 200, 400, 800, 1600, 2000, 2000]);
+    // Silent ones count from their deadline, like closed ones.
+    let mut link = host_link(None, 3);
+    let seen = fail_attempts(&mut link, Fails::Silent, 3, 1);
+    assert_eq!(waits(&seen), [100, 200, 400]);
+    // The two kinds share one back-off.
+    let mut link = host_link(None, 4);
+    let mut seen = fail_attempts(&mut link, Fails::ToStart, 2, 1);
+    seen.extend(fail_attempts(&mut link, Fails::Closed, 2, 3));
+    assert_eq!(waits(&seen), [50, 100, 400, 800]);
+
+    // A lost link starts over from 50 ms, at the same (only) address.
+    let (mut dir, mut membership) = (directory(None), Membership::default());
+    let mut link = host_link(None, 5);
+    let _ = fail_attempts(&mut link, Fails::Closed, 5, 1);
+    let at = link.next_deadline().unwrap();
+    let (heard, _) = handshake(&mut dir, &mut membership, &mut link, 10, at);
+    assert!(matches!(heard, LinkHeard::Welcomed { .. }), "{heard:?}");
+    assert_eq!(link.closed(t(10_000), 10), LinkHeard::Lost);
+    assert_eq!(link.candidate(), 0);
+    assert_eq!(
+        link.next_deadline(),
+        Some(t(10_000).saturating_add(RECONNECT_FIRST))
+    );
+    let seen = fail_attempts(&mut link, Fails::Closed, 3, 11);
+    assert_eq!(waits(&seen), [100, 200, 400]);
+}
+
+#[test]
+fn several_directories_are_tried_in_turn_and_back_off_per_round() {
+    // Three replicas: moving on to the next costs 50 ms, and the back-off doubles once per
+    // round of the three, up to half a second (a group is without a leader for about an
+    // election timeout only).
+    let mut link = host_link(None, 1).with_candidates(3, 0);
+    assert_eq!(link.candidates(), 3);
+    let seen = fail_attempts(&mut link, Fails::Closed, 21, 1);
+    let addresses: Vec<usize> = seen.iter().map(|(address, _)| *address).collect();
+    assert_eq!(addresses, [0, 1, 2].repeat(7));
+    assert_eq!(
+        waits(&seen),
+        [
+            50, 50, 100, 50, 50, 200, 50, 50, 400, 50, 50, 500, 50, 50, 500, 50, 50, 500, 50, 50,
+            500
+        ]
+    );
+    let mut link = host_link(None, 2).with_candidates(3, 0);
+    let seen = fail_attempts(&mut link, Fails::ToStart, 9, 1);
+    assert_eq!(waits(&seen), [50, 50, 50, 50, 50, 100, 50, 50, 200]);
+    let mut link = host_link(None, 3).with_candidates(3, 0);
+    let seen = fail_attempts(&mut link, Fails::Silent, 4, 1);
+    assert_eq!(seen, [(0, 50), (1, 50), (2, 100), (0, 50)]);
+
+    // The leader is found at the second address; when it is lost, the next attempt goes to
+    // the third, 50 ms later, and a fresh round starts there.
+    let (mut dir, mut membership) = (directory(None), Membership::default());
+    let mut link = host_link(None, 4).with_candidates(3, 0);
+    let _ = fail_attempts(&mut link, Fails::Closed, 4, 1);
+    assert_eq!(link.candidate(), 1);
+    let at = link.next_deadline().unwrap();
+    let (heard, _) = handshake(&mut dir, &mut membership, &mut link, 10, at);
+    assert!(matches!(heard, LinkHeard::Welcomed { .. }), "{heard:?}");
+    assert_eq!(
+        link.candidate(),
+        1,
+        "the welcomed link stays at its address"
+    );
+    assert_eq!(link.closed(t(10_000), 10), LinkHeard::Lost);
+    assert_eq!(link.candidate(), 2);
+    assert_eq!(
+        link.next_deadline(),
+        Some(t(10_000).saturating_add(RECONNECT_FIRST))
+    );
+    let seen = fail_attempts(&mut link, Fails::Closed, 4, 11);
+    assert_eq!(seen, [(2, 50), (0, 50), (1, 100), (2, 50)]);
+
+    // A link welcomed by a blocking handshake at the last address moves on to the first.
+    let who = Who::Host {
+        listen: "h1:1".to_owned(),
+        boot_nonce: 5,
+    };
+    let mut link = DirectoryLink::welcomed(who, None, 7, NodeId(1), 1).with_candidates(3, 2);
+    assert_eq!(link.closed(t(0), 7), LinkHeard::Lost);
+    assert_eq!(link.candidate(), 0);
+    assert_eq!(
+        link.next_deadline(),
+        Some(t(0).saturating_add(RECONNECT_FIRST))
+    );
+}
+
+#[test]
+#[should_panic(expected = "directory addresses")]
+fn a_link_needs_at_least_one_address() {
+    let _ = host_link(None, 1).with_candidates(0, 0);
+}

@@ -631,6 +631,15 @@ impl DurableState {
             }
             // The node's membership, not the machine's state.
             LogRecord::Member(_) => {}
+            // A replica's log (dataplane-replica) is never a directory's: a directory log that
+            // holds one was read from the wrong data directory, and replaying past it would
+            // start a directory on someone else's state.
+            LogRecord::Replica(_) => {
+                return Err(ApplyError(
+                    "a replica log record (the replicated directory's log) in a directory log: \
+                     the wrong data directory",
+                ));
+            }
         }
         Ok(())
     }
@@ -915,6 +924,38 @@ mod tests {
             below: OperationId::SEQUENCE_END,
         });
         assert_eq!(state.apply(&record), Ok(()));
+    }
+
+    #[test]
+    fn a_replica_record_is_refused_and_changes_nothing() {
+        use crate::log::{LogRecord, ReplicaEntryKind, ReplicaRecord};
+        let records = [
+            ReplicaRecord::HardState {
+                term: 1,
+                vote: 1,
+                commit: 0,
+            },
+            ReplicaRecord::Entry {
+                index: 1,
+                term: 1,
+                kind: ReplicaEntryKind::Normal,
+                data: Vec::new(),
+                context: Vec::new(),
+            },
+        ];
+        for record in records {
+            let mut state = DurableState::default();
+            let refused = state.apply(&LogRecord::Replica(record)).unwrap_err();
+            assert!(
+                refused.to_string().contains("wrong data directory"),
+                "{refused}"
+            );
+            assert_eq!(
+                state,
+                DurableState::default(),
+                "a refused record changes nothing"
+            );
+        }
     }
 
     #[test]

@@ -10,11 +10,13 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use dataplane_cli::Exit;
+use dataplane_core::conns::DIRECTORY_CANDIDATES_MAX;
 use dataplane_core::path::DataPath;
 use dataplane_core::time::Duration;
 use dataplane_io::dirnode::{DirectoryOptions, run_directory};
 use dataplane_io::hostnode::{HostOptions, run_host};
 use dataplane_io::net::ClusterKey;
+use dataplane_io::replnode::{ReplicaOptions, run_replica};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 
@@ -30,7 +32,13 @@ A failed fsync stops it (exit 70); restart it to recover from the log. On start 
 tail (bytes written after the last sync) off the log and logs it. It refuses to start, changing
 no file, if the log is damaged where it had been synced, missing or emptied, from another data
 directory or of another format version (exit 65), or if another process has DIR open (exit
-75).";
+75).
+
+With --replica-id and --replicas it is one replica of a replicated directory (Raft): the
+replicas listen for one another at the --replicas addresses, only the leader serves hosts (give
+hosts every replica's --listen address: --directory A,B,C), and a reply leaves once a majority
+has its change on disk. Losing a minority of the replicas, disks included, loses nothing
+acknowledged; a replica whose data directory is gone starts empty and catches up.";
 
 const HOST_ABOUT: &str = "\
 A host node: the namespace proxy, the host machine, the shared arena and the Unix socket
@@ -40,7 +48,12 @@ The socket is made with mode 0600 and the capability children must present is wr
 SOCKET.cap (0600), whatever the umask; a child gets the arena only once it presented it. The
 host holds SOCKET.lock while it runs: a second host on the same socket exits with status 75 and
 changes nothing. The host's --listen address is its identity at the directory (keep it across
-restarts).";
+restarts).
+
+A replicated directory has one address per replica, and only its leader serves hosts: give
+the host every replica's address, --directory A,B,C. It tries them in turn until one welcomes
+it, and after losing the directory it tries the next ones, so it follows the leader across
+failovers.";
 
 /// The command line.
 #[derive(Debug, Parser)]
@@ -99,15 +112,47 @@ struct DirectoryArgs {
     /// Acknowledged records after the damage are lost.
     #[arg(long)]
     repair_log: bool,
+    /// Run as replica N of a replicated directory (one of --replicas).
+    #[arg(long, value_name = "N", requires = "replicas",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    replica_id: Option<u64>,
+    /// Every replica of the group as ID=HOST:PORT, comma-separated (e.g.
+    /// 1=10.0.0.1:7100,2=10.0.0.2:7100,3=10.0.0.3:7100): where each listens for the others.
+    /// Give every replica the same list.
+    #[arg(long, value_name = "LIST", requires = "replica_id", value_delimiter = ',',
+          value_parser = parse_replica)]
+    replicas: Vec<(u64, String)>,
+    /// This replica lost its data directory (or it was replaced) while the group went on: it
+    /// rejoins, neither voting nor campaigning until it holds everything the leader had
+    /// committed when it first heard it. Never for a new group (nobody would be elected).
+    #[arg(long, requires = "replica_id")]
+    join: bool,
     #[command(flatten)]
     common: Common,
 }
 
+/// One `ID=HOST:PORT` of `--replicas` (the list is comma-separated: `value_delimiter`).
+fn parse_replica(s: &str) -> Result<(u64, String), String> {
+    let (id, address) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not ID=HOST:PORT"))?;
+    let id: u64 = id
+        .parse()
+        .map_err(|_| format!("{id:?} is not a replica id (1, 2, ...)"))?;
+    if id == 0 || address.is_empty() {
+        return Err(format!("{s:?} is not ID=HOST:PORT with an id from 1"));
+    }
+    Ok((id, address.to_owned()))
+}
+
 #[derive(Debug, Args)]
 struct HostArgs {
-    /// The directory node (host:port).
-    #[arg(long, env = "DATAPLANE_DIRECTORY", value_name = "ADDR")]
-    directory: String,
+    /// The directory node (host:port), or every replica of a replicated directory,
+    /// comma-separated (host:port,host:port,...): they are tried in turn until the one that
+    /// serves welcomes this host.
+    #[arg(long, env = "DATAPLANE_DIRECTORY", value_name = "ADDR[,ADDR...]",
+          value_parser = directories)]
+    directory: Directories,
     /// Where other hosts connect (host:port); also this host's identity at the directory.
     #[arg(long, value_name = "ADDR")]
     listen: String,
@@ -154,6 +199,25 @@ fn size(text: &str) -> Result<u64, String> {
         _ => return Err("the unit must be K, M or G".to_owned()),
     };
     n.checked_mul(scale).ok_or_else(|| "too large".to_owned())
+}
+
+/// The addresses of `--directory`, in the order given.
+#[derive(Clone, Debug)]
+struct Directories(Vec<String>);
+
+/// A comma-separated list of 1 to [`DIRECTORY_CANDIDATES_MAX`] directory addresses.
+fn directories(text: &str) -> Result<Directories, String> {
+    let addresses: Vec<String> = text.split(',').map(|a| a.trim().to_owned()).collect();
+    if addresses.iter().any(String::is_empty) {
+        return Err("an empty address (the list is host:port[,host:port...])".to_owned());
+    }
+    if addresses.len() > DIRECTORY_CANDIDATES_MAX {
+        return Err(format!(
+            "{} addresses: at most {DIRECTORY_CANDIDATES_MAX}",
+            addresses.len()
+        ));
+    }
+    Ok(Directories(addresses))
 }
 
 fn data_path(text: &str) -> Result<DataPath, String> {
@@ -214,7 +278,21 @@ fn run(role: Role) -> Result<(), Failure> {
                 repair_log: args.repair_log,
                 metrics_listen: args.common.metrics_listen,
             };
-            run_directory(&options).map_err(|e| (e.exit_code(), e.to_string()))
+            match args.replica_id {
+                None => run_directory(&options).map_err(|e| (e.exit_code(), e.to_string())),
+                Some(id) => {
+                    let options = ReplicaOptions {
+                        directory: options,
+                        id,
+                        replicas: args.replicas,
+                        join: args.join,
+                    };
+                    options
+                        .replica_config()
+                        .map_err(|e| (Exit::Usage, format!("--replicas: {e}")))?;
+                    run_replica(&options).map_err(|e| (e.exit_code(), e.to_string()))
+                }
+            }
         }
         Role::Host(args) => {
             let allow = if args.allow.is_empty() {
@@ -233,7 +311,7 @@ fn run(role: Role) -> Result<(), Failure> {
                 })
                 .transpose()?;
             let options = HostOptions {
-                directory: args.directory,
+                directories: args.directory.0,
                 listen: args.listen,
                 socket: args.socket,
                 socket_group,

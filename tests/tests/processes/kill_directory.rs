@@ -293,16 +293,64 @@ fn connect(listen: &str) -> RawClient {
     }
 }
 
+/// What the kill loop kills: one directory node, or the leader of a replicated directory
+/// (`kill_replicas.rs`).
+pub(crate) trait Authority {
+    /// A host's `--directory`.
+    fn directory_option(&self) -> String;
+    /// A client welcomed by whoever serves now (waits for one).
+    fn connect(&mut self) -> RawClient;
+    /// SIGKILL whoever serves (under load).
+    fn kill(&mut self, round: usize);
+    /// After the kill (at `killed`), once the killed incarnation's clients are gone: restart
+    /// what was killed (for a replicated directory, after its successor serves). Returns how
+    /// long after the kill a client was welcomed again.
+    fn recover(&mut self, round: usize, killed: Instant) -> Duration;
+}
+
+/// The single directory node: killed and restarted on the same port and data directory.
+struct Single(DirectoryProc);
+
+impl Authority for Single {
+    fn directory_option(&self) -> String {
+        self.0.listen.clone()
+    }
+
+    fn connect(&mut self) -> RawClient {
+        connect(&self.0.listen)
+    }
+
+    fn kill(&mut self, _round: usize) {
+        self.0.proc.assert_running();
+        self.0.proc.kill9();
+    }
+
+    fn recover(&mut self, _round: usize, killed: Instant) -> Duration {
+        self.0.restart();
+        drop(self.connect());
+        killed.elapsed()
+    }
+}
+
 #[test]
 fn kill9_the_directory_under_load_and_restart_it() {
-    let rounds = rounds();
     let dir = TestDir::new("kill-directory");
-    let mut directory = DirectoryProc::start(&dir, "directory");
-    let host = HostProc::start(&dir, "host", &directory.listen, "4M");
+    let mut directory = Single(DirectoryProc::start(&dir, "directory"));
+    kill_loop(&dir, &mut directory);
+}
+
+/// Kills the authority under load `DATAPLANE_KILL_ROUNDS` times (see the module
+/// documentation); returns the time from each kill until a client was welcomed again.
+pub(crate) fn kill_loop(dir: &TestDir, authority: &mut dyn Authority) -> Vec<Duration> {
+    let rounds = rounds();
+    // Room for every put of the run (5,000 bytes each, a few per second): a full arena would
+    // make a put wait for space, which is not what this test is about.
+    let host = HostProc::start(dir, "host", &authority.directory_option(), "64M");
     // Meanwhile, the host publishes through its proxy, one CLI put after another.
     let stop = Arc::new(AtomicBool::new(false));
+    let puts = Arc::new(AtomicUsize::new(0));
     let putter = {
-        let (stop, socket) = (stop.clone(), host.socket.clone());
+        let (stop, puts, socket) = (stop.clone(), puts.clone(), host.socket.clone());
         thread::spawn(move || {
             let mut published = Vec::new();
             let mut n = 0u64;
@@ -318,6 +366,7 @@ fn kill9_the_directory_under_load_and_restart_it() {
                 if put.code == 0 {
                     let revision = put.stderr.trim_end().rsplit(' ').next().unwrap().to_owned();
                     published.push((p, n, revision));
+                    puts.fetch_add(1, Ordering::Relaxed);
                 } else {
                     assert_eq!(put.code, 75, "a put during the kills: {:?}", put.stderr);
                 }
@@ -327,11 +376,11 @@ fn kill9_the_directory_under_load_and_restart_it() {
     };
     let mut models: Vec<Model> = (0..CLIENTS).map(Model::new).collect();
     let mut last_epoch = AuthorityEpoch(0);
+    let mut outages = Vec::new();
     let started = Instant::now();
     for round in 0..=rounds {
         // A new incarnation of the directory: a higher epoch, and every acknowledged mutation.
-        let mut clients: Vec<RawClient> =
-            (0..CLIENTS).map(|_| connect(&directory.listen)).collect();
+        let mut clients: Vec<RawClient> = (0..CLIENTS).map(|_| authority.connect()).collect();
         let epoch = clients[0].epoch;
         assert!(
             epoch > last_epoch,
@@ -366,8 +415,8 @@ fn kill9_the_directory_under_load_and_restart_it() {
             Duration::from_secs(30),
             || acks.load(Ordering::Relaxed) >= ACKS_BEFORE_KILL,
         );
-        directory.proc.assert_running();
-        directory.proc.kill9();
+        let killed = Instant::now();
+        authority.kill(round);
         for worker in workers {
             match worker.join() {
                 Ok(model) => models.push(model),
@@ -378,12 +427,30 @@ fn kill9_the_directory_under_load_and_restart_it() {
             models.iter().any(|m| !m.in_flight.is_empty()),
             "round {round}: the kill came when nothing was in flight"
         );
-        directory.restart();
+        let outage = authority.recover(round, killed);
+        outages.push(outage);
+        // The host keeps working: one of its puts succeeds before the next kill.
+        let before = puts.load(Ordering::Relaxed);
+        wait_until(
+            &format!("a put through the host after the kill of round {round}"),
+            Duration::from_secs(60),
+            || puts.load(Ordering::Relaxed) > before,
+        );
+        eprintln!(
+            "round {round}: a client was welcomed again {outage:?} after the kill, the host \
+             published again after {:?}",
+            killed.elapsed()
+        );
     }
     let acked: usize = models.iter().map(|m| m.acked.len()).sum();
+    let mut sorted = outages.clone();
+    sorted.sort();
     eprintln!(
-        "{rounds} kills, {acked} mutations acknowledged and verified, {:?}",
-        started.elapsed()
+        "{rounds} kills, {acked} mutations acknowledged and verified, {:?}; time from a kill \
+         to a client welcomed again: p50 {:?}, max {:?}",
+        started.elapsed(),
+        sorted.get(sorted.len() / 2),
+        sorted.last()
     );
 
     // Every put the CLI saw succeed is there, at its revision, with its bytes.
@@ -395,7 +462,7 @@ fn kill9_the_directory_under_load_and_restart_it() {
         !published.is_empty(),
         "the host published nothing during the kills"
     );
-    let mut client = connect(&directory.listen);
+    let mut client = authority.connect();
     for (p, n, revision) in &published {
         match client.lookup(p).unwrap() {
             ReplyBody::LookedUp(Ok(node)) => assert_eq!(&node.revision.to_string(), revision),
@@ -424,4 +491,5 @@ fn kill9_the_directory_under_load_and_restart_it() {
     let get = host.cli(&["get", "/data/after-kills"]);
     get.expect_code(0, "get after the kills");
     assert!(get.stdout == bytes, "the host read other bytes");
+    outages
 }

@@ -4,12 +4,14 @@
 mod cluster;
 mod cluster_key;
 mod control;
+mod directory_addresses;
 mod file_blobs;
 mod garbage;
 mod handshake_deadline;
 mod hostile;
 mod kill_directory;
 mod kill_host;
+mod kill_replicas;
 mod lease;
 mod log_damage;
 mod membership;

@@ -1,0 +1,928 @@
+//! A directory node that is one replica of a replicated directory (issue 19): the directory
+//! survives the loss of a machine.
+//!
+//! `dataplane-node directory --replica-id N --replicas 1=ADDR,2=ADDR,3=ADDR` runs replica `N`
+//! of a group whose replicas talk to one another at those addresses (each listens at its own),
+//! while hosts connect at `--listen` as to a single directory. The machine is the replica
+//! crate's [`ReplicatedDirectory`]: every replica applies the committed log; the leader serves.
+//!
+//! One driver thread owns everything ([`Reactor`]), as in the single directory node
+//! (`dirnode.rs`). Each turn of its loop handles the frames that arrived, ticks the engine
+//! every [`TICK`], then takes the engine's rounds: a round's messages that may leave before the
+//! disk go at once, its entries and hard state are appended to the replica's own log and
+//! synced **once** ([`ReplicaLog::write`], core's storage protocol on real files), and only
+//! then leave the messages that waited for the disk (votes, append acknowledgements). A reply
+//! to a host leaves once its entry is committed by a quorum and applied here.
+//!
+//! **Hosts.** Only the replica that serves (the leader, once it applied its term's first entry)
+//! admits hosts: any other closes a host's connection as soon as it is accepted, and a host
+//! given every replica's address (`--directory A,B,C`) moves on to the next. A replica that
+//! starts serving begins with no host connection, the committed membership, and the term as
+//! its epoch and as its address's incarnation: to a host, a failover is a directory restart,
+//! which it already survives. One that stops serving closes every host connection.
+//!
+//! **Membership.** A host's identity is decided here as in the single node
+//! ([`DirectoryConns`], [`Membership`]); the change is proposed to the log
+//! ([`ReplicatedDirectory::propose_records`]) and everything the connections machine asked for
+//! after it (the `Welcome` first) waits, in order, until that entry is applied. Directory
+//! frames to hosts wait behind it too, so no host hears of an identity a failover could forget.
+//!
+//! **Peers.** Each replica connects to every other one and sends its messages on that
+//! connection only; it receives on the connections the others made. The acceptor sends a fresh
+//! nonce, the connector answers with who it is and, with a cluster key, a proof over that nonce
+//! (core's [`connector_proof`]): nothing from a connection reaches the engine before that, and
+//! then only messages from the replica it proved to be. Frames are bounded by the nodes' frame
+//! limit, queues by [`PEER_QUEUE_BYTES`] (a message that does not fit is dropped: the engine
+//! sends again), pending peer connections by [`PEER_PENDING_MAX`] and the admission deadline.
+//!
+//! **Failures.** A failed append or sync, or a committed entry that does not apply, stops the
+//! node (fail-stop, exit 70): restarted, it reads its log and catches up from the leader.
+//!
+//! Not yet: metrics, log compaction below the whole log (the replica's log is rewritten, never
+//! cut: [`ReplicaLog`]), membership changes of the group, read-index reads.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+
+use dataplane_core::admission::{
+    ADMISSION_DEADLINE, Nonce, PENDING_CONNECTIONS_MAX, Proof, connector_proof, proofs_match,
+};
+use dataplane_core::conns::{Accepts, ConnAction, DirHeard, DirectoryConns, Listener};
+use dataplane_core::directory::{ActorSources, DirectoryConfig};
+use dataplane_core::effect::{Effect, Timer};
+use dataplane_core::ids::{Address, AuthorityEpoch, NodeId};
+use dataplane_core::membership::{Admitted, Membership};
+use dataplane_core::routes::Routes;
+use dataplane_core::time::{Duration, Instant};
+use dataplane_core::wire::{Envelope, Message};
+use dataplane_replica::{Replica, ReplicaConfig, ReplicaId, ReplicatedDirectory, WireMessage};
+use serde::{Deserialize, Serialize};
+use tracing::{debug, error, info, warn};
+
+use crate::dirnode::{DirectoryOptions, NodeError, TRANSIENT_NODE_BASE};
+use crate::driver::{Clock, write_state};
+use crate::log::{LogError, LogOptions};
+use crate::net::{
+    ClusterKey, ConnId, Limits, Link, ListenerId, NetEvent, Outgoing, Overflow, Performed, Reactor,
+    fresh_nonce, perform_conn_action,
+};
+use crate::replica_log::{ReplicaLog, ReplicaLogError};
+
+/// One tick of the engine's clock.
+pub const TICK: std::time::Duration = std::time::Duration::from_millis(100);
+/// Ticks between a leader's heartbeats.
+pub const HEARTBEAT_TICKS: usize = 2;
+/// Ticks without a leader before the first replica of the list campaigns; each next one waits
+/// [`ELECTION_STEP_TICKS`] more (pinned apart, so that two never split the vote for ever). A
+/// follower refuses to vote while it heard from a leader within its own timeout (the engine's
+/// `check_quorum` lease), so a failover takes about the longest timeout among the survivors:
+/// 1.0–1.2 s for three replicas, plus a round trip.
+pub const ELECTION_TICKS: usize = 10;
+/// See [`ELECTION_TICKS`].
+pub const ELECTION_STEP_TICKS: usize = 1;
+/// Most bytes queued toward one peer replica (a message that does not fit is dropped).
+pub const PEER_QUEUE_BYTES: usize = 16 << 20;
+/// Most peer connections waiting for their hello.
+pub const PEER_PENDING_MAX: usize = 16;
+/// How long after a failed connection to a peer replica the next attempt starts.
+const PEER_RETRY: Duration = Duration::from_millis(200);
+/// Most admitted host and client connections.
+const ADMITTED_CONNECTIONS_MAX: usize = 4096;
+/// The longest the driver waits for an event.
+const IDLE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// The replica's log, inside the data directory.
+const LOG_DIR: &str = "replica";
+/// Written once the log was created (see `dirnode.rs`): a data directory with the mark and
+/// no log is refused, not started empty.
+const CREATED_MARK: &str = "created";
+/// What a peer's hello proves, besides the nonce: the protocol and both ends.
+const PEER_HELLO_LABEL: &[u8] = b"dataplane replica hello v1";
+
+/// How a replica of the directory runs.
+#[derive(Clone, Debug)]
+pub struct ReplicaOptions {
+    /// What it shares with a single directory node: where hosts connect, the data directory,
+    /// the retry tick, the cluster key, `--repair-log`. (`metrics_listen` is refused: not yet.)
+    pub directory: DirectoryOptions,
+    /// This replica (one of `replicas`).
+    pub id: ReplicaId,
+    /// Every replica of the group, with the address where it listens for the others.
+    pub replicas: Vec<(ReplicaId, String)>,
+    /// It rejoins a group that went on while it lost its disk ([`Replica::start_joining`]):
+    /// it neither votes nor campaigns until it caught up. Never for a new group.
+    pub join: bool,
+}
+
+impl ReplicaOptions {
+    /// The engine's configuration for this replica: the voters, and an election timeout
+    /// pinned by the replica's place in the list.
+    pub fn replica_config(&self) -> Result<ReplicaConfig, String> {
+        let mut ids = BTreeSet::new();
+        for (id, _) in &self.replicas {
+            if *id == 0 {
+                return Err("replica ids start at 1".to_owned());
+            }
+            if !ids.insert(*id) {
+                return Err(format!("replica {id} is listed twice"));
+            }
+        }
+        let place = self
+            .replicas
+            .iter()
+            .position(|(id, _)| *id == self.id)
+            .ok_or_else(|| format!("replica {} is not in --replicas", self.id))?;
+        Ok(ReplicaConfig {
+            id: self.id,
+            voters: ids.into_iter().collect(),
+            election_ticks: ELECTION_TICKS + ELECTION_STEP_TICKS * place,
+            heartbeat_ticks: HEARTBEAT_TICKS,
+        })
+    }
+
+    /// Where this replica listens for the others.
+    fn peer_listen(&self) -> &str {
+        self.replicas
+            .iter()
+            .find(|(id, _)| *id == self.id)
+            .map_or("", |(_, a)| a.as_str())
+    }
+}
+
+/// What travels between replicas.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum PeerFrame {
+    /// The acceptor's nonce, the first frame on a peer connection.
+    Challenge { nonce: Nonce },
+    /// The connector: who it is, to whom, and its proof over the nonce.
+    Hello {
+        from: ReplicaId,
+        to: ReplicaId,
+        proof: Option<Proof>,
+    },
+    /// One engine message ([`WireMessage::encode`]).
+    Raft(Vec<u8>),
+}
+
+impl Outgoing for PeerFrame {}
+
+/// The bytes a peer's proof covers.
+fn peer_hello(from: ReplicaId, to: ReplicaId) -> Vec<u8> {
+    let mut bytes = PEER_HELLO_LABEL.to_vec();
+    bytes.extend_from_slice(&from.to_le_bytes());
+    bytes.extend_from_slice(&to.to_le_bytes());
+    bytes
+}
+
+/// Limits of a peer connection once its hello is through.
+const fn peer_limits() -> Limits {
+    Limits {
+        frame_bytes: dataplane_core::limits::FRAME_BYTES_MAX,
+        queue_bytes: PEER_QUEUE_BYTES,
+        overflow: Overflow::Drop,
+        pace: false,
+    }
+}
+
+/// The connection this replica sends on to one peer.
+struct PeerOut {
+    address: String,
+    conn: Option<ConnId>,
+    /// The hello went out: messages may follow.
+    up: bool,
+    retry_at: Instant,
+}
+
+/// A connection another replica made.
+struct PeerIn {
+    nonce: Nonce,
+    /// Who proved to be at the other end.
+    from: Option<ReplicaId>,
+    since: Instant,
+}
+
+/// One thing for the hosts, in the order it must happen.
+enum Held {
+    /// Nothing after this until the log applied this index (a membership change).
+    Until(u64),
+    /// A connection action.
+    Conn(ConnAction),
+    /// A directory frame.
+    Frame(Address, Message),
+}
+
+/// What a serving replica has for one term.
+struct Serving {
+    term: u64,
+    address: Address,
+    epoch: AuthorityEpoch,
+    membership: Membership,
+    conns: DirectoryConns,
+    routes: Routes,
+    timer: Option<Instant>,
+    held: VecDeque<Held>,
+}
+
+struct ReplicaNode {
+    clock: Clock,
+    id: ReplicaId,
+    key: Option<ClusterKey>,
+    machine: ReplicatedDirectory<ActorSources>,
+    log: ReplicaLog,
+    net: Reactor,
+    host_listener: ListenerId,
+    peer_listener: ListenerId,
+    next_tick: Instant,
+    /// Still catching up after `--join` (logged once it is not).
+    joining: bool,
+    serving: Option<Serving>,
+    /// Host and client connections accepted while serving (closed when it stops).
+    host_conns: BTreeSet<ConnId>,
+    peers: BTreeMap<ReplicaId, PeerOut>,
+    incoming: BTreeMap<ConnId, PeerIn>,
+    /// What `conns` asked for, not yet done (a reused buffer).
+    actions: Vec<ConnAction>,
+}
+
+/// Runs replica `options.id` of a replicated directory until it fails (it never returns `Ok`).
+pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
+    let io = |what: &str, e: std::io::Error| NodeError::Io(format!("{what}: {e}"));
+    let usage = NodeError::Io;
+    let config = options.replica_config().map_err(usage)?;
+    if options.directory.metrics_listen.is_some() {
+        return Err(usage(
+            "--metrics-listen is not served by a replicated directory yet".to_owned(),
+        ));
+    }
+    let data_dir = &options.directory.data_dir;
+    let created_path = data_dir.join(CREATED_MARK);
+    let booted = match std::fs::metadata(&created_path) {
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(io(&created_path.display().to_string(), e)),
+    };
+    if !booted {
+        std::fs::create_dir_all(data_dir).map_err(|e| io("data directory", e))?;
+    }
+    let log_options = LogOptions {
+        create: !booted,
+        repair: options.directory.repair_log,
+        preallocate: crate::dirnode::LOG_PREALLOCATE_BYTES,
+    };
+    let (log, recovered) =
+        ReplicaLog::open_with(&data_dir.join(LOG_DIR), log_options).map_err(|e| match e {
+            ReplicaLogError::Log(e) if e.is_refusal() || matches!(e, LogError::Locked { .. }) => {
+                NodeError::Refused(e)
+            }
+            ReplicaLogError::Log(e) => NodeError::Log(e),
+            ReplicaLogError::Durable(e) => NodeError::Recovery(format!(
+                "{} does not hold a replica's log: {e}",
+                data_dir.join(LOG_DIR).display()
+            )),
+        })?;
+    if let Some(cut) = &recovered.cut {
+        warn!("{cut}");
+    }
+    if !booted {
+        write_state(&created_path, &log.log().id().0).map_err(|e| io(CREATED_MARK, e))?;
+    }
+    let replica = if options.join {
+        Replica::start_joining(&config, log.durable())
+    } else {
+        Replica::start(&config, log.durable())
+    }
+    .map_err(|e| NodeError::Recovery(e.to_string()))?;
+    info!(
+        entries = log.durable().entries.len(),
+        term = log.durable().hard_state.term,
+        commit = log.durable().hard_state.commit,
+        cut_bytes = recovered.cut_bytes,
+        "replica log read"
+    );
+    let directory_config = DirectoryConfig {
+        // The incarnation becomes the term of the leader that serves.
+        address: Address::new(NodeId(0), 0, 0),
+        retry_period: options.directory.retry_period,
+        limits: Default::default(),
+    };
+    let machine = ReplicatedDirectory::new(replica, directory_config, ActorSources);
+    let mut net = Reactor::new().map_err(|e| io("poll", e))?;
+    let listen = &options.directory.listen;
+    let hosts = TcpListener::bind(listen).map_err(|e| io(listen, e))?;
+    let host_listener = net
+        .listen_tcp(hosts, Limits::pending())
+        .map_err(|e| io(listen, e))?;
+    let peer_listen = options.peer_listen();
+    let peers_socket = TcpListener::bind(peer_listen).map_err(|e| io(peer_listen, e))?;
+    let peer_listener = net
+        .listen_tcp(peers_socket, Limits::pending())
+        .map_err(|e| io(peer_listen, e))?;
+    let clock = Clock::new();
+    let now = clock.now();
+    let peers = options
+        .replicas
+        .iter()
+        .filter(|(id, _)| *id != options.id)
+        .map(|(id, address)| {
+            (
+                *id,
+                PeerOut {
+                    address: address.clone(),
+                    conn: None,
+                    up: false,
+                    retry_at: now,
+                },
+            )
+        })
+        .collect();
+    info!(
+        version = dataplane_cli::VERSION,
+        replica = options.id,
+        replicas = ?options.replicas,
+        listen = %listen,
+        data_dir = %data_dir.display(),
+        id = %log.log().id(),
+        election_ms = config.election_ticks as u128 * TICK.as_millis(),
+        cluster_key = options.directory.cluster_key.is_some(),
+        join = options.join,
+        "directory replica started"
+    );
+    let mut node = ReplicaNode {
+        clock,
+        id: options.id,
+        key: options.directory.cluster_key,
+        machine,
+        log,
+        net,
+        host_listener,
+        peer_listener,
+        next_tick: now,
+        joining: options.join,
+        serving: None,
+        host_conns: BTreeSet::new(),
+        peers,
+        incoming: BTreeMap::new(),
+        actions: Vec::new(),
+    };
+    let result = node.run();
+    if let Err(e) = &result {
+        error!(error = %e, "directory replica stops");
+    }
+    result
+}
+
+impl ReplicaNode {
+    fn run(&mut self) -> Result<(), NodeError> {
+        let mut events = Vec::new();
+        loop {
+            let next = self.next_deadline();
+            let wait = self.clock.until(next).min(IDLE_WAIT);
+            self.net
+                .poll(Some(wait), &mut events)
+                .map_err(|e| NodeError::Io(format!("poll: {e}")))?;
+            for event in events.drain(..) {
+                self.handle(event)?;
+            }
+            let now = self.clock.now();
+            if now >= self.next_tick {
+                self.machine.tick();
+                self.next_tick = now.saturating_add(Duration::from_millis(TICK.as_millis() as u64));
+            }
+            self.connect_peers(now);
+            self.expire(now)?;
+            if let Some(serving) = &mut self.serving
+                && serving.timer.is_some_and(|at| at <= now)
+            {
+                serving.timer = None;
+                let _ = self.machine.handle_timer(now, Timer::DirectoryRetry);
+            }
+            self.routes_changed();
+            self.rounds()?;
+        }
+    }
+
+    /// The next time something is due: a tick, a peer to connect, a deadline, the timer.
+    fn next_deadline(&self) -> Instant {
+        let mut next = self.next_tick;
+        for peer in self.peers.values() {
+            if peer.conn.is_none() {
+                next = next.min(peer.retry_at);
+            }
+        }
+        for pending in self.incoming.values() {
+            if pending.from.is_none() {
+                next = next.min(pending.since.saturating_add(ADMISSION_DEADLINE));
+            }
+        }
+        if let Some(serving) = &self.serving {
+            for at in [serving.timer, serving.conns.next_deadline()]
+                .into_iter()
+                .flatten()
+            {
+                next = next.min(at);
+            }
+        }
+        next
+    }
+
+    /// Takes the engine's rounds: messages out, the disk, the messages that waited for it; then
+    /// follows the leadership and lets go what the log applied.
+    fn rounds(&mut self) -> Result<(), NodeError> {
+        loop {
+            let now = self.clock.now();
+            let Some(mut round) = self.machine.ready(now) else {
+                break;
+            };
+            for message in std::mem::take(&mut round.send) {
+                self.send_peer(message);
+            }
+            self.log
+                .write(&round.entries, round.hard_state)
+                .map_err(NodeError::Log)?;
+            for message in self.machine.persisted(round) {
+                self.send_peer(message);
+            }
+            self.follow_serving();
+            self.effects();
+        }
+        self.follow_serving();
+        self.effects();
+        self.release_held();
+        if self.joining && !self.machine.replica().is_joining() {
+            self.joining = false;
+            info!(
+                term = self.machine.replica().term(),
+                commit = self.machine.replica().commit(),
+                "joined: caught up with the leader; a voter again"
+            );
+        }
+        if let Some(why) = self.machine.stopped() {
+            return Err(NodeError::Recovery(format!(
+                "the replica stopped: {why} (restart it: it reads its log again)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Starts or ends the hosts' side to match whether the machine serves, and at which term.
+    fn follow_serving(&mut self) {
+        let term = self.machine.serving_term();
+        if self.serving.as_ref().map(|s| s.term) == term {
+            return;
+        }
+        if let Some(old) = self.serving.take() {
+            info!(
+                term = old.term,
+                "stopped serving: closing every host connection"
+            );
+        }
+        for conn in std::mem::take(&mut self.host_conns) {
+            self.net.close(conn);
+        }
+        let (Some(term), Some(directory)) = (term, self.machine.directory()) else {
+            return;
+        };
+        let address = directory.config().address;
+        let epoch = directory.epoch();
+        info!(
+            term,
+            epoch = epoch.0,
+            applied = self.machine.applied(),
+            hosts = self.machine.members().hosts().count(),
+            "serving: this replica leads"
+        );
+        self.serving = Some(Serving {
+            term,
+            address,
+            epoch,
+            membership: self.machine.members().clone(),
+            conns: DirectoryConns::new(
+                Listener::new(
+                    self.key,
+                    Accepts::HostsAndClients,
+                    ADMISSION_DEADLINE,
+                    PENDING_CONNECTIONS_MAX,
+                    ADMITTED_CONNECTIONS_MAX,
+                ),
+                TRANSIENT_NODE_BASE,
+            ),
+            routes: Routes::new(),
+            timer: None,
+            held: VecDeque::new(),
+        });
+    }
+
+    /// Carries out the directory's released effects (none when not serving: they belonged to
+    /// a term that is over, and nobody may see them).
+    fn effects(&mut self) {
+        let effects = self.machine.take_effects();
+        let Some(serving) = &mut self.serving else {
+            return;
+        };
+        for effect in effects {
+            match effect {
+                Effect::Send { to, message } => serving.held.push_back(Held::Frame(to, message)),
+                Effect::SetTimer { at, .. } => serving.timer = Some(at),
+                Effect::CancelTimer { .. } => serving.timer = None,
+                Effect::WatchRoute { target } => serving.routes.watch(target),
+                Effect::UnwatchRoute { target } => serving.routes.unwatch(target),
+                Effect::Persist(record) => {
+                    error!(
+                        ?record,
+                        "a log record bypassed the replicated log and was dropped"
+                    );
+                }
+            }
+        }
+        self.release_held();
+    }
+
+    /// Hands the machine the route changes of its watched targets, until nothing changes.
+    fn routes_changed(&mut self) {
+        let mut changes = Vec::new();
+        loop {
+            let Some(serving) = &mut self.serving else {
+                return;
+            };
+            serving.routes.changes(&mut changes);
+            if changes.is_empty() {
+                return;
+            }
+            let watched: Vec<(Address, bool)> = changes
+                .drain(..)
+                .filter(|(target, _)| serving.routes.is_watched(target))
+                .collect();
+            for (target, routable) in watched {
+                let now = self.clock.now();
+                let _ = self.machine.handle_route(now, target, routable);
+            }
+            self.effects();
+        }
+    }
+
+    /// Does what waits for the hosts, in order, up to a membership change not applied yet.
+    fn release_held(&mut self) {
+        let applied = self.machine.applied();
+        loop {
+            let Some(serving) = &mut self.serving else {
+                return;
+            };
+            let Some(front) = serving.held.pop_front() else {
+                return;
+            };
+            match front {
+                Held::Until(index) if index > applied => {
+                    serving.held.push_front(Held::Until(index));
+                    return;
+                }
+                Held::Until(_) => {}
+                Held::Frame(to, message) => {
+                    if let Some(conn) = serving.conns.conn_of(to.node) {
+                        let envelope = Envelope {
+                            from: serving.address,
+                            to,
+                            message,
+                        };
+                        self.net.send(conn, Link::Frame(envelope));
+                    }
+                }
+                Held::Conn(action) => {
+                    // A `Persist` is never held: `conn_actions` proposes it at once.
+                    if let Performed::Persist(_) =
+                        perform_conn_action!(&mut self.net, action, "connection")
+                    {
+                        error!("a membership change was held instead of proposed");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Queues what the connections machine asked for; a membership change is proposed to the
+    /// log, and what follows waits for it.
+    fn conn_actions(&mut self) -> Result<(), NodeError> {
+        let mut actions = std::mem::take(&mut self.actions);
+        for action in actions.drain(..) {
+            let Some(serving) = &mut self.serving else {
+                if let ConnAction::Close(conn, _) | ConnAction::Refuse { conn, .. } = action {
+                    self.net.close(conn);
+                }
+                continue;
+            };
+            match action {
+                ConnAction::Persist(records) => {
+                    let index = self
+                        .machine
+                        .propose_records(&records)
+                        .map_err(|e| NodeError::Recovery(format!("a membership change: {e}")))?;
+                    serving.held.push_back(Held::Until(index));
+                }
+                other => serving.held.push_back(Held::Conn(other)),
+            }
+        }
+        self.actions = actions;
+        self.release_held();
+        Ok(())
+    }
+
+    fn handle(&mut self, event: NetEvent) -> Result<(), NodeError> {
+        match event {
+            NetEvent::Accepted { listener, conn } if listener == self.peer_listener => {
+                self.peer_accepted(conn);
+            }
+            NetEvent::Accepted { listener, conn } if listener == self.host_listener => {
+                self.host_accepted(conn)?;
+            }
+            NetEvent::Accepted { conn, .. } => self.net.close(conn),
+            NetEvent::Connected(_) => {}
+            NetEvent::Closed(conn, reason) => self.closed(conn, &reason),
+            NetEvent::Frame(conn, payload) => {
+                if self.incoming.contains_key(&conn) {
+                    self.peer_frame(conn, &payload);
+                } else if let Some(to) = self.peer_out(conn) {
+                    self.peer_challenge(to, conn, &payload);
+                } else {
+                    self.host_frame(conn, &payload)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn host_accepted(&mut self, conn: ConnId) -> Result<(), NodeError> {
+        let Some(serving) = &mut self.serving else {
+            // Not the leader (or not yet serving): the host tries the next replica.
+            debug!(conn, remote = %self.net.remote(conn), "host connection closed: not serving");
+            self.net.close(conn);
+            return Ok(());
+        };
+        match fresh_nonce() {
+            Ok(nonce) => {
+                self.host_conns.insert(conn);
+                let now = self.clock.now();
+                serving.conns.accepted(now, conn, nonce, &mut self.actions);
+                self.conn_actions()
+            }
+            Err(e) => {
+                warn!(conn, error = %e, "connection closed: no nonce for its handshake");
+                self.net.close(conn);
+                Ok(())
+            }
+        }
+    }
+
+    fn host_frame(&mut self, conn: ConnId, payload: &[u8]) -> Result<(), NodeError> {
+        let Some(serving) = &mut self.serving else {
+            self.net.close(conn);
+            return Ok(());
+        };
+        let heard = serving.conns.frame(
+            conn,
+            payload,
+            &mut serving.membership,
+            serving.address,
+            serving.epoch,
+            &mut self.actions,
+        );
+        match heard {
+            DirHeard::Nothing | DirHeard::HostRefused { .. } => {}
+            DirHeard::Host {
+                listen, admitted, ..
+            } => {
+                let m = admitted.member();
+                info!(
+                    conn,
+                    node = %m.node,
+                    incarnation = m.incarnation,
+                    %listen,
+                    "host admitted{}",
+                    match admitted {
+                        Admitted::Reconnected(_) => " (reconnected)",
+                        Admitted::New(_) => " (new)",
+                        Admitted::Restarted(_) => " (restarted: a new incarnation)",
+                    }
+                );
+                serving.routes.connected(m.node, m.incarnation);
+            }
+            DirHeard::Client { node, .. } => serving.routes.connected(node, 1),
+            DirHeard::Protocol { node, .. } => serving.routes.disconnected(node),
+            DirHeard::Envelope(envelope) => {
+                let now = self.clock.now();
+                if let Err(e) = self.machine.handle_message(now, envelope.message) {
+                    debug!(error = %e, "a call was not taken");
+                }
+                self.effects();
+            }
+        }
+        self.conn_actions()
+    }
+
+    fn closed(&mut self, conn: ConnId, reason: &str) {
+        if let Some(pending) = self.incoming.remove(&conn) {
+            debug!(conn, from = ?pending.from, reason, "peer replica connection closed");
+            return;
+        }
+        if let Some(to) = self.peer_out(conn) {
+            debug!(conn, to, reason, "connection to a peer replica closed");
+            let now = self.clock.now();
+            if let Some(peer) = self.peers.get_mut(&to) {
+                peer.conn = None;
+                peer.up = false;
+                peer.retry_at = now.saturating_add(PEER_RETRY);
+            }
+            return;
+        }
+        self.host_conns.remove(&conn);
+        if let Some(serving) = &mut self.serving
+            && let Some(node) = serving.conns.closed(conn)
+        {
+            serving.routes.disconnected(node);
+        }
+    }
+
+    /// Closes peer connections that did not say hello in time, and host connections that did
+    /// not finish their handshake.
+    fn expire(&mut self, now: Instant) -> Result<(), NodeError> {
+        let late: Vec<ConnId> = self
+            .incoming
+            .iter()
+            .filter(|(_, p)| p.from.is_none() && p.since.saturating_add(ADMISSION_DEADLINE) <= now)
+            .map(|(conn, _)| *conn)
+            .collect();
+        for conn in late {
+            debug!(
+                conn,
+                "peer connection closed: no hello within {ADMISSION_DEADLINE}"
+            );
+            self.incoming.remove(&conn);
+            self.net.close(conn);
+        }
+        if let Some(serving) = &mut self.serving {
+            serving.conns.expire(now, &mut self.actions);
+            self.conn_actions()?;
+        }
+        Ok(())
+    }
+
+    /// The peer an outgoing connection goes to.
+    fn peer_out(&self, conn: ConnId) -> Option<ReplicaId> {
+        self.peers
+            .iter()
+            .find(|(_, p)| p.conn == Some(conn))
+            .map(|(id, _)| *id)
+    }
+
+    /// Starts the connections to peers that have none and are due.
+    fn connect_peers(&mut self, now: Instant) {
+        for (id, peer) in &mut self.peers {
+            if peer.conn.is_some() || peer.retry_at > now {
+                continue;
+            }
+            let address: Option<SocketAddr> = peer
+                .address
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.next());
+            match address.map(|a| self.net.connect(a, Limits::pending())) {
+                Some(Ok(conn)) => {
+                    debug!(peer = id, conn, address = %peer.address, "connecting to a peer replica");
+                    peer.conn = Some(conn);
+                }
+                _ => peer.retry_at = now.saturating_add(PEER_RETRY),
+            }
+        }
+    }
+
+    /// The first frame on an outgoing connection: the acceptor's nonce, answered by the hello.
+    fn peer_challenge(&mut self, to: ReplicaId, conn: ConnId, payload: &[u8]) {
+        let Some(peer) = self.peers.get_mut(&to) else {
+            return;
+        };
+        let challenge: Option<Nonce> = match postcard::from_bytes(payload) {
+            Ok(PeerFrame::Challenge { nonce }) if !peer.up => Some(nonce),
+            _ => None,
+        };
+        let Some(nonce) = challenge else {
+            warn!(
+                peer = to,
+                conn, "a peer replica sent a frame out of protocol; reconnecting"
+            );
+            self.net.close(conn);
+            peer.conn = None;
+            peer.up = false;
+            peer.retry_at = self.clock.now().saturating_add(PEER_RETRY);
+            return;
+        };
+        let proof = connector_proof(
+            self.key.as_ref().map(ClusterKey::bytes),
+            &peer_hello(self.id, to),
+            &nonce,
+        );
+        self.net.send(
+            conn,
+            PeerFrame::Hello {
+                from: self.id,
+                to,
+                proof,
+            },
+        );
+        self.net.set_limits(conn, peer_limits());
+        peer.up = true;
+        debug!(peer = to, conn, "connected to a peer replica");
+    }
+
+    fn peer_accepted(&mut self, conn: ConnId) {
+        let pending = self.incoming.values().filter(|p| p.from.is_none()).count();
+        if pending >= PEER_PENDING_MAX {
+            debug!(
+                conn,
+                "peer connection closed: {PEER_PENDING_MAX} wait for their hello"
+            );
+            self.net.close(conn);
+            return;
+        }
+        let Ok(nonce) = fresh_nonce() else {
+            self.net.close(conn);
+            return;
+        };
+        self.net.send(conn, PeerFrame::Challenge { nonce });
+        self.net.resume(conn);
+        let since = self.clock.now();
+        self.incoming.insert(
+            conn,
+            PeerIn {
+                nonce,
+                from: None,
+                since,
+            },
+        );
+    }
+
+    /// A frame on a connection another replica made: its hello, then its messages.
+    fn peer_frame(&mut self, conn: ConnId, payload: &[u8]) {
+        let Some(pending) = self.incoming.get_mut(&conn) else {
+            return;
+        };
+        let frame = postcard::from_bytes::<PeerFrame>(payload);
+        let accepted = match (pending.from, frame) {
+            (
+                None,
+                Ok(PeerFrame::Hello {
+                    from, to, proof, ..
+                }),
+            ) => {
+                let expected = connector_proof(
+                    self.key.as_ref().map(ClusterKey::bytes),
+                    &peer_hello(from, to),
+                    &pending.nonce,
+                );
+                let known = self.peers.contains_key(&from);
+                if to == self.id && known && proofs_match(expected.as_ref(), proof.as_ref()) {
+                    pending.from = Some(from);
+                    self.net.set_limits(conn, peer_limits());
+                    debug!(conn, from, "peer replica admitted");
+                    true
+                } else {
+                    info!(conn, remote = %self.net.remote(conn), from, to, known, "peer replica refused: not a replica of this group, or no proof of the cluster key");
+                    false
+                }
+            }
+            (Some(from), Ok(PeerFrame::Raft(bytes))) => match WireMessage::decode(&bytes) {
+                Ok(message) if message.from == from => {
+                    if let Err(e) = self.machine.step(message) {
+                        debug!(from, error = %e, "a peer's message was not taken");
+                    }
+                    true
+                }
+                Ok(message) => {
+                    warn!(
+                        conn,
+                        from,
+                        claimed = message.from,
+                        "a peer replica spoke for another"
+                    );
+                    false
+                }
+                Err(e) => {
+                    warn!(conn, from, error = %e, "a peer replica sent a malformed message");
+                    false
+                }
+            },
+            _ => false,
+        };
+        if !accepted {
+            self.incoming.remove(&conn);
+            self.net.close(conn);
+        }
+    }
+
+    /// Sends an engine message to its replica, if its connection is up (else it is lost, as
+    /// on a network that drops it: the engine sends again).
+    fn send_peer(&mut self, message: WireMessage) {
+        let Some(peer) = self.peers.get(&message.to) else {
+            return;
+        };
+        if let (Some(conn), true) = (peer.conn, peer.up) {
+            self.net.send(conn, PeerFrame::Raft(message.encode()));
+        }
+    }
+}

@@ -1,0 +1,460 @@
+//! A replica's durable state ([`Durable`]) as records of core's storage protocol
+//! ([`LogRecord::Replica`]), so that a replica's disk is the same log on the same files as a
+//! single directory's: torn tails, refusal of damage to synced records, the data directory's
+//! lock and identity, repair and crash-atomic compaction are all the code the simulator
+//! checks (`dataplane_core::storage`); nothing here touches a file.
+//!
+//! **The mapping.** A round ([`Ready`](crate::Ready)'s `entries` and `hard_state`) becomes its
+//! entries, one record each, then its hard state ([`round_records`]); replaying records in
+//! order ([`Durable::from_records`]) does what [`Durable::write_parts`] does: an entry replaces
+//! every entry from its index on, a hard state replaces the one before. A compaction restates
+//! the whole state ([`Durable::snapshot_records`]), which replays to the same `Durable`.
+//!
+//! **Why entries before the hard state.** A crash may leave any prefix of the round that was
+//! being written (the storage protocol cuts the torn tail, and nothing of that round was
+//! acknowledged: the driver calls `persisted` only after the sync). A round's hard state may
+//! commit entries of the same round; written first, a prefix could hold a commit index past
+//! the last entry, which recovery must refuse. Entries first, every prefix of a correct
+//! replica's rounds is a state the engine can start from: the entries of a round the replica
+//! never acknowledged, under the hard state it had before. (An entry only ever overwrites
+//! entries past the commit index, so a partial overwrite never leaves the commit index past
+//! the log either.)
+//!
+//! **Refusals.** Replay is strict: an entry at index 0 or past one after the last entry (a
+//! gap), a record that is not a replica's (a directory's data directory, opened as a
+//! replica's), or a commit index past the last entry is [`ReplicaError::BadDurable`], naming
+//! the record. Deterministic: a pure function of the records.
+
+use dataplane_core::log::{LogRecord, ReplicaEntryKind, ReplicaRecord};
+
+use crate::{Durable, EntryKind, HardStateRecord, LogEntry, ReplicaError};
+
+impl From<EntryKind> for ReplicaEntryKind {
+    fn from(kind: EntryKind) -> Self {
+        match kind {
+            EntryKind::Normal => ReplicaEntryKind::Normal,
+            EntryKind::ConfChange => ReplicaEntryKind::ConfChange,
+            EntryKind::ConfChangeV2 => ReplicaEntryKind::ConfChangeV2,
+        }
+    }
+}
+
+impl From<ReplicaEntryKind> for EntryKind {
+    fn from(kind: ReplicaEntryKind) -> Self {
+        match kind {
+            ReplicaEntryKind::Normal => EntryKind::Normal,
+            ReplicaEntryKind::ConfChange => EntryKind::ConfChange,
+            ReplicaEntryKind::ConfChangeV2 => EntryKind::ConfChangeV2,
+        }
+    }
+}
+
+impl From<&LogEntry> for ReplicaRecord {
+    fn from(entry: &LogEntry) -> Self {
+        ReplicaRecord::Entry {
+            index: entry.index,
+            term: entry.term,
+            kind: entry.kind.into(),
+            data: entry.data.clone(),
+            context: entry.context.clone(),
+        }
+    }
+}
+
+impl From<HardStateRecord> for ReplicaRecord {
+    fn from(hs: HardStateRecord) -> Self {
+        ReplicaRecord::HardState {
+            term: hs.term,
+            vote: hs.vote,
+            commit: hs.commit,
+        }
+    }
+}
+
+/// What one replica record says, in the replica's own types.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DiskRecord {
+    /// An entry, replacing every entry from its index on.
+    Entry(LogEntry),
+    /// A hard state, replacing the one before.
+    HardState(HardStateRecord),
+}
+
+impl From<&ReplicaRecord> for DiskRecord {
+    fn from(record: &ReplicaRecord) -> Self {
+        match record {
+            ReplicaRecord::HardState { term, vote, commit } => {
+                DiskRecord::HardState(HardStateRecord {
+                    term: *term,
+                    vote: *vote,
+                    commit: *commit,
+                })
+            }
+            ReplicaRecord::Entry {
+                index,
+                term,
+                kind,
+                data,
+                context,
+            } => DiskRecord::Entry(LogEntry {
+                index: *index,
+                term: *term,
+                kind: (*kind).into(),
+                data: data.clone(),
+                context: context.clone(),
+            }),
+        }
+    }
+}
+
+/// The records that make one round durable: its entries in order, then its hard state (see
+/// the module documentation for why in this order). Empty if the round has neither.
+pub fn round_records(entries: &[LogEntry], hard_state: Option<HardStateRecord>) -> Vec<LogRecord> {
+    entries
+        .iter()
+        .map(|e| LogRecord::Replica(e.into()))
+        .chain(hard_state.map(|hs| LogRecord::Replica(hs.into())))
+        .collect()
+}
+
+impl Durable {
+    /// Rebuilds what a replica's disk holds from its records, replayed in order (a recovered
+    /// log: a compaction's restatement, then the rounds written since). Refuses, naming the
+    /// record, anything that is not a replica's log: see the module documentation.
+    pub fn from_records(records: &[LogRecord]) -> Result<Durable, ReplicaError> {
+        let mut durable = Durable::default();
+        for (position, record) in records.iter().enumerate() {
+            let LogRecord::Replica(record) = record else {
+                return Err(ReplicaError::BadDurable(format!(
+                    "record {position} is not a replica's ({}): this is not a replica's data \
+                     directory",
+                    record_name(record)
+                )));
+            };
+            match DiskRecord::from(record) {
+                DiskRecord::HardState(hs) => durable.hard_state = hs,
+                DiskRecord::Entry(entry) => {
+                    let last = last_index(&durable);
+                    if entry.index == 0 || entry.index > last.saturating_add(1) {
+                        return Err(ReplicaError::BadDurable(format!(
+                            "record {position} is entry {} after the last entry {last} \
+                             (entries start at 1 and follow one another)",
+                            entry.index
+                        )));
+                    }
+                    durable.write_parts(std::slice::from_ref(&entry), None);
+                }
+            }
+        }
+        check(&durable)?;
+        Ok(durable)
+    }
+
+    /// Records whose replay from nothing rebuilds this state (what a compaction restates):
+    /// every entry, then the hard state.
+    pub fn snapshot_records(&self) -> Vec<LogRecord> {
+        round_records(&self.entries, Some(self.hard_state))
+    }
+}
+
+/// The index of the last entry (0: none).
+fn last_index(durable: &Durable) -> u64 {
+    durable.entries.last().map_or(0, |e| e.index)
+}
+
+/// What `Replica::start` requires of a durable state: entries numbered from 1 without a gap,
+/// and a commit index within them.
+fn check(durable: &Durable) -> Result<(), ReplicaError> {
+    for (i, e) in durable.entries.iter().enumerate() {
+        if e.index != i as u64 + 1 {
+            return Err(ReplicaError::BadDurable(format!(
+                "entry {} at position {}",
+                e.index,
+                i + 1
+            )));
+        }
+    }
+    let last = last_index(durable);
+    if durable.hard_state.commit > last {
+        return Err(ReplicaError::BadDurable(format!(
+            "commit {} past the last entry {last}",
+            durable.hard_state.commit
+        )));
+    }
+    Ok(())
+}
+
+/// A record's variant, for a refusal's message.
+fn record_name(record: &LogRecord) -> &'static str {
+    match record {
+        LogRecord::EpochAdvanced { .. } => "a directory's EpochAdvanced",
+        LogRecord::Committed { .. } => "a directory's Committed",
+        LogRecord::Joined { .. } => "a directory's Joined",
+        LogRecord::Rejected { .. } => "a directory's Rejected",
+        LogRecord::Reserved { .. } => "a directory's Reserved",
+        LogRecord::ReservationReleased { .. } => "a directory's ReservationReleased",
+        LogRecord::RetirementDone { .. } => "a directory's RetirementDone",
+        LogRecord::DisplacementQueued { .. } => "a directory's DisplacementQueued",
+        LogRecord::DisplacementDone { .. } => "a directory's DisplacementDone",
+        LogRecord::NodeRestarted { .. } => "a directory's NodeRestarted",
+        LogRecord::Snapshot(_) => "a directory's snapshot record",
+        LogRecord::OperationsDone { .. } => "a directory's OperationsDone",
+        LogRecord::Member(_) => "a directory node's membership record",
+        LogRecord::Replica(_) => "a replica record",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dataplane_core::ids::AuthorityEpoch;
+    use proptest::prelude::*;
+
+    fn entry(index: u64, term: u64) -> LogEntry {
+        LogEntry {
+            index,
+            term,
+            kind: EntryKind::Normal,
+            data: vec![index as u8; (index % 3) as usize],
+            context: Vec::new(),
+        }
+    }
+
+    fn hs(term: u64, vote: u64, commit: u64) -> HardStateRecord {
+        HardStateRecord { term, vote, commit }
+    }
+
+    /// One round drawn as seeds, made concrete against the state it is written over.
+    #[derive(Clone, Debug)]
+    struct RoundSeed {
+        start: u64,
+        count: usize,
+        term: u64,
+        kinds: Vec<u8>,
+        data: Vec<u8>,
+        hard_state: Option<(u64, u64, u64)>,
+    }
+
+    fn round_seed() -> impl Strategy<Value = RoundSeed> {
+        (
+            any::<u64>(),
+            0usize..5,
+            1u64..6,
+            proptest::collection::vec(0u8..3, 5),
+            proptest::collection::vec(any::<u8>(), 0..6),
+            proptest::option::of((1u64..6, 0u64..4, any::<u64>())),
+        )
+            .prop_map(|(start, count, term, kinds, data, hard_state)| RoundSeed {
+                start,
+                count,
+                term,
+                kinds,
+                data,
+                hard_state,
+            })
+    }
+
+    /// The round `seed` describes over `durable`. `raft_like`: as a correct replica writes
+    /// them (entries only past the commit index, the commit index only rising and within the
+    /// log); otherwise entries anywhere in `1..=last+1` and any commit up to the new last.
+    fn round(
+        seed: &RoundSeed,
+        durable: &Durable,
+        raft_like: bool,
+    ) -> (Vec<LogEntry>, Option<HardStateRecord>) {
+        let last = last_index(durable);
+        let commit = durable.hard_state.commit;
+        let low = if raft_like { commit + 1 } else { 1 };
+        let start = low + seed.start % (last + 2 - low);
+        let entries: Vec<LogEntry> = (0..seed.count as u64)
+            .map(|i| LogEntry {
+                index: start + i,
+                term: seed.term,
+                kind: match seed.kinds[i as usize] {
+                    0 => EntryKind::Normal,
+                    1 => EntryKind::ConfChange,
+                    _ => EntryKind::ConfChangeV2,
+                },
+                data: seed.data.clone(),
+                context: seed.data.iter().rev().copied().collect(),
+            })
+            .collect();
+        let new_last = entries.last().map_or(last, |e| e.index);
+        let hard_state = seed.hard_state.map(|(term, vote, c)| {
+            let c = if raft_like {
+                commit + c % (new_last + 1 - commit)
+            } else {
+                c % (new_last + 1)
+            };
+            hs(term, vote, c)
+        });
+        (entries, hard_state)
+    }
+
+    proptest! {
+        /// Replaying the rounds' records builds what `write_parts` builds, or refuses exactly
+        /// when that state is not one a replica can start from (a commit index past the log,
+        /// after a later round cut the log below it).
+        #[test]
+        fn replaying_rounds_equals_writing_them(
+            seeds in proptest::collection::vec(round_seed(), 0..24),
+        ) {
+            let mut expected = Durable::default();
+            let mut records = Vec::new();
+            for seed in &seeds {
+                let (entries, hard_state) = round(seed, &expected, false);
+                records.extend(round_records(&entries, hard_state));
+                expected.write_parts(&entries, hard_state);
+            }
+            let replayed = Durable::from_records(&records);
+            if expected.hard_state.commit <= last_index(&expected) {
+                prop_assert_eq!(replayed, Ok(expected));
+            } else {
+                prop_assert!(
+                    matches!(&replayed, Err(ReplicaError::BadDurable(why)) if why.contains("past the last entry")),
+                    "{:?}", replayed
+                );
+            }
+        }
+
+        /// Every prefix of a correct replica's records (what a torn tail leaves) is a state it
+        /// can start from, and the whole replays to what `write_parts` built; the restatement
+        /// of a compaction replays to the same state, alone or followed by more rounds.
+        #[test]
+        fn every_prefix_of_a_replicas_rounds_recovers(
+            seeds in proptest::collection::vec(round_seed(), 0..24),
+            split in any::<prop::sample::Index>(),
+        ) {
+            let mut expected = Durable::default();
+            let mut records = Vec::new();
+            let at = split.index(seeds.len() + 1);
+            let mut compacted = Vec::new();
+            for (i, seed) in seeds.iter().enumerate() {
+                if i == at {
+                    compacted = expected.snapshot_records();
+                }
+                let (entries, hard_state) = round(seed, &expected, true);
+                let round = round_records(&entries, hard_state);
+                records.extend(round.iter().cloned());
+                if i >= at {
+                    compacted.extend(round);
+                }
+                expected.write_parts(&entries, hard_state);
+            }
+            if at == seeds.len() {
+                compacted = expected.snapshot_records();
+            }
+            for cut in 0..=records.len() {
+                let prefix = Durable::from_records(&records[..cut]);
+                prop_assert!(prefix.is_ok(), "cut at {}: {:?}", cut, prefix);
+            }
+            prop_assert_eq!(Durable::from_records(&records), Ok(expected.clone()));
+            prop_assert_eq!(Durable::from_records(&compacted), Ok(expected.clone()));
+            prop_assert_eq!(
+                Durable::from_records(&expected.snapshot_records()),
+                Ok(expected)
+            );
+        }
+    }
+
+    #[test]
+    fn a_round_is_its_entries_then_its_hard_state() {
+        let records = round_records(&[entry(1, 1), entry(2, 1)], Some(hs(1, 2, 2)));
+        assert_eq!(
+            records,
+            vec![
+                LogRecord::Replica((&entry(1, 1)).into()),
+                LogRecord::Replica((&entry(2, 1)).into()),
+                LogRecord::Replica(ReplicaRecord::HardState {
+                    term: 1,
+                    vote: 2,
+                    commit: 2
+                }),
+            ]
+        );
+        assert!(round_records(&[], None).is_empty());
+        // Cut after the entries, the round leaves them under the hard state from before.
+        let durable = Durable::from_records(&records[..2]).unwrap();
+        assert_eq!(durable.hard_state, HardStateRecord::default());
+        assert_eq!(durable.entries, vec![entry(1, 1), entry(2, 1)]);
+    }
+
+    #[test]
+    fn kinds_and_entries_convert_both_ways() {
+        for kind in [
+            EntryKind::Normal,
+            EntryKind::ConfChange,
+            EntryKind::ConfChangeV2,
+        ] {
+            assert_eq!(EntryKind::from(ReplicaEntryKind::from(kind)), kind);
+        }
+        let e = LogEntry {
+            index: 7,
+            term: 3,
+            kind: EntryKind::ConfChange,
+            data: vec![1, 2],
+            context: vec![3],
+        };
+        assert_eq!(
+            DiskRecord::from(&ReplicaRecord::from(&e)),
+            DiskRecord::Entry(e)
+        );
+        let h = hs(4, 1, 2);
+        assert_eq!(
+            DiskRecord::from(&ReplicaRecord::from(h)),
+            DiskRecord::HardState(h)
+        );
+    }
+
+    #[test]
+    fn an_overwritten_suffix_is_replaced() {
+        let mut records = round_records(&[entry(1, 1), entry(2, 1), entry(3, 1)], None);
+        records.extend(round_records(&[entry(2, 2)], Some(hs(2, 0, 1))));
+        let durable = Durable::from_records(&records).unwrap();
+        assert_eq!(durable.entries, vec![entry(1, 1), entry(2, 2)]);
+        assert_eq!(durable.hard_state, hs(2, 0, 1));
+    }
+
+    fn refusal(records: &[LogRecord]) -> String {
+        match Durable::from_records(records) {
+            Err(ReplicaError::BadDurable(why)) => why,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_gap_is_refused() {
+        let records = round_records(&[entry(1, 1), entry(3, 1)], None);
+        let why = refusal(&records);
+        assert!(
+            why.contains("record 1 is entry 3 after the last entry 1"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn index_zero_is_refused() {
+        let why = refusal(&round_records(&[entry(0, 1)], None));
+        assert!(why.contains("record 0 is entry 0"), "{why}");
+    }
+
+    #[test]
+    fn a_directory_record_is_refused() {
+        let mut records = round_records(&[entry(1, 1)], None);
+        records.push(LogRecord::EpochAdvanced {
+            epoch: AuthorityEpoch(1),
+        });
+        let why = refusal(&records);
+        assert!(
+            why.contains("record 1 is not a replica's (a directory's EpochAdvanced)"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_commit_past_the_log_is_refused() {
+        let why = refusal(&round_records(&[entry(1, 1)], Some(hs(1, 1, 2))));
+        assert!(why.contains("commit 2 past the last entry 1"), "{why}");
+        assert!(Durable::from_records(&round_records(&[entry(1, 1)], Some(hs(1, 1, 1)))).is_ok());
+    }
+}
