@@ -457,7 +457,7 @@ impl ReplicaNode {
         }
         if let Some(why) = self.machine.stopped() {
             return Err(NodeError::Recovery(format!(
-                "the replica stopped: {why} (restart it: it reads its log again)"
+                "the replica stopped: {why}"
             )));
         }
         Ok(())
@@ -729,6 +729,8 @@ impl ReplicaNode {
                 peer.up = false;
                 peer.retry_at = now.saturating_add(PEER_RETRY);
             }
+            // It may come back without its disk: a leader probes it again.
+            self.machine.report_unreachable(to);
             return;
         }
         self.host_conns.remove(&conn);
@@ -828,6 +830,8 @@ impl ReplicaNode {
         self.net.set_limits(conn, peer_limits());
         peer.up = true;
         debug!(peer = to, conn, "connected to a peer replica");
+        // It may have restarted without its disk: a leader probes it at once.
+        self.machine.peer_connected(to);
     }
 
     fn peer_accepted(&mut self, conn: ConnId) {
@@ -921,8 +925,11 @@ impl ReplicaNode {
         let Some(peer) = self.peers.get(&message.to) else {
             return;
         };
-        if let (Some(conn), true) = (peer.conn, peer.up) {
-            self.net.send(conn, PeerFrame::Raft(message.encode()));
+        match (peer.conn, peer.up) {
+            (Some(conn), true) => {
+                self.net.send(conn, PeerFrame::Raft(message.encode()));
+            }
+            _ => self.machine.report_unreachable(message.to),
         }
     }
 }

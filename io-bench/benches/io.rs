@@ -45,6 +45,11 @@
 //!   thread to find none running becomes the leader and syncs everything appended so far,
 //!   the others wait on a condition variable and are woken when it is done (leader/follower
 //!   group commit). Measured for the same time, interleaved with ours.
+//! * **`replicated_mutations`** (1 and 64 clients): the same closed loop against the leader of
+//!   a replicated directory (issue 19: three `dataplane-node directory --replica-id` processes
+//!   on this machine, each with its own data directory on the same disk; a reply leaves once
+//!   two of them synced the entry). *Baseline (`single_node`)*: one directory node, the same
+//!   loop, interleaved.
 //! * **`local_put_get`** (64 MiB; 4 MiB in quick mode): a directory node and one host node;
 //!   this bench is the child (`ChildSession` on the host's socket). Timed: `write` of the path
 //!   (OpenWrite, the payload is copied in place from a caller buffer, BLAKE3 seal, Register at
@@ -592,24 +597,29 @@ struct DirClient {
 
 impl DirClient {
     fn connect(address: &str) -> DirClient {
-        let stream = TcpStream::connect(address).expect("connect to the directory node");
+        DirClient::try_connect(address).expect("a Welcome from the directory node")
+    }
+
+    /// A client welcomed at `address`, if the node there serves (a replica that does not
+    /// lead closes the connection).
+    fn try_connect(address: &str) -> Option<DirClient> {
+        let stream = TcpStream::connect(address).ok()?;
         stream.set_nodelay(true).expect("nodelay");
-        let (welcome, reader) =
-            handshake_blocking(&stream, Who::Client, None).expect("the client handshake");
+        let (welcome, reader) = handshake_blocking(&stream, Who::Client, None).ok()?;
         let (node, directory) = match welcome {
             Link::Welcome {
                 node, directory, ..
             } => (node, directory),
-            other => panic!("no Welcome from the directory node: {other:?}"),
+            _ => return None,
         };
-        DirClient {
+        Some(DirClient {
             stream,
             reader,
             me: Address::new(node, 1, 1),
             directory,
             id: NEXT_CLIENT.fetch_add(1, Ordering::Relaxed),
             seq: 0,
-        }
+        })
     }
 
     /// One Register of a fresh path, waiting for its (durable) reply.
@@ -920,6 +930,99 @@ fn durable_mutations(budget: Budget) -> Vec<(usize, f64)> {
         "# durable_mutations: directory log {log_bytes} bytes, SQLite database {sqlite_bytes} bytes at the end"
     );
     ratios
+}
+
+/// `replicated_mutations`: the same closed loop of `Register`s against the leader of three
+/// directory replicas on this machine, and against one directory node, in the same run.
+fn replicated_mutations(budget: Budget) {
+    let mut single = Cluster::start("replicated-single");
+    let scratch = scratch("replicated");
+    let peers: Vec<String> = (0..3).map(|_| free_address()).collect();
+    let list = peers
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}={a}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let listens: Vec<String> = (0..3).map(|_| free_address()).collect();
+    let mut replicas: Vec<Proc> = (0..3)
+        .map(|i| {
+            let mut command = Command::new(node_binary());
+            command
+                .arg("directory")
+                .arg("--listen")
+                .arg(&listens[i])
+                .arg("--data-dir")
+                .arg(scratch.path().join(format!("replica-{}", i + 1)))
+                .arg("--replica-id")
+                .arg((i + 1).to_string())
+                .arg("--replicas")
+                .arg(&list);
+            Proc::start(&format!("directory replica {}", i + 1), command)
+        })
+        .collect();
+    for (proc, listen) in replicas.iter_mut().zip(&listens) {
+        wait_tcp(proc, listen);
+    }
+    // The leader: the replica that welcomes a client.
+    let started = Instant::now();
+    let leader = loop {
+        if let Some(i) = listens
+            .iter()
+            .position(|l| DirClient::try_connect(l).is_some())
+        {
+            break listens[i].clone();
+        }
+        assert!(
+            started.elapsed() < STARTUP_TIMEOUT,
+            "no directory replica leads"
+        );
+        thread::sleep(Duration::from_millis(20));
+    };
+    println!(
+        "# replicated_mutations: a leader serves {:?} after the replicas started",
+        started.elapsed()
+    );
+    for clients in [1usize, 64] {
+        let (mut ours, mut base) = (0f64, 0f64);
+        let (mut ours_runs, mut base_runs) = (Vec::new(), Vec::new());
+        for _ in 0..budget.mutation_reps {
+            let d = leader.clone();
+            let run = closed_loop(
+                clients,
+                budget.mutation_time,
+                move |_| DirClient::connect(&d),
+                DirClient::register,
+            );
+            for p in &mut replicas {
+                p.check_alive();
+            }
+            ours = ours.max(run.rate());
+            ours_runs.push(run.rate());
+            let d = single.directory.clone();
+            let run = closed_loop(
+                clients,
+                budget.mutation_time,
+                move |_| DirClient::connect(&d),
+                DirClient::register,
+            );
+            single.check_alive();
+            base = base.max(run.rate());
+            base_runs.push(run.rate());
+        }
+        let list = |v: &[f64]| v.iter().map(|r| rate(*r)).collect::<Vec<_>>().join(",");
+        println!(
+            "# replicated_mutations clients={clients}: repetitions ours=[{}] single_node=[{}] mutations/s",
+            list(&ours_runs),
+            list(&base_runs)
+        );
+        println!(
+            "BENCH name=replicated_mutations clients={clients} ours={} baseline=single_node single_node={} ratio={:.2}",
+            rate(ours),
+            rate(base),
+            ours / base
+        );
+    }
 }
 
 /// The bytes of the files in `dir`.
@@ -1241,6 +1344,9 @@ fn main() {
                 TARGET_MUTATIONS_RATIO_AT_64,
             );
         }
+    }
+    if wanted("replicated_mutations") {
+        replicated_mutations(budget);
     }
     if wanted("local_put_get") {
         // The target is for the data path itself (no digest); with BLAKE3 the seal and the

@@ -236,9 +236,23 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
         self.follow_leadership();
     }
 
-    /// A message from another replica.
+    /// A message to `peer` could not be delivered ([`Replica::report_unreachable`]).
+    pub fn report_unreachable(&mut self, peer: ReplicaId) {
+        self.replica.report_unreachable(peer);
+    }
+
+    /// A (new) connection to `peer` is up ([`Replica::peer_connected`]).
+    pub fn peer_connected(&mut self, peer: ReplicaId) {
+        self.replica.peer_connected(peer);
+    }
+
+    /// A message from another replica. One that shows this replica lost acknowledged
+    /// entries ([`crate::ReplicaError::LostEntries`]) also stops it.
     pub fn step(&mut self, message: WireMessage) -> Result<(), crate::ReplicaError> {
         let result = self.replica.step(message);
+        if let Err(e @ crate::ReplicaError::LostEntries { .. }) = &result {
+            self.stop(e.to_string());
+        }
         self.follow_leadership();
         result
     }

@@ -133,6 +133,15 @@ pub enum ReplicaError {
     Refused(String),
     /// The durable state a replica was started from is not a log (a gap, or an index 0).
     BadDurable(String),
+    /// The leader commits past this replica's log: it lost entries it had acknowledged (its
+    /// disk, a repair, or its driver failed it). It must not vote again before it rejoined
+    /// ([`Replica::start_joining`]).
+    LostEntries {
+        /// What the leader committed for it.
+        commit: u64,
+        /// Its last entry.
+        last: u64,
+    },
 }
 
 impl std::fmt::Display for ReplicaError {
@@ -148,6 +157,12 @@ impl std::fmt::Display for ReplicaError {
             ReplicaError::BadDurable(why) => {
                 write!(f, "the replica's durable log is not a log: {why}")
             }
+            ReplicaError::LostEntries { commit, last } => write!(
+                f,
+                "the leader committed up to {commit} for this replica, whose log ends at \
+                 {last}: it lost entries it had acknowledged, and may vote again only once it \
+                 rejoined and caught up (dataplane-node: restart it with --join)"
+            ),
         }
     }
 }
@@ -359,12 +374,20 @@ impl Replica {
         {
             return Ok(());
         }
-        // A leader that believes this replica holds more than it does (it lost its disk, or a
-        // repair cut synced entries) sends a heartbeat committing past its log, on which the
-        // engine panics. The replica's own log is what it may commit: the leader learns the
-        // rest from the next append's refusal and sends the entries again.
-        if message.kind == Kind::Heartbeat {
-            message.commit = message.commit.min(self.last_index());
+        // A leader that believes this replica holds more than it does sends a heartbeat
+        // committing past its log, on which the engine panics. Only a replica that lost
+        // entries it had acknowledged gets one: a joining replica knows it did, and commits
+        // what it has (the leader's probe sends it the rest); any other lost them without
+        // knowing (a disk that lied about a sync, a repair that cut synced entries, a driver
+        // that acknowledged before its sync), and must stop voting: refused.
+        if message.kind == Kind::Heartbeat && message.commit > self.last_index() {
+            if self.joining.is_none() {
+                return Err(ReplicaError::LostEntries {
+                    commit: message.commit,
+                    last: self.last_index(),
+                });
+            }
+            message.commit = self.last_index();
         }
         let result = self.node.step(message.into_raft());
         if let Some(Joining {
@@ -380,6 +403,29 @@ impl Replica {
             Ok(()) => Ok(()),
             Err(raft::Error::StepPeerNotFound) => Err(ReplicaError::UnknownPeer(from)),
             Err(e) => Err(ReplicaError::Refused(e.to_string())),
+        }
+    }
+
+    /// The driver could not deliver a message to `peer` (its connection broke, or it is not
+    /// connected). A leader then probes it again from where it last knew it was, instead of
+    /// assuming it holds everything it acknowledged: a peer that restarted without its disk
+    /// is sent its log again (without this, an idle leader only learns it at the next
+    /// proposal).
+    pub fn report_unreachable(&mut self, peer: ReplicaId) {
+        self.node.report_unreachable(peer);
+    }
+
+    /// A (new) connection to `peer` is up: a leader probes it now from where it last knew it
+    /// was ([`Self::report_unreachable`], then one append). A peer that restarted with less
+    /// than it had acknowledged (its disk lost) refuses the probe and is sent its log again;
+    /// without this an idle leader, believing it holds everything, would send it nothing.
+    pub fn peer_connected(&mut self, peer: ReplicaId) {
+        if self.role() == Role::Leader
+            && peer != self.id
+            && self.node.raft.prs().get(peer).is_some()
+        {
+            self.node.report_unreachable(peer);
+            self.node.raft.send_append(peer);
         }
     }
 

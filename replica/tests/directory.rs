@@ -69,6 +69,37 @@ impl Group {
             DirectoryConfig::new(directory_address()),
             ActorSources,
         ));
+        self.connected(i);
+    }
+
+    /// Replica `i` (re)started: the others' connections to it come up.
+    fn connected(&mut self, i: usize) {
+        for node in self.nodes.iter_mut().flatten() {
+            node.peer_connected(i as u64 + 1);
+        }
+    }
+
+    /// Starts replica `i` from an empty disk, rejoining the group ([`Replica::start_joining`]).
+    fn start_wiped(&mut self, i: usize, joining: bool) {
+        self.disks[i] = Durable::default();
+        let replica = if joining {
+            Replica::start_joining(&self.configs[i], &self.disks[i])
+        } else {
+            Replica::start(&self.configs[i], &self.disks[i])
+        }
+        .unwrap();
+        self.nodes[i] = Some(ReplicatedDirectory::new(
+            replica,
+            DirectoryConfig::new(directory_address()),
+            ActorSources,
+        ));
+        self.connected(i);
+    }
+
+    fn has(&self, i: usize, path: &str) -> bool {
+        self.nodes[i]
+            .as_ref()
+            .is_some_and(|n| n.committed().entries().any(|(p, _)| p.as_str() == path))
     }
 
     fn node(&mut self, i: usize) -> &mut Node {
@@ -103,6 +134,9 @@ impl Group {
                 }
                 if let Some(node) = self.nodes[m.to as usize - 1].as_mut() {
                     let _ = node.step(m);
+                } else if let Some(sender) = self.nodes[m.from as usize - 1].as_mut() {
+                    // The transport tells the sender (a broken connection).
+                    sender.report_unreachable(m.to);
                 }
             }
             if !moved {
@@ -386,4 +420,76 @@ fn a_leader_without_its_quorum_refuses_busy_past_the_bound_and_serves_again_afte
         .unwrap();
     g.pump();
     assert_eq!(g.replies(serving, 9_999).len(), 1);
+}
+
+/// A replica that lost its disk forgot its log and its votes. Started plainly, it votes for a
+/// replica that lacks an acknowledged entry (the entry is lost); started joining, it votes
+/// for nobody until it caught up with a leader, and a leader's heartbeat committing past its
+/// empty log does not stop it.
+#[test]
+fn a_replica_that_lost_its_disk_rejoins_without_voting_until_caught_up() {
+    for joining in [false, true] {
+        let mut g = Group::new();
+        let leader = g.elect();
+        let (lagging, wiped) = ((leader + 1) % 3, (leader + 2) % 3);
+        // Acknowledged on the leader and `wiped` only.
+        g.isolated.insert(lagging as u64 + 1);
+        let now = g.now;
+        g.node(leader)
+            .handle_message(now, register(1, "/acked", 1))
+            .unwrap();
+        g.pump();
+        assert_eq!(
+            g.replies(leader, 1).len(),
+            1,
+            "the register was acknowledged"
+        );
+        assert!(g.has(wiped, "/acked") && !g.has(lagging, "/acked"));
+
+        // `wiped` loses its disk and restarts; the leader dies before it caught up.
+        g.start_wiped(wiped, joining);
+        g.nodes[leader] = None;
+        g.isolated.clear();
+        let mut served = None;
+        for _ in 0..400 {
+            g.ticks(1);
+            if let Some(i) = g.serving() {
+                served = Some(i);
+                break;
+            }
+        }
+        if !joining {
+            // What `start_joining` prevents: an amnesiac vote elects the lagging replica,
+            // and the acknowledged register is gone.
+            let i = served.expect("the amnesiac replica's vote elects the lagging one");
+            assert_eq!(i, lagging);
+            assert!(!g.has(i, "/acked"), "the scenario lost nothing");
+            continue;
+        }
+        assert_eq!(
+            served, None,
+            "a replica serves with a vote of the joining one (it would lack /acked)"
+        );
+        assert!(g.node(wiped).replica().is_joining());
+
+        // The old leader comes back from its disk: it leads, the joining one catches up.
+        g.start(leader);
+        let next = g.elect();
+        assert_eq!(next, leader, "only the old leader holds /acked");
+        g.ticks(20);
+        assert!(g.has(wiped, "/acked") && g.has(lagging, "/acked"));
+        assert!(
+            !g.node(wiped).replica().is_joining(),
+            "caught up, it votes again"
+        );
+
+        // Wiped again while the leader believes it holds everything: the leader's heartbeat
+        // commits past its empty log (the engine would panic), and the leader's probe on the
+        // new connection finds it empty: it is sent the log again and catches up.
+        g.start_wiped(wiped, true);
+        g.ticks(20);
+        assert!(g.has(wiped, "/acked"));
+        assert!(!g.node(wiped).replica().is_joining());
+        assert_eq!(g.serving(), Some(leader));
+    }
 }
