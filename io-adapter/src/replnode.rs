@@ -456,9 +456,7 @@ impl ReplicaNode {
             );
         }
         if let Some(why) = self.machine.stopped() {
-            return Err(NodeError::Recovery(format!(
-                "the replica stopped: {why}"
-            )));
+            return Err(NodeError::Recovery(format!("the replica stopped: {why}")));
         }
         Ok(())
     }

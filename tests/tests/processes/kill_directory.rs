@@ -10,8 +10,9 @@
 //!   resolves to its source, length and revision, every removed or renamed-away path is not
 //!   found.
 //!
-//! A host stays connected through all of it, publishing blobs through its proxy with the CLI:
-//! every put that succeeded is there afterwards, at the revision it reported, with its bytes.
+//! Two hosts stay connected through all of it, each publishing blobs through its proxy with
+//! the CLI, and each publishes again after every kill: every put that succeeded is there
+//! afterwards, at the revision it reported, with its bytes, read through the other host.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -343,37 +344,48 @@ fn kill9_the_directory_under_load_and_restart_it() {
 /// documentation); returns the time from each kill until a client was welcomed again.
 pub(crate) fn kill_loop(dir: &TestDir, authority: &mut dyn Authority) -> Vec<Duration> {
     let rounds = rounds();
-    // Room for every put of the run (5,000 bytes each, a few per second): a full arena would
-    // make a put wait for space, which is not what this test is about.
-    let host = HostProc::start(dir, "host", &authority.directory_option(), "64M");
-    // Meanwhile, the host publishes through its proxy, one CLI put after another.
-    let stop = Arc::new(AtomicBool::new(false));
-    let puts = Arc::new(AtomicUsize::new(0));
-    let putter = {
-        let (stop, puts, socket) = (stop.clone(), puts.clone(), host.socket.clone());
-        thread::spawn(move || {
-            let mut published = Vec::new();
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                n += 1;
-                let p = format!("/data/kh/p{n}");
-                let put = cli_with(
-                    &socket,
-                    &["put", &p, "-"],
-                    Some(&pattern(n, 5_000)),
-                    CLI_TIMEOUT,
-                );
-                if put.code == 0 {
-                    let revision = put.stderr.trim_end().rsplit(' ').next().unwrap().to_owned();
-                    published.push((p, n, revision));
-                    puts.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    assert_eq!(put.code, 75, "a put during the kills: {:?}", put.stderr);
-                }
-            }
-            published
+    // Two hosts. Room for every put of the run (5,000 bytes each, a few per second): a full
+    // arena would make a put wait for space, which is not what this test is about.
+    let hosts: Vec<HostProc> = (0..2)
+        .map(|k| {
+            HostProc::start(
+                dir,
+                &format!("host-{k}"),
+                &authority.directory_option(),
+                "64M",
+            )
         })
-    };
+        .collect();
+    // Meanwhile, each host publishes through its proxy, one CLI put after another.
+    let stop = Arc::new(AtomicBool::new(false));
+    let puts: Vec<Arc<AtomicUsize>> = (0..2).map(|_| Arc::new(AtomicUsize::new(0))).collect();
+    let putters: Vec<_> = (0..2)
+        .map(|k| {
+            let (stop, puts, socket) = (stop.clone(), puts[k].clone(), hosts[k].socket.clone());
+            thread::spawn(move || {
+                let mut published = Vec::new();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let p = format!("/data/kh{k}/p{n}");
+                    let put = cli_with(
+                        &socket,
+                        &["put", &p, "-"],
+                        Some(&pattern(n, 5_000)),
+                        CLI_TIMEOUT,
+                    );
+                    if put.code == 0 {
+                        let revision = put.stderr.trim_end().rsplit(' ').next().unwrap().to_owned();
+                        published.push((p, n, revision));
+                        puts.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        assert_eq!(put.code, 75, "a put during the kills: {:?}", put.stderr);
+                    }
+                }
+                published
+            })
+        })
+        .collect();
     let mut models: Vec<Model> = (0..CLIENTS).map(Model::new).collect();
     let mut last_epoch = AuthorityEpoch(0);
     let mut outages = Vec::new();
@@ -429,15 +441,19 @@ pub(crate) fn kill_loop(dir: &TestDir, authority: &mut dyn Authority) -> Vec<Dur
         );
         let outage = authority.recover(round, killed);
         outages.push(outage);
-        // The host keeps working: one of its puts succeeds before the next kill.
-        let before = puts.load(Ordering::Relaxed);
+        // The hosts keep working: a put through each succeeds before the next kill.
+        let before: Vec<usize> = puts.iter().map(|p| p.load(Ordering::Relaxed)).collect();
         wait_until(
-            &format!("a put through the host after the kill of round {round}"),
+            &format!("a put through each host after the kill of round {round}"),
             Duration::from_secs(60),
-            || puts.load(Ordering::Relaxed) > before,
+            || {
+                puts.iter()
+                    .zip(&before)
+                    .all(|(p, b)| p.load(Ordering::Relaxed) > *b)
+            },
         );
         eprintln!(
-            "round {round}: a client was welcomed again {outage:?} after the kill, the host \
+            "round {round}: a client was welcomed again {outage:?} after the kill, both hosts \
              published again after {:?}",
             killed.elapsed()
         );
@@ -453,42 +469,53 @@ pub(crate) fn kill_loop(dir: &TestDir, authority: &mut dyn Authority) -> Vec<Dur
         sorted.last()
     );
 
-    // Every put the CLI saw succeed is there, at its revision, with its bytes.
+    // Every put the CLI saw succeed is there, at its revision, with its bytes, read through
+    // the other host.
     stop.store(true, Ordering::Relaxed);
-    let published = putter
-        .join()
-        .unwrap_or_else(|p| std::panic::resume_unwind(p));
-    assert!(
-        !published.is_empty(),
-        "the host published nothing during the kills"
-    );
+    let published: Vec<Vec<(String, u64, String)>> = putters
+        .into_iter()
+        .map(|p| p.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        .collect();
     let mut client = authority.connect();
-    for (p, n, revision) in &published {
-        match client.lookup(p).unwrap() {
-            ReplyBody::LookedUp(Ok(node)) => assert_eq!(&node.revision.to_string(), revision),
-            other => panic!("{p} (published at {revision}): {other:?}"),
-        }
-        let get = host.cli(&["get", p]);
-        get.expect_code(0, "get of a blob published during the kills");
+    for (k, published) in published.iter().enumerate() {
         assert!(
-            get.stdout == pattern(*n, 5_000),
-            "{p} reads back other bytes"
+            !published.is_empty(),
+            "host {k} published nothing during the kills"
+        );
+        let reader = &hosts[1 - k];
+        for (p, n, revision) in published {
+            match client.lookup(p).unwrap() {
+                ReplyBody::LookedUp(Ok(node)) => {
+                    assert_eq!(&node.revision.to_string(), revision);
+                }
+                other => panic!("{p} (published at {revision}): {other:?}"),
+            }
+            let get = reader.cli(&["get", p]);
+            get.expect_code(0, "get of a blob published during the kills");
+            assert!(
+                get.stdout == pattern(*n, 5_000),
+                "{p} reads back other bytes"
+            );
+        }
+        eprintln!(
+            "{} puts through host {k} during the kills, each read back through the other host",
+            published.len()
         );
     }
-    eprintln!("{} puts through the host during the kills", published.len());
 
-    // The host reconnected to the last incarnation: it publishes and reads.
+    // The hosts reconnected to the last incarnation: they publish and read.
     let bytes = pattern(7, 100_000);
     wait_until(
-        "the host to publish through the restarted directory",
+        "a host to publish through the restarted directory",
         Duration::from_secs(30),
         || {
-            host.cli_stdin(&["put", "/data/after-kills", "-"], &bytes)
+            hosts[0]
+                .cli_stdin(&["put", "/data/after-kills", "-"], &bytes)
                 .code
                 == 0
         },
     );
-    let get = host.cli(&["get", "/data/after-kills"]);
+    let get = hosts[1].cli(&["get", "/data/after-kills"]);
     get.expect_code(0, "get after the kills");
     assert!(get.stdout == bytes, "the host read other bytes");
     outages
