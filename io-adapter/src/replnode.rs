@@ -239,6 +239,9 @@ struct ReplicaNode {
     host_conns: BTreeSet<ConnId>,
     peers: BTreeMap<ReplicaId, PeerOut>,
     incoming: BTreeMap<ConnId, PeerIn>,
+    /// Peers whose refusal was logged at `info` since they last proved themselves (a peer
+    /// with the wrong key retries every [`PEER_RETRY`]: later refusals go to `debug`).
+    refusals_logged: BTreeSet<ReplicaId>,
     /// What `conns` asked for, not yet done (a reused buffer).
     actions: Vec<ConnAction>,
 }
@@ -361,6 +364,7 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
         host_conns: BTreeSet::new(),
         peers,
         incoming: BTreeMap::new(),
+        refusals_logged: BTreeSet::new(),
         actions: Vec::new(),
     };
     let result = node.run();
@@ -881,10 +885,18 @@ impl ReplicaNode {
                 if to == self.id && known && proofs_match(expected.as_ref(), proof.as_ref()) {
                     pending.from = Some(from);
                     self.net.set_limits(conn, peer_limits());
+                    self.refusals_logged.remove(&from);
                     debug!(conn, from, "peer replica admitted");
                     true
                 } else {
-                    info!(conn, remote = %self.net.remote(conn), from, to, known, "peer replica refused: not a replica of this group, or no proof of the cluster key");
+                    let remote = self.net.remote(conn);
+                    let why = "peer replica refused: not a replica of this group, or no proof \
+                               of the cluster key (its next attempts are logged at debug)";
+                    if self.refusals_logged.insert(from) {
+                        info!(conn, %remote, from, to, known, "{why}");
+                    } else {
+                        debug!(conn, %remote, from, to, known, "{why}");
+                    }
                     false
                 }
             }

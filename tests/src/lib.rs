@@ -474,11 +474,23 @@ impl DirectoryProc {
 pub struct ReplicaGroup {
     /// The replicas, in id order (replica `i + 1` at index `i`).
     pub replicas: Vec<DirectoryProc>,
+    /// Where each listens for the others (`--replicas`), in the same order.
+    pub peers: Vec<String>,
 }
 
 impl ReplicaGroup {
     /// Starts `count` replicas in `dir/<name>-<id>` and waits until each accepts connections.
     pub fn start(dir: &TestDir, name: &str, count: usize) -> ReplicaGroup {
+        ReplicaGroup::start_with(dir, name, count, |_| Vec::new())
+    }
+
+    /// [`start`](Self::start), with `extra(i)` on the command line of replica `i + 1`.
+    pub fn start_with(
+        dir: &TestDir,
+        name: &str,
+        count: usize,
+        extra: impl Fn(usize) -> Vec<OsString>,
+    ) -> ReplicaGroup {
         let peers: Vec<String> = (0..count).map(|_| free_address()).collect();
         let list = peers
             .iter()
@@ -488,16 +500,17 @@ impl ReplicaGroup {
             .join(",");
         let replicas = (0..count)
             .map(|i| {
-                let extra: Vec<OsString> = vec![
+                let mut args: Vec<OsString> = vec![
                     "--replica-id".into(),
                     (i + 1).to_string().into(),
                     "--replicas".into(),
                     list.clone().into(),
                 ];
-                DirectoryProc::start_with(dir, &format!("{name}-{}", i + 1), &extra)
+                args.extend(extra(i));
+                DirectoryProc::start_with(dir, &format!("{name}-{}", i + 1), &args)
             })
             .collect();
-        ReplicaGroup { replicas }
+        ReplicaGroup { replicas, peers }
     }
 
     /// Every replica's host address, comma-separated (a host's `--directory`).

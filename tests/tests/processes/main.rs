@@ -18,6 +18,7 @@ mod membership;
 mod ops;
 mod overload;
 mod program_streams;
+mod replica_peers;
 mod soak;
 mod streams;
 mod truth;
