@@ -332,6 +332,82 @@ impl Default for DirectoryMetrics {
     }
 }
 
+/// A directory replica's metrics (issue 19): the directory's gauges of its committed state
+/// and its log, and the replica's own. Of the directory's, a replica fills `entries`,
+/// `reservations`, `obligations` (of the state it applied), `hosts_connected` (while it
+/// serves), `log_bytes`, `log_generation`, `compactions`, `log_records` (replica records
+/// appended), `fsync_seconds` (one per engine round) and the connection counters; not
+/// `mutations_total` or `mutation_seconds` (a reply leaves at commit, not at this replica's
+/// fsync: not measured yet).
+#[derive(Clone, Debug)]
+pub struct ReplicaMetrics {
+    /// The directory's metrics, in the registry the listener serves.
+    pub directory: DirectoryMetrics,
+    /// `dataplane_replica_term`: the replica's current term.
+    pub term: IntGauge,
+    /// `dataplane_replica_leader`: 1 while it serves (it leads and applied its term's first
+    /// entry), else 0.
+    pub serving: IntGauge,
+    /// `dataplane_replica_commit_index`: the highest log index it knows committed.
+    pub commit: IntGauge,
+    /// `dataplane_replica_applied_index`: the last log index it applied.
+    pub applied: IntGauge,
+    /// `dataplane_replica_log_entries`: entries in its log.
+    pub log_entries: IntGauge,
+    /// `dataplane_replica_peers_connected`: peers its own connections reach.
+    pub peers_connected: IntGauge,
+    /// `dataplane_replica_joining`: 1 while it catches up after `--join`.
+    pub joining: IntGauge,
+}
+
+impl ReplicaMetrics {
+    /// A replica's metrics, registered in a fresh registry.
+    pub fn new() -> ReplicaMetrics {
+        let directory = DirectoryMetrics::new();
+        let r = &directory.registry.clone();
+        ReplicaMetrics {
+            term: gauge(r, "dataplane_replica_term", "The replica's current term."),
+            serving: gauge(
+                r,
+                "dataplane_replica_leader",
+                "1 while this replica serves (it leads and applied its term's first entry).",
+            ),
+            commit: gauge(
+                r,
+                "dataplane_replica_commit_index",
+                "The highest log index this replica knows committed.",
+            ),
+            applied: gauge(
+                r,
+                "dataplane_replica_applied_index",
+                "The last log index this replica applied.",
+            ),
+            log_entries: gauge(
+                r,
+                "dataplane_replica_log_entries",
+                "Entries in the replica's log.",
+            ),
+            peers_connected: gauge(
+                r,
+                "dataplane_replica_peers_connected",
+                "Peer replicas this replica's own connections reach.",
+            ),
+            joining: gauge(
+                r,
+                "dataplane_replica_joining",
+                "1 while the replica catches up after --join (it does not vote).",
+            ),
+            directory,
+        }
+    }
+}
+
+impl Default for ReplicaMetrics {
+    fn default() -> Self {
+        ReplicaMetrics::new()
+    }
+}
+
 /// A host node's metrics.
 #[derive(Clone, Debug)]
 pub struct HostMetrics {

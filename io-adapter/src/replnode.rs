@@ -62,6 +62,7 @@ use tracing::{debug, error, info, warn};
 use crate::dirnode::{DirectoryOptions, NodeError, TRANSIENT_NODE_BASE};
 use crate::driver::{Clock, write_state};
 use crate::log::{LogError, LogOptions};
+use crate::metrics::{GaugeClock, Refusal, ReplicaMetrics, gauge_value};
 use crate::net::{
     ClusterKey, ConnId, Limits, Link, ListenerId, NetEvent, Outgoing, Overflow, Performed, Reactor,
     fresh_nonce, perform_conn_action,
@@ -102,7 +103,7 @@ const PEER_HELLO_LABEL: &[u8] = b"dataplane replica hello v1";
 #[derive(Clone, Debug)]
 pub struct ReplicaOptions {
     /// What it shares with a single directory node: where hosts connect, the data directory,
-    /// the retry tick, the cluster key, `--repair-log`. (`metrics_listen` is refused: not yet.)
+    /// the retry tick, the cluster key, `--repair-log`, `--metrics-listen` ([`ReplicaMetrics`]).
     pub directory: DirectoryOptions,
     /// This replica (one of `replicas`).
     pub id: ReplicaId,
@@ -244,6 +245,9 @@ struct ReplicaNode {
     refusals_logged: BTreeSet<ReplicaId>,
     /// What `conns` asked for, not yet done (a reused buffer).
     actions: Vec<ConnAction>,
+    /// With `--metrics-listen`: the metrics, and when the gauges are next read.
+    metrics: Option<ReplicaMetrics>,
+    gauges: GaugeClock,
 }
 
 /// Runs replica `options.id` of a replicated directory until it fails (it never returns `Ok`).
@@ -251,11 +255,6 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
     let io = |what: &str, e: std::io::Error| NodeError::Io(format!("{what}: {e}"));
     let usage = NodeError::Io;
     let config = options.replica_config().map_err(usage)?;
-    if options.directory.metrics_listen.is_some() {
-        return Err(usage(
-            "--metrics-listen is not served by a replicated directory yet".to_owned(),
-        ));
-    }
     let data_dir = &options.directory.data_dir;
     let created_path = data_dir.join(CREATED_MARK);
     let booted = match std::fs::metadata(&created_path) {
@@ -319,6 +318,16 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
     let peer_listener = net
         .listen_tcp(peers_socket, Limits::pending())
         .map_err(|e| io(peer_listen, e))?;
+    let metrics = match &options.directory.metrics_listen {
+        Some(listen) => {
+            let metrics = ReplicaMetrics::new();
+            let bound = crate::metrics::serve(listen, metrics.directory.registry.clone())
+                .map_err(|e| io(&format!("--metrics-listen {listen}"), e))?;
+            info!(url = %format_args!("http://{bound}/metrics"), "metrics served");
+            Some(metrics)
+        }
+        None => None,
+    };
     let clock = Clock::new();
     let now = clock.now();
     let peers = options
@@ -366,6 +375,8 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
         incoming: BTreeMap::new(),
         refusals_logged: BTreeSet::new(),
         actions: Vec::new(),
+        metrics,
+        gauges: GaugeClock::default(),
     };
     let result = node.run();
     if let Err(e) = &result {
@@ -401,7 +412,50 @@ impl ReplicaNode {
             }
             self.routes_changed();
             self.rounds()?;
+            self.sample_gauges();
         }
+    }
+
+    /// Reads the gauges (at most every [`crate::metrics::GAUGE_PERIOD`]).
+    fn sample_gauges(&mut self) {
+        let Some(metrics) = &self.metrics else {
+            return;
+        };
+        if !self.gauges.due(self.clock.now()) {
+            return;
+        }
+        let committed = self.machine.committed();
+        let d = &metrics.directory;
+        d.entries.set(gauge_value(committed.entry_count()));
+        d.reservations
+            .set(gauge_value(committed.reservation_count()));
+        d.obligations.set(gauge_value(committed.obligation_count()));
+        let log = self.log.log();
+        d.log_bytes.set(gauge_value(log.len_bytes()));
+        let generation = gauge_value(log.generation());
+        if generation > d.log_generation.get() && d.log_generation.get() > 0 {
+            d.compactions.inc();
+        }
+        d.log_generation.set(generation);
+        d.hosts_connected.set(gauge_value(
+            self.serving
+                .as_ref()
+                .map_or(0, |s| s.conns.hosts_connected()),
+        ));
+        let replica = self.machine.replica();
+        metrics.term.set(gauge_value(replica.term()));
+        metrics
+            .serving
+            .set(i64::from(self.machine.serving_term().is_some()));
+        metrics.commit.set(gauge_value(replica.commit()));
+        metrics.applied.set(gauge_value(self.machine.applied()));
+        metrics
+            .log_entries
+            .set(gauge_value(self.log.durable().entries.len()));
+        metrics
+            .peers_connected
+            .set(gauge_value(self.peers.values().filter(|p| p.up).count()));
+        metrics.joining.set(i64::from(replica.is_joining()));
     }
 
     /// The next time something is due: a tick, a peer to connect, a deadline, the timer.
@@ -439,9 +493,17 @@ impl ReplicaNode {
             for message in std::mem::take(&mut round.send) {
                 self.send_peer(message);
             }
+            let writes = !round.entries.is_empty() || round.hard_state.is_some();
+            let started = std::time::Instant::now();
             self.log
                 .write(&round.entries, round.hard_state)
                 .map_err(NodeError::Log)?;
+            if let (Some(metrics), true) = (&self.metrics, writes) {
+                let d = &metrics.directory;
+                d.fsync_seconds.observe(started.elapsed().as_secs_f64());
+                let records = round.entries.len() + usize::from(round.hard_state.is_some());
+                d.log_records.inc_by(records as u64);
+            }
             for message in self.machine.persisted(round) {
                 self.send_peer(message);
             }
@@ -589,10 +651,18 @@ impl ReplicaNode {
                 }
                 Held::Conn(action) => {
                     // A `Persist` is never held: `conn_actions` proposes it at once.
-                    if let Performed::Persist(_) =
-                        perform_conn_action!(&mut self.net, action, "connection")
-                    {
-                        error!("a membership change was held instead of proposed");
+                    match perform_conn_action!(&mut self.net, action, "connection") {
+                        Performed::Done => {}
+                        Performed::Closed(why) => {
+                            if let (Some(metrics), Some(kind)) =
+                                (&self.metrics, Refusal::closing(why))
+                            {
+                                metrics.directory.conns.refused(kind);
+                            }
+                        }
+                        Performed::Persist(_) => {
+                            error!("a membership change was held instead of proposed");
+                        }
                     }
                 }
             }

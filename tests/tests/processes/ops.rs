@@ -1,6 +1,7 @@
 //! What an operator sees: every binary's `--version`; the nodes' logs (start-up, admissions,
 //! refusals); the metrics endpoint of each node, scraped over HTTP while a blob moves between
-//! two hosts; and the `ChildSession` example run against real nodes.
+//! two hosts, and of each replica of a replicated directory; and the `ChildSession` example
+//! run against real nodes.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -8,8 +9,9 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use dataplane_tests::raw::RawClient;
 use dataplane_tests::{
-    DirectoryProc, HostProc, TestDir, binaries, free_address, pattern, wait_until,
+    DirectoryProc, HostProc, ReplicaGroup, TestDir, binaries, free_address, pattern, wait_until,
 };
 
 #[allow(dead_code)] // its `main` is the example's, not ours
@@ -267,4 +269,47 @@ fn nodes_log_and_serve_metrics_while_a_blob_moves() {
             "no {needle:?} in host B's log:\n{log}"
         );
     }
+}
+
+#[test]
+fn replicas_serve_their_metrics_and_say_which_one_leads() {
+    let dir = TestDir::new("ops-replica-metrics");
+    let metrics: Vec<String> = (0..3).map(|_| free_address()).collect();
+    let mut group = ReplicaGroup::start_with(&dir, "replica", 3, |i| with_metrics(&metrics[i]));
+    let leader = group.serving(Duration::from_secs(20));
+    let mut client = RawClient::connect(&group.replicas[leader].listen).unwrap();
+    client.lookup("/data/nothing-here").unwrap();
+    let mut term = None;
+    wait_until(
+        "every replica's metrics to show the same term, one leader and the entries applied",
+        Duration::from_secs(10),
+        || {
+            let bodies: Vec<String> = metrics.iter().map(|m| scrape(m)).collect();
+            let terms: Vec<f64> = bodies
+                .iter()
+                .map(|b| value(b, "dataplane_replica_term"))
+                .collect();
+            let leaders: Vec<f64> = bodies
+                .iter()
+                .map(|b| value(b, "dataplane_replica_leader"))
+                .collect();
+            let applied: Vec<f64> = bodies
+                .iter()
+                .map(|b| value(b, "dataplane_replica_applied_index"))
+                .collect();
+            term = Some(terms[0]);
+            terms.iter().all(|t| *t == terms[0] && *t >= 1.0)
+                && leaders.iter().sum::<f64>() == 1.0
+                && leaders[leader] == 1.0
+                && applied.iter().all(|a| *a >= 2.0 && *a == applied[0])
+                && bodies
+                    .iter()
+                    .all(|b| value(b, "dataplane_replica_peers_connected") == 2.0)
+        },
+    );
+    assert_eq!(
+        term,
+        Some(client.epoch.0 as f64),
+        "the term is the epoch clients see"
+    );
 }
