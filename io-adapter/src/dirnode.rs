@@ -451,18 +451,7 @@ impl DirectoryNode {
         if !self.gauges.due(self.clock.now()) {
             return;
         }
-        let durable = self.machine.durable();
-        metrics.entries.set(gauge_value(durable.entry_count()));
-        metrics
-            .reservations
-            .set(gauge_value(durable.reservation_count()));
-        metrics
-            .obligations
-            .set(gauge_value(durable.obligation_count()));
-        metrics.log_bytes.set(gauge_value(self.log.len_bytes()));
-        metrics
-            .log_generation
-            .set(gauge_value(self.log.generation()));
+        metrics.sample_state(self.machine.durable(), &self.log);
         metrics
             .hosts_connected
             .set(gauge_value(self.conns.hosts_connected()));

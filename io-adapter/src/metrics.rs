@@ -326,6 +326,23 @@ impl DirectoryMetrics {
     }
 }
 
+impl DirectoryMetrics {
+    /// Sets the gauges of a directory's durable state and of its log file.
+    pub fn sample_state(
+        &self,
+        durable: &dataplane_core::directory::DurableState,
+        log: &crate::log::DurableLog,
+    ) {
+        self.entries.set(gauge_value(durable.entry_count()));
+        self.reservations
+            .set(gauge_value(durable.reservation_count()));
+        self.obligations
+            .set(gauge_value(durable.obligation_count()));
+        self.log_bytes.set(gauge_value(log.len_bytes()));
+        self.log_generation.set(gauge_value(log.generation()));
+    }
+}
+
 impl Default for DirectoryMetrics {
     fn default() -> Self {
         DirectoryMetrics::new()

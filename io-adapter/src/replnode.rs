@@ -424,19 +424,12 @@ impl ReplicaNode {
         if !self.gauges.due(self.clock.now()) {
             return;
         }
-        let committed = self.machine.committed();
         let d = &metrics.directory;
-        d.entries.set(gauge_value(committed.entry_count()));
-        d.reservations
-            .set(gauge_value(committed.reservation_count()));
-        d.obligations.set(gauge_value(committed.obligation_count()));
-        let log = self.log.log();
-        d.log_bytes.set(gauge_value(log.len_bytes()));
-        let generation = gauge_value(log.generation());
+        let generation = gauge_value(self.log.log().generation());
         if generation > d.log_generation.get() && d.log_generation.get() > 0 {
             d.compactions.inc();
         }
-        d.log_generation.set(generation);
+        d.sample_state(self.machine.committed(), self.log.log());
         d.hosts_connected.set(gauge_value(
             self.serving
                 .as_ref()

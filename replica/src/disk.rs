@@ -164,7 +164,7 @@ fn last_index(durable: &Durable) -> u64 {
 
 /// What `Replica::start` requires of a durable state: entries numbered from 1 without a gap,
 /// and a commit index within them.
-fn check(durable: &Durable) -> Result<(), ReplicaError> {
+pub(crate) fn check(durable: &Durable) -> Result<(), ReplicaError> {
     for (i, e) in durable.entries.iter().enumerate() {
         if e.index != i as u64 + 1 {
             return Err(ReplicaError::BadDurable(format!(

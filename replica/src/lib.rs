@@ -225,22 +225,7 @@ impl Replica {
     /// group). Its committed entries are handed back to apply again, from index 1: the state
     /// machine is rebuilt from the log.
     pub fn start(config: &ReplicaConfig, durable: &Durable) -> Result<Replica, ReplicaError> {
-        for (i, e) in durable.entries.iter().enumerate() {
-            if e.index != i as u64 + 1 {
-                return Err(ReplicaError::BadDurable(format!(
-                    "entry {} at position {}",
-                    e.index,
-                    i + 1
-                )));
-            }
-        }
-        let last = durable.entries.last().map_or(0, |e| e.index);
-        if durable.hard_state.commit > last {
-            return Err(ReplicaError::BadDurable(format!(
-                "commit {} past the last entry {last}",
-                durable.hard_state.commit
-            )));
-        }
+        disk::check(durable)?;
         let storage =
             MemStorage::new_with_conf_state(ConfState::from((config.voters.clone(), Vec::new())));
         {
