@@ -525,10 +525,16 @@ impl ReplicaGroup {
     /// The replica that serves now: the one a client is welcomed by (followers close the
     /// connection). Waits up to `timeout`.
     pub fn serving(&mut self, timeout: Duration) -> usize {
+        self.serving_except(timeout, None)
+    }
+
+    /// [`serving`](Self::serving), not asking replica `skip` (stopped with SIGSTOP: its kernel
+    /// accepts a connection that nobody answers).
+    pub fn serving_except(&mut self, timeout: Duration, skip: Option<usize>) -> usize {
         let deadline = Instant::now() + timeout;
         loop {
             for (i, replica) in self.replicas.iter_mut().enumerate() {
-                if replica.proc.try_wait().is_some() {
+                if Some(i) == skip || replica.proc.try_wait().is_some() {
                     continue;
                 }
                 if raw::RawClient::connect(&replica.listen).is_ok() {

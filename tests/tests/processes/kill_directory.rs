@@ -38,7 +38,8 @@ const VERIFY_WINDOW: usize = 256;
 /// Acknowledgements (all clients together) to see in a round before the kill.
 const ACKS_BEFORE_KILL: usize = 40;
 
-fn rounds() -> usize {
+/// `DATAPLANE_KILL_ROUNDS` (default 20).
+pub(crate) fn rounds() -> usize {
     match std::env::var("DATAPLANE_KILL_ROUNDS") {
         Ok(v) => v
             .parse()
@@ -337,13 +338,16 @@ impl Authority for Single {
 fn kill9_the_directory_under_load_and_restart_it() {
     let dir = TestDir::new("kill-directory");
     let mut directory = Single(DirectoryProc::start(&dir, "directory"));
-    kill_loop(&dir, &mut directory);
+    kill_loop(&dir, &mut directory, rounds());
 }
 
-/// Kills the authority under load `DATAPLANE_KILL_ROUNDS` times (see the module
-/// documentation); returns the time from each kill until a client was welcomed again.
-pub(crate) fn kill_loop(dir: &TestDir, authority: &mut dyn Authority) -> Vec<Duration> {
-    let rounds = rounds();
+/// Kills the authority under load `rounds` times (see the module documentation); returns the
+/// time from each kill until a client was welcomed again.
+pub(crate) fn kill_loop(
+    dir: &TestDir,
+    authority: &mut dyn Authority,
+    rounds: usize,
+) -> Vec<Duration> {
     // Two hosts. Room for every put of the run (5,000 bytes each, a few per second): a full
     // arena would make a put wait for space, which is not what this test is about.
     let hosts: Vec<HostProc> = (0..2)

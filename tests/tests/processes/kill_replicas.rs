@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use dataplane_tests::raw::RawClient;
 use dataplane_tests::{ReplicaGroup, TestDir};
 
-use crate::kill_directory::{Authority, kill_loop};
+use crate::kill_directory::{Authority, kill_loop, rounds};
 
 /// How long a failover may take before the test gives up.
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -94,7 +94,69 @@ fn kill9_the_leader_of_three_replicas_under_load() {
         group: ReplicaGroup::start(&dir, "replica", 3),
         killed: None,
     };
-    let outages = kill_loop(&dir, &mut group);
+    let outages = kill_loop(&dir, &mut group, rounds());
+    eprintln!(
+        "failover times (ms): {:?}",
+        outages.iter().map(|d| d.as_millis()).collect::<Vec<_>>()
+    );
+}
+
+/// The leader is stopped (SIGSTOP) instead: to the others it is partitioned away with
+/// everything it holds. Once a successor serves it continues (SIGCONT) with the calls and
+/// frames that queued up meanwhile; it must answer none of them (no acknowledgement, no read:
+/// the loop's model checks every reply it gets, at its epoch), learn of the higher term, step
+/// down and close its clients' and hosts' connections, which then find the successor.
+struct Paused {
+    group: ReplicaGroup,
+}
+
+impl Authority for Paused {
+    fn directory_option(&self) -> String {
+        self.group.listens()
+    }
+
+    fn connect(&mut self) -> RawClient {
+        let deadline = Instant::now() + FAILOVER_TIMEOUT;
+        loop {
+            let serving = self.group.serving(FAILOVER_TIMEOUT);
+            if let Ok(client) = RawClient::connect(&self.group.replicas[serving].listen) {
+                return client;
+            }
+            assert!(Instant::now() < deadline, "no replica keeps serving");
+        }
+    }
+
+    fn kill(&mut self, round: usize) {
+        let leader = self.group.serving(FAILOVER_TIMEOUT);
+        self.group.replicas[leader].proc.signal("STOP");
+        let next = self.group.serving_except(FAILOVER_TIMEOUT, Some(leader));
+        assert_ne!(next, leader);
+        self.group.replicas[leader].proc.signal("CONT");
+        eprintln!(
+            "round {round}: stopped replica {} (the leader) until replica {} served",
+            leader + 1,
+            next + 1
+        );
+    }
+
+    fn recover(&mut self, _round: usize, killed_at: Instant) -> Duration {
+        let outage = killed_at.elapsed();
+        for replica in &mut self.group.replicas {
+            replica.proc.assert_running();
+        }
+        outage
+    }
+}
+
+#[test]
+fn sigstop_the_leader_of_three_replicas_under_load() {
+    let dir = TestDir::new("pause-replicas");
+    let mut group = Paused {
+        group: ReplicaGroup::start(&dir, "replica", 3),
+    };
+    // Fewer rounds than the kill loop: each waits for a whole failover before the stopped
+    // leader goes on.
+    let outages = kill_loop(&dir, &mut group, rounds().min(8));
     eprintln!(
         "failover times (ms): {:?}",
         outages.iter().map(|d| d.as_millis()).collect::<Vec<_>>()
