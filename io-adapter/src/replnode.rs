@@ -950,6 +950,22 @@ impl ReplicaNode {
                     self.net.set_limits(conn, peer_limits());
                     self.refusals_logged.remove(&from);
                     debug!(conn, from, "peer replica admitted");
+                    // One connection per peer: an older one from the same replica is gone
+                    // (it restarted, or its connection broke without our noticing).
+                    let older: Vec<ConnId> = self
+                        .incoming
+                        .iter()
+                        .filter(|(c, p)| **c != conn && p.from == Some(from))
+                        .map(|(c, _)| *c)
+                        .collect();
+                    for old in older {
+                        debug!(
+                            conn = old,
+                            from, "older connection of a peer replica closed"
+                        );
+                        self.incoming.remove(&old);
+                        self.net.close(old);
+                    }
                     true
                 } else {
                     let remote = self.net.remote(conn);

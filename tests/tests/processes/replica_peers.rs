@@ -93,6 +93,11 @@ fn closed_after(peer: &str, bytes: &[u8]) -> bool {
         .read_exact(&mut challenge)
         .expect("a challenge first");
     let _ = stream.write_all(bytes);
+    closed(&mut stream)
+}
+
+/// Whether the other end closed `stream` (before its read timeout).
+fn closed(stream: &mut TcpStream) -> bool {
     let mut rest = [0u8; 64];
     match stream.read(&mut rest) {
         Ok(0) => true,
@@ -139,6 +144,23 @@ fn anything_but_a_peer_of_the_group_on_a_peer_port_changes_nothing() {
             );
         }
     }
+    // One connection per peer: a second hello of the same replica replaces the first (the
+    // real replica's connection too, which it makes again).
+    let peer = &group.peers[0];
+    let mut first = TcpStream::connect(peer).unwrap();
+    let mut second = TcpStream::connect(peer).unwrap();
+    for stream in [&mut first, &mut second] {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(3)))
+            .unwrap();
+        let mut challenge = [0u8; 4 + 1 + 32];
+        stream.read_exact(&mut challenge).unwrap();
+    }
+    first.write_all(&hello(2, 1)).unwrap();
+    thread::sleep(Duration::from_millis(200));
+    second.write_all(&hello(2, 1)).unwrap();
+    assert!(closed(&mut first), "the replaced connection is still open");
+    drop(second);
     for replica in &mut group.replicas {
         replica.proc.assert_running();
     }
