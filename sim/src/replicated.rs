@@ -133,6 +133,9 @@ struct Rep {
     /// The log as the engine holds it (index → term), and as this disk made it durable.
     log_terms: BTreeMap<u64, u64>,
     durable_terms: BTreeMap<u64, u64>,
+    /// Entries (index, term) and the highest term appended since the last fsync.
+    writing: Vec<(u64, u64)>,
+    writing_term: u64,
     /// Entries' data by index (for the committed-sequence check).
     data: BTreeMap<u64, Vec<u8>>,
     cut: Option<(Cut, u64)>,
@@ -260,6 +263,8 @@ impl ReplWorld {
                 inflight: None,
                 log_terms: BTreeMap::new(),
                 durable_terms: BTreeMap::new(),
+                writing: Vec::new(),
+                writing_term: 0,
                 data: BTreeMap::new(),
                 cut: None,
                 crash_after_sync: false,
@@ -692,6 +697,11 @@ impl ReplWorld {
                 rep.log_terms.insert(e.index, e.term);
                 rep.data.insert(e.index, e.data.clone());
             }
+            rep.writing
+                .extend(ready.entries.iter().map(|e| (e.index, e.term)));
+            if let Some(hs) = ready.hard_state {
+                rep.writing_term = rep.writing_term.max(hs.term);
+            }
             let records = round_records(&ready.entries, ready.hard_state);
             let log = rep.log.as_mut().expect("a running replica has its log");
             let mut failed = None;
@@ -728,19 +738,16 @@ impl ReplWorld {
         if let Err(e) = log.sync(&mut rep.fs) {
             return self.fail(format!("replica {} could not sync: {e}", r + 1));
         }
-        let Some((ready, synced)) = rep.inflight.as_mut() else {
+        // What the disk now holds, from what was written (never from the engine).
+        for (index, term) in std::mem::take(&mut rep.writing) {
+            rep.durable_terms.split_off(&index);
+            rep.durable_terms.insert(index, term);
+        }
+        self.durable_term[r] = self.durable_term[r].max(rep.writing_term);
+        let Some((_, synced)) = rep.inflight.as_mut() else {
             return;
         };
         *synced = true;
-        for e in &ready.entries {
-            rep.durable_terms.split_off(&e.index);
-        }
-        for e in &ready.entries {
-            rep.durable_terms.insert(e.index, e.term);
-        }
-        if let Some(hs) = ready.hard_state {
-            self.durable_term[r] = self.durable_term[r].max(hs.term);
-        }
         if self.reps[r].crash_after_sync && self.faulty {
             self.checker.coverage.hit("replicas.crash_after_fsync");
             return self.crash(r);
@@ -768,6 +775,8 @@ impl ReplWorld {
         rep.held.clear();
         let unsynced = rep.inflight.as_ref().is_some_and(|(_, s)| !s);
         rep.inflight = None;
+        rep.writing.clear();
+        rep.writing_term = 0;
         rep.life += 1;
         let pinned = rep.log.take().map(|log| {
             let keep = if keep_tail {
