@@ -44,6 +44,38 @@ use crate::options::Options;
 use crate::rng::{SimRng, Stream};
 use crate::world::{Outcome, Stats};
 
+/// What a swarm of this mode must reach (its `--require-coverage`; the default mode's list is
+/// `check::EXPECTED_COVERAGE`). Every run hits `mode.replicated`, which selects this list.
+pub const REPLICATED_COVERAGE: &[&str] = &[
+    "mode.replicated",
+    "replicas.election",
+    "replicas.serving",
+    "replicas.leader_crash",
+    "replicas.crash_after_fsync",
+    "replicas.lost_unsynced_round",
+    "replicas.cut_from_peers",
+    "replicas.cut_from_everyone",
+    "replicas.host_refused",
+    "replicas.welcomed",
+    "replicas.uncommitted_steps_dropped",
+    "replicas.stale_leader_step",
+    "replicas.mutation_acknowledged",
+    "replicas.client_retry",
+    "fault.directory_crash",
+    "fault.frame_lost",
+    "fault.frame_duplicated",
+    "fault.frame_reordered",
+    "op.Register",
+    "op.Unregister",
+    "op.Rename",
+    "op.Resolve",
+    "op.Lookup",
+    "input.SourceRetired",
+    "reply.ok",
+    "reply.PathNotFound",
+    "reply.PathExists",
+];
+
 /// Replicas in the group (the only size built: membership changes are not built yet).
 pub const REPLICAS: usize = 3;
 /// One tick of a replica's engine.
@@ -368,6 +400,7 @@ impl ReplWorld {
     /// Runs the seed: faults for the fault phase, then the heal, then until every caller is
     /// answered (or the bound), then the final checks.
     pub fn run(mut self) -> (Outcome, ReplWorld) {
+        self.checker.coverage.hit("mode.replicated");
         for r in 0..REPLICAS {
             self.restart(r);
         }
@@ -659,11 +692,13 @@ impl ReplWorld {
                 && (self.reps[from].cut.is_some() || self.net.chance(self.options.net.loss))
             {
                 self.stats.lost += 1;
+                self.checker.coverage.hit("fault.frame_lost");
                 continue;
             }
             let mut d = self.latency();
             if self.faulty && self.net.chance(self.options.net.reorder) {
                 self.stats.reordered += 1;
+                self.checker.coverage.hit("fault.frame_reordered");
                 d = d.saturating_add(Duration::from_nanos(
                     self.net
                         .below(self.options.net.reorder_delay_max.as_nanos().max(1) / 10 + 1),
@@ -671,6 +706,7 @@ impl ReplWorld {
             }
             if self.faulty && self.net.chance(self.options.net.duplicate) {
                 self.stats.duplicated += 1;
+                self.checker.coverage.hit("fault.frame_duplicated");
                 let d2 = d.saturating_add(self.latency());
                 self.at(d2, Ev::Peer(to, bytes.clone()));
             }
