@@ -251,6 +251,8 @@ pub struct ReplWorld {
     /// The committed sequence: (term, data) per index from 1.
     committed: Vec<(u64, Vec<u8>)>,
     acked: Vec<Acked>,
+    /// Per host connection taken by a serving replica: its admission entry (term, index).
+    admissions: BTreeMap<(usize, u64), (u64, u64)>,
     acked_ops: Vec<OperationId>,
     /// Per client (host, client): the mutations acknowledged before its call was first sent.
     sent_after: BTreeMap<(usize, usize), Vec<OperationId>>,
@@ -367,6 +369,7 @@ impl ReplWorld {
             durable_term: vec![0; REPLICAS],
             committed: Vec::new(),
             acked: Vec::new(),
+            admissions: BTreeMap::new(),
             acked_ops: Vec::new(),
             sent_after: BTreeMap::new(),
             stats: Stats::default(),
@@ -1185,6 +1188,12 @@ impl ReplWorld {
                 return;
             }
         }
+        // The checker's own account: the admission is the engine's last entry now.
+        let last = self.reps[r]
+            .node
+            .as_ref()
+            .map_or(0, |n| n.replica().last_index());
+        self.admissions.insert((h, conn), (term, last));
         self.drive(r);
     }
 
@@ -1204,6 +1213,22 @@ impl ReplWorld {
             .collect();
         for (h, conn) in ready {
             let term = serving.expect("serving");
+            // A welcome leaves only once its admission entry is durable on a quorum of disks
+            // (no host hears of an identity a failover could forget).
+            if let Some((t, index)) = self.admissions.remove(&(h, conn)) {
+                let quorum = self
+                    .reps
+                    .iter()
+                    .filter(|rep| rep.durable_terms.get(&index) == Some(&t))
+                    .count();
+                if t != term || quorum * 2 <= REPLICAS {
+                    return self.fail(format!(
+                        "welcome: replica {} welcomed host {} at term {term} before its admission (entry {index} of term {t}) was durable on a quorum ({quorum} of {REPLICAS} disks)",
+                        r + 1,
+                        h + 1
+                    ));
+                }
+            }
             self.reps[r].hosts.insert(h, (conn, None, true));
             let found = Discovered {
                 address: Address::new(DIRECTORY_NODE, term, 0),
