@@ -62,6 +62,7 @@ pub const REPLICATED_COVERAGE: &[&str] = &[
     "replicas.mutation_acknowledged",
     "replicas.client_retry",
     "fault.directory_crash",
+    "fault.torn_tail",
     "fault.frame_lost",
     "fault.frame_duplicated",
     "fault.frame_reordered",
@@ -806,7 +807,10 @@ impl ReplWorld {
             self.checker.coverage.hit("replicas.leader_crash");
         }
         self.close_hosts(r);
+        // The unsynced tail survives whole, or is lost; lost, it may leave a fragment: any
+        // prefix of the unsynced bytes (whole records of the round, then part of one).
         let keep_tail = self.disk.below(2) == 0;
+        let tear = !keep_tail && self.disk.below(2) == 0;
         let rep = &mut self.reps[r];
         rep.node = None;
         rep.crash_after_sync = false;
@@ -817,14 +821,24 @@ impl ReplWorld {
         rep.writing.clear();
         rep.writing_term = 0;
         rep.life += 1;
+        let disk = &mut self.disk;
+        let mut torn = false;
         let pinned = rep.log.take().map(|log| {
+            let (synced, written) = (log.synced(), log.written());
             let keep = if keep_tail {
-                log.written()
+                written
+            } else if tear && written > synced + 1 {
+                torn = true;
+                disk.range(synced + 1, written - 1)
             } else {
-                log.synced()
+                synced
             };
             (log.log_name().to_owned(), keep as usize)
         });
+        if torn {
+            self.stats.torn_tails += 1;
+            self.checker.coverage.hit("fault.torn_tail");
+        }
         if unsynced && !keep_tail {
             self.checker.coverage.hit("replicas.lost_unsynced_round");
         }
