@@ -708,8 +708,16 @@ impl Model {
     /// rebuilt from their recovery records, fences rebuilt from fenced displacements whose
     /// node still has the displaced revision (in persisted order, Q13/Q15), one retry pass.
     pub fn recover(&mut self, step: u64) {
-        self.step = step;
         let epoch = self.epoch().0 + 1;
+        self.recover_in_epoch(step, AuthorityEpoch(epoch));
+    }
+
+    /// A recovery at `step` that serves at `epoch` (above the recorded one) rather than the
+    /// next: a replicated directory serves at its leader's term (ARCHITECTURE, "The
+    /// replicated directory"), which may skip epochs. Otherwise as [`Model::recover`].
+    pub fn recover_in_epoch(&mut self, step: u64, epoch: AuthorityEpoch) {
+        self.step = step;
+        let epoch = epoch.0;
         self.set_counter(Counter::Epoch, epoch);
         self.unroutable.clear();
         self.streams.clear();

@@ -69,6 +69,21 @@ impl std::error::Error for NotServing {}
 /// uncommitted entries (64 MiB) out of reach, and the memory held for effects bounded.
 pub const IN_FLIGHT_MAX: u64 = 4096;
 
+/// A step of the serving directory as it was handed to the log and the barrier: what a
+/// simulator's checkers compare with a reference model (see
+/// [`ReplicatedDirectory::observe_steps`]). Production drivers never turn it on.
+#[derive(Clone, Debug)]
+pub struct Admitted {
+    /// The term the directory served.
+    pub term: u64,
+    /// The log index of the step's proposal (none for a step that proposed nothing).
+    pub index: Option<u64>,
+    /// The recovery that started the term's directory (not an input's step).
+    pub recovery: bool,
+    /// Every effect of the step, its `Persist`s included, in the order emitted.
+    pub effects: Vec<Effect>,
+}
+
 /// The leader's serving state for one term.
 struct Leading {
     term: u64,
@@ -88,6 +103,9 @@ pub struct ReplicatedDirectory<H: SourceRecoveryHook> {
     leading: Option<Leading>,
     released: Vec<Effect>,
     stopped: Option<String>,
+    /// The steps admitted since the last [`ReplicatedDirectory::take_admitted`], when observed.
+    observed: Option<Vec<Admitted>>,
+    recovering: bool,
 }
 
 impl<H: SourceRecoveryHook> std::fmt::Debug for ReplicatedDirectory<H> {
@@ -118,7 +136,24 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
             leading: None,
             released: Vec::new(),
             stopped: None,
+            observed: None,
+            recovering: false,
         }
+    }
+
+    /// Keeps every step the directory admits (its effects, its log index) until
+    /// [`Self::take_admitted`]: for a simulator's checkers, which compare each step with a
+    /// reference model. Off unless called (the kept steps would grow without bound).
+    pub fn observe_steps(&mut self) {
+        self.observed.get_or_insert_with(Vec::new);
+    }
+
+    /// The steps admitted since the last call (empty unless [`Self::observe_steps`]).
+    pub fn take_admitted(&mut self) -> Vec<Admitted> {
+        self.observed
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// The replica underneath.
@@ -362,6 +397,14 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
                 }
             }
         }
+        if let (Some(observed), Some(leading)) = (self.observed.as_mut(), self.leading.as_ref()) {
+            observed.push(Admitted {
+                term: leading.term,
+                index: position,
+                recovery: self.recovering,
+                effects: effects.clone(),
+            });
+        }
         let Some(leading) = self.leading.as_mut() else {
             return;
         };
@@ -439,7 +482,9 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
                     Ok(directory) => {
                         leading.directory = Some(directory);
                         let effects: Vec<Effect> = out.drain().collect();
+                        self.recovering = true;
                         self.admit(effects);
+                        self.recovering = false;
                     }
                     Err(e) => self.stop(format!("cannot serve term {term}: {e}")),
                 }

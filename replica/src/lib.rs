@@ -42,7 +42,7 @@ use raft::eraftpb::{ConfState, HardState};
 use raft::storage::MemStorage;
 use raft::{Config, RawNode, StateRole};
 
-pub use directory::{IN_FLIGHT_MAX, NotServing, ReplicatedDirectory};
+pub use directory::{Admitted, IN_FLIGHT_MAX, NotServing, ReplicatedDirectory};
 pub use disk::{DiskRecord, round_records};
 pub use wire::{EntryKind, FRAME_MAX, Kind, LogEntry, WireError, WireMessage};
 

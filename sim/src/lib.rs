@@ -16,6 +16,7 @@ pub mod memory;
 pub mod options;
 pub mod overrides;
 pub mod picture;
+pub mod replicated;
 pub mod results;
 pub mod rng;
 pub mod shrink;
@@ -113,6 +114,22 @@ pub fn run_spec(spec: &RunSpec, keep_trace: bool, record: bool) -> RunReport {
     let started = WallInstant::now();
     let (options, described) = drawn(spec, record);
     let header = described.clone();
+    if options.replicas > 1 {
+        let run = std::panic::AssertUnwindSafe(move || replicated::ReplWorld::new(options).run());
+        return match std::panic::catch_unwind(run) {
+            Ok((outcome, world)) => RunReport {
+                seed: spec.seed,
+                outcome,
+                wall: started.elapsed(),
+                stats: world.stats.clone(),
+                coverage: world.checker.coverage,
+                options: header,
+                trace: None,
+                tape: None,
+            },
+            Err(payload) => panicked(spec.seed, described, started, &*payload),
+        };
+    }
     let run = std::panic::AssertUnwindSafe(move || {
         let world = World::new(options, keep_trace);
         let (outcome, mut world) = world.run();
@@ -172,7 +189,19 @@ fn drawn(spec: &RunSpec, record: bool) -> (Options, String) {
     if let Some(limit) = spec.event_limit {
         options.event_limit = limit;
     }
+    if options.replicas > 1 {
+        // The replicas' logs are never compacted yet (snapshots are not built): no long-life
+        // regime, and at most the longest ordinary fault phase.
+        options.long_life = None;
+        options.fault_phase = options.fault_phase.min(replicated::FAULT_PHASE_MAX);
+    }
     let mut described = options.describe();
+    if options.replicas > 1 {
+        described.push_str(&format!(
+            "# replicated: {} replicas (sim/src/replicated.rs)\n",
+            replicated::REPLICAS
+        ));
+    }
     if !spec.overrides.is_empty() {
         described.push_str(&format!("# overrides:{}\n", spec.overrides.arguments()));
     }
@@ -193,6 +222,11 @@ pub fn run_seed_traced(seed: u64, overrides: &Overrides, files: trace::TraceFile
 pub fn run_spec_traced(spec: &RunSpec, files: trace::TraceFiles, record: bool) -> RunReport {
     let started = WallInstant::now();
     let (options, described) = drawn(spec, record);
+    if options.replicas > 1 {
+        // The replicated mode writes no trace yet: the run itself, untraced.
+        drop(files);
+        return run_spec(spec, false, record);
+    }
     let header = described.clone();
     let run = std::panic::AssertUnwindSafe(move || {
         let mut trace = trace::Trace::streaming(false, files);

@@ -221,6 +221,10 @@ pub struct Options {
     /// Stop the run, unjudged, after this many events (the shrinker: a candidate that has not
     /// failed within the best run's events is no smaller). `u64::MAX` normally.
     pub event_limit: u64,
+    /// Replicas of the directory: 1 (the default: one directory node, `world.rs`) or 3 (the
+    /// replicated mode, `replicated.rs`; `--replicas 3`). Never drawn, so a seed's draws do
+    /// not depend on it.
+    pub replicas: usize,
     /// Clients on each host node (2–5 nodes, 1–4 clients each).
     pub clients_per_host: Vec<u32>,
     /// The contended paths.
@@ -593,6 +597,7 @@ impl Options {
             seed,
             options_draws: rng.take_record(),
             event_limit: u64::MAX,
+            replicas: 1,
             entropy: entropy.clone(),
             clients_per_host,
             paths,

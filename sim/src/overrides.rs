@@ -162,10 +162,12 @@ pub enum SetKey {
     ThinkMs,
     /// Mean pause between two operations of a worker (child), in milliseconds.
     WorkerThinkMs,
+    /// Replicas of the directory (1, or 3 for the replicated mode; `--replicas`).
+    Replicas,
 }
 
 impl SetKey {
-    const ALL: [(SetKey, &'static str); 15] = [
+    const ALL: [(SetKey, &'static str); 16] = [
         (SetKey::FaultPhaseMs, "fault_phase_ms"),
         (SetKey::DirectoryRetryMs, "directory_retry_ms"),
         (SetKey::RetryBatch, "retry_batch"),
@@ -181,6 +183,7 @@ impl SetKey {
         (SetKey::CompactMinBytes, "compact_min_bytes"),
         (SetKey::ThinkMs, "think_ms"),
         (SetKey::WorkerThinkMs, "worker_think_ms"),
+        (SetKey::Replicas, "replicas"),
     ];
 
     fn name(self) -> &'static str {
@@ -202,6 +205,7 @@ impl SetKey {
             SetKey::ClientsMax | SetKey::WorkersMax => (0, 64),
             SetKey::CompactMinBytes => (512, 1 << 30),
             SetKey::ThinkMs | SetKey::WorkerThinkMs => (0, 600_000),
+            SetKey::Replicas => (1, 3),
         }
     }
 }
@@ -346,6 +350,7 @@ impl Overrides {
                 SetKey::CompactMinBytes => options.disk.compact_min_bytes = value,
                 SetKey::ThinkMs => options.workload.think_mean = Duration::from_millis(value),
                 SetKey::WorkerThinkMs => options.host.think_mean = Duration::from_millis(value),
+                SetKey::Replicas => options.replicas = value as usize,
             }
         }
     }

@@ -188,7 +188,12 @@ pub struct Merged {
 impl Merged {
     /// Expected coverage points no shard reached.
     pub fn never_exercised(&self) -> Vec<&'static str> {
-        EXPECTED_COVERAGE
+        let expected = if self.coverage.contains_key("mode.replicated") {
+            crate::replicated::REPLICATED_COVERAGE
+        } else {
+            EXPECTED_COVERAGE
+        };
+        expected
             .iter()
             .copied()
             .filter(|n| self.coverage.get(*n).copied().unwrap_or(0) == 0)

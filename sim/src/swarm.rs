@@ -83,7 +83,12 @@ impl SwarmReport {
                 eprintln!("coverage {name} {count}");
             }
         }
-        EXPECTED_COVERAGE
+        let expected = if self.coverage.count("mode.replicated") > 0 {
+            crate::replicated::REPLICATED_COVERAGE
+        } else {
+            EXPECTED_COVERAGE
+        };
+        expected
             .iter()
             .copied()
             .filter(|n| self.coverage.count(n) == 0)

@@ -213,13 +213,25 @@ struct OverrideArgs {
     /// Pin one option (repeatable; see below for the keys).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     settings: Vec<Setting>,
+    /// Run the directory as a group of this many replicas (3: the replicated mode; the same as
+    /// `--set replicas=3`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=3))]
+    replicas: Option<u64>,
 }
 
 impl OverrideArgs {
     fn into_overrides(self) -> Overrides {
+        let mut settings = self.settings;
+        if let Some(n) = self.replicas {
+            settings.push(
+                format!("replicas={}", if n > 1 { 3 } else { 1 })
+                    .parse()
+                    .expect("a valid setting"),
+            );
+        }
         Overrides {
             no_faults: self.no_faults,
-            settings: self.settings,
+            settings,
         }
     }
 }

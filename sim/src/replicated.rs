@@ -1,0 +1,1522 @@
+//! The replicated directory's mode of the swarm (issue 19, `swarm --replicas 3`): the directory
+//! is a group of three `ReplicatedDirectory` replicas (`dataplane-replica`, tikv's engine), each
+//! on its own simulated disk through core's storage protocol, talking `WireMessage` frames over
+//! a network that loses, duplicates and reorders them and partitions replicas away. Hosts run
+//! the real namespace proxy and a few callers; a host's link rotates over the three replicas
+//! until one that serves welcomes it, as `dataplane-node`'s hosts do with `--directory A,B,C`
+//! (`io-adapter/src/replnode.rs` is the reference driver).
+//!
+//! Determinism: every draw comes from the seed's streams (network, faults, workload, disk,
+//! storage), the engine's election timeouts are pinned per replica from the seed, and events at
+//! one instant run in the order they were scheduled.
+//!
+//! Checks (restated from what the world observes, never asked of the code checked): the
+//! reference model and every per-step check of `check/` on each step of the replica that
+//! serves the highest term, against a model rolled back to the committed steps at each new term
+//! and recovered at the term as its epoch; every released effect's entry is durable on a
+//! quorum's disks; at most one leader per term; a term made durable never goes back; the
+//! replicas never disagree about a committed index; the epoch a host's proxy is welcomed at
+//! never goes back; after the heal, every acknowledged mutation is in the committed log, in the
+//! order it was acknowledged, and every caller is answered. See SIMULATION.md, "The replicated
+//! directory in the main swarm".
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+
+use dataplane_core::directory::{ActorSources, DirectoryConfig, DirectoryLimits};
+use dataplane_core::effect::{Effect, Outbox, Timer};
+use dataplane_core::ids::{Address, AuthorityEpoch, Issuer, NodeId, OperationId, RequestId};
+use dataplane_core::log::LogRecord;
+use dataplane_core::path::DataPath;
+use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
+use dataplane_core::storage::{LogStore, StorageOptions};
+use dataplane_core::time::{Duration, Instant};
+use dataplane_core::wire::{DirectoryCall, DirectoryRequest, Message, ReplyBody, SourceRecovery};
+use dataplane_replica::{
+    Durable, NotServing, Ready, Replica, ReplicaConfig, ReplicatedDirectory, Role, WireMessage,
+    round_records,
+};
+
+use crate::check::proxy::ProxyInput;
+use crate::check::{Checker, Coverage, DirInput};
+use crate::disk::SimFs;
+use crate::options::Options;
+use crate::rng::{SimRng, Stream};
+use crate::world::{Outcome, Stats};
+
+/// What a swarm of this mode must reach (its `--require-coverage`; the default mode's list is
+/// `check::EXPECTED_COVERAGE`). Every run hits `mode.replicated`, which selects this list.
+pub const REPLICATED_COVERAGE: &[&str] = &[
+    "mode.replicated",
+    "replicas.election",
+    "replicas.serving",
+    "replicas.leader_crash",
+    "replicas.crash_after_fsync",
+    "replicas.lost_unsynced_round",
+    "replicas.cut_from_peers",
+    "replicas.cut_from_everyone",
+    "replicas.host_refused",
+    "replicas.welcomed",
+    "replicas.uncommitted_steps_dropped",
+    "replicas.stale_leader_step",
+    "replicas.mutation_acknowledged",
+    "replicas.client_retry",
+    "fault.directory_crash",
+    "fault.torn_tail",
+    "fault.frame_lost",
+    "fault.frame_duplicated",
+    "fault.frame_reordered",
+    "op.Register",
+    "op.Unregister",
+    "op.Rename",
+    "op.Resolve",
+    "op.Lookup",
+    "input.SourceRetired",
+    "reply.ok",
+    "reply.PathNotFound",
+    "reply.PathExists",
+];
+
+/// Replicas in the group (the only size built: membership changes are not built yet).
+pub const REPLICAS: usize = 3;
+/// One tick of a replica's engine.
+const TICK: Duration = Duration::from_millis(10);
+/// Ticks between a leader's heartbeats.
+const HEARTBEAT_TICKS: usize = 3;
+/// The directory's node: every replica serves as it, at its term as the incarnation.
+const DIRECTORY_NODE: NodeId = NodeId(0);
+/// A host link's back-off between attempts (doubling, as core's links do).
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_millis(1_000);
+/// The longest fault phase of this mode (the replicas' logs are never compacted yet).
+pub const FAULT_PHASE_MAX: Duration = Duration::from_secs(90);
+/// After the heal, every caller must be answered within this.
+const SETTLE: Duration = Duration::from_secs(60);
+
+type Node = ReplicatedDirectory<ActorSources>;
+
+#[derive(Debug)]
+enum Ev {
+    Tick(usize, u64),
+    Peer(usize, Vec<u8>),
+    Synced(usize, u64),
+    Persisted(usize, u64),
+    Crash,
+    Restart(usize),
+    Isolate,
+    EndIsolation(usize, u64),
+    DirTimer(usize, u64, u64),
+    Connect(usize, u64),
+    ConnArrive(usize, u64, usize),
+    Welcome(usize, u64, usize, Discovered),
+    ConnClosed(usize, u64),
+    ToReplica(usize, u64, usize, Address, Message),
+    ToHost(usize, u64, Address, Message),
+    ProxyTimer(usize, u64),
+    Client(usize, usize),
+    Heal,
+}
+
+struct Event {
+    at: Instant,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Event {}
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Event {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// How a replica is cut off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cut {
+    /// From the other replicas only: the hosts still reach it (an old leader partitioned away
+    /// with the hosts on its side).
+    Peers,
+    /// From everyone: its host connections break.
+    Everyone,
+}
+
+/// A host's connection at a replica: its id, the admission entry (term, index) its welcome
+/// waits for, and whether it was welcomed.
+type HostConn = (u64, Option<(u64, u64)>, bool);
+
+struct Rep {
+    config: ReplicaConfig,
+    fs: SimFs,
+    booted: bool,
+    log: Option<LogStore<SimFs>>,
+    node: Option<Node>,
+    life: u64,
+    /// The round being written, and whether its fsync completed.
+    inflight: Option<(Ready, bool)>,
+    /// The log as the engine holds it (index → term), and as this disk made it durable.
+    log_terms: BTreeMap<u64, u64>,
+    durable_terms: BTreeMap<u64, u64>,
+    /// Entries (index, term) and the highest term appended since the last fsync.
+    writing: Vec<(u64, u64)>,
+    writing_term: u64,
+    /// Entries' data by index (for the committed-sequence check).
+    data: BTreeMap<u64, Vec<u8>>,
+    cut: Option<(Cut, u64)>,
+    /// Crash at the next completed fsync, before the engine hears of it.
+    crash_after_sync: bool,
+    timer_arming: u64,
+    /// The term it serves hosts in, if any.
+    serving: Option<u64>,
+    /// Host connections: host → (connection, the admission entry (term, index) its welcome
+    /// waits for, welcomed).
+    hosts: BTreeMap<usize, HostConn>,
+    /// The world's account of the barrier: per admitted step not fully released, its entry
+    /// (term, index) and its effects still held.
+    held: VecDeque<(u64, Option<u64>, usize)>,
+    committed_checked: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LinkState {
+    Idle,
+    Connecting,
+    Welcomed,
+}
+
+struct Host {
+    /// The proxy's effects at its start (executed when the run starts).
+    started: Vec<Effect>,
+    node: NodeId,
+    proxy: Proxy,
+    proxy_arming: u64,
+    conn: u64,
+    state: LinkState,
+    candidate: usize,
+    backoff: Duration,
+    /// The highest epoch this host was welcomed at.
+    epoch_seen: AuthorityEpoch,
+    /// FIFO delivery on the current connection, both ways.
+    last_to_replica: Instant,
+    last_to_host: Instant,
+    clients: Vec<Client>,
+}
+
+struct Client {
+    next_request: u64,
+    next_op: u64,
+    /// The call in flight: request, operation (for a mutation), first sent at (sequence).
+    calling: Option<(RequestId, DirectoryRequest, u64)>,
+    quiet: bool,
+}
+
+/// An acknowledged mutation: its operation, and the mutations acknowledged before it was
+/// first sent (it must commit after them).
+struct Acked {
+    op: OperationId,
+    after: Vec<OperationId>,
+}
+
+/// One run of the replicated mode.
+#[allow(missing_debug_implementations)] // the engine's state has no useful Debug
+pub struct ReplWorld {
+    options: Options,
+    now: Instant,
+    queue: BinaryHeap<Event>,
+    seq: u64,
+    net: SimRng,
+    faults: SimRng,
+    work: SimRng,
+    disk: SimRng,
+    reps: Vec<Rep>,
+    hosts: Vec<Host>,
+    faulty: bool,
+    outbox: Outbox,
+    /// The model's term (the highest term whose steps it follows) and the steps it holds
+    /// since the last rollback: (step, term, index).
+    model_term: u64,
+    journal: Vec<(u64, u64, Option<u64>)>,
+    step: u64,
+    /// Terms and who led them; the highest term each replica made durable.
+    leaders: BTreeMap<u64, usize>,
+    durable_term: Vec<u64>,
+    /// The committed sequence: (term, data) per index from 1.
+    committed: Vec<(u64, Vec<u8>)>,
+    acked: Vec<Acked>,
+    /// Per host connection taken by a serving replica: its admission entry (term, index).
+    admissions: BTreeMap<(usize, u64), (u64, u64)>,
+    acked_ops: Vec<OperationId>,
+    /// Per client (host, client): the mutations acknowledged before its call was first sent.
+    sent_after: BTreeMap<(usize, usize), Vec<OperationId>>,
+    pub stats: Stats,
+    pub checker: Checker,
+    hash: u64,
+    events: u64,
+}
+
+fn mix(hash: u64, value: u64) -> u64 {
+    (hash ^ value).wrapping_mul(0x0100_0000_01b3).rotate_left(5)
+}
+
+impl ReplWorld {
+    /// A run of `options` (drawn as for the single directory; `options.replicas` is 3).
+    pub fn new(options: Options) -> ReplWorld {
+        let entropy = &options.entropy;
+        let mut faults = entropy.rng(Stream::Faults);
+        let net = entropy.rng(Stream::Network);
+        let work = entropy.rng(Stream::Workload);
+        let disk = entropy.rng(Stream::Disk);
+        let mut storage = entropy.rng(Stream::Storage);
+        let voters: Vec<u64> = (1..=REPLICAS as u64).collect();
+        let mut timeouts: Vec<usize> = (0..REPLICAS).map(|i| 10 + 6 * i).collect();
+        for i in (1..REPLICAS).rev() {
+            let j = faults.below(i as u64 + 1) as usize;
+            timeouts.swap(i, j);
+        }
+        let reps = (0..REPLICAS)
+            .map(|i| Rep {
+                config: ReplicaConfig {
+                    id: i as u64 + 1,
+                    voters: voters.clone(),
+                    election_ticks: timeouts[i] + faults.below(5) as usize,
+                    heartbeat_ticks: HEARTBEAT_TICKS,
+                },
+                fs: SimFs::new(SimRng::new(storage.next_u64(), Stream::Storage)),
+                booted: false,
+                log: None,
+                node: None,
+                life: 0,
+                inflight: None,
+                log_terms: BTreeMap::new(),
+                durable_terms: BTreeMap::new(),
+                writing: Vec::new(),
+                writing_term: 0,
+                data: BTreeMap::new(),
+                cut: None,
+                crash_after_sync: false,
+                timer_arming: 0,
+                serving: None,
+                hosts: BTreeMap::new(),
+                held: VecDeque::new(),
+                committed_checked: 0,
+            })
+            .collect();
+        let checker = Checker::new(&options);
+        let mut outbox = Outbox::new();
+        let hosts = options
+            .clients_per_host
+            .iter()
+            .enumerate()
+            .map(|(h, &clients)| {
+                let node = NodeId(h as u64 + 1);
+                let config = ProxyConfig {
+                    address: Address::new(node, 1, 500),
+                    retry_period: options.proxy.retry_period,
+                    deadline: options.proxy.deadline,
+                    first_request_id: 1,
+                    pending_max: dataplane_core::limits::PROXY_PENDING_MAX,
+                };
+                let proxy = Proxy::new(config, Instant::ZERO, &mut outbox);
+                let started = outbox.take();
+                Host {
+                    started,
+                    node,
+                    proxy,
+                    proxy_arming: 0,
+                    conn: 0,
+                    state: LinkState::Idle,
+                    candidate: h % REPLICAS,
+                    backoff: BACKOFF_MIN,
+                    epoch_seen: AuthorityEpoch::NONE,
+                    last_to_replica: Instant::ZERO,
+                    last_to_host: Instant::ZERO,
+                    clients: (0..clients)
+                        .map(|_| Client {
+                            next_request: 1,
+                            next_op: 1,
+                            calling: None,
+                            quiet: false,
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        ReplWorld {
+            options,
+            now: Instant::ZERO,
+            queue: BinaryHeap::new(),
+            seq: 0,
+            net,
+            faults,
+            work,
+            disk,
+            reps,
+            hosts,
+            faulty: true,
+            outbox,
+            model_term: 0,
+            journal: Vec::new(),
+            step: 0,
+            leaders: BTreeMap::new(),
+            durable_term: vec![0; REPLICAS],
+            committed: Vec::new(),
+            acked: Vec::new(),
+            admissions: BTreeMap::new(),
+            acked_ops: Vec::new(),
+            sent_after: BTreeMap::new(),
+            stats: Stats::default(),
+            checker,
+            hash: 0xcbf2_9ce4_8422_2325,
+            events: 0,
+        }
+    }
+
+    fn at(&mut self, delay: Duration, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Event {
+            at: self.now.saturating_add(delay),
+            seq: self.seq,
+            ev,
+        });
+    }
+
+    fn fail(&mut self, why: String) {
+        self.checker.fail(self.now, why);
+    }
+
+    fn latency(&mut self) -> Duration {
+        let n = &self.options.net;
+        let jitter = self
+            .net
+            .exponential(n.latency_jitter_mean.as_nanos().max(1));
+        Duration::from_nanos(n.latency_min.as_nanos() + jitter)
+    }
+
+    /// Runs the seed: faults for the fault phase, then the heal, then until every caller is
+    /// answered (or the bound), then the final checks.
+    pub fn run(mut self) -> (Outcome, ReplWorld) {
+        self.checker.coverage.hit("mode.replicated");
+        for r in 0..REPLICAS {
+            self.restart(r);
+        }
+        for h in 0..self.hosts.len() {
+            self.checker.proxy_started(h, 1, 1);
+            let started = std::mem::take(&mut self.hosts[h].started);
+            self.proxy_effects(h, started);
+            self.at(Duration::ZERO, Ev::Connect(h, 0));
+            for c in 0..self.hosts[h].clients.len() {
+                let d = Duration::from_millis(1 + self.work.below(50));
+                self.at(d, Ev::Client(h, c));
+            }
+        }
+        let d = Duration::from_millis(500 + self.faults.below(3_000));
+        self.at(d, Ev::Crash);
+        let d = Duration::from_millis(1_000 + self.faults.below(4_000));
+        self.at(d, Ev::Isolate);
+        let fault_phase = self.options.fault_phase;
+        self.at(fault_phase, Ev::Heal);
+        let end = Instant::ZERO
+            .saturating_add(fault_phase)
+            .saturating_add(SETTLE);
+        while let Some(event) = self.queue.pop() {
+            if self.checker.failed() || event.at > end {
+                break;
+            }
+            if self.events >= self.options.event_limit {
+                break;
+            }
+            self.now = event.at;
+            self.checker.set_time(self.now);
+            self.events += 1;
+            self.hash = mix(mix(self.hash, event.at.as_nanos()), event.seq);
+            self.handle(event.ev);
+            if !self.faulty && self.settled() {
+                break;
+            }
+        }
+        if !self.checker.failed() {
+            self.at_end();
+        }
+        self.stats.events = self.events;
+        let outcome = Outcome {
+            failure: self.checker.failure().map(str::to_owned),
+            events: self.events,
+            sim_time: self.now.saturating_since(Instant::ZERO),
+            trace_hash: self.hash,
+        };
+        (outcome, self)
+    }
+
+    /// Every client is quiet and answered, and the followers applied what was committed.
+    fn settled(&self) -> bool {
+        let answered = self
+            .hosts
+            .iter()
+            .all(|h| h.clients.iter().all(|c| c.quiet && c.calling.is_none()));
+        let commit = self
+            .reps
+            .iter()
+            .filter_map(|r| r.node.as_ref().map(|n| n.replica().commit()))
+            .max()
+            .unwrap_or(0);
+        answered
+            && self.reps.iter().all(|r| {
+                r.node
+                    .as_ref()
+                    .is_some_and(|n| n.applied() >= commit && r.inflight.is_none())
+            })
+            && !self.committed.is_empty()
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Tick(r, life) => {
+                if self.reps[r].life != life {
+                    return;
+                }
+                if let Some(node) = self.reps[r].node.as_mut() {
+                    node.tick();
+                    self.drive(r);
+                    self.at(TICK, Ev::Tick(r, life));
+                }
+            }
+            Ev::Peer(to, bytes) => {
+                if self.reps[to].cut.is_some() {
+                    self.stats.lost += 1;
+                    return;
+                }
+                let message = match WireMessage::decode(&bytes) {
+                    Ok(m) => m,
+                    Err(e) => return self.fail(format!("a replica frame does not decode: {e}")),
+                };
+                let Some(node) = self.reps[to].node.as_mut() else {
+                    return;
+                };
+                let _ = node.step(message);
+                self.drive(to);
+            }
+            Ev::Synced(r, life) => self.synced(r, life),
+            Ev::Persisted(r, life) => {
+                let rep = &mut self.reps[r];
+                if rep.life != life {
+                    return;
+                }
+                let Some((ready, true)) = rep.inflight.take() else {
+                    return;
+                };
+                let node = rep.node.as_mut().expect("running");
+                let after = node.persisted(ready);
+                self.send_peers(r, after);
+                self.drive(r);
+            }
+            Ev::Crash => {
+                if !self.faulty {
+                    return;
+                }
+                let leader = (0..REPLICAS).find(|&r| {
+                    self.reps[r]
+                        .node
+                        .as_ref()
+                        .is_some_and(|n| n.replica().role() == Role::Leader)
+                });
+                let r = match leader {
+                    Some(l) if self.faults.below(2) == 0 => l,
+                    _ => self.faults.below(REPLICAS as u64) as usize,
+                };
+                if self.reps[r].node.is_some() {
+                    if self.faults.below(3) == 0 && self.reps[r].inflight.is_some() {
+                        // After its next fsync, before the engine (and so anyone) hears of it.
+                        self.reps[r].crash_after_sync = true;
+                    } else {
+                        self.crash(r);
+                    }
+                }
+                let d = Duration::from_millis(500 + self.faults.below(4_000));
+                self.at(d, Ev::Crash);
+            }
+            Ev::Restart(r) => self.restart(r),
+            Ev::Isolate => {
+                if !self.faulty {
+                    return;
+                }
+                let r = self.faults.below(REPLICAS as u64) as usize;
+                let cut = if self.faults.below(2) == 0 {
+                    Cut::Peers
+                } else {
+                    Cut::Everyone
+                };
+                let generation = self.events;
+                self.reps[r].cut = Some((cut, generation));
+                self.stats.partitions += 1;
+                self.checker.coverage.hit(match cut {
+                    Cut::Peers => "replicas.cut_from_peers",
+                    Cut::Everyone => "replicas.cut_from_everyone",
+                });
+                if cut == Cut::Everyone {
+                    self.close_hosts(r);
+                }
+                let length = Duration::from_millis(300 + self.faults.below(3_000));
+                self.at(length, Ev::EndIsolation(r, generation));
+                let d = Duration::from_millis(2_000 + self.faults.below(5_000));
+                self.at(d, Ev::Isolate);
+            }
+            Ev::EndIsolation(r, generation) => {
+                if self.reps[r].cut.is_some_and(|(_, g)| g == generation) {
+                    self.reps[r].cut = None;
+                }
+            }
+            Ev::DirTimer(r, life, arming) => {
+                if self.reps[r].life != life || self.reps[r].timer_arming != arming {
+                    return;
+                }
+                self.directory_input(r, DirInput::Timer);
+            }
+            Ev::Connect(h, conn) => {
+                if self.hosts[h].conn != conn || self.hosts[h].state != LinkState::Idle {
+                    return;
+                }
+                self.seq += 1;
+                let conn = self.seq;
+                let host = &mut self.hosts[h];
+                host.conn = conn;
+                host.state = LinkState::Connecting;
+                let r = host.candidate;
+                let d = self.latency();
+                self.at(d, Ev::ConnArrive(h, conn, r));
+            }
+            Ev::ConnArrive(h, conn, r) => self.conn_arrive(h, conn, r),
+            Ev::Welcome(h, conn, r, found) => {
+                let host = &mut self.hosts[h];
+                if host.conn != conn || host.state != LinkState::Connecting {
+                    return;
+                }
+                host.state = LinkState::Welcomed;
+                host.backoff = BACKOFF_MIN;
+                host.candidate = r;
+                if found.epoch < host.epoch_seen {
+                    let seen = host.epoch_seen;
+                    return self.fail(format!(
+                        "epoch: host {} was welcomed at epoch {} by replica {} after epoch {seen}",
+                        h + 1,
+                        found.epoch,
+                        r + 1
+                    ));
+                }
+                host.epoch_seen = found.epoch;
+                self.checker.coverage.hit("replicas.welcomed");
+                self.proxy_input(h, ProxyInput::Discovery(Some(found)));
+            }
+            Ev::ConnClosed(h, conn) => {
+                let host = &mut self.hosts[h];
+                if host.conn != conn {
+                    return;
+                }
+                let was = host.state;
+                host.state = LinkState::Idle;
+                host.candidate = (host.candidate + 1) % REPLICAS;
+                let backoff = host.backoff;
+                host.backoff = (backoff.saturating_mul(2)).min(BACKOFF_MAX);
+                self.at(backoff, Ev::Connect(h, conn));
+                if was == LinkState::Welcomed {
+                    self.proxy_input(h, ProxyInput::Discovery(None));
+                }
+            }
+            Ev::ToReplica(h, conn, r, from, message) => {
+                let ok = self.reps[r]
+                    .hosts
+                    .get(&h)
+                    .is_some_and(|&(c, _, welcomed)| c == conn && welcomed);
+                if !ok || self.reps[r].cut.is_some_and(|(c, _)| c == Cut::Everyone) {
+                    return;
+                }
+                let _ = from;
+                self.directory_input(r, DirInput::Message(message));
+            }
+            Ev::ToHost(h, conn, to, message) => {
+                if self.hosts[h].conn != conn || self.hosts[h].state != LinkState::Welcomed {
+                    return;
+                }
+                match message {
+                    Message::Retire { .. } => {
+                        // The source answers (it has no binding to keep).
+                        let answer = Message::SourceRetired { source: to };
+                        self.host_send(h, to, answer);
+                    }
+                    Message::Reply(_) if to == Address::new(self.hosts[h].node, 1, 500) => {
+                        self.proxy_input(h, ProxyInput::Message(message));
+                    }
+                    _ => {}
+                }
+            }
+            Ev::ProxyTimer(h, arming) => {
+                if self.hosts[h].proxy_arming == arming {
+                    self.proxy_input(h, ProxyInput::Timer);
+                }
+            }
+            Ev::Client(h, c) => self.client_step(h, c),
+            Ev::Heal => {
+                self.faulty = false;
+                self.checker.healed(self.now);
+                for r in 0..REPLICAS {
+                    self.reps[r].cut = None;
+                    self.reps[r].crash_after_sync = false;
+                    if self.reps[r].node.is_none() {
+                        self.restart(r);
+                    }
+                }
+                for host in &mut self.hosts {
+                    for client in &mut host.clients {
+                        client.quiet = true;
+                    }
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ replicas
+
+    fn send_peers(&mut self, from: usize, messages: Vec<WireMessage>) {
+        for m in messages {
+            let to = (m.to as usize).wrapping_sub(1);
+            if to >= REPLICAS {
+                continue;
+            }
+            self.stats.frames += 1;
+            let bytes = m.encode();
+            if self.faulty
+                && (self.reps[from].cut.is_some() || self.net.chance(self.options.net.loss))
+            {
+                self.stats.lost += 1;
+                self.checker.coverage.hit("fault.frame_lost");
+                continue;
+            }
+            let mut d = self.latency();
+            if self.faulty && self.net.chance(self.options.net.reorder) {
+                self.stats.reordered += 1;
+                self.checker.coverage.hit("fault.frame_reordered");
+                d = d.saturating_add(Duration::from_nanos(
+                    self.net
+                        .below(self.options.net.reorder_delay_max.as_nanos().max(1) / 10 + 1),
+                ));
+            }
+            if self.faulty && self.net.chance(self.options.net.duplicate) {
+                self.stats.duplicated += 1;
+                self.checker.coverage.hit("fault.frame_duplicated");
+                let d2 = d.saturating_add(self.latency());
+                self.at(d2, Ev::Peer(to, bytes.clone()));
+            }
+            self.at(d, Ev::Peer(to, bytes));
+        }
+    }
+
+    /// Takes the replica's next round unless one is being written: its messages that may
+    /// leave now leave, its entries and hard state go to the log and an fsync starts; then
+    /// whatever the directory admitted and released is checked and executed.
+    fn drive(&mut self, r: usize) {
+        let now = self.now;
+        let rep = &mut self.reps[r];
+        if rep.inflight.is_none()
+            && let Some(node) = rep.node.as_mut()
+            && let Some(mut ready) = node.ready(now)
+        {
+            let send = std::mem::take(&mut ready.send);
+            for e in &ready.entries {
+                rep.log_terms.split_off(&e.index);
+                rep.data.split_off(&e.index);
+            }
+            for e in &ready.entries {
+                rep.log_terms.insert(e.index, e.term);
+                rep.data.insert(e.index, e.data.clone());
+            }
+            rep.writing
+                .extend(ready.entries.iter().map(|e| (e.index, e.term)));
+            if let Some(hs) = ready.hard_state {
+                rep.writing_term = rep.writing_term.max(hs.term);
+            }
+            let records = round_records(&ready.entries, ready.hard_state);
+            let log = rep.log.as_mut().expect("a running replica has its log");
+            let mut failed = None;
+            for record in &records {
+                if let Err(e) = log.append(&mut rep.fs, record) {
+                    failed = Some(e.to_string());
+                    break;
+                }
+            }
+            rep.inflight = Some((ready, false));
+            let life = rep.life;
+            self.send_peers(r, send);
+            if let Some(e) = failed {
+                return self.fail(format!("replica {} could not append its round: {e}", r + 1));
+            }
+            let (lo, hi) = (
+                self.options.disk.sync_min.as_nanos(),
+                self.options.disk.sync_max.as_nanos(),
+            );
+            let d = Duration::from_nanos(self.disk.range(lo, hi.max(lo + 1)));
+            self.at(d, Ev::Synced(r, life));
+        }
+        self.observe(r);
+    }
+
+    fn synced(&mut self, r: usize, life: u64) {
+        let rep = &mut self.reps[r];
+        if rep.life != life || rep.node.is_none() {
+            return;
+        }
+        let Some(log) = rep.log.as_mut() else {
+            return;
+        };
+        if let Err(e) = log.sync(&mut rep.fs) {
+            return self.fail(format!("replica {} could not sync: {e}", r + 1));
+        }
+        // What the disk now holds, from what was written (never from the engine).
+        for (index, term) in std::mem::take(&mut rep.writing) {
+            rep.durable_terms.split_off(&index);
+            rep.durable_terms.insert(index, term);
+        }
+        self.durable_term[r] = self.durable_term[r].max(rep.writing_term);
+        let Some((_, synced)) = rep.inflight.as_mut() else {
+            return;
+        };
+        *synced = true;
+        if self.reps[r].crash_after_sync && self.faulty {
+            self.checker.coverage.hit("replicas.crash_after_fsync");
+            return self.crash(r);
+        }
+        let gap = Duration::from_nanos(self.disk.below(2_000_000));
+        self.at(gap, Ev::Persisted(r, life));
+    }
+
+    fn crash(&mut self, r: usize) {
+        self.stats.directory_crashes += 1;
+        self.checker.coverage.hit("fault.directory_crash");
+        let was_leader = self.reps[r]
+            .node
+            .as_ref()
+            .is_some_and(|n| n.replica().role() == Role::Leader);
+        if was_leader {
+            self.checker.coverage.hit("replicas.leader_crash");
+        }
+        self.close_hosts(r);
+        // The unsynced tail survives whole, or is lost; lost, it may leave a fragment: any
+        // prefix of the unsynced bytes (whole records of the round, then part of one).
+        let keep_tail = self.disk.below(2) == 0;
+        let tear = !keep_tail && self.disk.below(2) == 0;
+        let rep = &mut self.reps[r];
+        rep.node = None;
+        rep.crash_after_sync = false;
+        rep.serving = None;
+        rep.held.clear();
+        let unsynced = rep.inflight.as_ref().is_some_and(|(_, s)| !s);
+        rep.inflight = None;
+        rep.writing.clear();
+        rep.writing_term = 0;
+        rep.life += 1;
+        let disk = &mut self.disk;
+        let mut torn = false;
+        let pinned = rep.log.take().map(|log| {
+            let (synced, written) = (log.synced(), log.written());
+            let keep = if keep_tail {
+                written
+            } else if tear && written > synced + 1 {
+                torn = true;
+                disk.range(synced + 1, written - 1)
+            } else {
+                synced
+            };
+            (log.log_name().to_owned(), keep as usize)
+        });
+        if torn {
+            self.stats.torn_tails += 1;
+            self.checker.coverage.hit("fault.torn_tail");
+        }
+        if unsynced && !keep_tail {
+            self.checker.coverage.hit("replicas.lost_unsynced_round");
+        }
+        rep.fs.crash(pinned.as_ref().map(|(n, k)| (n.as_str(), *k)));
+        let down = Duration::from_millis(100 + self.faults.below(2_000));
+        self.at(down, Ev::Restart(r));
+    }
+
+    fn restart(&mut self, r: usize) {
+        let rep = &mut self.reps[r];
+        if rep.node.is_some() {
+            return;
+        }
+        let options = StorageOptions {
+            create: !rep.booted,
+            repair: false,
+            preallocate: 0,
+        };
+        let (log, recovered) = match LogStore::open(&mut rep.fs, options) {
+            Ok(opened) => opened,
+            Err(e) => return self.fail(format!("replica {} could not open its log: {e}", r + 1)),
+        };
+        rep.booted = true;
+        let durable = match Durable::from_records(&recovered.records) {
+            Ok(d) => d,
+            Err(e) => return self.fail(format!("replica {} log does not recover: {e}", r + 1)),
+        };
+        if durable.hard_state.term < self.durable_term[r] {
+            let (got, made) = (durable.hard_state.term, self.durable_term[r]);
+            return self.fail(format!(
+                "replica {} recovered term {got} after making term {made} durable",
+                r + 1
+            ));
+        }
+        rep.log_terms = durable.entries.iter().map(|e| (e.index, e.term)).collect();
+        rep.durable_terms = rep.log_terms.clone();
+        rep.data = durable
+            .entries
+            .iter()
+            .map(|e| (e.index, e.data.clone()))
+            .collect();
+        let replica = match Replica::start(&rep.config, &durable) {
+            Ok(replica) => replica,
+            Err(e) => return self.fail(format!("replica {} could not start: {e}", r + 1)),
+        };
+        let config = DirectoryConfig {
+            address: Address::new(DIRECTORY_NODE, 0, 0),
+            retry_period: self.options.directory_retry,
+            limits: DirectoryLimits {
+                retry_batch: self.options.retry_batch,
+                ..Default::default()
+            },
+        };
+        let mut node = ReplicatedDirectory::new(replica, config, ActorSources);
+        node.observe_steps();
+        rep.node = Some(node);
+        rep.log = Some(log);
+        rep.committed_checked = 0;
+        let life = rep.life;
+        self.at(TICK, Ev::Tick(r, life));
+        self.drive(r);
+    }
+
+    /// After every input of replica `r`: the checks on terms and the committed sequence, a
+    /// start or end of serving, the steps it admitted and the effects it released.
+    fn observe(&mut self, r: usize) {
+        let Some(node) = self.reps[r].node.as_mut() else {
+            return;
+        };
+        if let Some(why) = node.stopped() {
+            let why = format!("replica {} stopped: {why}", r + 1);
+            return self.fail(why);
+        }
+        let (term, role) = (node.replica().term(), node.replica().role());
+        let commit = node.replica().commit().min(node.applied());
+        let serving = node.serving_term();
+        let admitted = node.take_admitted();
+        let released = node.take_effects();
+        if term < self.durable_term[r] {
+            let made = self.durable_term[r];
+            return self.fail(format!(
+                "replica {} is at term {term} after making term {made} durable",
+                r + 1
+            ));
+        }
+        if role == Role::Leader {
+            match self.leaders.get(&term) {
+                Some(&other) if other != r => {
+                    return self.fail(format!(
+                        "replicas {} and {} both lead term {term}",
+                        other + 1,
+                        r + 1
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    self.leaders.insert(term, r);
+                    self.checker.coverage.hit("replicas.election");
+                }
+            }
+        }
+        self.check_committed(r, commit);
+        if self.reps[r].serving != serving {
+            if self.reps[r].serving.is_some() {
+                self.close_hosts(r);
+            }
+            self.reps[r].serving = serving;
+            self.reps[r].held.clear();
+            if let Some(term) = serving {
+                let effects = admitted
+                    .iter()
+                    .find(|a| a.recovery)
+                    .map(|a| a.effects.clone())
+                    .unwrap_or_default();
+                self.serving_started(r, term, &effects);
+            }
+        }
+        for a in admitted {
+            let held = a
+                .effects
+                .iter()
+                .filter(|e| !matches!(e, Effect::Persist(_)))
+                .count();
+            if held > 0 {
+                self.reps[r].held.push_back((a.term, a.index, held));
+            }
+        }
+        for effect in released {
+            self.release(r, effect);
+        }
+        self.welcome_ready(r);
+    }
+
+    /// The replicas never disagree about a committed index (nothing committed is lost or
+    /// changed).
+    fn check_committed(&mut self, r: usize, commit: u64) {
+        let from = self.reps[r].committed_checked + 1;
+        for index in from..=commit {
+            let (Some(&term), Some(data)) = (
+                self.reps[r].log_terms.get(&index),
+                self.reps[r].data.get(&index),
+            ) else {
+                return self.fail(format!(
+                    "replica {} applied index {index} but its log lacks it",
+                    r + 1
+                ));
+            };
+            let i = index as usize - 1;
+            if let Some((t, d)) = self.committed.get(i) {
+                if *t != term || d != data {
+                    return self.fail(format!(
+                        "committed: replica {} holds index {index} of term {term}, but term {t}'s entry was committed there",
+                        r + 1
+                    ));
+                }
+            } else {
+                self.committed.push((term, data.clone()));
+            }
+        }
+        self.reps[r].committed_checked = self.reps[r].committed_checked.max(commit);
+    }
+
+    /// Replica `r` starts serving `term`: if it is the highest term yet, the model rolls back
+    /// to the steps its log holds below its term's first entry (all committed) and recovers
+    /// at the term; a lower term's leader is stale, and the model never follows it.
+    fn serving_started(&mut self, r: usize, term: u64, effects: &[Effect]) {
+        self.checker.coverage.hit("replicas.serving");
+        if term <= self.model_term {
+            self.checker.coverage.hit("replicas.stale_leader_served");
+            return;
+        }
+        let rep = &self.reps[r];
+        let node = rep.node.as_ref().expect("running");
+        let first = node.applied();
+        let survived = self
+            .journal
+            .iter()
+            .rev()
+            .find(|&&(_, t, index)| {
+                index.is_some_and(|i| i < first && rep.log_terms.get(&i) == Some(&t))
+            })
+            .map_or(0, |&(s, _, _)| s);
+        let dropped = self
+            .journal
+            .iter()
+            .filter(|&&(s, _, i)| s > survived && i.is_some())
+            .count();
+        if dropped > 0 {
+            self.checker
+                .coverage
+                .hit("replicas.uncommitted_steps_dropped");
+        }
+        self.journal.retain(|&(s, _, _)| s <= survived);
+        self.checker.directory_crashed(survived);
+        self.model_term = term;
+        self.step += 1;
+        let step = self.step;
+        let dir = node.directory().expect("serving");
+        self.checker.directory_recovered_in_epoch(
+            self.now,
+            step,
+            effects,
+            dir,
+            AuthorityEpoch(term),
+        );
+        let index = node.replica().last_index();
+        self.journal.push((step, term, Some(index)));
+    }
+
+    /// An input for the directory of replica `r` (a host's frame or its retry timer).
+    fn directory_input(&mut self, r: usize, input: DirInput) {
+        let now = self.now;
+        let Some(node) = self.reps[r].node.as_mut() else {
+            return;
+        };
+        let result = match &input {
+            DirInput::Message(m) => node.handle_message(now, m.clone()),
+            DirInput::Timer => node.handle_timer(now, Timer::DirectoryRetry),
+            DirInput::Route { target, routable } => node.handle_route(now, *target, *routable),
+        };
+        match result {
+            Ok(()) => {}
+            Err(NotServing::Refused(e)) => {
+                return self.fail(format!("directory refused an input it should accept: {e}"));
+            }
+            Err(NotServing::Busy) => {
+                self.checker.coverage.hit("replicas.busy");
+                return;
+            }
+            Err(_) => return self.drive(r),
+        }
+        self.stats.directory_steps += 1;
+        let admitted = node.take_admitted();
+        let effects = admitted
+            .last()
+            .map(|a| a.effects.clone())
+            .unwrap_or_default();
+        let term = node.serving_term().expect("a step is taken while serving");
+        if term == self.model_term {
+            self.step += 1;
+            let step = self.step;
+            let index = admitted.last().and_then(|a| a.index);
+            self.journal.push((step, term, index));
+            let dir = node.directory().expect("serving");
+            self.checker
+                .directory_step(now, step, &input, &effects, dir);
+        } else {
+            self.checker.coverage.hit("replicas.stale_leader_step");
+        }
+        for a in admitted {
+            let held = a
+                .effects
+                .iter()
+                .filter(|e| !matches!(e, Effect::Persist(_)))
+                .count();
+            if held > 0 {
+                self.reps[r].held.push_back((a.term, a.index, held));
+            }
+        }
+        self.drive(r);
+    }
+
+    /// An effect the directory of replica `r` let go: its step's entry must be durable on a
+    /// quorum of disks (restated from the disks' account, never asked of the engine).
+    fn release(&mut self, r: usize, effect: Effect) {
+        let Some(front) = self.reps[r].held.front_mut() else {
+            return self.fail(format!(
+                "replica {} released {effect:?}, which no step admitted",
+                r + 1
+            ));
+        };
+        let (term, index) = (front.0, front.1);
+        front.2 -= 1;
+        if front.2 == 0 {
+            self.reps[r].held.pop_front();
+        }
+        let answers = matches!(effect, Effect::Send { .. });
+        if answers {
+            let Some(index) = index else {
+                return self.fail(format!(
+                    "replica {} released {effect:?} from a step that proposed nothing",
+                    r + 1
+                ));
+            };
+            let quorum = self
+                .reps
+                .iter()
+                .filter(|rep| rep.durable_terms.get(&index) == Some(&term))
+                .count();
+            if quorum * 2 <= REPLICAS {
+                return self.fail(format!(
+                    "commit: replica {} released {effect:?} for entry {index} of term {term}, durable on {quorum} of {REPLICAS} disks",
+                    r + 1
+                ));
+            }
+        }
+        match effect {
+            Effect::Send { to, message } => {
+                if let Message::Reply(reply) = &message
+                    && reply.epoch != AuthorityEpoch(term)
+                {
+                    return self.fail(format!(
+                        "epoch: replica {} released a reply of epoch {} in term {term}",
+                        r + 1,
+                        reply.epoch
+                    ));
+                }
+                self.checker.released(self.now, to, &message);
+                let Some(h) = self.hosts.iter().position(|h| h.node == to.node) else {
+                    return;
+                };
+                let Some(&(conn, _, true)) = self.reps[r].hosts.get(&h) else {
+                    return;
+                };
+                let d = self.latency();
+                let at = self.now.saturating_add(d).max(self.hosts[h].last_to_host);
+                self.hosts[h].last_to_host = at;
+                let d = at.saturating_since(self.now);
+                self.at(d, Ev::ToHost(h, conn, to, message));
+            }
+            Effect::SetTimer { at, .. } => {
+                let rep = &mut self.reps[r];
+                rep.timer_arming += 1;
+                let (life, arming) = (rep.life, rep.timer_arming);
+                let d = at.saturating_since(self.now);
+                self.at(d, Ev::DirTimer(r, life, arming));
+            }
+            Effect::CancelTimer { .. } => self.reps[r].timer_arming += 1,
+            Effect::WatchRoute { .. } | Effect::UnwatchRoute { .. } => {}
+            Effect::Persist(_) => self.fail("a Persist was released".into()),
+        }
+    }
+
+    // ------------------------------------------------------------------ host links
+
+    fn conn_arrive(&mut self, h: usize, conn: u64, r: usize) {
+        if self.hosts[h].conn != conn {
+            return;
+        }
+        let cut = self.reps[r].cut.is_some_and(|(c, _)| c == Cut::Everyone);
+        let serving = self.reps[r].node.as_ref().and_then(Node::serving_term);
+        let Some(term) = serving.filter(|_| !cut) else {
+            // Not serving (or unreachable): the connection closes.
+            self.checker.coverage.hit("replicas.host_refused");
+            let d = self.latency();
+            self.at(d, Ev::ConnClosed(h, conn));
+            return;
+        };
+        // The admission is an entry of its own: the welcome waits until it is applied in this
+        // term (the membership record, which this mode does not carry, would be in it).
+        let node = self.reps[r].node.as_mut().expect("serving");
+        match node.propose_records(&[]) {
+            Ok(index) => {
+                self.reps[r]
+                    .hosts
+                    .insert(h, (conn, Some((term, index)), false));
+            }
+            Err(_) => {
+                let d = self.latency();
+                self.at(d, Ev::ConnClosed(h, conn));
+                return;
+            }
+        }
+        // The checker's own account: the admission is the engine's last entry now.
+        let last = self.reps[r]
+            .node
+            .as_ref()
+            .map_or(0, |n| n.replica().last_index());
+        self.admissions.insert((h, conn), (term, last));
+        self.drive(r);
+    }
+
+    /// Welcomes the hosts whose admission entry replica `r` applied in the term it serves.
+    fn welcome_ready(&mut self, r: usize) {
+        let Some(node) = self.reps[r].node.as_ref() else {
+            return;
+        };
+        let (applied, serving) = (node.applied(), node.serving_term());
+        let ready: Vec<(usize, u64)> = self.reps[r]
+            .hosts
+            .iter()
+            .filter(|(_, (_, admission, welcomed))| {
+                !welcomed && admission.is_some_and(|(t, i)| Some(t) == serving && applied >= i)
+            })
+            .map(|(&h, &(conn, _, _))| (h, conn))
+            .collect();
+        for (h, conn) in ready {
+            let term = serving.expect("serving");
+            // A welcome leaves only once its admission entry is durable on a quorum of disks
+            // (no host hears of an identity a failover could forget).
+            if let Some((t, index)) = self.admissions.remove(&(h, conn)) {
+                let quorum = self
+                    .reps
+                    .iter()
+                    .filter(|rep| rep.durable_terms.get(&index) == Some(&t))
+                    .count();
+                if t != term || quorum * 2 <= REPLICAS {
+                    return self.fail(format!(
+                        "welcome: replica {} welcomed host {} at term {term} before its admission (entry {index} of term {t}) was durable on a quorum ({quorum} of {REPLICAS} disks)",
+                        r + 1,
+                        h + 1
+                    ));
+                }
+            }
+            self.reps[r].hosts.insert(h, (conn, None, true));
+            let found = Discovered {
+                address: Address::new(DIRECTORY_NODE, term, 0),
+                epoch: AuthorityEpoch(term),
+            };
+            let d = self.latency();
+            self.at(d, Ev::Welcome(h, conn, r, found));
+        }
+    }
+
+    /// Replica `r` stops serving (or crashes, or is cut off): it closes every host connection.
+    fn close_hosts(&mut self, r: usize) {
+        let hosts = std::mem::take(&mut self.reps[r].hosts);
+        for (h, (conn, _, _)) in hosts {
+            let d = self.latency();
+            self.at(d, Ev::ConnClosed(h, conn));
+        }
+    }
+
+    /// A frame from host `h` to the directory: over its link, if welcomed.
+    fn host_send(&mut self, h: usize, from: Address, message: Message) {
+        let host = &self.hosts[h];
+        if host.state != LinkState::Welcomed {
+            return;
+        }
+        let (conn, r) = (host.conn, host.candidate);
+        let d = self.latency();
+        let at = self
+            .now
+            .saturating_add(d)
+            .max(self.hosts[h].last_to_replica);
+        self.hosts[h].last_to_replica = at;
+        let d = at.saturating_since(self.now);
+        self.at(d, Ev::ToReplica(h, conn, r, from, message));
+    }
+
+    fn proxy_input(&mut self, h: usize, input: ProxyInput) {
+        let now = self.now;
+        let proxy = &mut self.hosts[h].proxy;
+        let result = match &input {
+            ProxyInput::Message(m) => proxy.handle_message(now, m.clone(), &mut self.outbox),
+            ProxyInput::Discovery(found) => {
+                proxy.handle_discovery(now, *found, &mut self.outbox);
+                Ok(())
+            }
+            ProxyInput::Timer => proxy.handle_timer(now, Timer::ProxyRetry, &mut self.outbox),
+        };
+        if let Err(e) = result {
+            return self.fail(format!("a proxy refused an input it should accept: {e}"));
+        }
+        let effects = self.outbox.take();
+        self.checker
+            .proxy_step(now, (h, 1, 1), &input, &effects, &self.hosts[h].proxy);
+        self.proxy_effects(h, effects);
+    }
+
+    fn proxy_effects(&mut self, h: usize, effects: Vec<Effect>) {
+        let now = self.now;
+        let (node, from) = (self.hosts[h].node, Address::new(self.hosts[h].node, 1, 500));
+        for effect in effects {
+            match effect {
+                Effect::Send { to, message } if to.node == node => {
+                    if let Message::Reply(reply) = message {
+                        self.client_reply(h, to, reply);
+                    }
+                }
+                Effect::Send { message, .. } => self.host_send(h, from, message),
+                Effect::SetTimer { at, .. } => {
+                    self.hosts[h].proxy_arming += 1;
+                    let arming = self.hosts[h].proxy_arming;
+                    self.at(at.saturating_since(now), Ev::ProxyTimer(h, arming));
+                }
+                Effect::CancelTimer { .. } => self.hosts[h].proxy_arming += 1,
+                other => self.fail(format!("a proxy emitted an unexpected effect {other:?}")),
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ callers
+
+    fn client_address(&self, h: usize, c: usize) -> Address {
+        Address::new(self.hosts[h].node, 1, 1 + c as u64)
+    }
+
+    fn pick_path(&mut self) -> DataPath {
+        let paths = &self.options.paths;
+        paths[self.work.below(paths.len() as u64) as usize].clone()
+    }
+
+    fn client_step(&mut self, h: usize, c: usize) {
+        let client = &self.hosts[h].clients[c];
+        if client.calling.is_some() || client.quiet {
+            return;
+        }
+        let address = self.client_address(h, c);
+        let issuer = Issuer::of(address, c as u8 + 1);
+        let op = issuer.op(self.hosts[h].clients[c].next_op);
+        let kind = self.work.below(10);
+        let path = self.pick_path();
+        let request = match kind {
+            0..=3 => {
+                let n = self.hosts[h].clients[c].next_op;
+                let source = Address::new(self.hosts[h].node, 1, 1_000 + 100_000 * c as u64 + n);
+                DirectoryRequest::Register {
+                    path,
+                    source,
+                    source_node: source.node,
+                    length: 10,
+                    recovery: SourceRecovery::Actor {
+                        actor: source,
+                        node: source.node,
+                        owner: None,
+                    },
+                    operation: op,
+                    reservation: None,
+                }
+            }
+            4 => DirectoryRequest::Unregister {
+                path,
+                expected_revision: None,
+                operation: op,
+            },
+            5 => {
+                let destination = self.pick_path();
+                DirectoryRequest::Rename {
+                    source: path,
+                    destination,
+                    replace: self.work.below(2) == 0,
+                    operation: op,
+                }
+            }
+            6..=7 => DirectoryRequest::Lookup { path },
+            _ => DirectoryRequest::Resolve { path },
+        };
+        if request.operation().is_some() {
+            self.hosts[h].clients[c].next_op += 1;
+        }
+        self.sent_after.insert((h, c), self.acked_ops.clone());
+        self.call(h, c, request);
+    }
+
+    fn call(&mut self, h: usize, c: usize, request: DirectoryRequest) {
+        let reply_to = self.client_address(h, c);
+        let client = &mut self.hosts[h].clients[c];
+        let request_id = RequestId(client.next_request);
+        client.next_request += 1;
+        client.calling = Some((request_id, request.clone(), 0));
+        let call = DirectoryCall {
+            request_id,
+            reply_to,
+            request,
+        };
+        self.proxy_input(h, ProxyInput::Message(Message::ProxyCall(call)));
+    }
+
+    fn client_reply(&mut self, h: usize, to: Address, reply: dataplane_core::wire::DirectoryReply) {
+        let Some(c) = (0..self.hosts[h].clients.len()).find(|&c| self.client_address(h, c) == to)
+        else {
+            return;
+        };
+        let Some((id, request, _)) = self.hosts[h].clients[c].calling.clone() else {
+            return;
+        };
+        if id != reply.request_id {
+            return;
+        }
+        self.hosts[h].clients[c].calling = None;
+        use dataplane_core::error::NamespaceError as E;
+        let retry = matches!(
+            reply.body.err(),
+            Some(E::DirectoryUnavailable(_) | E::Timeout)
+        );
+        if retry && request.operation().is_some() {
+            // The same operation again, until a definitive answer.
+            self.checker.coverage.hit("replicas.client_retry");
+            return self.call(h, c, request);
+        }
+        if let Some(op) = request.operation()
+            && matches!(
+                reply.body,
+                ReplyBody::Registered(Ok(_))
+                    | ReplyBody::Unregistered(Ok(_))
+                    | ReplyBody::Renamed(Ok(_))
+            )
+        {
+            let after = self.sent_after.remove(&(h, c)).unwrap_or_default();
+            self.acked.push(Acked { op, after });
+            self.acked_ops.push(op);
+            self.checker.coverage.hit("replicas.mutation_acknowledged");
+        }
+        if !self.hosts[h].clients[c].quiet {
+            let think = Duration::from_millis(5 + self.work.below(100));
+            self.at(think, Ev::Client(h, c));
+        }
+    }
+
+    // ------------------------------------------------------------------ the end
+
+    fn at_end(&mut self) {
+        let unanswered: Vec<String> = self
+            .hosts
+            .iter()
+            .enumerate()
+            .flat_map(|(h, host)| {
+                host.clients
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(c, client)| {
+                        client
+                            .calling
+                            .as_ref()
+                            .map(|(_, r, _)| format!("host {} client {c}: {r:?}", h + 1))
+                    })
+            })
+            .collect();
+        if !unanswered.is_empty() {
+            let states: Vec<String> = self.reps.iter().map(|r| format!("{:?}", r.node)).collect();
+            return self.fail(format!(
+                "liveness: {} calls unanswered {SETTLE} after the heal: {unanswered:?}; replicas {states:?}",
+                unanswered.len()
+            ));
+        }
+        // Every acknowledged mutation is in the committed sequence, after every mutation
+        // acknowledged before it was sent.
+        let mut position: BTreeMap<OperationId, usize> = BTreeMap::new();
+        for (i, (_, data)) in self.committed.iter().enumerate() {
+            let Ok(records) = postcard::from_bytes::<Vec<LogRecord>>(data) else {
+                continue;
+            };
+            for record in records {
+                if let LogRecord::Committed { operation, .. } = record {
+                    position.entry(operation).or_insert(i + 1);
+                }
+            }
+        }
+        for acked in &self.acked {
+            let Some(&at) = position.get(&acked.op) else {
+                let op = acked.op;
+                return self.fail(format!(
+                    "lost: acknowledged mutation {op} is not in the committed log"
+                ));
+            };
+            for before in &acked.after {
+                if position.get(before).is_none_or(|&b| b >= at) {
+                    let op = acked.op;
+                    return self.fail(format!(
+                        "reordered: mutation {op} (index {at}) was sent after {before} was acknowledged, but {before} is at {:?}",
+                        position.get(before)
+                    ));
+                }
+            }
+        }
+        // The replicas that applied everything agree on the state.
+        let applied = self.committed.len() as u64;
+        let states: Vec<Vec<LogRecord>> = self
+            .reps
+            .iter()
+            .filter_map(|r| r.node.as_ref())
+            .filter(|n| n.applied() == applied)
+            .map(|n| n.committed().snapshot_records())
+            .collect();
+        if states.len() < 2 {
+            return self.fail(format!(
+                "liveness: {} replicas applied the whole committed log after the heal",
+                states.len()
+            ));
+        }
+        if states.windows(2).any(|w| w[0] != w[1]) {
+            self.fail("the replicas' committed states differ after the heal".into());
+        }
+    }
+
+    /// What the run did, as the swarm prints it.
+    pub fn coverage(&self) -> &Coverage {
+        &self.checker.coverage
+    }
+}
