@@ -241,7 +241,8 @@ struct ReplicaNode {
     peers: BTreeMap<ReplicaId, PeerOut>,
     incoming: BTreeMap<ConnId, PeerIn>,
     /// Peers whose refusal was logged at `info` since they last proved themselves (a peer
-    /// with the wrong key retries every [`PEER_RETRY`]: later refusals go to `debug`).
+    /// with the wrong key retries every [`PEER_RETRY`]: later refusals go to `debug`); at most
+    /// one per replica of the group, plus 0 for every stranger.
     refusals_logged: BTreeSet<ReplicaId>,
     /// What `conns` asked for, not yet done (a reused buffer).
     actions: Vec<ConnAction>,
@@ -971,7 +972,10 @@ impl ReplicaNode {
                     let remote = self.net.remote(conn);
                     let why = "peer replica refused: not a replica of this group, or no proof \
                                of the cluster key (its next attempts are logged at debug)";
-                    if self.refusals_logged.insert(from) {
+                    // Bounded: only the group's ids are remembered (a stranger may claim any
+                    // id, so strangers share one slot, id 0, which no replica has).
+                    let slot = if known { from } else { 0 };
+                    if self.refusals_logged.insert(slot) {
                         info!(conn, %remote, from, to, known, "{why}");
                     } else {
                         debug!(conn, %remote, from, to, known, "{why}");

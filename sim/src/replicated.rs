@@ -20,7 +20,6 @@
 //! order it was acknowledged, and every caller is answered. See SIMULATION.md, "The replicated
 //! directory in the main swarm".
 
-use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 use dataplane_core::directory::{ActorSources, DirectoryConfig, DirectoryLimits};
@@ -42,7 +41,7 @@ use crate::check::{Checker, Coverage, DirInput};
 use crate::disk::SimFs;
 use crate::options::Options;
 use crate::rng::{SimRng, Stream};
-use crate::world::{Outcome, Stats};
+use crate::world::{Event, Outcome, Stats};
 
 /// What a swarm of this mode must reach (its `--require-coverage`; the default mode's list is
 /// `check::EXPECTED_COVERAGE`). Every run hits `mode.replicated`, which selects this list.
@@ -115,29 +114,6 @@ enum Ev {
     ProxyTimer(usize, u64),
     Client(usize, usize),
     Heal,
-}
-
-struct Event {
-    at: Instant,
-    seq: u64,
-    ev: Ev,
-}
-
-impl PartialEq for Event {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-impl Eq for Event {}
-impl PartialOrd for Event {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Event {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.at, other.seq).cmp(&(self.at, self.seq))
-    }
 }
 
 /// How a replica is cut off.
@@ -231,7 +207,7 @@ struct Acked {
 pub struct ReplWorld {
     options: Options,
     now: Instant,
-    queue: BinaryHeap<Event>,
+    queue: BinaryHeap<Event<Ev>>,
     seq: u64,
     net: SimRng,
     faults: SimRng,
@@ -385,8 +361,23 @@ impl ReplWorld {
         self.queue.push(Event {
             at: self.now.saturating_add(delay),
             seq: self.seq,
-            ev,
+            kind: ev,
         });
+    }
+
+    /// Counts the effects each admitted step of replica `r` holds (all but its `Persist`s),
+    /// for the commit rule's account of what the replica may release.
+    fn hold(&mut self, r: usize, admitted: &[dataplane_replica::Admitted]) {
+        for a in admitted {
+            let held = a
+                .effects
+                .iter()
+                .filter(|e| !matches!(e, Effect::Persist(_)))
+                .count();
+            if held > 0 {
+                self.reps[r].held.push_back((a.term, a.index, held));
+            }
+        }
     }
 
     fn fail(&mut self, why: String) {
@@ -438,7 +429,7 @@ impl ReplWorld {
             self.checker.set_time(self.now);
             self.events += 1;
             self.hash = mix(mix(self.hash, event.at.as_nanos()), event.seq);
-            self.handle(event.ev);
+            self.handle(event.kind);
             if !self.faulty && self.settled() {
                 break;
             }
@@ -956,16 +947,7 @@ impl ReplWorld {
                 self.serving_started(r, term, &effects);
             }
         }
-        for a in admitted {
-            let held = a
-                .effects
-                .iter()
-                .filter(|e| !matches!(e, Effect::Persist(_)))
-                .count();
-            if held > 0 {
-                self.reps[r].held.push_back((a.term, a.index, held));
-            }
-        }
+        self.hold(r, &admitted);
         for effect in released {
             self.release(r, effect);
         }
@@ -1088,16 +1070,7 @@ impl ReplWorld {
         } else {
             self.checker.coverage.hit("replicas.stale_leader_step");
         }
-        for a in admitted {
-            let held = a
-                .effects
-                .iter()
-                .filter(|e| !matches!(e, Effect::Persist(_)))
-                .count();
-            if held > 0 {
-                self.reps[r].held.push_back((a.term, a.index, held));
-            }
-        }
+        self.hold(r, &admitted);
         self.drive(r);
     }
 

@@ -199,25 +199,27 @@ enum EventKind {
     },
 }
 
+/// A scheduled event of a simulated world: its kind `K` happens at `at`; events at one instant
+/// happen in the order they were scheduled (`seq`). The replicated mode's world uses it too.
 #[derive(Debug)]
-struct Event {
-    at: Instant,
-    seq: u64,
-    kind: EventKind,
+pub(crate) struct Event<K> {
+    pub(crate) at: Instant,
+    pub(crate) seq: u64,
+    pub(crate) kind: K,
 }
 
-impl PartialEq for Event {
+impl<K> PartialEq for Event<K> {
     fn eq(&self, other: &Self) -> bool {
         (self.at, self.seq) == (other.at, other.seq)
     }
 }
-impl Eq for Event {}
-impl PartialOrd for Event {
+impl<K> Eq for Event<K> {}
+impl<K> PartialOrd for Event<K> {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
-impl Ord for Event {
+impl<K> Ord for Event<K> {
     /// Reversed, so the `BinaryHeap` pops the earliest (time, sequence) first.
     fn cmp(&self, other: &Self) -> Ordering {
         (other.at, other.seq).cmp(&(self.at, self.seq))
@@ -390,7 +392,7 @@ pub fn file_name(k: usize) -> String {
 pub struct World {
     options: Options,
     now: Instant,
-    queue: BinaryHeap<Event>,
+    queue: BinaryHeap<Event<EventKind>>,
     seq: u64,
     net_rng: SimRng,
     fault_rng: SimRng,

@@ -528,6 +528,22 @@ impl ReplicaGroup {
         self.serving_except(timeout, None)
     }
 
+    /// A client welcomed by the replica that serves now (waits up to `timeout` in all, also
+    /// when leadership moves between finding the leader and connecting to it).
+    pub fn client(&mut self, timeout: Duration) -> raw::RawClient {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let serving = self.serving(timeout);
+            if let Ok(client) = raw::RawClient::connect(&self.replicas[serving].listen) {
+                return client;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no replica keeps serving for {timeout:?}"
+            );
+        }
+    }
+
     /// [`serving`](Self::serving), not asking replica `skip` (stopped with SIGSTOP: its kernel
     /// accepts a connection that nobody answers).
     pub fn serving_except(&mut self, timeout: Duration, skip: Option<usize>) -> usize {
