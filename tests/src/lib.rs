@@ -210,9 +210,13 @@ impl Proc {
         proc
     }
 
-    /// Adds `args` to its command line (for its next start).
-    pub fn add_args(&mut self, args: &[&str]) {
+    /// Starts it once with `args` added to its command line (a later restart goes without
+    /// them), if it is not running.
+    pub fn start_once_with(&mut self, args: &[&str]) {
+        let keep = self.args.len();
         self.args.extend(args.iter().map(OsString::from));
+        self.start();
+        self.args.truncate(keep);
     }
 
     /// Starts it (again) with its command line, if it is not running.

@@ -66,9 +66,12 @@ impl Authority for Group {
             let replica = &mut self.group.replicas[follower];
             replica.proc.kill9();
             fs::remove_dir_all(&replica.data_dir).expect("remove the follower's data directory");
-            // It rejoins: no vote until it holds what the leader had committed.
-            replica.proc.add_args(&["--join"]);
-            replica.proc.start();
+            // It rejoins: no vote until it holds what the leader had committed. Only this start
+            // joins: a joining replica is no voter, and one restarted later with its disk
+            // intact must vote again, or a group that loses another replica meanwhile elects
+            // nobody (a CI run found that: replica 3 restarted joining 0.3 s before the
+            // leader's kill, and the last two never elected).
+            replica.proc.start_once_with(&["--join"]);
             replica.wait_ready();
             eprintln!(
                 "round {round}: replica {} lost its data directory and restarted empty",
