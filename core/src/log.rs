@@ -451,6 +451,38 @@ pub enum ReplicaRecord {
         /// The proposal's context bytes.
         context: Vec<u8>,
     },
+    /// The start of a snapshot of the replicated state up to `index` (the replica installed it
+    /// from its leader, or a compaction restates it): `len` bytes follow in
+    /// [`ReplicaRecord::SnapshotPart`]s. Once they are all there, the snapshot replaces the
+    /// one before and every entry (the log goes on from `index + 1`); a snapshot whose parts
+    /// stop short is a torn round's, and is ignored only at the very end of a log.
+    SnapshotStart {
+        /// The last index the snapshot covers.
+        index: u64,
+        /// That entry's term.
+        term: u64,
+        /// The group's configuration at `index`.
+        conf: ReplicaConf,
+        /// The snapshot's length in bytes (all its parts together).
+        len: u64,
+    },
+    /// The next bytes of the snapshot being restated (each part within the record limit).
+    SnapshotPart(Vec<u8>),
+}
+
+/// A replicated log's group configuration (the engine's `ConfState`, mirrored).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ReplicaConf {
+    /// The voters (of the incoming configuration, during a joint change).
+    pub voters: Vec<u64>,
+    /// The learners.
+    pub learners: Vec<u64>,
+    /// The outgoing configuration's voters during a joint change.
+    pub voters_outgoing: Vec<u64>,
+    /// Learners that become so when a joint change is left.
+    pub learners_next: Vec<u64>,
+    /// Whether a joint change is left automatically.
+    pub auto_leave: bool,
 }
 
 /// What a replicated log entry carries (the engine's entry types, mirrored).

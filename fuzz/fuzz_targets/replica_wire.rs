@@ -50,6 +50,8 @@ fuzz_target!(|data: &[u8]| {
             voters: vec![1, 2, 3],
             election_ticks: 10,
             heartbeat_ticks: 2,
+            snapshot_every: 4,
+            snapshot_keep: 1,
         };
         let _ = Replica::start(&config, &durable);
     }

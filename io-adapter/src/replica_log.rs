@@ -35,7 +35,9 @@ use std::path::Path;
 
 use dataplane_core::limits::LOG_RECORD_BYTES_MAX;
 use dataplane_core::log::LogRecord;
-use dataplane_replica::{Durable, HardStateRecord, LogEntry, ReplicaError, round_records};
+use dataplane_replica::{
+    Compaction, Durable, HardStateRecord, LogEntry, ReplicaError, SnapshotData, round_records,
+};
 
 use crate::log::{DurableLog, LogError, LogOptions, Recovered};
 
@@ -156,19 +158,33 @@ impl ReplicaLog {
         entries: &[LogEntry],
         hard_state: Option<HardStateRecord>,
     ) -> Result<(), LogError> {
-        if entries.is_empty() && hard_state.is_none() {
+        self.write_round(None, entries, hard_state)
+    }
+
+    /// [`write`](Self::write) for a round that may install a snapshot from the leader: its
+    /// records go first (the snapshot replaces the log), then the entries and the hard state.
+    pub fn write_round(
+        &mut self,
+        snapshot: Option<&SnapshotData>,
+        entries: &[LogEntry],
+        hard_state: Option<HardStateRecord>,
+    ) -> Result<(), LogError> {
+        if snapshot.is_none() && entries.is_empty() && hard_state.is_none() {
             return Ok(());
         }
-        let last = self.durable.entries.last().map_or(0, |e| e.index);
+        let (start, last) = match snapshot {
+            Some(s) => (s.index, s.index),
+            None => (self.durable.start.0, self.durable.last_index()),
+        };
         if let Some(first) = entries.first() {
             assert!(
-                (1..=last + 1).contains(&first.index)
+                (start + 1..=last + 1).contains(&first.index)
                     && entries.windows(2).all(|w| w[1].index == w[0].index + 1),
                 "a round's entries must follow the log (last entry {last}): {:?}",
                 entries.iter().map(|e| e.index).collect::<Vec<_>>()
             );
         }
-        let records = round_records(entries, hard_state);
+        let records = round_records(snapshot, entries, hard_state);
         // The storage refuses an oversized record without writing it, but the round's records
         // before it would be written already: refuse the whole round first.
         for record in &records {
@@ -178,7 +194,23 @@ impl ReplicaLog {
             self.log.append(record)?;
         }
         self.log.sync()?;
+        if let Some(snapshot) = snapshot {
+            self.durable.install(snapshot.clone());
+        }
         self.durable.write_parts(entries, hard_state);
+        self.compact_if_due()
+    }
+
+    /// The replica took a snapshot ([`dataplane_replica::Ready::compacted`]): this copy of the
+    /// disk drops the entries it covers, and the log's next compaction restates the snapshot
+    /// instead of them (until then the disk keeps the entries, which replay to the same
+    /// state). Writes nothing unless that compaction is due now.
+    pub fn compacted(&mut self, compaction: &Compaction) -> Result<(), LogError> {
+        self.durable.compact(compaction);
+        self.compact_if_due()
+    }
+
+    fn compact_if_due(&mut self) -> Result<(), LogError> {
         if self.log.compaction_due(self.compact_min_bytes) {
             self.log.compact(&self.durable.snapshot_records())?;
         }
@@ -277,6 +309,7 @@ mod tests {
         let expected = Durable {
             hard_state: hs(2, 2, 1),
             entries: vec![entry(1, 1), entry(2, 2)],
+            ..Durable::default()
         };
         assert_eq!(log.durable(), &expected);
         drop(log);
@@ -317,6 +350,89 @@ mod tests {
         assert_eq!(log.durable(), &expected);
     }
 
+    fn snapshot(index: u64, term: u64, len: usize) -> SnapshotData {
+        SnapshotData {
+            index,
+            term,
+            conf: dataplane_replica::ReplicaConf {
+                voters: vec![1, 2, 3],
+                ..Default::default()
+            },
+            data: (0..len).map(|i| (i % 251) as u8).collect(),
+        }
+    }
+
+    #[test]
+    fn snapshots_taken_and_installed_survive_a_reopen_and_bound_the_log() {
+        let (_root, dir) = scratch();
+        let (mut log, _) =
+            ReplicaLog::open_compacting_at(&dir, LogOptions::default(), 4096).unwrap();
+        // Entries 1..=300, a snapshot taken every 50 (keeping 10 entries before it).
+        for i in 1..=300u64 {
+            log.write(&[entry(i, 1)], Some(hs(1, 1, i))).unwrap();
+            if i % 50 == 0 {
+                log.compacted(&Compaction {
+                    snapshot: snapshot(i, 1, 100 << 10),
+                    keep_from: i - 9,
+                })
+                .unwrap();
+            }
+        }
+        assert_eq!(log.durable().start, (290, 1));
+        assert_eq!(log.durable().entries.len(), 10);
+        drop(log);
+        let (mut log, recovered) = open(&dir);
+        // The log's last compaction restated a snapshot and the entries after it; the rounds
+        // since follow.
+        assert!(recovered.snapshot_records > 0, "the log was never compacted");
+        let durable = log.durable();
+        let s = durable.snapshot.clone().expect("a snapshot");
+        assert_eq!(s, snapshot(s.index, 1, 100 << 10));
+        assert_eq!(durable.start, (s.index, 1));
+        assert_eq!(
+            durable.entries,
+            (s.index + 1..=300).map(|i| entry(i, 1)).collect::<Vec<_>>()
+        );
+        assert_eq!(durable.hard_state, hs(1, 1, 300));
+        // A snapshot from a leader replaces the log; entries follow it in the same round.
+        let installed = snapshot(400, 2, 70 << 10);
+        log.write_round(Some(&installed), &[entry(401, 2)], Some(hs(2, 0, 400)))
+            .unwrap();
+        let expected = log.durable().clone();
+        assert_eq!(expected.start, (400, 2));
+        assert_eq!(expected.entries, vec![entry(401, 2)]);
+        drop(log);
+        let (log, _) = open(&dir);
+        assert_eq!(log.durable(), &expected);
+    }
+
+    #[test]
+    fn a_round_cut_inside_its_snapshot_recovers_the_state_before_it() {
+        let (_root, dir) = scratch();
+        let (mut log, _) = open(&dir);
+        log.write(&[entry(1, 1), entry(2, 1)], Some(hs(1, 1, 2)))
+            .unwrap();
+        let before = log.durable().clone();
+        let end_of_first = log.log().written();
+        // Three parts of 60 KiB: cut inside the second.
+        log.write_round(Some(&snapshot(9, 2, 150 << 10)), &[], Some(hs(2, 0, 9)))
+            .unwrap();
+        let file = log.log().log_path();
+        drop(log);
+        let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+        f.set_len(end_of_first + (90 << 10)).unwrap();
+        drop(f);
+        let (mut log, _) = open(&dir);
+        assert_eq!(log.durable(), &before);
+        // The replica goes on from there: what it writes next follows the old log.
+        log.write(&[entry(3, 2)], Some(hs(2, 0, 2))).unwrap();
+        let expected = log.durable().clone();
+        drop(log);
+        let (log, _) = open(&dir);
+        assert_eq!(log.durable(), &expected);
+        assert_eq!(expected.entries.len(), 3);
+    }
+
     #[test]
     fn a_torn_tail_recovers_the_durable_prefix() {
         let (_root, dir) = scratch();
@@ -331,7 +447,7 @@ mod tests {
         drop(log);
         // A crash tore the second round inside its second record: its sync mark is gone with
         // it, so nothing shows the cut bytes were synced.
-        let first = round_records(&[entry(3, 1)], None);
+        let first = round_records(None, &[entry(3, 1)], None);
         let first_frame = append_record(&mut Vec::new(), &first[0]).unwrap() as u64;
         let torn = end_of_first + first_frame + FRAME_HEADER_BYTES as u64 + 3;
         let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();

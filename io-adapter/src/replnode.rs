@@ -132,12 +132,12 @@ impl ReplicaOptions {
             .iter()
             .position(|(id, _)| *id == self.id)
             .ok_or_else(|| format!("replica {} is not in --replicas", self.id))?;
-        Ok(ReplicaConfig {
-            id: self.id,
-            voters: ids.into_iter().collect(),
-            election_ticks: ELECTION_TICKS + ELECTION_STEP_TICKS * place,
-            heartbeat_ticks: HEARTBEAT_TICKS,
-        })
+        Ok(ReplicaConfig::new(
+            self.id,
+            ids.into_iter().collect(),
+            ELECTION_TICKS + ELECTION_STEP_TICKS * place,
+            HEARTBEAT_TICKS,
+        ))
     }
 
     /// Where this replica listens for the others.
@@ -487,16 +487,36 @@ impl ReplicaNode {
             for message in std::mem::take(&mut round.send) {
                 self.send_peer(message);
             }
-            let writes = !round.entries.is_empty() || round.hard_state.is_some();
+            let writes = round.snapshot.is_some()
+                || !round.entries.is_empty()
+                || round.hard_state.is_some();
             let started = std::time::Instant::now();
             self.log
-                .write(&round.entries, round.hard_state)
+                .write_round(round.snapshot.as_ref(), &round.entries, round.hard_state)
                 .map_err(NodeError::Log)?;
+            if let Some(snapshot) = &round.snapshot {
+                info!(
+                    index = snapshot.index,
+                    term = snapshot.term,
+                    bytes = snapshot.data.len(),
+                    "installed the leader's snapshot"
+                );
+            }
             if let (Some(metrics), true) = (&self.metrics, writes) {
                 let d = &metrics.directory;
                 d.fsync_seconds.observe(started.elapsed().as_secs_f64());
-                let records = round.entries.len() + usize::from(round.hard_state.is_some());
+                let records = round.entries.len()
+                    + usize::from(round.hard_state.is_some())
+                    + usize::from(round.snapshot.is_some());
                 d.log_records.inc_by(records as u64);
+            }
+            if let Some(compaction) = &round.compacted {
+                debug!(
+                    index = compaction.snapshot.index,
+                    bytes = compaction.snapshot.data.len(),
+                    "took a snapshot; the log before it is compacted"
+                );
+                self.log.compacted(compaction).map_err(NodeError::Log)?;
             }
             for message in self.machine.persisted(round) {
                 self.send_peer(message);

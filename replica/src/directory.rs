@@ -27,7 +27,7 @@ use dataplane_core::membership::Membership;
 use dataplane_core::time::Instant;
 use dataplane_core::wire::Message;
 
-use crate::{Ready, Replica, ReplicaId, Role, WireMessage};
+use crate::{Ready, Replica, ReplicaId, Role, SnapshotData, WireMessage};
 
 /// Why the replicated directory did not take an input (nothing changed).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,10 +123,12 @@ impl<H: SourceRecoveryHook> std::fmt::Debug for ReplicatedDirectory<H> {
 }
 
 impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
-    /// A replica of the directory over `replica` (started from its disk: its committed entries
-    /// come back through `ready` and are applied again from index 1).
+    /// A replica of the directory over `replica` (started from its disk: the state restored
+    /// from its snapshot, if it has one, then its committed entries after it come back through
+    /// `ready` and are applied again).
     pub fn new(replica: Replica, config: DirectoryConfig, hook: H) -> Self {
-        ReplicatedDirectory {
+        let snapshot = replica.snapshot();
+        let mut directory = ReplicatedDirectory {
             replica,
             config,
             hook,
@@ -138,6 +140,43 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
             stopped: None,
             observed: None,
             recovering: false,
+        };
+        if let Some(snapshot) = snapshot {
+            directory.restore(&snapshot);
+        }
+        directory
+    }
+
+    /// Makes a snapshot's state this replica's: the directory's committed state and the
+    /// hosts' membership as they were at its index.
+    fn restore(&mut self, snapshot: &SnapshotData) {
+        match decode_snapshot(&snapshot.data) {
+            Ok((committed, members)) => {
+                self.committed = committed;
+                self.members = members;
+                self.applied = snapshot.index;
+            }
+            Err(why) => self.stop(format!(
+                "the snapshot at entry {} does not restore: {why}",
+                snapshot.index
+            )),
+        }
+    }
+
+    /// Takes a snapshot once [`crate::ReplicaConfig::snapshot_every`] entries were applied
+    /// since the last one; the round carries it to the driver ([`Ready::compacted`]).
+    fn maybe_compact(&mut self, ready: &mut Ready) {
+        let every = self.replica.snapshot_every();
+        if self.stopped.is_some()
+            || every == 0
+            || self.applied.saturating_sub(self.replica.snapshot_index()) < every
+        {
+            return;
+        }
+        let data = encode_snapshot(&self.committed, &self.members);
+        // Refused only past the size limit: the log then keeps growing, as before snapshots.
+        if let Ok(compaction) = self.replica.compact(self.applied, data) {
+            ready.compacted = Some(compaction);
         }
     }
 
@@ -301,12 +340,17 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
         for entry in std::mem::take(&mut ready.apply) {
             self.apply(now, entry.index, entry.term, &entry.data);
         }
+        self.maybe_compact(&mut ready);
         self.follow_leadership();
         Some(ready)
     }
 
-    /// The round's entries and hard state are durable (see [`Replica::persisted`]).
+    /// The round's entries and hard state are durable (see [`Replica::persisted`]); a
+    /// snapshot the round installed is restored now (once durable, as any committed entry).
     pub fn persisted(&mut self, ready: Ready) -> Vec<WireMessage> {
+        if let Some(snapshot) = &ready.snapshot {
+            self.restore(snapshot);
+        }
         self.replica.persisted(ready)
     }
 
@@ -496,4 +540,28 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
         self.step_down();
         self.stopped = Some(why);
     }
+}
+
+/// A snapshot's bytes: the records that restate the directory's committed state and the hosts'
+/// membership (each one's own compaction), in postcard.
+fn encode_snapshot(committed: &DurableState, members: &Membership) -> Vec<u8> {
+    let mut records = committed.snapshot_records();
+    records.extend(members.snapshot_records());
+    postcard::to_allocvec(&records).expect("records always serialise")
+}
+
+/// The state a snapshot's bytes restate, or why they do not.
+fn decode_snapshot(data: &[u8]) -> Result<(DurableState, Membership), String> {
+    let records: Vec<LogRecord> = match postcard::take_from_bytes(data) {
+        Ok((records, [])) => records,
+        _ => return Err("not a snapshot of the directory".into()),
+    };
+    let members = Membership::recover(&records)?;
+    let mut committed = DurableState::default();
+    for record in &records {
+        if !matches!(record, LogRecord::Member(_)) {
+            committed.apply(record).map_err(|e| e.0.to_owned())?;
+        }
+    }
+    Ok((committed, members))
 }

@@ -25,9 +25,11 @@
 //! replica's), or a commit index past the last entry is [`ReplicaError::BadDurable`], naming
 //! the record. Deterministic: a pure function of the records.
 
-use dataplane_core::log::{LogRecord, ReplicaEntryKind, ReplicaRecord};
+use dataplane_core::log::{LogRecord, ReplicaConf, ReplicaEntryKind, ReplicaRecord};
 
-use crate::{Durable, EntryKind, HardStateRecord, LogEntry, ReplicaError};
+use crate::{
+    Durable, EntryKind, HardStateRecord, LogEntry, ReplicaError, SNAPSHOT_BYTES_MAX, SnapshotData,
+};
 
 impl From<EntryKind> for ReplicaEntryKind {
     fn from(kind: EntryKind) -> Self {
@@ -78,6 +80,19 @@ pub enum DiskRecord {
     Entry(LogEntry),
     /// A hard state, replacing the one before.
     HardState(HardStateRecord),
+    /// A snapshot's start: its index, term, configuration and length; its parts follow.
+    SnapshotStart {
+        /// The last entry it covers.
+        index: u64,
+        /// That entry's term.
+        term: u64,
+        /// The configuration there.
+        conf: ReplicaConf,
+        /// The bytes its parts hold together.
+        len: u64,
+    },
+    /// The next bytes of a snapshot.
+    SnapshotPart(Vec<u8>),
 }
 
 impl From<&ReplicaRecord> for DiskRecord {
@@ -103,18 +118,61 @@ impl From<&ReplicaRecord> for DiskRecord {
                 data: data.clone(),
                 context: context.clone(),
             }),
+            ReplicaRecord::SnapshotStart {
+                index,
+                term,
+                conf,
+                len,
+            } => DiskRecord::SnapshotStart {
+                index: *index,
+                term: *term,
+                conf: conf.clone(),
+                len: *len,
+            },
+            ReplicaRecord::SnapshotPart(bytes) => DiskRecord::SnapshotPart(bytes.clone()),
         }
     }
 }
 
-/// The records that make one round durable: its entries in order, then its hard state (see
-/// the module documentation for why in this order). Empty if the round has neither.
-pub fn round_records(entries: &[LogEntry], hard_state: Option<HardStateRecord>) -> Vec<LogRecord> {
-    entries
-        .iter()
-        .map(|e| LogRecord::Replica(e.into()))
+/// The bytes of a snapshot one record holds (within the storage's record limit, 64 KiB).
+pub const SNAPSHOT_PART_BYTES: usize = 60 << 10;
+
+/// The records that restate `snapshot`: its start, then its bytes in parts.
+fn snapshot_records(snapshot: &SnapshotData) -> impl Iterator<Item = LogRecord> + '_ {
+    std::iter::once(LogRecord::Replica(ReplicaRecord::SnapshotStart {
+        index: snapshot.index,
+        term: snapshot.term,
+        conf: snapshot.conf.clone(),
+        len: snapshot.data.len() as u64,
+    }))
+    .chain(
+        snapshot
+            .data
+            .chunks(SNAPSHOT_PART_BYTES)
+            .map(|part| LogRecord::Replica(ReplicaRecord::SnapshotPart(part.to_vec()))),
+    )
+}
+
+/// The records that make one round durable: a snapshot it installed, its entries in order,
+/// then its hard state (see the module documentation for why in this order). Empty if the
+/// round has none of them.
+pub fn round_records(
+    snapshot: Option<&SnapshotData>,
+    entries: &[LogEntry],
+    hard_state: Option<HardStateRecord>,
+) -> Vec<LogRecord> {
+    snapshot
+        .into_iter()
+        .flat_map(snapshot_records)
+        .chain(entries.iter().map(|e| LogRecord::Replica(e.into())))
         .chain(hard_state.map(|hs| LogRecord::Replica(hs.into())))
         .collect()
+}
+
+/// A snapshot whose parts are being read back.
+struct Reading {
+    snapshot: SnapshotData,
+    len: u64,
 }
 
 impl Durable {
@@ -123,6 +181,7 @@ impl Durable {
     /// record, anything that is not a replica's log: see the module documentation.
     pub fn from_records(records: &[LogRecord]) -> Result<Durable, ReplicaError> {
         let mut durable = Durable::default();
+        let mut reading: Option<Reading> = None;
         for (position, record) in records.iter().enumerate() {
             let LogRecord::Replica(record) = record else {
                 return Err(ReplicaError::BadDurable(format!(
@@ -131,15 +190,65 @@ impl Durable {
                     record_name(record)
                 )));
             };
-            match DiskRecord::from(record) {
+            let record = DiskRecord::from(record);
+            if let DiskRecord::SnapshotPart(bytes) = &record {
+                let Some(r) = reading.as_mut() else {
+                    return Err(ReplicaError::BadDurable(format!(
+                        "record {position} is a snapshot's part outside a snapshot"
+                    )));
+                };
+                if r.snapshot.data.len() as u64 + bytes.len() as u64 > r.len {
+                    return Err(ReplicaError::BadDurable(format!(
+                        "record {position} runs past its snapshot's {} bytes",
+                        r.len
+                    )));
+                }
+                r.snapshot.data.extend_from_slice(bytes);
+                if r.snapshot.data.len() as u64 == r.len {
+                    let r = reading.take().expect("read above");
+                    durable.install(r.snapshot);
+                }
+                continue;
+            }
+            // A snapshot whose parts stop short was a torn round's: the replica restarted
+            // from the state before it, and what follows was written over that state.
+            reading = None;
+            match record {
+                DiskRecord::SnapshotPart(_) => unreachable!("handled above"),
+                DiskRecord::SnapshotStart {
+                    index,
+                    term,
+                    conf,
+                    len,
+                } => {
+                    if index == 0 || len > SNAPSHOT_BYTES_MAX as u64 {
+                        return Err(ReplicaError::BadDurable(format!(
+                            "record {position} starts a snapshot at index {index} of {len} \
+                             bytes (snapshots cover index 1 on, up to {SNAPSHOT_BYTES_MAX} \
+                             bytes)"
+                        )));
+                    }
+                    let snapshot = SnapshotData {
+                        index,
+                        term,
+                        conf,
+                        data: Vec::new(),
+                    };
+                    if len == 0 {
+                        durable.install(snapshot);
+                    } else {
+                        reading = Some(Reading { snapshot, len });
+                    }
+                }
                 DiskRecord::HardState(hs) => durable.hard_state = hs,
                 DiskRecord::Entry(entry) => {
-                    let last = last_index(&durable);
-                    if entry.index == 0 || entry.index > last.saturating_add(1) {
+                    let last = durable.last_index();
+                    if entry.index <= durable.start.0 || entry.index > last.saturating_add(1) {
                         return Err(ReplicaError::BadDurable(format!(
                             "record {position} is entry {} after the last entry {last} \
-                             (entries start at 1 and follow one another)",
-                            entry.index
+                             (entries follow one another from {})",
+                            entry.index,
+                            durable.start.0 + 1
                         )));
                     }
                     durable.write_parts(std::slice::from_ref(&entry), None);
@@ -151,30 +260,45 @@ impl Durable {
     }
 
     /// Records whose replay from nothing rebuilds this state (what a compaction restates):
-    /// every entry, then the hard state.
+    /// the snapshot, every entry after it, then the hard state. (Entries kept before the
+    /// snapshot's index are not restated: the snapshot covers them.)
     pub fn snapshot_records(&self) -> Vec<LogRecord> {
-        round_records(&self.entries, Some(self.hard_state))
+        let after = self.snapshot.as_ref().map_or(0, |s| s.index);
+        let kept = self.entries.partition_point(|e| e.index <= after);
+        round_records(
+            self.snapshot.as_ref(),
+            &self.entries[kept..],
+            Some(self.hard_state),
+        )
     }
 }
 
-/// The index of the last entry (0: none).
-fn last_index(durable: &Durable) -> u64 {
-    durable.entries.last().map_or(0, |e| e.index)
-}
-
-/// What `Replica::start` requires of a durable state: entries numbered from 1 without a gap,
-/// and a commit index within them.
+/// What `Replica::start` requires of a durable state: entries numbered without a gap from
+/// the one after `start`, which the snapshot covers, and a commit index within the log.
 pub(crate) fn check(durable: &Durable) -> Result<(), ReplicaError> {
     for (i, e) in durable.entries.iter().enumerate() {
-        if e.index != i as u64 + 1 {
+        if e.index != durable.start.0 + i as u64 + 1 {
             return Err(ReplicaError::BadDurable(format!(
-                "entry {} at position {}",
+                "entry {} at position {} after {}",
                 e.index,
-                i + 1
+                i + 1,
+                durable.start.0
             )));
         }
     }
-    let last = last_index(durable);
+    let covered = durable.snapshot.as_ref().map_or(0, |s| s.index);
+    if durable.start.0 > covered {
+        return Err(ReplicaError::BadDurable(format!(
+            "the log starts after {} but its snapshot covers up to {covered}",
+            durable.start.0
+        )));
+    }
+    let last = durable.last_index();
+    if covered > last {
+        return Err(ReplicaError::BadDurable(format!(
+            "a snapshot at {covered} past the last entry {last}"
+        )));
+    }
     if durable.hard_state.commit > last {
         return Err(ReplicaError::BadDurable(format!(
             "commit {} past the last entry {last}",
@@ -262,7 +386,7 @@ mod tests {
         durable: &Durable,
         raft_like: bool,
     ) -> (Vec<LogEntry>, Option<HardStateRecord>) {
-        let last = last_index(durable);
+        let last = durable.last_index();
         let commit = durable.hard_state.commit;
         let low = if raft_like { commit + 1 } else { 1 };
         let start = low + seed.start % (last + 2 - low);
@@ -303,11 +427,11 @@ mod tests {
             let mut records = Vec::new();
             for seed in &seeds {
                 let (entries, hard_state) = round(seed, &expected, false);
-                records.extend(round_records(&entries, hard_state));
+                records.extend(round_records(None, &entries, hard_state));
                 expected.write_parts(&entries, hard_state);
             }
             let replayed = Durable::from_records(&records);
-            if expected.hard_state.commit <= last_index(&expected) {
+            if expected.hard_state.commit <= expected.last_index() {
                 prop_assert_eq!(replayed, Ok(expected));
             } else {
                 prop_assert!(
@@ -334,7 +458,7 @@ mod tests {
                     compacted = expected.snapshot_records();
                 }
                 let (entries, hard_state) = round(seed, &expected, true);
-                let round = round_records(&entries, hard_state);
+                let round = round_records(None, &entries, hard_state);
                 records.extend(round.iter().cloned());
                 if i >= at {
                     compacted.extend(round);
@@ -359,7 +483,7 @@ mod tests {
 
     #[test]
     fn a_round_is_its_entries_then_its_hard_state() {
-        let records = round_records(&[entry(1, 1), entry(2, 1)], Some(hs(1, 2, 2)));
+        let records = round_records(None, &[entry(1, 1), entry(2, 1)], Some(hs(1, 2, 2)));
         assert_eq!(
             records,
             vec![
@@ -372,7 +496,7 @@ mod tests {
                 }),
             ]
         );
-        assert!(round_records(&[], None).is_empty());
+        assert!(round_records(None, &[], None).is_empty());
         // Cut after the entries, the round leaves them under the hard state from before.
         let durable = Durable::from_records(&records[..2]).unwrap();
         assert_eq!(durable.hard_state, HardStateRecord::default());
@@ -408,8 +532,8 @@ mod tests {
 
     #[test]
     fn an_overwritten_suffix_is_replaced() {
-        let mut records = round_records(&[entry(1, 1), entry(2, 1), entry(3, 1)], None);
-        records.extend(round_records(&[entry(2, 2)], Some(hs(2, 0, 1))));
+        let mut records = round_records(None, &[entry(1, 1), entry(2, 1), entry(3, 1)], None);
+        records.extend(round_records(None, &[entry(2, 2)], Some(hs(2, 0, 1))));
         let durable = Durable::from_records(&records).unwrap();
         assert_eq!(durable.entries, vec![entry(1, 1), entry(2, 2)]);
         assert_eq!(durable.hard_state, hs(2, 0, 1));
@@ -424,7 +548,7 @@ mod tests {
 
     #[test]
     fn a_gap_is_refused() {
-        let records = round_records(&[entry(1, 1), entry(3, 1)], None);
+        let records = round_records(None, &[entry(1, 1), entry(3, 1)], None);
         let why = refusal(&records);
         assert!(
             why.contains("record 1 is entry 3 after the last entry 1"),
@@ -434,13 +558,13 @@ mod tests {
 
     #[test]
     fn index_zero_is_refused() {
-        let why = refusal(&round_records(&[entry(0, 1)], None));
+        let why = refusal(&round_records(None, &[entry(0, 1)], None));
         assert!(why.contains("record 0 is entry 0"), "{why}");
     }
 
     #[test]
     fn a_directory_record_is_refused() {
-        let mut records = round_records(&[entry(1, 1)], None);
+        let mut records = round_records(None, &[entry(1, 1)], None);
         records.push(LogRecord::EpochAdvanced {
             epoch: AuthorityEpoch(1),
         });
@@ -453,8 +577,8 @@ mod tests {
 
     #[test]
     fn a_commit_past_the_log_is_refused() {
-        let why = refusal(&round_records(&[entry(1, 1)], Some(hs(1, 1, 2))));
+        let why = refusal(&round_records(None, &[entry(1, 1)], Some(hs(1, 1, 2))));
         assert!(why.contains("commit 2 past the last entry 1"), "{why}");
-        assert!(Durable::from_records(&round_records(&[entry(1, 1)], Some(hs(1, 1, 1)))).is_ok());
+        assert!(Durable::from_records(&round_records(None, &[entry(1, 1)], Some(hs(1, 1, 1)))).is_ok());
     }
 }

@@ -36,15 +36,21 @@
 
 mod directory;
 mod disk;
+mod storage;
 mod wire;
 
-use raft::eraftpb::{ConfState, HardState};
-use raft::storage::MemStorage;
-use raft::{Config, RawNode, StateRole};
+use raft::eraftpb::{ConfState, HardState, MessageType, Snapshot};
+use raft::{Config, RawNode, SnapshotStatus, StateRole};
 
+pub use dataplane_core::log::ReplicaConf;
 pub use directory::{Admitted, IN_FLIGHT_MAX, NotServing, ReplicatedDirectory};
 pub use disk::{DiskRecord, round_records};
-pub use wire::{EntryKind, FRAME_MAX, Kind, LogEntry, WireError, WireMessage};
+pub use wire::{
+    EntryKind, FRAME_MAX, Kind, LogEntry, SNAPSHOT_BYTES_MAX, SNAPSHOT_CHUNK_BYTES, SnapshotChunk,
+    WireError, WireMessage,
+};
+
+use storage::Store;
 
 /// A replica's id in its group (never 0).
 pub type ReplicaId = u64;
@@ -62,6 +68,58 @@ pub struct ReplicaConfig {
     pub election_ticks: usize,
     /// Ticks between a leader's heartbeats (below `election_ticks`).
     pub heartbeat_ticks: usize,
+    /// Entries applied since the last snapshot before the replicated directory takes the next
+    /// one and compacts its log (0: never).
+    pub snapshot_every: u64,
+    /// Entries a compaction keeps before the snapshot's index, so that a follower a little
+    /// behind is sent entries rather than the whole state.
+    pub snapshot_keep: u64,
+}
+
+impl ReplicaConfig {
+    /// The defaults of a real node's replica: a snapshot every 10,000 entries, keeping the
+    /// last 5,000 (etcd's catch-up margin).
+    pub fn new(
+        id: ReplicaId,
+        voters: Vec<ReplicaId>,
+        election_ticks: usize,
+        heartbeat_ticks: usize,
+    ) -> Self {
+        ReplicaConfig {
+            id,
+            voters,
+            election_ticks,
+            heartbeat_ticks,
+            snapshot_every: 10_000,
+            snapshot_keep: 5_000,
+        }
+    }
+}
+
+/// A snapshot of the replicated state up to `index`: the state machine's bytes, and the
+/// group's configuration there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotData {
+    /// The last entry it covers.
+    pub index: u64,
+    /// That entry's term.
+    pub term: u64,
+    /// The group's configuration at `index`.
+    pub conf: ReplicaConf,
+    /// The state machine's state (its own encoding).
+    pub data: Vec<u8>,
+}
+
+/// A replica took a snapshot of its applied state ([`Ready::compacted`]): the snapshot
+/// replaces the one before and the entries before `keep_from` go. Nothing waits for it to be
+/// durable: the entries it replaces are on the disk until a compaction of the disk's log
+/// restates the snapshot instead ([`Durable::snapshot_records`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Compaction {
+    /// The snapshot.
+    pub snapshot: SnapshotData,
+    /// The first entry kept.
+    pub keep_from: u64,
 }
 
 /// The engine's durable vote and term, and the commit index it last reported.
@@ -80,27 +138,68 @@ pub struct HardStateRecord {
 pub struct Durable {
     /// The last hard state made durable.
     pub hard_state: HardStateRecord,
-    /// The log, from index 1 (this step never compacts it).
+    /// The latest snapshot, if the log was ever compacted.
+    pub snapshot: Option<SnapshotData>,
+    /// The index and term of the entry before the first one kept ((0, 0): none compacted;
+    /// at most the snapshot's index).
+    pub start: (u64, u64),
+    /// The log, from index `start.0 + 1`.
     pub entries: Vec<LogEntry>,
 }
 
 impl Durable {
-    /// Makes `ready`'s durable part this disk's (what a driver does before `persisted`):
-    /// the entries replace every entry from the first one's index on.
+    /// Makes `ready`'s durable part this disk's (what a driver does before `persisted`): an
+    /// installed snapshot replaces the log, then the entries replace every entry from the
+    /// first one's index on; then the round's compaction, if any, drops what it covers.
     pub fn write(&mut self, ready: &Ready) {
+        if let Some(snapshot) = &ready.snapshot {
+            self.install(snapshot.clone());
+        }
         self.write_parts(&ready.entries, ready.hard_state);
+        if let Some(compaction) = &ready.compacted {
+            self.compact(compaction);
+        }
     }
 
-    /// [`Durable::write`] from a round's parts.
+    /// [`Durable::write`] from a round's entries and hard state.
     pub fn write_parts(&mut self, entries: &[LogEntry], hard_state: Option<HardStateRecord>) {
         if let Some(first) = entries.first() {
-            let keep = usize::try_from(first.index.saturating_sub(1)).unwrap_or(usize::MAX);
+            let keep = usize::try_from(first.index.saturating_sub(self.start.0 + 1))
+                .unwrap_or(usize::MAX);
             self.entries.truncate(keep);
             self.entries.extend(entries.iter().cloned());
         }
         if let Some(hs) = hard_state {
             self.hard_state = hs;
         }
+    }
+
+    /// A snapshot installed from the leader: it replaces the snapshot and every entry.
+    pub fn install(&mut self, snapshot: SnapshotData) {
+        self.start = (snapshot.index, snapshot.term);
+        self.entries.clear();
+        self.snapshot = Some(snapshot);
+    }
+
+    /// This replica's own snapshot ([`Ready::compacted`]): it replaces the one before, and
+    /// the entries before `keep_from` go.
+    pub fn compact(&mut self, compaction: &Compaction) {
+        if compaction.keep_from > self.start.0 + 1 {
+            let drop = usize::try_from(compaction.keep_from - 1 - self.start.0)
+                .unwrap_or(usize::MAX)
+                .min(self.entries.len());
+            if drop > 0 {
+                let before = &self.entries[drop - 1];
+                self.start = (before.index, before.term);
+                self.entries.drain(..drop);
+            }
+        }
+        self.snapshot = Some(compaction.snapshot.clone());
+    }
+
+    /// The index of the last entry (the snapshot's, or 0, if none follows it).
+    pub fn last_index(&self) -> u64 {
+        self.entries.last().map_or(self.start.0, |e| e.index)
     }
 }
 
@@ -174,8 +273,15 @@ impl std::error::Error for ReplicaError {}
 pub struct Ready {
     /// Messages that may leave now.
     pub send: Vec<WireMessage>,
+    /// A snapshot installed from the leader: the state to restore before applying anything
+    /// more; it replaces the log, and must be durable (before `entries`) before `persisted`.
+    pub snapshot: Option<SnapshotData>,
     /// Committed entries to apply now, in order.
     pub apply: Vec<LogEntry>,
+    /// A snapshot this replica took of its own applied state (the replicated directory's
+    /// compaction policy): the driver's copy of the disk drops what it covers. Nothing waits
+    /// for it.
+    pub compacted: Option<Compaction>,
     /// Entries to make durable (replacing every entry from the first one's index on).
     pub entries: Vec<LogEntry>,
     /// The hard state to make durable, if it changed.
@@ -184,17 +290,35 @@ pub struct Ready {
     after_persist: Vec<WireMessage>,
     /// The engine's number for the round.
     number: u64,
+    /// The round installs a snapshot: applied once durable.
+    apply_on_persist: bool,
 }
 
 /// One replica.
 pub struct Replica {
-    node: RawNode<MemStorage>,
+    node: RawNode<Store>,
     id: ReplicaId,
+    /// Entries kept before a snapshot's index ([`ReplicaConfig::snapshot_keep`]).
+    snapshot_keep: u64,
+    /// [`ReplicaConfig::snapshot_every`].
+    snapshot_every: u64,
+    /// A snapshot arriving in chunks from the leader.
+    assembly: Option<Assembly>,
     /// Rejoining after losing its disk ([`Replica::start_joining`]).
     joining: Option<Joining>,
     /// A replica that rejoined never votes in a term up to this one (it may have voted in
     /// them before it lost its disk).
     no_votes_up_to: u64,
+}
+
+/// A snapshot arriving from the leader, chunk after chunk ([`SnapshotChunk`]).
+#[derive(Debug)]
+struct Assembly {
+    /// The sender, its term, and the snapshot's index and term.
+    key: (ReplicaId, u64, u64, u64),
+    conf: ReplicaConf,
+    len: u64,
+    data: Vec<u8>,
 }
 
 /// A replica that lost its disk and rejoins its group under its old id: it forgot its log and
@@ -226,26 +350,44 @@ impl Replica {
     /// machine is rebuilt from the log.
     pub fn start(config: &ReplicaConfig, durable: &Durable) -> Result<Replica, ReplicaError> {
         disk::check(durable)?;
-        let storage =
-            MemStorage::new_with_conf_state(ConfState::from((config.voters.clone(), Vec::new())));
-        {
-            let mut w = storage.wl();
-            let entries: Vec<_> = durable
-                .entries
-                .iter()
-                .cloned()
-                .map(wire::into_raft_entry)
-                .collect();
-            w.append(&entries)
-                .map_err(|e| ReplicaError::BadDurable(e.to_string()))?;
-            let hs = durable.hard_state;
-            w.set_hardstate(HardState {
+        let entries: Vec<_> = durable
+            .entries
+            .iter()
+            .cloned()
+            .map(wire::into_raft_entry)
+            .collect();
+        let mut hs = durable.hard_state;
+        let (conf_state, snapshot, applied) = match &durable.snapshot {
+            Some(s) => {
+                // A snapshot holds committed state only. A round that installed one and was
+                // cut before its hard state leaves an older hard state: the commit moves up
+                // to the snapshot, and the term too (this replica never voted in the
+                // snapshot's term without writing the vote, so it voted for nobody there).
+                hs.commit = hs.commit.max(s.index);
+                if hs.term < s.term {
+                    hs.term = s.term;
+                    hs.vote = 0;
+                }
+                (conf_state(&s.conf), Some(raft_snapshot(s)), s.index)
+            }
+            None => (
+                ConfState::from((config.voters.clone(), Vec::new())),
+                None,
+                0,
+            ),
+        };
+        let storage = Store::new(
+            conf_state,
+            HardState {
                 term: hs.term,
                 vote: hs.vote,
                 commit: hs.commit,
                 ..HardState::default()
-            });
-        }
+            },
+            snapshot,
+            durable.start,
+            entries,
+        );
         let raft_config = Config {
             id: config.id,
             election_tick: config.election_ticks,
@@ -257,7 +399,7 @@ impl Replica {
             max_inflight_msgs: 256,
             check_quorum: true,
             pre_vote: true,
-            applied: 0,
+            applied,
             // Proposals not yet committed are bounded: past this the engine refuses new ones
             // (`propose` answers `Refused`) until the log catches up.
             max_uncommitted_size: 64 << 20,
@@ -269,6 +411,9 @@ impl Replica {
         Ok(Replica {
             node,
             id: config.id,
+            snapshot_keep: config.snapshot_keep,
+            snapshot_every: config.snapshot_every,
+            assembly: None,
             joining: None,
             no_votes_up_to: 0,
         })
@@ -344,6 +489,15 @@ impl Replica {
         }
         let from = message.from;
         let mut message = message;
+        let mut snapshot = None;
+        if message.kind == Kind::Snapshot {
+            match self.assemble(&mut message)? {
+                Some(complete) => snapshot = Some(complete),
+                // More chunks to come (or one out of order, dropped: the leader sends the
+                // snapshot again once this replica refuses its next append).
+                None => return Ok(()),
+            }
+        }
         if let Some(joining) = &mut self.joining {
             match message.kind {
                 // Not a voter yet: no answer (the candidate needs the others).
@@ -374,7 +528,11 @@ impl Replica {
             }
             message.commit = self.last_index();
         }
-        let result = self.node.step(message.into_raft());
+        let mut raft_message = message.into_raft();
+        if let Some(snapshot) = snapshot {
+            raft_message.set_snapshot(snapshot);
+        }
+        let result = self.node.step(raft_message);
         if let Some(Joining {
             target: Some((term, commit)),
         }) = self.joining
@@ -389,6 +547,122 @@ impl Replica {
             Err(raft::Error::StepPeerNotFound) => Err(ReplicaError::UnknownPeer(from)),
             Err(e) => Err(ReplicaError::Refused(e.to_string())),
         }
+    }
+
+    /// Adds a chunk of a snapshot to the one being assembled; the engine's snapshot once its
+    /// last chunk is in.
+    fn assemble(&mut self, message: &mut WireMessage) -> Result<Option<Snapshot>, ReplicaError> {
+        let Some(chunk) = message.snapshot.take() else {
+            return Err(ReplicaError::Refused(
+                "a snapshot message without a snapshot".into(),
+            ));
+        };
+        let bytes = chunk.bytes.len() as u64;
+        if chunk.len > SNAPSHOT_BYTES_MAX as u64
+            || bytes > SNAPSHOT_CHUNK_BYTES as u64
+            || chunk.offset.checked_add(bytes).is_none_or(|end| end > chunk.len)
+            || (bytes == 0 && chunk.len > 0)
+            || chunk.index == 0
+        {
+            return Err(ReplicaError::Refused(format!(
+                "a snapshot chunk of {bytes} bytes at {} of {} (chunks up to {SNAPSHOT_CHUNK_BYTES} \
+                 bytes, snapshots up to {SNAPSHOT_BYTES_MAX})",
+                chunk.offset, chunk.len
+            )));
+        }
+        let key = (message.from, message.term, chunk.index, chunk.term);
+        if chunk.offset == 0 {
+            self.assembly = Some(Assembly {
+                key,
+                conf: chunk.conf.clone(),
+                len: chunk.len,
+                data: Vec::with_capacity(
+                    usize::try_from(chunk.len.min(SNAPSHOT_CHUNK_BYTES as u64)).unwrap_or(0),
+                ),
+            });
+        }
+        match &mut self.assembly {
+            Some(a) if a.key == key && a.len == chunk.len && a.data.len() as u64 == chunk.offset => {
+                a.data.extend_from_slice(&chunk.bytes);
+            }
+            _ => return Ok(None),
+        }
+        if self.assembly.as_ref().is_some_and(|a| (a.data.len() as u64) < a.len) {
+            return Ok(None);
+        }
+        let a = self.assembly.take().expect("assembled above");
+        Ok(Some(raft_snapshot(&SnapshotData {
+            index: chunk.index,
+            term: chunk.term,
+            conf: a.conf,
+            data: a.data,
+        })))
+    }
+
+    /// Takes a snapshot of the state machine as applied up to `index` (its bytes, `data`):
+    /// it becomes the snapshot a lagging follower is sent, and the log before
+    /// `index + 1 - snapshot_keep` goes. The driver's copy of the disk does the same
+    /// ([`Durable::compact`]) with what this returns.
+    pub fn compact(&mut self, index: u64, data: Vec<u8>) -> Result<Compaction, ReplicaError> {
+        let applied = self.node.raft.raft_log.applied;
+        let store = self.node.store();
+        let current = store.snapshot_index();
+        if index > applied || index <= current {
+            return Err(ReplicaError::Refused(format!(
+                "a snapshot at {index}: not in ({current}, applied {applied}]"
+            )));
+        }
+        if data.len() > SNAPSHOT_BYTES_MAX {
+            return Err(ReplicaError::Refused(format!(
+                "a snapshot of {} bytes (limit {SNAPSHOT_BYTES_MAX})",
+                data.len()
+            )));
+        }
+        let term = store
+            .term_at(index)
+            .ok_or_else(|| ReplicaError::Refused(format!("no term for entry {index}")))?;
+        let snapshot = SnapshotData {
+            index,
+            term,
+            conf: conf_record(&self.node.raft.prs().conf().to_conf_state()),
+            data,
+        };
+        let keep_from = (index + 1)
+            .saturating_sub(self.snapshot_keep)
+            .max(self.first_kept());
+        self.node
+            .mut_store()
+            .compact(raft_snapshot(&snapshot), keep_from);
+        Ok(Compaction {
+            snapshot,
+            keep_from,
+        })
+    }
+
+    /// The first entry this replica still holds.
+    fn first_kept(&self) -> u64 {
+        raft::Storage::first_index(self.node.store()).unwrap_or(1)
+    }
+
+    /// The latest snapshot (taken or installed), if any.
+    pub fn snapshot(&self) -> Option<SnapshotData> {
+        let store = self.node.store();
+        if store.snapshot_index() == 0 {
+            return None;
+        }
+        raft::Storage::snapshot(store, 0, self.id)
+            .ok()
+            .map(|s| snapshot_data(&s))
+    }
+
+    /// [`ReplicaConfig::snapshot_every`].
+    pub fn snapshot_every(&self) -> u64 {
+        self.snapshot_every
+    }
+
+    /// The latest snapshot's index (0: none).
+    pub fn snapshot_index(&self) -> u64 {
+        self.node.store().snapshot_index()
     }
 
     /// The driver could not deliver a message to `peer` (its connection broke, or it is not
@@ -432,9 +706,10 @@ impl Replica {
             return None;
         }
         let mut rd = self.node.ready();
-        debug_assert!(rd.snapshot().is_empty(), "no replica compacts its log yet");
-        let send = wire_messages(rd.take_messages());
-        let after_persist = wire_messages(rd.take_persisted_messages());
+        let mut snapshots_sent = Vec::new();
+        let send = wire_messages(rd.take_messages(), &mut snapshots_sent);
+        let after_persist = wire_messages(rd.take_persisted_messages(), &mut snapshots_sent);
+        let snapshot = (!rd.snapshot().is_empty()).then(|| rd.snapshot().clone());
         let apply = rd
             .take_committed_entries()
             .iter()
@@ -450,26 +725,38 @@ impl Replica {
         // are durable only once the driver says so, `persisted`).
         {
             let store = self.node.mut_store();
-            let mut w = store.wl();
-            if !rd.entries().is_empty() {
-                w.append(rd.entries())
-                    .expect("the engine's own entries follow its log");
+            if let Some(snapshot) = &snapshot {
+                store.install(snapshot.clone());
             }
+            store.append(rd.entries());
             if let Some(hs) = rd.hs() {
-                w.set_hardstate(hs.clone());
+                store.set_hard_state(hs.clone());
             }
         }
         let number = rd.number();
         self.node.advance_append_async(rd);
-        // The committed entries are handed to the driver, which applies them now.
-        self.node.advance_apply();
+        // The committed entries are handed to the driver, which applies them now. A snapshot
+        // counts as applied once it is durable (`persisted`): the engine applies nothing that
+        // is not durable here.
+        let apply_on_persist = snapshot.is_some();
+        if !apply_on_persist {
+            self.node.advance_apply();
+        }
+        // A snapshot handed to the driver is as good as sent: the leader probes the follower
+        // after it, and sends it again if the follower refuses the probe (it never got it).
+        for to in snapshots_sent {
+            self.node.report_snapshot(to, SnapshotStatus::Finish);
+        }
         Some(Ready {
             send,
+            snapshot: snapshot.as_ref().map(snapshot_data),
             apply,
+            compacted: None,
             entries,
             hard_state,
             after_persist,
             number,
+            apply_on_persist,
         })
     }
 
@@ -477,20 +764,75 @@ impl Replica {
     /// Call `ready` next: the round may let a leader commit.
     pub fn persisted(&mut self, ready: Ready) -> Vec<WireMessage> {
         self.node.on_persist_ready(ready.number);
+        if ready.apply_on_persist {
+            self.node.advance_apply();
+        }
         ready.after_persist
     }
 }
 
-/// The engine's outgoing messages on our wire. The engine never hands a driver a local
-/// message or (without compaction) a snapshot, so nothing is dropped here; a debug build
-/// says so if that ever changes.
-fn wire_messages(messages: Vec<raft::eraftpb::Message>) -> Vec<WireMessage> {
-    messages
-        .iter()
-        .filter_map(|m| {
-            let wire = WireMessage::from_raft(m);
-            debug_assert!(wire.is_ok(), "the engine sent {m:?}");
-            wire.ok()
-        })
-        .collect()
+/// The engine's outgoing messages on our wire, a snapshot cut into chunks (its receivers
+/// noted in `snapshots`). The engine never hands a driver a local message, so nothing is
+/// dropped here; a debug build says so if that ever changes.
+fn wire_messages(
+    messages: Vec<raft::eraftpb::Message>,
+    snapshots: &mut Vec<ReplicaId>,
+) -> Vec<WireMessage> {
+    let mut out = Vec::with_capacity(messages.len());
+    for m in &messages {
+        if m.get_msg_type() == MessageType::MsgSnapshot {
+            snapshots.push(m.to);
+            out.extend(WireMessage::snapshot_chunks(
+                m,
+                &snapshot_data(m.get_snapshot()),
+            ));
+            continue;
+        }
+        let wire = WireMessage::from_raft(m);
+        debug_assert!(wire.is_ok(), "the engine sent {m:?}");
+        out.extend(wire.ok());
+    }
+    out
+}
+
+fn conf_state(conf: &ReplicaConf) -> ConfState {
+    let mut cs = ConfState::default();
+    cs.voters.clone_from(&conf.voters);
+    cs.learners.clone_from(&conf.learners);
+    cs.voters_outgoing.clone_from(&conf.voters_outgoing);
+    cs.learners_next.clone_from(&conf.learners_next);
+    cs.auto_leave = conf.auto_leave;
+    cs
+}
+
+fn conf_record(cs: &ConfState) -> ReplicaConf {
+    ReplicaConf {
+        voters: cs.voters.clone(),
+        learners: cs.learners.clone(),
+        voters_outgoing: cs.voters_outgoing.clone(),
+        learners_next: cs.learners_next.clone(),
+        auto_leave: cs.auto_leave,
+    }
+}
+
+fn raft_snapshot(s: &SnapshotData) -> Snapshot {
+    let mut snapshot = Snapshot {
+        data: s.data.clone().into(),
+        ..Snapshot::default()
+    };
+    let meta = snapshot.mut_metadata();
+    meta.index = s.index;
+    meta.term = s.term;
+    meta.set_conf_state(conf_state(&s.conf));
+    snapshot
+}
+
+fn snapshot_data(s: &Snapshot) -> SnapshotData {
+    let meta = s.get_metadata();
+    SnapshotData {
+        index: meta.index,
+        term: meta.term,
+        conf: conf_record(meta.get_conf_state()),
+        data: s.data.to_vec(),
+    }
 }

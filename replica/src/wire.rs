@@ -4,12 +4,24 @@
 //! The engine's own codec is protobuf 2, whose parser of untrusted input has a known stack
 //! overflow (RUSTSEC-2024-0437); our frames never reach it. Decoding refuses, with a typed
 //! error and no change anywhere, what no replica sends over a network: the engine's local
-//! messages (`MsgHup`, `MsgBeat`, `MsgUnreachable`, `MsgSnapStatus`, `MsgCheckQuorum`), a
-//! snapshot (this step of issue 19 never compacts the log, so no correct replica sends one),
-//! and frames over [`FRAME_MAX`].
+//! messages (`MsgHup`, `MsgBeat`, `MsgUnreachable`, `MsgSnapStatus`, `MsgCheckQuorum`) and
+//! frames over [`FRAME_MAX`].
+//!
+//! **Snapshots** travel in chunks of at most [`SNAPSHOT_CHUNK_BYTES`], one message each
+//! (`WireMessage::snapshot_chunks`), so that every frame stays small whatever the size of
+//! the directory's state; the receiving replica puts them together in order (a chunk out of
+//! order drops the snapshot: the leader sends it again) up to [`SNAPSHOT_BYTES_MAX`].
 
+use dataplane_core::log::ReplicaConf;
 use raft::eraftpb::{Entry, EntryType, Message, MessageType};
 use serde::{Deserialize, Serialize};
+
+/// The bytes of a snapshot one message carries.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
+
+/// The largest snapshot a replica takes or assembles (the directory's own tables are bounded
+/// well below it).
+pub const SNAPSHOT_BYTES_MAX: usize = 1 << 30;
 
 /// The largest frame a replica accepts (a batch of appends is cut at 1 MiB by the engine's
 /// `max_size_per_msg`, so this leaves room for framing).
@@ -70,6 +82,25 @@ pub enum Kind {
     RequestPreVote,
     /// A pre-vote.
     RequestPreVoteResponse,
+    /// A chunk of the leader's snapshot ([`WireMessage::snapshot`]).
+    Snapshot,
+}
+
+/// One chunk of a snapshot on its way to a lagging follower.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotChunk {
+    /// The last entry the snapshot covers.
+    pub index: u64,
+    /// That entry's term.
+    pub term: u64,
+    /// The group's configuration there.
+    pub conf: ReplicaConf,
+    /// The snapshot's whole length.
+    pub len: u64,
+    /// Where this chunk's bytes start.
+    pub offset: u64,
+    /// The bytes (at most [`SNAPSHOT_CHUNK_BYTES`]).
+    pub bytes: Vec<u8>,
 }
 
 /// One message between replicas.
@@ -103,6 +134,8 @@ pub struct WireMessage {
     pub context: Vec<u8>,
     /// The sender's election priority.
     pub priority: i64,
+    /// A snapshot's chunk ([`Kind::Snapshot`] only).
+    pub snapshot: Option<Box<SnapshotChunk>>,
 }
 
 /// A message that cannot be taken from the wire.
@@ -164,6 +197,7 @@ impl WireMessage {
             Kind::ReadIndexResponse => MessageType::MsgReadIndexResp,
             Kind::RequestPreVote => MessageType::MsgRequestPreVote,
             Kind::RequestPreVoteResponse => MessageType::MsgRequestPreVoteResponse,
+            Kind::Snapshot => MessageType::MsgSnapshot,
         });
         m.to = self.to;
         m.from = self.from;
@@ -215,7 +249,49 @@ impl WireMessage {
             reject_hint: m.reject_hint,
             context: m.context.to_vec(),
             priority: m.priority,
+            snapshot: None,
         })
+    }
+
+    /// The engine's snapshot message `m` (its snapshot `data`) as chunks.
+    pub(crate) fn snapshot_chunks(m: &Message, data: &crate::SnapshotData) -> Vec<WireMessage> {
+        let len = data.data.len() as u64;
+        let mut chunks: Vec<&[u8]> = data.data.chunks(SNAPSHOT_CHUNK_BYTES).collect();
+        if chunks.is_empty() {
+            chunks.push(&[]);
+        }
+        let mut offset = 0;
+        chunks
+            .into_iter()
+            .map(|bytes| {
+                let chunk = SnapshotChunk {
+                    index: data.index,
+                    term: data.term,
+                    conf: data.conf.clone(),
+                    len,
+                    offset,
+                    bytes: bytes.to_vec(),
+                };
+                offset += bytes.len() as u64;
+                WireMessage {
+                    kind: Kind::Snapshot,
+                    to: m.to,
+                    from: m.from,
+                    term: m.term,
+                    log_term: m.log_term,
+                    index: m.index,
+                    entries: Vec::new(),
+                    commit: m.commit,
+                    commit_term: m.commit_term,
+                    request_snapshot: m.request_snapshot,
+                    reject: m.reject,
+                    reject_hint: m.reject_hint,
+                    context: m.context.to_vec(),
+                    priority: m.priority,
+                    snapshot: Some(Box::new(chunk)),
+                }
+            })
+            .collect()
     }
 }
 

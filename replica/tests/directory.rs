@@ -44,6 +44,8 @@ impl Group {
                 voters: vec![1, 2, 3],
                 election_ticks: 10 + 7 * (id as usize - 1),
                 heartbeat_ticks: 3,
+                snapshot_every: 10_000,
+                snapshot_keep: 5_000,
             })
             .collect();
         let mut g = Group {

@@ -32,7 +32,7 @@ use dataplane_core::wire::{
     DirectoryCall, DirectoryReply, DirectoryRequest, Message, ReplyBody, SourceRecovery,
 };
 use dataplane_replica::{
-    Durable, HardStateRecord, LogEntry, Ready, Replica, ReplicaConfig, ReplicatedDirectory, Role,
+    Durable, HardStateRecord, Ready, Replica, ReplicaConfig, ReplicatedDirectory, Role,
     WireMessage,
 };
 
@@ -117,6 +117,8 @@ struct Stats {
     crashes: u64,
     lost_rounds: u64,
     refused_not_serving: u64,
+    snapshots_installed: u64,
+    restarts_from_snapshot: u64,
 }
 
 impl World {
@@ -286,6 +288,24 @@ impl World {
     fn restart(&mut self, i: usize) {
         if self.slots[i].node.is_some() {
             return;
+        }
+        // Half the time from the disk as a compaction of its log restates it (the snapshot,
+        // then the entries after it), through the records.
+        if self.sched.coin() {
+            let restated = Durable::from_records(&self.slots[i].disk.snapshot_records());
+            match restated {
+                Ok(durable) => self.slots[i].disk = durable,
+                Err(e) => {
+                    self.sched.fail(format!(
+                        "replica {}'s restated disk does not replay: {e}",
+                        i + 1
+                    ));
+                    return;
+                }
+            }
+        }
+        if self.slots[i].disk.snapshot.is_some() {
+            self.stats.restarts_from_snapshot += 1;
         }
         let slot = &mut self.slots[i];
         match Replica::start(&slot.config, &slot.disk) {
@@ -488,9 +508,8 @@ impl World {
                     return;
                 }
                 let ready = self.slots[i].inflight.take().expect("a round in flight");
-                let (entries, hs): (Vec<LogEntry>, Option<HardStateRecord>) =
-                    (ready.entries.clone(), ready.hard_state);
-                self.slots[i].disk.write_parts(&entries, hs);
+                let hs: Option<HardStateRecord> = ready.hard_state;
+                self.slots[i].disk.write(&ready);
                 if let Some(h) = hs {
                     self.terms.made_durable(i, h.term);
                 }
@@ -504,6 +523,9 @@ impl World {
                     return;
                 }
                 let ready = self.slots[i].inflight.take().expect("a round in flight");
+                if ready.snapshot.is_some() {
+                    self.stats.snapshots_installed += 1;
+                }
                 let node = self.slots[i].node.as_mut().expect("running");
                 let after = node.persisted(ready);
                 self.send_replica(i, after);
@@ -681,10 +703,15 @@ fn the_replicated_directory_loses_nothing_acknowledged_and_never_reads_stale() {
         total.crashes += stats.crashes;
         total.lost_rounds += stats.lost_rounds;
         total.refused_not_serving += stats.refused_not_serving;
+        total.snapshots_installed += stats.snapshots_installed;
+        total.restarts_from_snapshot += stats.restarts_from_snapshot;
     }
     eprintln!("{seeds} seeds: {total:?}");
     assert!(total.crashes > seeds, "{total:?}");
     assert!(total.elections > 2 * seeds, "{total:?}");
     assert!(total.registers_acknowledged > seeds * 20, "{total:?}");
     assert!(total.reads_checked > seeds * 10, "{total:?}");
+    // Lagging replicas are sent snapshots, and replicas start again from their own.
+    assert!(total.snapshots_installed > seeds / 4, "{total:?}");
+    assert!(total.restarts_from_snapshot > seeds, "{total:?}");
 }

@@ -600,6 +600,8 @@ fn bad_frames_are_refused_with_a_typed_error() {
         voters: vec![1, 2, 3],
         election_ticks: 10,
         heartbeat_ticks: 3,
+        snapshot_every: 0,
+        snapshot_keep: 0,
     };
     let mut r = Replica::start(&config, &Durable::default()).unwrap();
     let m = WireMessage {
@@ -617,6 +619,7 @@ fn bad_frames_are_refused_with_a_typed_error() {
         reject_hint: 0,
         context: Vec::new(),
         priority: 0,
+        snapshot: None,
     };
     let bytes = m.encode();
     let back = WireMessage::decode(&bytes).unwrap();
@@ -629,6 +632,8 @@ fn bad_frames_are_refused_with_a_typed_error() {
     // A log with a gap is not a log.
     let bad = Durable {
         hard_state: HardStateRecord::default(),
+        snapshot: None,
+        start: (0, 0),
         entries: vec![LogEntry {
             index: 2,
             term: 1,

@@ -52,6 +52,10 @@ pub const REPLICATED_COVERAGE: &[&str] = &[
     "replicas.leader_crash",
     "replicas.crash_after_fsync",
     "replicas.lost_unsynced_round",
+    "replicas.snapshot_taken",
+    "replicas.snapshot_installed",
+    "replicas.log_compacted",
+    "replicas.restart_from_snapshot",
     "replicas.cut_from_peers",
     "replicas.cut_from_everyone",
     "replicas.host_refused",
@@ -87,8 +91,15 @@ const DIRECTORY_NODE: NodeId = NodeId(0);
 /// A host link's back-off between attempts (doubling, as core's links do).
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_millis(1_000);
-/// The longest fault phase of this mode (the replicas' logs are never compacted yet).
+/// The longest fault phase of this mode (the checker's account of every replica's log keeps
+/// every entry).
 pub const FAULT_PHASE_MAX: Duration = Duration::from_secs(90);
+/// A replica takes a snapshot after 16 to 79 applied entries (a real node: 10,000), so that
+/// compactions, snapshots sent to lagging followers and restarts from a snapshot are common.
+const SNAPSHOT_EVERY_MIN: u64 = 16;
+const SNAPSHOT_EVERY_SPREAD: u64 = 64;
+/// It keeps 0 to 15 entries before its snapshot's index.
+const SNAPSHOT_KEEP_SPREAD: u64 = 16;
 /// After the heal, every caller must be answered within this.
 const SETTLE: Duration = Duration::from_secs(60);
 
@@ -145,6 +156,11 @@ struct Rep {
     /// Entries (index, term) and the highest term appended since the last fsync.
     writing: Vec<(u64, u64)>,
     writing_term: u64,
+    /// The index of a snapshot the round being written installs.
+    writing_snapshot: Option<u64>,
+    /// What its disk holds, as the replica's driver keeps it to restate at a compaction of
+    /// its log (`Durable::write`: the rounds, the snapshots taken and installed).
+    durable: Durable,
     /// Entries' data by index (for the committed-sequence check).
     data: BTreeMap<u64, Vec<u8>>,
     cut: Option<(Cut, u64)>,
@@ -265,6 +281,8 @@ impl ReplWorld {
                     voters: voters.clone(),
                     election_ticks: timeouts[i] + faults.below(5) as usize,
                     heartbeat_ticks: HEARTBEAT_TICKS,
+                    snapshot_every: SNAPSHOT_EVERY_MIN + faults.below(SNAPSHOT_EVERY_SPREAD),
+                    snapshot_keep: faults.below(SNAPSHOT_KEEP_SPREAD),
                 },
                 fs: SimFs::new(SimRng::new(storage.next_u64(), Stream::Storage)),
                 booted: false,
@@ -276,6 +294,8 @@ impl ReplWorld {
                 durable_terms: BTreeMap::new(),
                 writing: Vec::new(),
                 writing_term: 0,
+                writing_snapshot: None,
+                durable: Durable::default(),
                 data: BTreeMap::new(),
                 cut: None,
                 crash_after_sync: false,
@@ -720,6 +740,32 @@ impl ReplWorld {
             && let Some(mut ready) = node.ready(now)
         {
             let send = std::mem::take(&mut ready.send);
+            let mut failed = None;
+            if let Some(s) = &ready.snapshot {
+                // An installed snapshot stands for the committed entries up to its index: the
+                // account of this replica's log is those (as this checker saw them committed),
+                // and no more.
+                self.checker.coverage.hit("replicas.snapshot_installed");
+                if (self.committed.len() as u64) < s.index {
+                    failed = Some(format!(
+                        "replica {} installs a snapshot at {} past the {} entries committed",
+                        r + 1,
+                        s.index,
+                        self.committed.len()
+                    ));
+                }
+                rep.log_terms.clear();
+                rep.data.clear();
+                for (i, (t, d)) in self.committed.iter().take(s.index as usize).enumerate() {
+                    rep.log_terms.insert(i as u64 + 1, *t);
+                    rep.data.insert(i as u64 + 1, d.clone());
+                }
+                rep.writing_snapshot = Some(s.index);
+                rep.committed_checked = rep.committed_checked.max(s.index);
+            }
+            if ready.compacted.is_some() {
+                self.checker.coverage.hit("replicas.snapshot_taken");
+            }
             for e in &ready.entries {
                 rep.log_terms.split_off(&e.index);
                 rep.data.split_off(&e.index);
@@ -733,9 +779,8 @@ impl ReplWorld {
             if let Some(hs) = ready.hard_state {
                 rep.writing_term = rep.writing_term.max(hs.term);
             }
-            let records = round_records(&ready.entries, ready.hard_state);
+            let records = round_records(ready.snapshot.as_ref(), &ready.entries, ready.hard_state);
             let log = rep.log.as_mut().expect("a running replica has its log");
-            let mut failed = None;
             for record in &records {
                 if let Err(e) = log.append(&mut rep.fs, record) {
                     failed = Some(e.to_string());
@@ -770,15 +815,29 @@ impl ReplWorld {
             return self.fail(format!("replica {} could not sync: {e}", r + 1));
         }
         // What the disk now holds, from what was written (never from the engine).
+        if let Some(s) = rep.writing_snapshot.take() {
+            rep.durable_terms = rep.log_terms.range(..=s).map(|(&i, &t)| (i, t)).collect();
+        }
         for (index, term) in std::mem::take(&mut rep.writing) {
             rep.durable_terms.split_off(&index);
             rep.durable_terms.insert(index, term);
         }
         self.durable_term[r] = self.durable_term[r].max(rep.writing_term);
-        let Some((_, synced)) = rep.inflight.as_mut() else {
+        let Some((ready, synced)) = rep.inflight.as_mut() else {
             return;
         };
         *synced = true;
+        // The driver's copy of the disk, and a compaction of the log when it is due (it
+        // restates the snapshot and the entries after it: the restarts that follow start
+        // from the snapshot).
+        rep.durable.write(ready);
+        if log.compaction_due(self.options.disk.compact_min_bytes) {
+            let records = rep.durable.snapshot_records();
+            if let Err(e) = log.compact(&mut rep.fs, &records) {
+                return self.fail(format!("replica {} could not compact its log: {e}", r + 1));
+            }
+            self.checker.coverage.hit("replicas.log_compacted");
+        }
         if self.reps[r].crash_after_sync && self.faulty {
             self.checker.coverage.hit("replicas.crash_after_fsync");
             return self.crash(r);
@@ -811,6 +870,7 @@ impl ReplWorld {
         rep.inflight = None;
         rep.writing.clear();
         rep.writing_term = 0;
+        rep.writing_snapshot = None;
         rep.life += 1;
         let disk = &mut self.disk;
         let mut torn = false;
@@ -865,12 +925,28 @@ impl ReplWorld {
             ));
         }
         rep.log_terms = durable.entries.iter().map(|e| (e.index, e.term)).collect();
-        rep.durable_terms = rep.log_terms.clone();
         rep.data = durable
             .entries
             .iter()
             .map(|e| (e.index, e.data.clone()))
             .collect();
+        if let Some(s) = &durable.snapshot {
+            // The snapshot stands for the committed entries up to its index.
+            self.checker.coverage.hit("replicas.restart_from_snapshot");
+            if (self.committed.len() as u64) < s.index {
+                let (index, committed) = (s.index, self.committed.len());
+                return self.fail(format!(
+                    "replica {} recovered a snapshot at {index} past the {committed} entries committed",
+                    r + 1
+                ));
+            }
+            for (i, (t, d)) in self.committed.iter().take(s.index as usize).enumerate() {
+                rep.log_terms.insert(i as u64 + 1, *t);
+                rep.data.insert(i as u64 + 1, d.clone());
+            }
+        }
+        rep.durable_terms = rep.log_terms.clone();
+        rep.durable = durable.clone();
         let replica = match Replica::start(&rep.config, &durable) {
             Ok(replica) => replica,
             Err(e) => return self.fail(format!("replica {} could not start: {e}", r + 1)),

@@ -96,6 +96,10 @@ pub fn group<E>(sched: &mut Sched<E>) -> Vec<ReplicaConfig> {
             voters: voters.clone(),
             election_ticks: t + sched.below(5) as usize,
             heartbeat_ticks: 3,
+            // Small, so that the directory's replicas compact often and a lagging one is sent
+            // a snapshot.
+            snapshot_every: 4 + sched.below(24),
+            snapshot_keep: sched.below(6),
         })
         .collect()
 }
