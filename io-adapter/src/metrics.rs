@@ -369,8 +369,10 @@ pub struct ReplicaMetrics {
     pub commit: IntGauge,
     /// `dataplane_replica_applied_index`: the last log index it applied.
     pub applied: IntGauge,
-    /// `dataplane_replica_log_entries`: entries in its log.
+    /// `dataplane_replica_log_entries`: entries in its log (since the last compaction).
     pub log_entries: IntGauge,
+    /// `dataplane_replica_snapshot_index`: the last log index its latest snapshot covers.
+    pub snapshot_index: IntGauge,
     /// `dataplane_replica_peers_connected`: peers its own connections reach.
     pub peers_connected: IntGauge,
     /// `dataplane_replica_joining`: 1 while it catches up after `--join`.
@@ -402,7 +404,12 @@ impl ReplicaMetrics {
             log_entries: gauge(
                 r,
                 "dataplane_replica_log_entries",
-                "Entries in the replica's log.",
+                "Entries in the replica's log since its last compaction.",
+            ),
+            snapshot_index: gauge(
+                r,
+                "dataplane_replica_snapshot_index",
+                "The last log index the replica's latest snapshot covers (0: none yet).",
             ),
             peers_connected: gauge(
                 r,

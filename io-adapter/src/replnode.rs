@@ -112,6 +112,9 @@ pub struct ReplicaOptions {
     /// It rejoins a group that went on while it lost its disk ([`Replica::start_joining`]):
     /// it neither votes nor campaigns until it caught up. Never for a new group.
     pub join: bool,
+    /// Entries applied between two snapshots ([`ReplicaConfig::snapshot_every`]); a
+    /// compaction keeps half as many entries before its snapshot, at most 5,000.
+    pub snapshot_every: u64,
 }
 
 impl ReplicaOptions {
@@ -132,12 +135,15 @@ impl ReplicaOptions {
             .iter()
             .position(|(id, _)| *id == self.id)
             .ok_or_else(|| format!("replica {} is not in --replicas", self.id))?;
-        Ok(ReplicaConfig::new(
+        let mut config = ReplicaConfig::new(
             self.id,
             ids.into_iter().collect(),
             ELECTION_TICKS + ELECTION_STEP_TICKS * place,
             HEARTBEAT_TICKS,
-        ))
+        );
+        config.snapshot_every = self.snapshot_every;
+        config.snapshot_keep = config.snapshot_keep.min(self.snapshot_every / 2);
+        Ok(config)
     }
 
     /// Where this replica listens for the others.
@@ -446,6 +452,9 @@ impl ReplicaNode {
         metrics
             .log_entries
             .set(gauge_value(self.log.durable().entries.len()));
+        metrics
+            .snapshot_index
+            .set(gauge_value(replica.snapshot_index()));
         metrics
             .peers_connected
             .set(gauge_value(self.peers.values().filter(|p| p.up).count()));

@@ -127,6 +127,12 @@ struct DirectoryArgs {
     /// committed when it first heard it. Never for a new group (nobody would be elected).
     #[arg(long, requires = "replica_id")]
     join: bool,
+    /// Take a snapshot of the directory every N applied entries and compact the log behind
+    /// it (keeping min(N/2, 5000) entries for followers a little behind); a follower that
+    /// lags further is sent the snapshot.
+    #[arg(long, value_name = "N", default_value_t = 10_000, requires = "replica_id",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    snapshot_every: u64,
     #[command(flatten)]
     common: Common,
 }
@@ -286,6 +292,7 @@ fn run(role: Role) -> Result<(), Failure> {
                         id,
                         replicas: args.replicas,
                         join: args.join,
+                        snapshot_every: args.snapshot_every,
                     };
                     options
                         .replica_config()

@@ -78,6 +78,14 @@ impl Authority for Group {
                 follower + 1
             );
             std::thread::sleep(CATCH_UP);
+            // The leader compacted its log long before (a snapshot every 50 entries): the
+            // empty replica caught up from a snapshot, not from entry 1.
+            let log = self.group.replicas[follower].proc.log_text();
+            assert!(
+                log.contains("installed the leader's snapshot"),
+                "round {round}: replica {} caught up without a snapshot:\n{log}",
+                follower + 1
+            );
         }
         outage
     }
@@ -86,8 +94,11 @@ impl Authority for Group {
 #[test]
 fn kill9_the_leader_of_three_replicas_under_load() {
     let dir = TestDir::new("kill-replicas");
+    // Snapshots and compactions every 50 entries, so that the loop crosses many of them.
     let mut group = Group {
-        group: ReplicaGroup::start(&dir, "replica", 3),
+        group: ReplicaGroup::start_with(&dir, "replica", 3, |_| {
+            vec!["--snapshot-every".into(), "50".into()]
+        }),
         killed: None,
     };
     let outages = kill_loop(&dir, &mut group, rounds());
