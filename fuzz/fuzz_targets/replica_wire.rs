@@ -4,14 +4,15 @@
 //! accepted).
 //!
 //! Properties: nothing panics; a message that decodes re-encodes to a frame that decodes to an
-//! equal message, deterministically; a durable state `from_records` accepts starts a replica
-//! (what it refuses, it refuses with a typed error, and `start` never sees it). Messages are
+//! equal message, deterministically; a durable state `from_records` accepts (entries, hard
+//! states, snapshots in parts, torn ones among them) starts a replica (what it refuses, it
+//! refuses with a typed error, and `start` never sees it). Messages are
 //! not stepped into a replica: the engine asserts on some states only a lying peer can cause
 //! (a trust boundary documented in ARCHITECTURE "The replicated directory"; peers prove the
 //! cluster key before the engine sees a byte of theirs).
 #![no_main]
 
-use dataplane_core::log::{LogRecord, ReplicaEntryKind, ReplicaRecord};
+use dataplane_core::log::{LogRecord, ReplicaConf, ReplicaEntryKind, ReplicaRecord};
 use dataplane_replica::{Durable, Replica, ReplicaConfig, WireMessage};
 use libfuzzer_sys::fuzz_target;
 
@@ -27,20 +28,29 @@ fuzz_target!(|data: &[u8]| {
         .chunks(4)
         .map(|c| {
             let at = |i: usize| u64::from(c.get(i).copied().unwrap_or(0) % 8);
-            LogRecord::Replica(if at(0) % 4 == 0 {
-                ReplicaRecord::HardState {
+            LogRecord::Replica(match at(0) % 6 {
+                0 => ReplicaRecord::HardState {
                     term: at(1),
                     vote: at(2) % 4,
                     commit: at(3),
-                }
-            } else {
-                ReplicaRecord::Entry {
+                },
+                1 => ReplicaRecord::SnapshotStart {
+                    index: at(1),
+                    term: at(2),
+                    conf: ReplicaConf {
+                        voters: vec![1, 2, 3],
+                        ..ReplicaConf::default()
+                    },
+                    len: at(3) % 4,
+                },
+                2 => ReplicaRecord::SnapshotPart(c[..c.len().min(2)].to_vec()),
+                _ => ReplicaRecord::Entry {
                     index: at(1),
                     term: at(2),
                     kind: ReplicaEntryKind::Normal,
                     data: c.to_vec(),
                     context: Vec::new(),
-                }
+                },
             })
         })
         .collect();

@@ -331,6 +331,7 @@ fn record_name(record: &LogRecord) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Compaction;
     use dataplane_core::ids::AuthorityEpoch;
     use proptest::prelude::*;
 
@@ -478,6 +479,99 @@ mod tests {
                 Durable::from_records(&expected.snapshot_records()),
                 Ok(expected)
             );
+        }
+    }
+
+    /// A step of a replica's disk: a round, a snapshot installed from a leader, or a snapshot
+    /// of its own (memory only until a compaction of the log restates it).
+    #[derive(Clone, Debug)]
+    enum DiskStep {
+        Round(RoundSeed),
+        Install { ahead: u64, len: usize },
+        Compact { back: u64, keep: u64 },
+    }
+
+    fn disk_step() -> impl Strategy<Value = DiskStep> {
+        prop_oneof![
+            4 => round_seed().prop_map(DiskStep::Round),
+            1 => (0u64..4, 0usize..(3 * SNAPSHOT_PART_BYTES / 2))
+                .prop_map(|(ahead, len)| DiskStep::Install { ahead, len }),
+            1 => (0u64..6, 0u64..4).prop_map(|(back, keep)| DiskStep::Compact { back, keep }),
+        ]
+    }
+
+    fn snapshot(index: u64, term: u64, len: usize) -> SnapshotData {
+        SnapshotData {
+            index,
+            term,
+            conf: ReplicaConf {
+                voters: vec![1, 2, 3],
+                ..ReplicaConf::default()
+            },
+            data: (0..len).map(|i| (i as u64 ^ index) as u8).collect(),
+        }
+    }
+
+    proptest! {
+        /// With snapshots: every prefix of the records recovers; the whole replays to the disk
+        /// the rounds and installs made (a snapshot of its own changes no record); and the
+        /// restatement of the state with its own snapshots replays to that state, less the
+        /// entries its snapshot covers.
+        #[test]
+        fn snapshots_replay_and_restate(
+            steps in proptest::collection::vec(disk_step(), 0..24),
+        ) {
+            let mut disk = Durable::default();
+            let mut memory = Durable::default();
+            let mut records = Vec::new();
+            for step in &steps {
+                match step {
+                    DiskStep::Round(seed) => {
+                        let (entries, hard_state) = round(seed, &disk, true);
+                        records.extend(round_records(None, &entries, hard_state));
+                        disk.write_parts(&entries, hard_state);
+                        memory.write_parts(&entries, hard_state);
+                    }
+                    DiskStep::Install { ahead, len } => {
+                        let index = disk.last_index().max(disk.hard_state.commit) + ahead + 1;
+                        let term = disk.hard_state.term.max(1) + 1;
+                        let s = snapshot(index, term, *len);
+                        let hs = hs(term, 0, index);
+                        records.extend(round_records(Some(&s), &[], Some(hs)));
+                        for d in [&mut disk, &mut memory] {
+                            d.install(s.clone());
+                            d.write_parts(&[], Some(hs));
+                        }
+                    }
+                    DiskStep::Compact { back, keep } => {
+                        let covered = memory.snapshot.as_ref().map_or(0, |s| s.index);
+                        let index = memory.hard_state.commit.saturating_sub(*back);
+                        if index <= covered || index <= memory.start.0 {
+                            continue;
+                        }
+                        let term = memory.entries[(index - memory.start.0 - 1) as usize].term;
+                        let keep_from = (index + 1).saturating_sub(*keep).max(memory.start.0 + 1);
+                        memory.compact(&Compaction {
+                            snapshot: snapshot(index, term, 10),
+                            keep_from,
+                        });
+                    }
+                }
+            }
+            for cut in 0..=records.len() {
+                let prefix = Durable::from_records(&records[..cut]);
+                prop_assert!(prefix.is_ok(), "cut at {}: {:?}", cut, prefix);
+            }
+            prop_assert_eq!(Durable::from_records(&records), Ok(disk.clone()));
+            let restated = Durable::from_records(&memory.snapshot_records());
+            prop_assert!(restated.is_ok(), "{:?}", restated);
+            let restated = restated.unwrap();
+            let covered = restated.snapshot.as_ref().map_or(0, |s| s.index);
+            prop_assert_eq!(restated.start.0, covered);
+            prop_assert_eq!(&restated.snapshot, &memory.snapshot);
+            prop_assert_eq!(restated.hard_state, disk.hard_state);
+            let after: Vec<&LogEntry> = disk.entries.iter().filter(|e| e.index > covered).collect();
+            prop_assert_eq!(restated.entries.iter().collect::<Vec<_>>(), after);
         }
     }
 

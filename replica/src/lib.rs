@@ -10,11 +10,20 @@
 //! ready() -> Ready                             one round of output:
 //!     send     may leave now (a leader's appends leave before its own fsync)
 //!     apply    committed entries, to apply now (all of them durable here already)
-//!     entries, hard_state                      must be durable before ...
+//!     snapshot, entries, hard_state            must be durable before ...
+//!     compacted                                the driver's copy of its disk drops what a
+//!                                              snapshot of this replica's own covers
 //! persisted(ready) -> Vec<WireMessage>         ... this, which releases what waited for the
 //!                                              disk (votes, append acknowledgements); then
 //!                                              ready() again (a leader may commit now)
 //! ```
+//!
+//! **Snapshots.** The replicated directory takes a snapshot of its applied state every
+//! [`ReplicaConfig::snapshot_every`] entries ([`Replica::compact`]); the engine's log then
+//! starts a few entries ([`ReplicaConfig::snapshot_keep`]) before it, and a follower that lags
+//! further is sent the snapshot, in chunks ([`SnapshotChunk`]). The engine's log lives in this
+//! crate's own store (`storage.rs`), which keeps the term of the entry before the first one
+//! kept. A round that installs a leader's snapshot is applied once it is durable.
 //!
 //! Rounds are persisted in order; this wrapper's drivers keep one in flight. Inputs may be
 //! fed while a round is being written (the engine keeps the round's entries in its in-memory
