@@ -55,7 +55,9 @@ use dataplane_core::membership::{Admitted, Membership};
 use dataplane_core::routes::Routes;
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{Envelope, Message};
-use dataplane_replica::{Replica, ReplicaConfig, ReplicaId, ReplicatedDirectory, WireMessage};
+use dataplane_replica::{
+    Replica, ReplicaConfig, ReplicaError, ReplicaId, ReplicatedDirectory, WireMessage,
+};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, error, info, warn};
 
@@ -96,6 +98,11 @@ const LOG_DIR: &str = "replica";
 /// Written once the log was created (see `dirnode.rs`): a data directory with the mark and
 /// no log is refused, not started empty.
 const CREATED_MARK: &str = "created";
+/// Present while the replica rejoins as a non-voter ([`Replica::start_joining`]): written
+/// before it starts joining, removed once it caught up. It outlives restarts, so a replica
+/// that crashes while catching up, or stopped because it lost acknowledged entries, joins
+/// again on its next start without an operator's flag (and a stale `--join` does not).
+const REJOIN_MARK: &str = "rejoining";
 /// What a peer's hello proves, besides the nonce: the protocol and both ends.
 const PEER_HELLO_LABEL: &[u8] = b"dataplane replica hello v1";
 
@@ -239,8 +246,10 @@ struct ReplicaNode {
     host_listener: ListenerId,
     peer_listener: ListenerId,
     next_tick: Instant,
-    /// Still catching up after `--join` (logged once it is not).
+    /// Still catching up after `--join` (logged once it is not, and its mark removed).
     joining: bool,
+    /// The data directory's [`REJOIN_MARK`].
+    rejoin_path: std::path::PathBuf,
     serving: Option<Serving>,
     /// Host and client connections accepted while serving (closed when it stops).
     host_conns: BTreeSet<ConnId>,
@@ -294,7 +303,33 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
     if !booted {
         write_state(&created_path, &log.log().id().0).map_err(|e| io(CREATED_MARK, e))?;
     }
-    let replica = if options.join {
+    // Whether it rejoins as a non-voter: `--join` on a data directory this start created; a
+    // mark left by a start that had not caught up, or by a replica that found it had lost
+    // acknowledged entries; or a repair that cut bytes of the log (entries it acknowledged may
+    // be gone with them).
+    let rejoin_path = data_dir.join(REJOIN_MARK);
+    let marked = rejoin_path.exists();
+    let repaired = recovered.cut_bytes > 0;
+    if options.join && booted && !marked {
+        warn!(
+            data_dir = %data_dir.display(),
+            "ignoring --join: the data directory holds this replica's log (a replica rejoins \
+             only when it starts without one, or after it lost entries)"
+        );
+    }
+    let rejoin = marked || (options.join && !booted) || repaired;
+    if rejoin && !marked {
+        write_state(&rejoin_path, &()).map_err(|e| io(REJOIN_MARK, e))?;
+    }
+    if rejoin {
+        info!(
+            repaired,
+            resumed = marked,
+            "rejoining: no vote and no campaign until this replica holds what the leader \
+             committed"
+        );
+    }
+    let replica = if rejoin {
         Replica::start_joining(&config, log.durable())
     } else {
         Replica::start(&config, log.durable())
@@ -375,7 +410,8 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
         host_listener,
         peer_listener,
         next_tick: now,
-        joining: options.join,
+        joining: rejoin,
+        rejoin_path,
         serving: None,
         host_conns: BTreeSet::new(),
         peers,
@@ -538,6 +574,9 @@ impl ReplicaNode {
         self.release_held();
         if self.joining && !self.machine.replica().is_joining() {
             self.joining = false;
+            remove_mark(&self.rejoin_path).map_err(|e| {
+                NodeError::Io(format!("{}: {e}", self.rejoin_path.display()))
+            })?;
             info!(
                 term = self.machine.replica().term(),
                 commit = self.machine.replica().commit(),
@@ -1014,8 +1053,17 @@ impl ReplicaNode {
             }
             (Some(from), Ok(PeerFrame::Raft(bytes))) => match WireMessage::decode(&bytes) {
                 Ok(message) if message.from == from => {
-                    if let Err(e) = self.machine.step(message) {
-                        debug!(from, error = %e, "a peer's message was not taken");
+                    match self.machine.step(message) {
+                        Err(e @ ReplicaError::LostEntries { .. }) => {
+                            // It stops (the next round reports it); its next start rejoins.
+                            if let Err(io) = write_state(&self.rejoin_path, &()) {
+                                error!(error = %io, "could not mark the replica as rejoining");
+                            }
+                            error!(error = %e, "this replica lost entries it had acknowledged: \
+                                   it stops, and rejoins as a non-voter when started again");
+                        }
+                        Err(e) => debug!(from, error = %e, "a peer's message was not taken"),
+                        Ok(()) => {}
                     }
                     true
                 }
@@ -1054,4 +1102,17 @@ impl ReplicaNode {
             _ => self.machine.report_unreachable(message.to),
         }
     }
+}
+
+/// Removes a mark file and makes its removal durable (no-op if it is gone).
+fn remove_mark(path: &std::path::Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }

@@ -269,7 +269,8 @@ impl std::fmt::Display for ReplicaError {
                 f,
                 "the leader committed up to {commit} for this replica, whose log ends at \
                  {last}: it lost entries it had acknowledged, and may vote again only once it \
-                 rejoined and caught up (dataplane-node: restart it with --join)"
+                 rejoined and caught up (dataplane-node: it stops, and rejoins as a non-voter when \
+                 started again)"
             ),
         }
     }

@@ -19,6 +19,7 @@ mod ops;
 mod overload;
 mod program_streams;
 mod replica_peers;
+mod replica_rejoin;
 mod soak;
 mod streams;
 mod truth;
