@@ -384,7 +384,10 @@ mod tests {
         let (mut log, recovered) = open(&dir);
         // The log's last compaction restated a snapshot and the entries after it; the rounds
         // since follow.
-        assert!(recovered.snapshot_records > 0, "the log was never compacted");
+        assert!(
+            recovered.snapshot_records > 0,
+            "the log was never compacted"
+        );
         let durable = log.durable();
         let s = durable.snapshot.clone().expect("a snapshot");
         assert_eq!(s, snapshot(s.index, 1, 100 << 10));

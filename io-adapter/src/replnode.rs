@@ -532,9 +532,8 @@ impl ReplicaNode {
             for message in std::mem::take(&mut round.send) {
                 self.send_peer(message);
             }
-            let writes = round.snapshot.is_some()
-                || !round.entries.is_empty()
-                || round.hard_state.is_some();
+            let writes =
+                round.snapshot.is_some() || !round.entries.is_empty() || round.hard_state.is_some();
             let started = std::time::Instant::now();
             self.log
                 .write_round(round.snapshot.as_ref(), &round.entries, round.hard_state)
@@ -574,9 +573,8 @@ impl ReplicaNode {
         self.release_held();
         if self.joining && !self.machine.replica().is_joining() {
             self.joining = false;
-            remove_mark(&self.rejoin_path).map_err(|e| {
-                NodeError::Io(format!("{}: {e}", self.rejoin_path.display()))
-            })?;
+            remove_mark(&self.rejoin_path)
+                .map_err(|e| NodeError::Io(format!("{}: {e}", self.rejoin_path.display())))?;
             info!(
                 term = self.machine.replica().term(),
                 commit = self.machine.replica().commit(),

@@ -27,7 +27,12 @@ use dataplane_core::membership::Membership;
 use dataplane_core::time::Instant;
 use dataplane_core::wire::Message;
 
-use crate::{Ready, Replica, ReplicaId, Role, SnapshotData, WireMessage};
+use std::collections::BTreeMap;
+
+use crate::{
+    EntryKind, LogEntry, MemberChange, Ready, Replica, ReplicaError, ReplicaId, Role, SnapshotData,
+    WireMessage,
+};
 
 /// Why the replicated directory did not take an input (nothing changed).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,6 +48,8 @@ pub enum NotServing {
     Refused(InputError),
     /// A committed record did not apply: this replica stopped (fail-stop).
     Stopped(String),
+    /// The engine refused a membership change (another one is pending, or it is invalid).
+    Change(String),
 }
 
 impl std::fmt::Display for NotServing {
@@ -57,6 +64,7 @@ impl std::fmt::Display for NotServing {
             ),
             NotServing::Refused(e) => write!(f, "{e}"),
             NotServing::Stopped(why) => write!(f, "stopped: {why}"),
+            NotServing::Change(why) => write!(f, "the membership change was refused: {why}"),
         }
     }
 }
@@ -99,6 +107,11 @@ pub struct ReplicatedDirectory<H: SourceRecoveryHook> {
     committed: DurableState,
     /// The hosts' identities, as committed (`LogRecord::Member`; the directory ignores them).
     members: Membership,
+    /// Where replicas added by a membership change listen (committed with the change).
+    addresses: BTreeMap<ReplicaId, String>,
+    /// A membership change was applied since the last snapshot: the next round takes one
+    /// and keeps no entry before it (a new replica learns the group from it).
+    changed: bool,
     applied: u64,
     leading: Option<Leading>,
     released: Vec<Effect>,
@@ -134,6 +147,8 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
             hook,
             committed: DurableState::default(),
             members: Membership::recover(&[]).expect("an empty membership"),
+            addresses: BTreeMap::new(),
+            changed: false,
             applied: 0,
             leading: None,
             released: Vec::new(),
@@ -151,9 +166,10 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
     /// hosts' membership as they were at its index.
     fn restore(&mut self, snapshot: &SnapshotData) {
         match decode_snapshot(&snapshot.data) {
-            Ok((committed, members)) => {
+            Ok((committed, members, addresses)) => {
                 self.committed = committed;
                 self.members = members;
+                self.addresses = addresses;
                 self.applied = snapshot.index;
             }
             Err(why) => self.stop(format!(
@@ -165,19 +181,77 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
 
     /// Takes a snapshot once [`crate::ReplicaConfig::snapshot_every`] entries were applied
     /// since the last one; the round carries it to the driver ([`Ready::compacted`]).
+    ///
+    /// The first one is taken at the first entry applied, and one after each membership
+    /// change, keeping no entry before it: a replica whose log is empty (a new one, or one
+    /// that lost its disk) is then always sent a snapshot, which carries the group's
+    /// configuration, rather than the log from its first entry.
     fn maybe_compact(&mut self, ready: &mut Ready) {
         let every = self.replica.snapshot_every();
-        if self.stopped.is_some()
-            || every == 0
-            || self.applied.saturating_sub(self.replica.snapshot_index()) < every
-        {
+        let since = self.applied.saturating_sub(self.replica.snapshot_index());
+        let first = self.replica.snapshot_index() == 0 && self.applied > 0;
+        if self.stopped.is_some() || since == 0 {
             return;
         }
-        let data = encode_snapshot(&self.committed, &self.members);
+        let keep = if first || self.changed {
+            0
+        } else if every > 0 && since >= every {
+            self.replica.snapshot_keep()
+        } else {
+            return;
+        };
+        let data = encode_snapshot(&self.committed, &self.members, &self.addresses);
         // Refused only past the size limit: the log then keeps growing, as before snapshots.
-        if let Ok(compaction) = self.replica.compact(self.applied, data) {
+        if let Ok(compaction) = self.replica.compact_keeping(self.applied, data, keep) {
             ready.compacted = Some(compaction);
+            self.changed = false;
         }
+    }
+
+    /// Proposes a change of the group's voters (the serving replica only; one at a time),
+    /// with the addresses where added replicas listen for the others; the index of its
+    /// entry. Once applied, [`Self::voters`] and [`Self::addresses`] show it on every replica.
+    pub fn change_replicas(
+        &mut self,
+        changes: &[MemberChange],
+        addresses: &[(ReplicaId, String)],
+    ) -> Result<u64, NotServing> {
+        if let Some(why) = &self.stopped {
+            return Err(NotServing::Stopped(why.clone()));
+        }
+        self.follow_leadership();
+        if self.serving_term().is_none() {
+            return match self.leading {
+                Some(_) => Err(NotServing::Starting),
+                None => Err(NotServing::NotLeader(self.replica.leader())),
+            };
+        }
+        let context = postcard::to_allocvec(addresses).expect("addresses always serialise");
+        self.replica
+            .propose_change(changes, context)
+            .map_err(|e| match e {
+                ReplicaError::NotLeader(l) => NotServing::NotLeader(l),
+                e => NotServing::Change(e.to_string()),
+            })
+    }
+
+    /// The group's voters as this replica applied them (both sides, during a joint change).
+    pub fn voters(&self) -> Vec<ReplicaId> {
+        let conf = self.replica.conf();
+        let mut voters: Vec<ReplicaId> = conf
+            .voters
+            .iter()
+            .chain(&conf.voters_outgoing)
+            .copied()
+            .collect();
+        voters.sort_unstable();
+        voters.dedup();
+        voters
+    }
+
+    /// Where the replicas added by membership changes listen, as committed.
+    pub fn addresses(&self) -> &BTreeMap<ReplicaId, String> {
+        &self.addresses
     }
 
     /// Keeps every step the directory admits (its effects, its log index) until
@@ -322,9 +396,9 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
 
     /// A message from another replica. One that shows this replica lost acknowledged
     /// entries ([`crate::ReplicaError::LostEntries`]) also stops it.
-    pub fn step(&mut self, message: WireMessage) -> Result<(), crate::ReplicaError> {
+    pub fn step(&mut self, message: WireMessage) -> Result<(), ReplicaError> {
         let result = self.replica.step(message);
-        if let Err(e @ crate::ReplicaError::LostEntries { .. }) = &result {
+        if let Err(e @ ReplicaError::LostEntries { .. }) = &result {
             self.stop(e.to_string());
         }
         self.follow_leadership();
@@ -338,7 +412,7 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
         self.follow_leadership();
         let mut ready = self.replica.ready()?;
         for entry in std::mem::take(&mut ready.apply) {
-            self.apply(now, entry.index, entry.term, &entry.data);
+            self.apply_entry(now, &entry);
         }
         self.maybe_compact(&mut ready);
         self.follow_leadership();
@@ -466,7 +540,23 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
         self.released.extend(ready);
     }
 
-    /// A committed entry.
+    /// A committed entry: the directory's records, or a membership change (the replica
+    /// applied it to the engine already; its context holds the added replicas' addresses).
+    fn apply_entry(&mut self, now: Instant, entry: &LogEntry) {
+        if entry.kind == EntryKind::Normal {
+            return self.apply(now, entry.index, entry.term, &entry.data);
+        }
+        if let Ok(addresses) = postcard::from_bytes::<Vec<(ReplicaId, String)>>(&entry.context) {
+            self.addresses.extend(addresses);
+        }
+        let voters = self.voters();
+        self.addresses.retain(|id, _| voters.contains(id));
+        self.changed = true;
+        // An entry of the leader's term like any other: the effects waiting for it go.
+        self.apply(now, entry.index, entry.term, &[]);
+    }
+
+    /// A committed entry of records.
     fn apply(&mut self, now: Instant, index: u64, term: u64, data: &[u8]) {
         if self.stopped.is_some() {
             return;
@@ -544,16 +634,23 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
 
 /// A snapshot's bytes: the records that restate the directory's committed state and the hosts'
 /// membership (each one's own compaction), in postcard.
-fn encode_snapshot(committed: &DurableState, members: &Membership) -> Vec<u8> {
+fn encode_snapshot(
+    committed: &DurableState,
+    members: &Membership,
+    addresses: &BTreeMap<ReplicaId, String>,
+) -> Vec<u8> {
     let mut records = committed.snapshot_records();
     records.extend(members.snapshot_records());
-    postcard::to_allocvec(&records).expect("records always serialise")
+    postcard::to_allocvec(&(records, addresses)).expect("records always serialise")
 }
 
 /// The state a snapshot's bytes restate, or why they do not.
-fn decode_snapshot(data: &[u8]) -> Result<(DurableState, Membership), String> {
-    let records: Vec<LogRecord> = match postcard::take_from_bytes(data) {
-        Ok((records, [])) => records,
+fn decode_snapshot(
+    data: &[u8],
+) -> Result<(DurableState, Membership, BTreeMap<ReplicaId, String>), String> {
+    type State = (Vec<LogRecord>, BTreeMap<ReplicaId, String>);
+    let (records, addresses): State = match postcard::take_from_bytes(data) {
+        Ok((state, [])) => state,
         _ => return Err("not a snapshot of the directory".into()),
     };
     let members = Membership::recover(&records)?;
@@ -563,5 +660,5 @@ fn decode_snapshot(data: &[u8]) -> Result<(DurableState, Membership), String> {
             committed.apply(record).map_err(|e| e.0.to_owned())?;
         }
     }
-    Ok((committed, members))
+    Ok((committed, members, addresses))
 }

@@ -673,6 +673,8 @@ mod tests {
     fn a_commit_past_the_log_is_refused() {
         let why = refusal(&round_records(None, &[entry(1, 1)], Some(hs(1, 1, 2))));
         assert!(why.contains("commit 2 past the last entry 1"), "{why}");
-        assert!(Durable::from_records(&round_records(None, &[entry(1, 1)], Some(hs(1, 1, 1)))).is_ok());
+        assert!(
+            Durable::from_records(&round_records(None, &[entry(1, 1)], Some(hs(1, 1, 1)))).is_ok()
+        );
     }
 }

@@ -48,7 +48,11 @@ mod disk;
 mod storage;
 mod wire;
 
-use raft::eraftpb::{ConfState, HardState, MessageType, Snapshot};
+use protobuf::Message as _;
+use raft::eraftpb::{
+    ConfChangeSingle, ConfChangeTransition, ConfChangeType, ConfChangeV2, ConfState, HardState,
+    MessageType, Snapshot,
+};
 use raft::{Config, RawNode, SnapshotStatus, StateRole};
 
 pub use dataplane_core::log::ReplicaConf;
@@ -173,8 +177,8 @@ impl Durable {
     /// [`Durable::write`] from a round's entries and hard state.
     pub fn write_parts(&mut self, entries: &[LogEntry], hard_state: Option<HardStateRecord>) {
         if let Some(first) = entries.first() {
-            let keep = usize::try_from(first.index.saturating_sub(self.start.0 + 1))
-                .unwrap_or(usize::MAX);
+            let keep =
+                usize::try_from(first.index.saturating_sub(self.start.0 + 1)).unwrap_or(usize::MAX);
             self.entries.truncate(keep);
             self.entries.extend(entries.iter().cloned());
         }
@@ -210,6 +214,15 @@ impl Durable {
     pub fn last_index(&self) -> u64 {
         self.entries.last().map_or(self.start.0, |e| e.index)
     }
+}
+
+/// One change of the group's voters (several at once go through joint consensus).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberChange {
+    /// A replica becomes a voter (it is sent the leader's snapshot, then the log).
+    AddVoter(ReplicaId),
+    /// A voter leaves the group.
+    RemoveVoter(ReplicaId),
 }
 
 /// The engine's role.
@@ -436,7 +449,20 @@ impl Replica {
         config: &ReplicaConfig,
         durable: &Durable,
     ) -> Result<Replica, ReplicaError> {
-        let mut replica = Replica::start(config, durable)?;
+        // With nothing on its disk it knows no configuration either (it may be a replica the
+        // group never had): it learns the group's from the leader's snapshot, which every
+        // replica with an empty log is sent (the log's first entries are always compacted).
+        let mut replica = if durable == &Durable::default() {
+            Replica::start(
+                &ReplicaConfig {
+                    voters: Vec::new(),
+                    ..config.clone()
+                },
+                durable,
+            )?
+        } else {
+            Replica::start(config, durable)?
+        };
         replica.joining = Some(Joining { target: None });
         Ok(replica)
     }
@@ -570,7 +596,10 @@ impl Replica {
         let bytes = chunk.bytes.len() as u64;
         if chunk.len > SNAPSHOT_BYTES_MAX as u64
             || bytes > SNAPSHOT_CHUNK_BYTES as u64
-            || chunk.offset.checked_add(bytes).is_none_or(|end| end > chunk.len)
+            || chunk
+                .offset
+                .checked_add(bytes)
+                .is_none_or(|end| end > chunk.len)
             || (bytes == 0 && chunk.len > 0)
             || chunk.index == 0
         {
@@ -592,12 +621,18 @@ impl Replica {
             });
         }
         match &mut self.assembly {
-            Some(a) if a.key == key && a.len == chunk.len && a.data.len() as u64 == chunk.offset => {
+            Some(a)
+                if a.key == key && a.len == chunk.len && a.data.len() as u64 == chunk.offset =>
+            {
                 a.data.extend_from_slice(&chunk.bytes);
             }
             _ => return Ok(None),
         }
-        if self.assembly.as_ref().is_some_and(|a| (a.data.len() as u64) < a.len) {
+        if self
+            .assembly
+            .as_ref()
+            .is_some_and(|a| (a.data.len() as u64) < a.len)
+        {
             return Ok(None);
         }
         let a = self.assembly.take().expect("assembled above");
@@ -614,6 +649,17 @@ impl Replica {
     /// `index + 1 - snapshot_keep` goes. The driver's copy of the disk does the same
     /// ([`Durable::compact`]) with what this returns.
     pub fn compact(&mut self, index: u64, data: Vec<u8>) -> Result<Compaction, ReplicaError> {
+        self.compact_keeping(index, data, self.snapshot_keep)
+    }
+
+    /// [`Self::compact`], keeping `keep` entries before the snapshot's index (0: none, so
+    /// that a replica with an empty log is sent the snapshot, with the configuration in it).
+    pub fn compact_keeping(
+        &mut self,
+        index: u64,
+        data: Vec<u8>,
+        keep: u64,
+    ) -> Result<Compaction, ReplicaError> {
         let applied = self.node.raft.raft_log.applied;
         let store = self.node.store();
         let current = store.snapshot_index();
@@ -637,9 +683,7 @@ impl Replica {
             conf: conf_record(&self.node.raft.prs().conf().to_conf_state()),
             data,
         };
-        let keep_from = (index + 1)
-            .saturating_sub(self.snapshot_keep)
-            .max(self.first_kept());
+        let keep_from = (index + 1).saturating_sub(keep).max(self.first_kept());
         self.node
             .mut_store()
             .compact(raft_snapshot(&snapshot), keep_from);
@@ -663,6 +707,11 @@ impl Replica {
         raft::Storage::snapshot(store, 0, self.id)
             .ok()
             .map(|s| snapshot_data(&s))
+    }
+
+    /// [`ReplicaConfig::snapshot_keep`].
+    pub fn snapshot_keep(&self) -> u64 {
+        self.snapshot_keep
     }
 
     /// [`ReplicaConfig::snapshot_every`].
@@ -694,6 +743,15 @@ impl Replica {
             && self.node.raft.prs().get(peer).is_some()
         {
             self.node.report_unreachable(peer);
+            // What the leader knew the peer held may be gone with its disk: it keeps probing
+            // from there (a peer that kept its log accepts, and is matched again at once),
+            // but forgets the match, so that a peer sent a snapshot after refusing the probe
+            // is probed next from the snapshot, not from the lost match (which it would never
+            // refuse: the engine would wait for the next proposal to find the gap). Lowering
+            // a match only delays commits, never moves one.
+            if let Some(pr) = self.node.raft.mut_prs().get_mut(peer) {
+                pr.matched = 0;
+            }
             self.node.raft.send_append(peer);
         }
     }
@@ -708,6 +766,70 @@ impl Replica {
             .propose(Vec::new(), data)
             .map_err(|e| ReplicaError::Refused(e.to_string()))?;
         Ok(self.node.raft.raft_log.last_index())
+    }
+
+    /// Proposes a change of the voters (only a leader takes it; one change at a time: the
+    /// engine refuses another until the last one is applied). Several changes go through
+    /// joint consensus, left automatically once applied. `context` travels with the entry
+    /// (the replicated directory puts the new replicas' addresses there). The index it will
+    /// have if it commits.
+    pub fn propose_change(
+        &mut self,
+        changes: &[MemberChange],
+        context: Vec<u8>,
+    ) -> Result<u64, ReplicaError> {
+        if self.role() != Role::Leader {
+            return Err(ReplicaError::NotLeader(self.leader()));
+        }
+        let mut cc = ConfChangeV2::default();
+        cc.set_transition(ConfChangeTransition::Auto);
+        cc.set_changes(
+            changes
+                .iter()
+                .map(|c| {
+                    let (id, kind) = match *c {
+                        MemberChange::AddVoter(id) => (id, ConfChangeType::AddNode),
+                        MemberChange::RemoveVoter(id) => (id, ConfChangeType::RemoveNode),
+                    };
+                    let mut single = ConfChangeSingle {
+                        node_id: id,
+                        ..ConfChangeSingle::default()
+                    };
+                    single.set_change_type(kind);
+                    single
+                })
+                .collect(),
+        );
+        let before = self.last_index();
+        self.node
+            .propose_conf_change(context, cc)
+            .map_err(|e| ReplicaError::Refused(e.to_string()))?;
+        let index = self.last_index();
+        if index == before {
+            // The engine drops a change while another is pending (it appends an empty entry
+            // in its place, or nothing).
+            return Err(ReplicaError::Refused(
+                "another membership change is still pending".into(),
+            ));
+        }
+        Ok(index)
+    }
+
+    /// The group's configuration as this replica applied it.
+    pub fn conf(&self) -> ReplicaConf {
+        conf_record(&self.node.raft.prs().conf().to_conf_state())
+    }
+
+    /// Applies a committed membership change to the engine (every replica does, in log
+    /// order). A change the engine finds invalid changes nothing, on every replica alike.
+    fn apply_change(&mut self, entry: &LogEntry) {
+        // Only the second format is ever proposed (`propose_change`).
+        if entry.kind != EntryKind::ConfChangeV2 {
+            return;
+        }
+        if let Ok(cc) = ConfChangeV2::parse_from_bytes(&entry.data) {
+            let _ = self.node.apply_conf_change(&cc);
+        }
     }
 
     /// The next round of output, if there is one.
@@ -749,6 +871,9 @@ impl Replica {
         // counts as applied once it is durable (`persisted`): the engine applies nothing that
         // is not durable here.
         let apply_on_persist = snapshot.is_some();
+        for entry in &apply {
+            self.apply_change(entry);
+        }
         if !apply_on_persist {
             self.node.advance_apply();
         }

@@ -495,3 +495,148 @@ fn a_replica_that_lost_its_disk_rejoins_without_voting_until_caught_up() {
         assert_eq!(g.serving(), Some(leader));
     }
 }
+
+impl Group {
+    /// Adds replica `id` (the next slot) as a new, empty replica: it knows no configuration
+    /// and learns the group's from the leader's snapshot once a change adds it.
+    fn add_new_replica(&mut self, id: u64) {
+        assert_eq!(self.nodes.len() as u64 + 1, id);
+        self.configs.push(ReplicaConfig {
+            id,
+            voters: (1..=id).collect(),
+            election_ticks: 10 + 7 * (id as usize - 1),
+            heartbeat_ticks: 3,
+            snapshot_every: 10_000,
+            snapshot_keep: 5_000,
+        });
+        self.disks.push(Durable::default());
+        self.nodes.push(None);
+        let i = id as usize - 1;
+        let replica = Replica::start_joining(&self.configs[i], &self.disks[i]).unwrap();
+        self.nodes[i] = Some(ReplicatedDirectory::new(
+            replica,
+            DirectoryConfig::new(directory_address()),
+            ActorSources,
+        ));
+        self.connected(i);
+    }
+
+    /// Registers `path` through whichever replica serves; its reply must come back `Ok`.
+    fn register_ok(&mut self, request: u64, path: &str) {
+        let leader = self.elect();
+        let now = self.now;
+        self.node(leader)
+            .handle_message(now, register(request, path, u128::from(request)))
+            .unwrap();
+        self.pump();
+        self.ticks(5);
+        let replies = self.replies(leader, request);
+        assert!(
+            matches!(replies.as_slice(), [(_, ReplyBody::Registered(Ok(_)))]),
+            "{path}: {replies:?}"
+        );
+    }
+
+    fn voters_of(&mut self, i: usize) -> Vec<u64> {
+        self.node(i).voters()
+    }
+}
+
+#[test]
+fn the_group_grows_from_three_to_five_and_back_to_three_losing_nothing() {
+    use dataplane_replica::MemberChange::{AddVoter, RemoveVoter};
+    let mut g = Group::new();
+    g.elect();
+    for n in 0..10 {
+        g.register_ok(100 + n, &format!("/m/{n}"));
+    }
+
+    // Two new replicas, empty; the serving one adds both (joint consensus, left at once).
+    g.add_new_replica(4);
+    g.add_new_replica(5);
+    let leader = g.elect();
+    assert_eq!(
+        g.voters_of(3),
+        Vec::<u64>::new(),
+        "a new replica knows no group"
+    );
+    g.node(leader)
+        .change_replicas(
+            &[AddVoter(4), AddVoter(5)],
+            &[(4, "10.0.0.4:7100".into()), (5, "10.0.0.5:7100".into())],
+        )
+        .unwrap();
+    g.pump();
+    g.ticks(30);
+    for i in 0..5 {
+        assert_eq!(g.voters_of(i), vec![1, 2, 3, 4, 5], "replica {}", i + 1);
+        assert_eq!(
+            g.node(i).addresses().get(&4).map(String::as_str),
+            Some("10.0.0.4:7100")
+        );
+        for n in 0..10 {
+            assert!(
+                g.has(i, &format!("/m/{n}")),
+                "replica {} lacks /m/{n}",
+                i + 1
+            );
+        }
+    }
+    assert!(
+        g.node(3).replica().snapshot_index() > 0,
+        "the new replica was not sent a snapshot"
+    );
+
+    // Five voters: losing two of the first three leaves a quorum with the new ones, which
+    // elect a leader that holds everything.
+    for n in 10..15 {
+        g.register_ok(100 + n, &format!("/m/{n}"));
+    }
+    let leader = g.elect();
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    let down = if leader < 3 {
+        vec![leader, others[0]]
+    } else {
+        others[..2].to_vec()
+    };
+    for &i in &down {
+        g.nodes[i] = None;
+    }
+    let successor = g.elect();
+    assert!(!down.contains(&successor));
+    for n in 15..20 {
+        g.register_ok(100 + n, &format!("/m/{n}"));
+    }
+    for &i in &down {
+        g.start(i);
+    }
+    g.ticks(30);
+
+    // Back to three: the two first replicas leave.
+    let leader = g.elect();
+    g.node(leader)
+        .change_replicas(&[RemoveVoter(1), RemoveVoter(2)], &[])
+        .unwrap();
+    g.pump();
+    g.ticks(30);
+    for i in 2..5 {
+        assert_eq!(g.voters_of(i), vec![3, 4, 5], "replica {}", i + 1);
+        assert!(g.node(i).addresses().get(&1).is_none());
+    }
+    g.nodes[0] = None;
+    g.nodes[1] = None;
+    let leader = g.elect();
+    assert!(leader >= 2);
+    for n in 20..25 {
+        g.register_ok(100 + n, &format!("/m/{n}"));
+    }
+    // Three voters: one more may go.
+    g.nodes[leader] = None;
+    let leader = g.elect();
+    for n in 25..30 {
+        g.register_ok(100 + n, &format!("/m/{n}"));
+    }
+    for n in 0..30 {
+        assert!(g.has(leader, &format!("/m/{n}")), "/m/{n} was lost");
+    }
+}

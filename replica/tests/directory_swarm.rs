@@ -32,8 +32,7 @@ use dataplane_core::wire::{
     DirectoryCall, DirectoryReply, DirectoryRequest, Message, ReplyBody, SourceRecovery,
 };
 use dataplane_replica::{
-    Durable, HardStateRecord, Ready, Replica, ReplicaConfig, ReplicatedDirectory, Role,
-    WireMessage,
+    Durable, HardStateRecord, Ready, Replica, ReplicaConfig, ReplicatedDirectory, Role, WireMessage,
 };
 
 mod common;

@@ -22,7 +22,7 @@ fn register(client: &mut RawClient, range: std::ops::Range<u64>) {
         let source = Address::new(NodeId(1 << 50), 1, n);
         let reply = client
             .call(DirectoryRequest::Register {
-                path: DataPath::new(&format!("/rejoin/{n}")).expect("a path"),
+                path: DataPath::new(format!("/rejoin/{n}")).expect("a path"),
                 source,
                 source_node: source.node,
                 length: n,
@@ -74,7 +74,8 @@ fn a_repaired_replica_rejoins_by_itself_and_a_stale_join_is_ignored() {
     let mark = replica.data_dir.join("rejoining");
     let proc = &replica.proc;
     wait_until("the repaired replica to catch up", TIMEOUT, || {
-        proc.log_text().contains("joined: caught up with the leader")
+        proc.log_text()
+            .contains("joined: caught up with the leader")
     });
     let text = replica.proc.log_text();
     assert!(text.contains("rejoining: no vote"), "{text}");
