@@ -45,6 +45,7 @@ pub mod hostnode;
 pub mod log;
 pub mod metrics;
 pub mod net;
+pub mod replcontrol;
 pub mod replica_log;
 pub mod replnode;
 pub mod sys;

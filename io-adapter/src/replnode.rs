@@ -54,9 +54,10 @@ use dataplane_core::ids::{Address, AuthorityEpoch, NodeId};
 use dataplane_core::membership::{Admitted, Membership};
 use dataplane_core::routes::Routes;
 use dataplane_core::time::{Duration, Instant};
-use dataplane_core::wire::{Envelope, Message};
+use dataplane_core::wire::{Envelope, Message, decode_value};
 use dataplane_replica::{
-    Replica, ReplicaConfig, ReplicaError, ReplicaId, ReplicatedDirectory, WireMessage,
+    MemberChange, NotServing, Replica, ReplicaConfig, ReplicaError, ReplicaId, ReplicatedDirectory,
+    WireMessage,
 };
 use serde::{Deserialize, Serialize};
 use tracing::{debug, error, info, warn};
@@ -68,6 +69,10 @@ use crate::metrics::{GaugeClock, Refusal, ReplicaMetrics, gauge_value};
 use crate::net::{
     ClusterKey, ConnId, Limits, Link, ListenerId, NetEvent, Outgoing, Overflow, Performed, Reactor,
     fresh_nonce, perform_conn_action,
+};
+use crate::replcontrol::{
+    CHANGE_REPLICAS_MAX, REPLICA_CONTROL_FRAME_MAX, REPLICA_CONTROL_VERSION, REPLICA_CONTROLS_MAX,
+    ReplicaCommand, ReplicaReply, ReplicaRequest, ReplicaStatus, replica_control_path,
 };
 use crate::replica_log::{ReplicaLog, ReplicaLogError};
 
@@ -197,6 +202,14 @@ const fn peer_limits() -> Limits {
     }
 }
 
+/// A control connection's bounds.
+const CONTROL_LIMITS: Limits = Limits {
+    frame_bytes: REPLICA_CONTROL_FRAME_MAX,
+    queue_bytes: 1 << 20,
+    overflow: Overflow::Close,
+    pace: false,
+};
+
 /// The connection this replica sends on to one peer.
 struct PeerOut {
     address: String,
@@ -255,6 +268,11 @@ struct ReplicaNode {
     host_conns: BTreeSet<ConnId>,
     peers: BTreeMap<ReplicaId, PeerOut>,
     incoming: BTreeMap<ConnId, PeerIn>,
+    /// The control socket (`DATA_DIR/control.sock`) and its open connections.
+    control_listener: ListenerId,
+    controls: BTreeSet<ConnId>,
+    /// `--replicas`: where each replica listens, unless a committed change says otherwise.
+    static_peers: BTreeMap<ReplicaId, String>,
     /// Peers whose refusal was logged at `info` since they last proved themselves (a peer
     /// with the wrong key retries every [`PEER_RETRY`]: later refusals go to `debug`); at most
     /// one per replica of the group, plus 0 for every stranger.
@@ -360,6 +378,15 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
     let peer_listener = net
         .listen_tcp(peers_socket, Limits::pending())
         .map_err(|e| io(peer_listen, e))?;
+    // The control socket is the replica's user's alone.
+    let control_path = replica_control_path(data_dir);
+    if crate::sys::is_socket(&control_path) {
+        std::fs::remove_file(&control_path).map_err(|e| io("control.sock", e))?;
+    }
+    let control = crate::sys::bind_unix(&control_path, 0o600).map_err(|e| io("control.sock", e))?;
+    let control_listener = net
+        .listen_unix(control, CONTROL_LIMITS)
+        .map_err(|e| io("control.sock", e))?;
     let metrics = match &options.directory.metrics_listen {
         Some(listen) => {
             let metrics = ReplicaMetrics::new();
@@ -409,6 +436,9 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
         net,
         host_listener,
         peer_listener,
+        control_listener,
+        controls: BTreeSet::new(),
+        static_peers: options.replicas.iter().cloned().collect(),
         next_tick: now,
         joining: rejoin,
         rejoin_path,
@@ -571,6 +601,7 @@ impl ReplicaNode {
         self.follow_serving();
         self.effects();
         self.release_held();
+        self.follow_voters();
         if self.joining && !self.machine.replica().is_joining() {
             self.joining = false;
             remove_mark(&self.rejoin_path)
@@ -764,11 +795,24 @@ impl ReplicaNode {
             NetEvent::Accepted { listener, conn } if listener == self.host_listener => {
                 self.host_accepted(conn)?;
             }
+            NetEvent::Accepted { listener, conn } if listener == self.control_listener => {
+                if self.controls.len() >= REPLICA_CONTROLS_MAX {
+                    warn!(
+                        conn,
+                        "control connection closed: {REPLICA_CONTROLS_MAX} are open already"
+                    );
+                    self.net.close(conn);
+                } else {
+                    self.controls.insert(conn);
+                }
+            }
             NetEvent::Accepted { conn, .. } => self.net.close(conn),
             NetEvent::Connected(_) => {}
             NetEvent::Closed(conn, reason) => self.closed(conn, &reason),
             NetEvent::Frame(conn, payload) => {
-                if self.incoming.contains_key(&conn) {
+                if self.controls.contains(&conn) {
+                    self.control_frame(conn, &payload);
+                } else if self.incoming.contains_key(&conn) {
                     self.peer_frame(conn, &payload);
                 } else if let Some(to) = self.peer_out(conn) {
                     self.peer_challenge(to, conn, &payload);
@@ -849,6 +893,9 @@ impl ReplicaNode {
     }
 
     fn closed(&mut self, conn: ConnId, reason: &str) {
+        if self.controls.remove(&conn) {
+            return;
+        }
         if let Some(pending) = self.incoming.remove(&conn) {
             debug!(conn, from = ?pending.from, reason, "peer replica connection closed");
             return;
@@ -1089,6 +1136,157 @@ impl ReplicaNode {
 
     /// Sends an engine message to its replica, if its connection is up (else it is lost, as
     /// on a network that drops it: the engine sends again).
+    /// One request on the control socket.
+    fn control_frame(&mut self, conn: ConnId, payload: &[u8]) {
+        let request = match decode_value::<ReplicaRequest>(payload, REPLICA_CONTROL_FRAME_MAX) {
+            Ok(r) if r.version == REPLICA_CONTROL_VERSION => r,
+            Ok(r) => {
+                let why = format!(
+                    "control protocol version {} (this replica speaks {REPLICA_CONTROL_VERSION})",
+                    r.version
+                );
+                self.net.send(conn, ReplicaReply::Refused(why));
+                self.net.close_after_flush(conn);
+                return;
+            }
+            Err(e) => {
+                warn!(conn, error = %e, "control request refused: not a request");
+                self.net.send(
+                    conn,
+                    ReplicaReply::Refused(format!("not a control request: {e}")),
+                );
+                self.net.close_after_flush(conn);
+                return;
+            }
+        };
+        let reply = match request.command {
+            ReplicaCommand::Status => ReplicaReply::Status(self.status()),
+            ReplicaCommand::Change { add, remove } => self.change(add, remove),
+        };
+        self.net.send(conn, reply);
+    }
+
+    fn status(&self) -> ReplicaStatus {
+        let replica = self.machine.replica();
+        let conf = replica.conf();
+        ReplicaStatus {
+            id: self.id,
+            term: replica.term(),
+            serving: self.machine.serving_term().is_some(),
+            leader: replica.leader(),
+            voters: self.machine.voters(),
+            joint: !conf.voters_outgoing.is_empty(),
+            addresses: self
+                .peers
+                .iter()
+                .map(|(id, p)| (*id, p.address.clone()))
+                .collect(),
+            applied: self.machine.applied(),
+            joining: replica.is_joining(),
+        }
+    }
+
+    /// An operator's change of the voters, checked before the engine sees it.
+    fn change(&mut self, add: Vec<(ReplicaId, String)>, remove: Vec<ReplicaId>) -> ReplicaReply {
+        let voters = self.machine.voters();
+        let refuse = |why: String| ReplicaReply::Refused(why);
+        if add.is_empty() && remove.is_empty() {
+            return refuse("a change adds or removes at least one replica".into());
+        }
+        if add.len() + remove.len() > CHANGE_REPLICAS_MAX {
+            return refuse(format!(
+                "a change adds and removes at most {CHANGE_REPLICAS_MAX} replicas"
+            ));
+        }
+        for (id, address) in &add {
+            if *id == 0 || voters.contains(id) {
+                return refuse(format!(
+                    "replica {id} cannot be added: it is a voter (or 0)"
+                ));
+            }
+            if address.is_empty()
+                || address.len() > 256
+                || address
+                    .to_socket_addrs()
+                    .map_or(true, |mut a| a.next().is_none())
+            {
+                return refuse(format!(
+                    "replica {id}'s address {address:?} is not HOST:PORT"
+                ));
+            }
+        }
+        for id in &remove {
+            if !voters.contains(id) {
+                return refuse(format!("replica {id} is not a voter"));
+            }
+        }
+        if voters.len() + add.len() <= remove.len() {
+            return refuse("a change may not remove every voter".into());
+        }
+        let changes: Vec<MemberChange> = add
+            .iter()
+            .map(|(id, _)| MemberChange::AddVoter(*id))
+            .chain(remove.iter().map(|id| MemberChange::RemoveVoter(*id)))
+            .collect();
+        match self.machine.change_replicas(&changes, &add) {
+            Ok(index) => {
+                info!(?add, ?remove, index, "membership change proposed");
+                ReplicaReply::Proposed(index)
+            }
+            Err(NotServing::NotLeader(l)) => ReplicaReply::NotLeader(l),
+            Err(e) => refuse(e.to_string()),
+        }
+    }
+
+    /// Makes the peer connections follow the voters the log applied: a new voter is
+    /// connected to (at its committed address, or `--replicas`'), a removed one let go.
+    /// A replica that knows no configuration yet (it joined empty) keeps `--replicas`.
+    fn follow_voters(&mut self) {
+        let voters = self.machine.voters();
+        if voters.is_empty() {
+            return;
+        }
+        let now = self.clock.now();
+        let addresses = self.machine.addresses();
+        for id in &voters {
+            if *id == self.id || self.peers.contains_key(id) {
+                continue;
+            }
+            let Some(address) = addresses
+                .get(id)
+                .or_else(|| self.static_peers.get(id))
+                .cloned()
+            else {
+                warn!(replica = id, "a voter with no known address");
+                continue;
+            };
+            info!(replica = id, %address, "a new voter: connecting to it");
+            self.peers.insert(
+                *id,
+                PeerOut {
+                    address,
+                    conn: None,
+                    up: false,
+                    retry_at: now,
+                },
+            );
+        }
+        let gone: Vec<ReplicaId> = self
+            .peers
+            .keys()
+            .filter(|id| !voters.contains(id))
+            .copied()
+            .collect();
+        for id in gone {
+            info!(replica = id, "no longer a voter: its connection closes");
+            if let Some(peer) = self.peers.remove(&id)
+                && let Some(conn) = peer.conn
+            {
+                self.net.close(conn);
+            }
+        }
+    }
+
     fn send_peer(&mut self, message: WireMessage) {
         let Some(peer) = self.peers.get(&message.to) else {
             return;

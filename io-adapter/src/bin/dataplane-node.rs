@@ -78,6 +78,35 @@ enum Role {
     /// Run a host node.
     #[command(long_about = HOST_ABOUT)]
     Host(HostArgs),
+    /// Ask a directory replica (through its control socket, DIR/control.sock) about its
+    /// group, or change the group's voters.
+    Replicas(ReplicasArgs),
+}
+
+#[derive(Debug, Args)]
+struct ReplicasArgs {
+    /// The data directory of a replica running on this machine.
+    #[arg(long, env = "DATAPLANE_DATA_DIR", value_name = "DIR")]
+    data_dir: PathBuf,
+    #[command(subcommand)]
+    command: ReplicasCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum ReplicasCommand {
+    /// Print the replica's term, the leader it knows, the voters and their addresses.
+    Status,
+    /// Change the voters (ask the serving replica): the replicas to add must run already,
+    /// started empty with `--join`; the change goes through joint consensus. Prints the index
+    /// of the change's entry; `status` shows when it is applied.
+    Change {
+        /// A replica to add, as ID=HOST:PORT (where it listens for the others); repeatable.
+        #[arg(long, value_name = "ID=HOST:PORT", value_parser = parse_replica)]
+        add: Vec<(u64, String)>,
+        /// A replica to remove; repeatable.
+        #[arg(long, value_name = "ID")]
+        remove: Vec<u64>,
+    },
 }
 
 /// Options both roles have.
@@ -275,6 +304,7 @@ fn cluster_key(path: Option<&Path>) -> Result<Option<ClusterKey>, Failure> {
 
 fn run(role: Role) -> Result<(), Failure> {
     match role {
+        Role::Replicas(args) => replicas(args),
         Role::Directory(args) => {
             let options = DirectoryOptions {
                 listen: args.listen,
@@ -333,4 +363,44 @@ fn run(role: Role) -> Result<(), Failure> {
             run_host(options).map_err(|e| (e.exit_code(), e.to_string()))
         }
     }
+}
+
+/// `dataplane-node replicas`: one request on a replica's control socket.
+fn replicas(args: ReplicasArgs) -> Result<(), Failure> {
+    use dataplane_io::replcontrol::{ReplicaControl, ReplicaControlError};
+    let failed = |e: ReplicaControlError| {
+        let code = match &e {
+            ReplicaControlError::Connect(..) => Exit::Unavailable,
+            ReplicaControlError::NotLeader(_) => Exit::Temporary,
+            ReplicaControlError::Refused(_) => Exit::Invalid,
+            _ => Exit::Software,
+        };
+        (code, e.to_string())
+    };
+    let mut control = ReplicaControl::connect(&args.data_dir).map_err(failed)?;
+    match args.command {
+        ReplicasCommand::Status => {
+            let s = control.status().map_err(failed)?;
+            let voters: Vec<String> = s.voters.iter().map(u64::to_string).collect();
+            println!(
+                "replica={} term={} serving={} leader={} voters={} joint={} applied={} joining={}",
+                s.id,
+                s.term,
+                s.serving,
+                s.leader.map_or("none".to_owned(), |l| l.to_string()),
+                voters.join(","),
+                s.joint,
+                s.applied,
+                s.joining
+            );
+            for (id, address) in s.addresses {
+                println!("peer {id}={address}");
+            }
+        }
+        ReplicasCommand::Change { add, remove } => {
+            let index = control.change(add, remove).map_err(failed)?;
+            println!("proposed at index {index}");
+        }
+    }
+    Ok(())
 }

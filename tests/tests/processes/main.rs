@@ -18,6 +18,7 @@ mod membership;
 mod ops;
 mod overload;
 mod program_streams;
+mod replica_membership;
 mod replica_peers;
 mod replica_rejoin;
 mod soak;

@@ -1,0 +1,210 @@
+//! The replicated directory's group changes (issue 19): three replicas grow to five and
+//! shrink back to three through the operator's command (`dataplane-node replicas change`,
+//! joint consensus), under a host's puts and a client's registers. The two new replicas start
+//! empty with `--join` and catch up from the leader's snapshot; once five, the group survives
+//! the loss of two of the first three; once back to three (without those two), it survives the
+//! loss of its leader. Nothing acknowledged is lost.
+
+use std::ffi::OsString;
+use std::process::Command;
+use std::time::Duration;
+
+use dataplane_core::ids::{Address, NodeId, OperationId};
+use dataplane_core::path::DataPath;
+use dataplane_core::wire::{DirectoryRequest, ReplyBody, SourceRecovery};
+use dataplane_tests::raw::RawClient;
+use dataplane_tests::{
+    DirectoryProc, HostProc, ReplicaGroup, TestDir, binaries, free_address, wait_until,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `dataplane-node replicas --data-dir DIR ARGS...`: its exit code and output.
+fn replicas(group: &ReplicaGroup, i: usize, args: &[&str]) -> (i32, String) {
+    let out = Command::new(&binaries().node)
+        .arg("replicas")
+        .arg("--data-dir")
+        .arg(&group.replicas[i].data_dir)
+        .args(args)
+        .output()
+        .expect("run dataplane-node replicas");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// Replica `i`'s `status` line.
+fn status(group: &ReplicaGroup, i: usize) -> String {
+    replicas(group, i, &["status"]).1
+}
+
+/// Waits until each of `which` reports `voters` applied, out of a joint change.
+fn wait_voters(group: &ReplicaGroup, which: &[usize], voters: &str) {
+    for &i in which {
+        wait_until(
+            &format!("replica {} to apply voters {voters}", i + 1),
+            TIMEOUT,
+            || {
+                let s = status(group, i);
+                s.contains(&format!("voters={voters} ")) && s.contains("joint=false")
+            },
+        );
+    }
+}
+
+fn register(client: &mut RawClient, n: u64) {
+    let source = Address::new(NodeId(1 << 50), 1, n);
+    let reply = client
+        .call(DirectoryRequest::Register {
+            path: DataPath::new(format!("/grow/{n}")).expect("a path"),
+            source,
+            source_node: source.node,
+            length: n,
+            recovery: SourceRecovery::Actor {
+                actor: source,
+                node: source.node,
+                owner: None,
+            },
+            operation: OperationId((9 << 64) | u128::from(n + 1)),
+            reservation: None,
+        })
+        .expect("a reply");
+    assert!(matches!(reply, ReplyBody::Registered(Ok(_))), "{reply:?}");
+}
+
+fn registers(group: &mut ReplicaGroup, range: std::ops::Range<u64>) {
+    let mut client = group.client(TIMEOUT);
+    for n in range {
+        register(&mut client, n);
+    }
+}
+
+/// The serving replica's index, once one of `alive` serves.
+fn serving(group: &mut ReplicaGroup) -> usize {
+    group.serving(TIMEOUT)
+}
+
+#[test]
+fn three_replicas_grow_to_five_and_shrink_to_three_under_load() {
+    let dir = TestDir::new("replica-membership");
+    let mut group = ReplicaGroup::start(&dir, "replica", 3);
+    registers(&mut group, 0..20);
+
+    // Two new replicas, started empty with --join; they know the group from --replicas only.
+    let new_peers = [free_address(), free_address()];
+    let list = group
+        .peers
+        .iter()
+        .chain(&new_peers)
+        .enumerate()
+        .map(|(i, a)| format!("{}={a}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    for (k, peer) in new_peers.iter().enumerate() {
+        let id = 4 + k;
+        let args: Vec<OsString> = vec![
+            "--replica-id".into(),
+            id.to_string().into(),
+            "--replicas".into(),
+            list.clone().into(),
+            "--join".into(),
+        ];
+        group.replicas.push(DirectoryProc::start_with(
+            &dir,
+            &format!("replica-{id}"),
+            &args,
+        ));
+        group.peers.push(peer.clone());
+    }
+    let host = HostProc::start(&dir, "host", &group.listens(), "16M");
+    host.cli_stdin(&["put", "/data/before", "-"], b"before")
+        .expect_code(0, "put before the change");
+
+    // A follower refuses the change, naming the leader; the leader takes it.
+    let leader = serving(&mut group);
+    let follower = (leader + 1) % 3;
+    let add = [
+        format!("--add=4={}", new_peers[0]),
+        format!("--add=5={}", new_peers[1]),
+    ];
+    let add: Vec<&str> = add.iter().map(String::as_str).collect();
+    let (code, text) = replicas(&group, follower, &[&["change"], &add[..]].concat());
+    assert_eq!(code, 75, "{text}");
+    assert!(text.contains("does not serve"), "{text}");
+    // A bad change is refused with a reason and changes nothing.
+    let (code, text) = replicas(&group, leader, &["change", "--remove", "9"]);
+    assert_eq!(code, 5, "{text}");
+    assert!(text.contains("not a voter"), "{text}");
+    let (code, text) = replicas(&group, leader, &[&["change"], &add[..]].concat());
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("proposed at index"), "{text}");
+    wait_voters(&group, &[0, 1, 2, 3, 4], "1,2,3,4,5");
+    for i in 3..5 {
+        let log = group.replicas[i].proc.log_text();
+        assert!(
+            log.contains("installed the leader's snapshot"),
+            "replica {} caught up without the snapshot",
+            i + 1
+        );
+    }
+    registers(&mut group, 20..40);
+
+    // Five voters: two of the first three go (the leader among them if it is one).
+    let leader = serving(&mut group);
+    let mut down: Vec<usize> = (0..3).filter(|&i| i != leader).take(1).collect();
+    down.push(if leader < 3 {
+        leader
+    } else {
+        (0..3).find(|i| !down.contains(i)).unwrap()
+    });
+    for &i in &down {
+        group.replicas[i].proc.kill9();
+    }
+    eprintln!(
+        "killed replicas {:?}",
+        down.iter().map(|i| i + 1).collect::<Vec<_>>()
+    );
+    registers(&mut group, 40..60);
+    host.cli_stdin(&["put", "/data/five", "-"], b"five")
+        .expect_code(0, "put with two of five down");
+
+    // They come back; then the group shrinks to 3, 4, 5 without them.
+    for &i in &down {
+        group.replicas[i].proc.start();
+        group.replicas[i].wait_ready();
+    }
+    let leader = serving(&mut group);
+    let (code, text) = replicas(
+        &group,
+        leader,
+        &["change", "--remove", "1", "--remove", "2"],
+    );
+    assert_eq!(code, 0, "{text}");
+    wait_voters(&group, &[2, 3, 4], "3,4,5");
+    for i in 0..2 {
+        group.replicas[i].proc.kill9();
+    }
+    registers(&mut group, 60..80);
+
+    // Three voters: the leader may go too.
+    let leader = serving(&mut group);
+    assert!(leader >= 2, "a removed replica serves");
+    group.replicas[leader].proc.kill9();
+    registers(&mut group, 80..90);
+    host.cli_stdin(&["put", "/data/three", "-"], b"three")
+        .expect_code(0, "put after the shrink and a failover");
+    let mut client = group.client(TIMEOUT);
+    for n in 0..90 {
+        let reply = client.lookup(&format!("/grow/{n}")).expect("a reply");
+        assert!(
+            matches!(reply, ReplyBody::LookedUp(Ok(_))),
+            "/grow/{n} was lost: {reply:?}"
+        );
+    }
+    for path in ["/data/before", "/data/five", "/data/three"] {
+        host.cli(&["get", path, "-"]).expect_code(0, path);
+    }
+}
