@@ -30,7 +30,7 @@ use dataplane_core::wire::Message;
 use std::collections::BTreeMap;
 
 use crate::{
-    EntryKind, LogEntry, MemberChange, Ready, Replica, ReplicaError, ReplicaId, Role, SnapshotData,
+    EntryKind, LogEntry, MemberChange, Ready, Replica, ReplicaError, ReplicaId, SnapshotData,
     WireMessage,
 };
 
@@ -411,6 +411,8 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
     pub fn ready(&mut self, now: Instant) -> Option<Ready> {
         self.follow_leadership();
         let mut ready = self.replica.ready()?;
+        // A leader that applied its own removal in this round stepped down: what it held goes.
+        self.follow_leadership();
         for entry in std::mem::take(&mut ready.apply) {
             self.apply_entry(now, &entry);
         }
@@ -451,8 +453,9 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
 
     /// Starts or ends a term's serving state to match the engine's role.
     fn follow_leadership(&mut self) {
-        let (role, term) = (self.replica.role(), self.replica.term());
-        let leads = role == Role::Leader && self.stopped.is_none();
+        let term = self.replica.term();
+        // A leader removed from the group, or handing its leadership over, serves no more.
+        let leads = self.replica.may_propose() && self.stopped.is_none();
         match &self.leading {
             Some(l) if leads && l.term == term => {}
             _ if leads => {
@@ -504,6 +507,12 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
             let data = postcard::to_allocvec(&records).expect("records always serialise");
             match self.replica.propose(data) {
                 Ok(index) => position = Some(index),
+                Err(ReplicaError::NotLeader(_)) => {
+                    // Removed from the group (or handing over) in this very round: it serves
+                    // no more in this term, and nobody saw what the step changed.
+                    self.step_down();
+                    return;
+                }
                 Err(e) => {
                     // The directory already changed its memory for records this leader cannot
                     // commit: it stops (fail-stop; its driver starts it again from its disk).

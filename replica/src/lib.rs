@@ -518,6 +518,37 @@ impl Replica {
         }
     }
 
+    /// Whether it leads and may take proposals (not while it hands its leadership over).
+    pub fn may_propose(&self) -> bool {
+        self.role() == Role::Leader
+            && self.node.raft.prs().conf().voters().contains(self.id)
+            && self.node.raft.lead_transferee.is_none()
+    }
+
+    /// A leader that applied its own removal steps down (the engine would keep it leading,
+    /// drop its proposals, and fail on its own missing progress at the next commit): it
+    /// tells the voter that holds all of its log to campaign now, and becomes a follower of
+    /// the next term (it is no voter, so it never campaigns).
+    fn step_down_if_removed(&mut self) {
+        if self.role() != Role::Leader || self.node.raft.prs().conf().voters().contains(self.id) {
+            return;
+        }
+        let (id, last) = (self.id, self.last_index());
+        let successor = self
+            .node
+            .raft
+            .prs()
+            .iter()
+            .filter(|(peer, pr)| **peer != id && pr.matched == last)
+            .map(|(peer, _)| *peer)
+            .min();
+        if let Some(to) = successor {
+            self.node.raft.send_timeout_now(to);
+        }
+        let term = self.term();
+        self.node.raft.become_follower(term + 1, 0);
+    }
+
     /// A message from another replica.
     pub fn step(&mut self, message: WireMessage) -> Result<(), ReplicaError> {
         if message.to != self.id {
@@ -759,7 +790,7 @@ impl Replica {
     /// Proposes `data` as the next entry (only a leader takes proposals); the index it will
     /// have if it commits (it commits there only while this replica leads the same term).
     pub fn propose(&mut self, data: Vec<u8>) -> Result<u64, ReplicaError> {
-        if self.role() != Role::Leader {
+        if !self.may_propose() {
             return Err(ReplicaError::NotLeader(self.leader()));
         }
         self.node
@@ -830,6 +861,7 @@ impl Replica {
         if let Ok(cc) = ConfChangeV2::parse_from_bytes(&entry.data) {
             let _ = self.node.apply_conf_change(&cc);
         }
+        self.step_down_if_removed();
     }
 
     /// The next round of output, if there is one.

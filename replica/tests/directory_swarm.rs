@@ -17,6 +17,11 @@
 //!   every acknowledged path at its acknowledged revision, and all replicas agree;
 //! * **liveness**: after the heal a last register is acknowledged.
 //!
+//! **Membership changes during the faults**: every 2–6 s the serving replica is asked to
+//! change the group: two spare replicas (started empty, joining) are added, or two voters
+//! (any, the leader included) are removed; removed replicas are stopped, and start empty
+//! when added again. The checks after the heal are made on the voters the group ends with.
+//!
 //! The engine, the wrapper and the directory are the code under test; the checks restate the
 //! rules from the client's side and never ask them.
 
@@ -32,7 +37,8 @@ use dataplane_core::wire::{
     DirectoryCall, DirectoryReply, DirectoryRequest, Message, ReplyBody, SourceRecovery,
 };
 use dataplane_replica::{
-    Durable, HardStateRecord, Ready, Replica, ReplicaConfig, ReplicatedDirectory, Role, WireMessage,
+    Durable, HardStateRecord, MemberChange, Ready, Replica, ReplicaConfig, ReplicatedDirectory,
+    Role, WireMessage,
 };
 
 mod common;
@@ -63,6 +69,8 @@ enum Event {
     Client,
     Isolate,
     Heal(usize),
+    /// Ask the serving replica to add the spares or remove two voters.
+    Membership,
 }
 
 struct Slot {
@@ -76,6 +84,11 @@ struct Slot {
     /// the client's reader still reaches it (`Some(false)`: a partition with the old leader on
     /// the reader's side, where a stale leader could answer a read).
     isolated: Option<bool>,
+    /// A member of the group as the world runs it (started, restarted after crashes); a
+    /// spare, or a replica whose removal was applied, is not.
+    member: bool,
+    /// It started empty and rejoins ([`Replica::start_joining`]) until caught up.
+    joining: bool,
 }
 
 /// A call the client waits on.
@@ -118,14 +131,30 @@ struct Stats {
     refused_not_serving: u64,
     snapshots_installed: u64,
     restarts_from_snapshot: u64,
+    replicas_added: u64,
+    replicas_removed: u64,
 }
 
 impl World {
     fn new(seed: u64) -> World {
         let mut sched = Sched::new(seed);
-        let slots: Vec<Slot> = common::group(&mut sched)
+        let mut configs = common::group(&mut sched);
+        let n = configs.len();
+        // Two spares, added and removed by membership changes.
+        for id in n as u64 + 1..=n as u64 + 2 {
+            configs.push(ReplicaConfig {
+                id,
+                voters: (1..=n as u64).collect(),
+                election_ticks: 10 + 6 * (id as usize - 1) + sched.below(5) as usize,
+                heartbeat_ticks: 3,
+                snapshot_every: 4 + sched.below(24),
+                snapshot_keep: sched.below(6),
+            });
+        }
+        let slots: Vec<Slot> = configs
             .into_iter()
-            .map(|config| Slot {
+            .enumerate()
+            .map(|(i, config)| Slot {
                 config,
                 node: None,
                 life: 0,
@@ -133,9 +162,10 @@ impl World {
                 inflight: None,
                 synced: false,
                 isolated: None,
+                member: i < n,
+                joining: false,
             })
             .collect();
-        let n = slots.len();
         let loss_ppm = sched.below(100_000) as u32;
         let dup_ppm = sched.below(50_000) as u32;
         let mut w = World {
@@ -158,6 +188,8 @@ impl World {
         for i in 0..n {
             w.restart(i);
         }
+        let change = 2_000 + w.sched.below(4_000);
+        w.sched.at(change, Event::Membership);
         w.sched.at(50, Event::Client);
         let crash = 1_000 + w.sched.below(3_000);
         w.sched.at(crash, Event::Crash);
@@ -285,7 +317,7 @@ impl World {
     }
 
     fn restart(&mut self, i: usize) {
-        if self.slots[i].node.is_some() {
+        if self.slots[i].node.is_some() || !self.slots[i].member {
             return;
         }
         // Half the time from the disk as a compaction of its log restates it (the snapshot,
@@ -307,7 +339,12 @@ impl World {
             self.stats.restarts_from_snapshot += 1;
         }
         let slot = &mut self.slots[i];
-        match Replica::start(&slot.config, &slot.disk) {
+        let started = if slot.joining {
+            Replica::start_joining(&slot.config, &slot.disk)
+        } else {
+            Replica::start(&slot.config, &slot.disk)
+        };
+        match started {
             Ok(replica) => {
                 slot.node = Some(ReplicatedDirectory::new(
                     replica,
@@ -578,12 +615,114 @@ impl World {
                 self.sched.at(next, Event::Isolate);
             }
             Event::Heal(i) => self.slots[i].isolated = None,
+            Event::Membership => {
+                if !self.faults {
+                    return;
+                }
+                self.change_membership();
+                let next = 2_000 + self.sched.below(4_000);
+                self.sched.at(next, Event::Membership);
+            }
+        }
+    }
+
+    /// The serving replica, if one serves (and is reached).
+    fn serving(&self) -> Option<usize> {
+        (0..self.slots.len()).find(|&i| {
+            self.slots[i].isolated.is_none()
+                && self.slots[i]
+                    .node
+                    .as_ref()
+                    .is_some_and(|n| n.serving_term().is_some())
+        })
+    }
+
+    /// Adds the two replicas that are not voters, or removes two voters, through the serving
+    /// replica (nothing while a change is pending or no replica serves).
+    fn change_membership(&mut self) {
+        let Some(leader) = self.serving() else {
+            return;
+        };
+        let node = self.slots[leader].node.as_ref().expect("serving");
+        let conf = node.replica().conf();
+        if !conf.voters_outgoing.is_empty() {
+            return;
+        }
+        let voters = node.voters();
+        let outside: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| !voters.contains(&(i as u64 + 1)))
+            .collect();
+        let changes: Vec<MemberChange> = if outside.len() == 2 {
+            // The spares join empty (a removed replica's old disk is gone with it).
+            for &i in &outside {
+                let slot = &mut self.slots[i];
+                slot.node = None;
+                slot.inflight = None;
+                slot.life += 1;
+                slot.disk = Durable::default();
+                slot.member = true;
+                slot.joining = true;
+                self.terms.wiped(i);
+                self.restart(i);
+            }
+            outside
+                .iter()
+                .map(|&i| MemberChange::AddVoter(i as u64 + 1))
+                .collect()
+        } else {
+            let mut pick: Vec<u64> = voters;
+            let first = pick.remove(self.sched.below(pick.len() as u64) as usize);
+            let second = pick.remove(self.sched.below(pick.len() as u64) as usize);
+            vec![
+                MemberChange::RemoveVoter(first),
+                MemberChange::RemoveVoter(second),
+            ]
+        };
+        let node = self.slots[leader].node.as_mut().expect("serving");
+        if node.change_replicas(&changes, &[]).is_ok() {
+            if matches!(changes[0], MemberChange::AddVoter(_)) {
+                self.stats.replicas_added += 2;
+            } else {
+                self.stats.replicas_removed += 2;
+            }
+        }
+        self.drive(leader);
+    }
+
+    /// Stops the replicas whose removal the serving replica applied; marks caught-up joiners.
+    fn follow_membership(&mut self) {
+        for slot in &mut self.slots {
+            if slot.joining
+                && slot
+                    .node
+                    .as_ref()
+                    .is_some_and(|n| !n.replica().is_joining())
+            {
+                slot.joining = false;
+            }
+        }
+        let Some(leader) = self.serving() else {
+            return;
+        };
+        let node = self.slots[leader].node.as_ref().expect("serving");
+        if !node.replica().conf().voters_outgoing.is_empty() {
+            return;
+        }
+        let voters = node.voters();
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if slot.member && !voters.contains(&(i as u64 + 1)) && !slot.joining {
+                slot.member = false;
+                slot.node = None;
+                slot.inflight = None;
+                slot.life += 1;
+            }
         }
     }
 
     fn run_until(&mut self, end: u64) {
         while let Some(event) = self.sched.next_until(end) {
             self.handle(event);
+            self.follow_membership();
         }
     }
 
@@ -644,9 +783,19 @@ impl World {
                 self.outstanding.len()
             ));
         }
+        // The group as it ends: the voters the serving replica applied.
+        let Some(leader) = self.serving() else {
+            return Err("liveness: no replica serves after the heal".into());
+        };
+        let voters = self.slots[leader].node.as_ref().expect("serving").voters();
         let mut states: Vec<BTreeMap<String, u64>> = Vec::new();
         for (i, slot) in self.slots.iter().enumerate() {
-            let node = slot.node.as_ref().expect("restarted");
+            if !voters.contains(&(i as u64 + 1)) {
+                continue;
+            }
+            let Some(node) = slot.node.as_ref() else {
+                return Err(format!("voter {} is not running after the heal", i + 1));
+            };
             let bound: BTreeMap<String, u64> = node
                 .committed()
                 .entries()
@@ -704,6 +853,8 @@ fn the_replicated_directory_loses_nothing_acknowledged_and_never_reads_stale() {
         total.refused_not_serving += stats.refused_not_serving;
         total.snapshots_installed += stats.snapshots_installed;
         total.restarts_from_snapshot += stats.restarts_from_snapshot;
+        total.replicas_added += stats.replicas_added;
+        total.replicas_removed += stats.replicas_removed;
     }
     eprintln!("{seeds} seeds: {total:?}");
     assert!(total.crashes > seeds, "{total:?}");
@@ -713,4 +864,7 @@ fn the_replicated_directory_loses_nothing_acknowledged_and_never_reads_stale() {
     // Lagging replicas are sent snapshots, and replicas start again from their own.
     assert!(total.snapshots_installed > seeds / 4, "{total:?}");
     assert!(total.restarts_from_snapshot > seeds, "{total:?}");
+    // The group changes during the faults, both ways.
+    assert!(total.replicas_added > seeds, "{total:?}");
+    assert!(total.replicas_removed > seeds, "{total:?}");
 }

@@ -120,6 +120,13 @@ impl Terms {
         *t = (*t).max(term);
     }
 
+    /// Replica `i` lost its disk on purpose (a replica removed from the group, added again
+    /// empty): the terms it made durable are gone with it.
+    #[allow(dead_code)] // Only the directory harness changes its group.
+    pub fn wiped(&mut self, i: usize) {
+        self.durable.remove(&i);
+    }
+
     /// Replica `i` is at `term` in `role`: at most one replica leads a term, and a replica is
     /// never below a term it made durable (one only in its memory may go back: a crash before
     /// the round is written forgets it, and nothing acted on it has left).
