@@ -382,7 +382,7 @@ fn replicas(args: ReplicasArgs) -> Result<(), Failure> {
         ReplicasCommand::Status => {
             let s = control.status().map_err(failed)?;
             let voters: Vec<String> = s.voters.iter().map(u64::to_string).collect();
-            println!(
+            dataplane_cli::outln!(
                 "replica={} term={} serving={} leader={} voters={} joint={} applied={} joining={}",
                 s.id,
                 s.term,
@@ -394,12 +394,12 @@ fn replicas(args: ReplicasArgs) -> Result<(), Failure> {
                 s.joining
             );
             for (id, address) in s.addresses {
-                println!("peer {id}={address}");
+                dataplane_cli::outln!("peer {id}={address}");
             }
         }
         ReplicasCommand::Change { add, remove } => {
             let index = control.change(add, remove).map_err(failed)?;
-            println!("proposed at index {index}");
+            dataplane_cli::outln!("proposed at index {index}");
         }
     }
     Ok(())

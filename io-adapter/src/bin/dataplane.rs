@@ -263,7 +263,7 @@ fn run(socket: &Path, command: Command) -> Result<(), Failure> {
                 .and_then(|mut c| c.sessions())
                 .map_err(control)?;
             for s in &sessions {
-                println!(
+                dataplane_cli::outln!(
                     "{} child={} state={} operations={} published={}",
                     s.session,
                     s.child.map_or_else(|| "-".to_owned(), |c| c.to_string()),
@@ -287,9 +287,15 @@ fn run(socket: &Path, command: Command) -> Result<(), Failure> {
             let s = HostControl::connect(socket)
                 .and_then(|mut c| c.arena_stats())
                 .map_err(control)?;
-            println!(
+            dataplane_cli::outln!(
                 "size={} used={} free={} largest_free={} leases={} queued={} refused={}",
-                s.size, s.used_bytes, s.free_bytes, s.largest_free, s.leases, s.queued, s.refused
+                s.size,
+                s.used_bytes,
+                s.free_bytes,
+                s.largest_free,
+                s.leases,
+                s.queued,
+                s.refused
             );
             Ok(())
         }
@@ -327,13 +333,13 @@ fn run(socket: &Path, command: Command) -> Result<(), Failure> {
             let stat = session.stat(path).map_err(child)?;
             let revision = stat.revision;
             match (stat.kind, stat.length) {
-                (EntryKind::Blob, _) if stat.lost => println!(
+                (EntryKind::Blob, _) if stat.lost => dataplane_cli::outln!(
                     "{path}: blob, lost (its bytes lived on a host that restarted), {revision}"
                 ),
                 (EntryKind::Blob, Some(length)) => {
-                    println!("{path}: blob, {length} bytes, {revision}");
+                    dataplane_cli::outln!("{path}: blob, {length} bytes, {revision}");
                 }
-                (kind, _) => println!("{path}: {kind}, {revision}"),
+                (kind, _) => dataplane_cli::outln!("{path}: {kind}, {revision}"),
             }
             session.close().map_err(child)
         }
