@@ -185,6 +185,29 @@ mod parse;
 #[cfg(feature = "clap")]
 pub use parse::{parse, parse_from, usage_message};
 
+/// Writes one line to stdout ([`outln!`]). A reader that went away (`... | head -1`) ends the
+/// program quietly, with status 0, instead of a panic; another write error ends it with
+/// status 74 (EX_IOERR) and a message.
+pub fn print_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("cannot write to stdout: {e}");
+        std::process::exit(74);
+    }
+}
+
+/// `println!` for the command-line tools: see [`print_line`].
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::print_line(format_args!($($arg)*))
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,27 +236,4 @@ mod tests {
     fn control_characters_are_escaped() {
         assert_eq!(one_line("a\nb\u{1b}[1m"), "a\\nb\\u{1b}[1m");
     }
-}
-
-/// Writes one line to stdout ([`outln!`]). A reader that went away (`... | head -1`) ends the
-/// program quietly, with status 0, instead of a panic; another write error ends it with
-/// status 74 (EX_IOERR) and a message.
-pub fn print_line(line: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
-        }
-        eprintln!("cannot write to stdout: {e}");
-        std::process::exit(74);
-    }
-}
-
-/// `println!` for the command-line tools: see [`print_line`].
-#[macro_export]
-macro_rules! outln {
-    ($($arg:tt)*) => {
-        $crate::print_line(format_args!($($arg)*))
-    };
 }

@@ -65,6 +65,10 @@ pub use wire::{
 
 use storage::Store;
 
+/// A leader keeps up to this many times [`ReplicaConfig::snapshot_keep`] entries before a
+/// snapshot for a follower that is catching up.
+const LAGGING_KEEP_FACTOR: u64 = 8;
+
 /// A replica's id in its group (never 0).
 pub type ReplicaId = u64;
 
@@ -714,7 +718,27 @@ impl Replica {
             conf: conf_record(&self.node.raft.prs().conf().to_conf_state()),
             data,
         };
-        let keep_from = (index + 1).saturating_sub(keep).max(self.first_kept());
+        let mut keep_from = (index + 1).saturating_sub(keep);
+        if self.role() == Role::Leader && keep > 0 {
+            // A leader keeps what a follower that is catching up still needs, up to a bound
+            // (one further behind is sent the snapshot): without this, a follower that just
+            // installed a snapshot is sent another whenever the leader compacts faster than
+            // the follower catches up, and never catches up under load.
+            let id = self.id;
+            let needed = self
+                .node
+                .raft
+                .prs()
+                .iter()
+                .filter(|(peer, pr)| **peer != id && pr.recent_active && pr.matched > 0)
+                .map(|(_, pr)| pr.matched + 1)
+                .min();
+            if let Some(needed) = needed {
+                let bound = (index + 1).saturating_sub(keep.saturating_mul(LAGGING_KEEP_FACTOR));
+                keep_from = keep_from.min(needed.max(bound));
+            }
+        }
+        let keep_from = keep_from.max(self.first_kept()).min(index + 1);
         self.node
             .mut_store()
             .compact(raft_snapshot(&snapshot), keep_from);
