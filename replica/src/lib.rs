@@ -855,16 +855,20 @@ impl Replica {
                 })
                 .collect(),
         );
-        let before = self.last_index();
+        // The engine would take a change while another is unapplied or joint, and append an
+        // empty entry in its place: refused here, before anything is appended.
+        if self.node.raft.has_pending_conf() || !self.conf().voters_outgoing.is_empty() {
+            return Err(ReplicaError::Refused(
+                "another membership change is still pending".into(),
+            ));
+        }
         self.node
             .propose_conf_change(context, cc)
             .map_err(|e| ReplicaError::Refused(e.to_string()))?;
         let index = self.last_index();
-        if index == before {
-            // The engine drops a change while another is pending (it appends an empty entry
-            // in its place, or nothing).
+        if self.node.raft.pending_conf_index != index {
             return Err(ReplicaError::Refused(
-                "another membership change is still pending".into(),
+                "the engine did not take the membership change".into(),
             ));
         }
         Ok(index)

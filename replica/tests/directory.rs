@@ -566,6 +566,13 @@ fn the_group_grows_from_three_to_five_and_back_to_three_losing_nothing() {
             &[(4, "10.0.0.4:7100".into()), (5, "10.0.0.5:7100".into())],
         )
         .unwrap();
+    // A second change while the first is not applied is refused, and appends nothing.
+    let last = g.node(leader).replica().last_index();
+    assert!(matches!(
+        g.node(leader).change_replicas(&[RemoveVoter(1)], &[]),
+        Err(NotServing::Change(_))
+    ));
+    assert_eq!(g.node(leader).replica().last_index(), last);
     g.pump();
     g.ticks(30);
     for i in 0..5 {
