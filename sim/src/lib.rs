@@ -198,8 +198,9 @@ fn drawn(spec: &RunSpec, record: bool) -> (Options, String) {
     let mut described = options.describe();
     if options.replicas > 1 {
         described.push_str(&format!(
-            "# replicated: {} replicas (sim/src/replicated.rs)\n",
-            replicated::REPLICAS
+            "# replicated: {} replicas, {} spares added and removed by membership changes (sim/src/replicated.rs)\n",
+            replicated::FIRST_VOTERS,
+            replicated::SLOTS - replicated::FIRST_VOTERS
         ));
     }
     if !spec.overrides.is_empty() {

@@ -1,9 +1,11 @@
 //! The replicated directory's mode of the swarm (issue 19, `swarm --replicas 3`): the directory
-//! is a group of three `ReplicatedDirectory` replicas (`dataplane-replica`, tikv's engine), each
-//! on its own simulated disk through core's storage protocol, talking `WireMessage` frames over
-//! a network that loses, duplicates and reorders them and partitions replicas away. Hosts run
-//! the real namespace proxy and a few callers; a host's link rotates over the three replicas
-//! until one that serves welcomes it, as `dataplane-node`'s hosts do with `--directory A,B,C`
+//! is a group of `ReplicatedDirectory` replicas (`dataplane-replica`, tikv's engine), three at
+//! first, each on its own simulated disk through core's storage protocol, talking
+//! `WireMessage` frames over a network that loses, duplicates and reorders them and partitions
+//! replicas away. During the faults the group changes: two spare replicas are added (started
+//! empty) and two voters removed, 3 → 5 → 3 and again. Hosts run the real namespace proxy and a
+//! few callers; a host's link rotates over the five replicas' addresses until one that serves
+//! welcomes it, as `dataplane-node`'s hosts do with `--directory A,B,C,D,E`
 //! (`io-adapter/src/replnode.rs` is the reference driver).
 //!
 //! Determinism: every draw comes from the seed's streams (network, faults, workload, disk,
@@ -14,11 +16,12 @@
 //! reference model and every per-step check of `check/` on each step of the replica that
 //! serves the highest term, against a model rolled back to the committed steps at each new term
 //! and recovered at the term as its epoch; every released effect's entry is durable on a
-//! quorum's disks; at most one leader per term; a term made durable never goes back; the
+//! quorum's disks, in the configuration restated from the committed log (a majority of each
+//! side of a joint change); at most one leader per term; a term made durable never goes back; the
 //! replicas never disagree about a committed index; the epoch a host's proxy is welcomed at
 //! never goes back; after the heal, every acknowledged mutation is in the committed log, in the
-//! order it was acknowledged, and every caller is answered. See SIMULATION.md, "The replicated
-//! directory in the main swarm".
+//! order it was acknowledged, and every caller is answered; the voters the committed log ends
+//! with agree. See SIMULATION.md, "The replicated directory in the main swarm".
 
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
@@ -32,8 +35,8 @@ use dataplane_core::storage::{LogStore, StorageOptions};
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{DirectoryCall, DirectoryRequest, Message, ReplyBody, SourceRecovery};
 use dataplane_replica::{
-    Durable, NotServing, Ready, Replica, ReplicaConfig, ReplicatedDirectory, Role, WireMessage,
-    round_records,
+    Durable, EntryKind, MemberChange, NotServing, Ready, Replica, ReplicaConfig,
+    ReplicatedDirectory, Role, WireMessage, round_records,
 };
 
 use crate::check::proxy::ProxyInput;
@@ -64,6 +67,14 @@ pub const REPLICATED_COVERAGE: &[&str] = &[
     "replicas.stale_leader_step",
     "replicas.mutation_acknowledged",
     "replicas.client_retry",
+    "replicas.change_proposed",
+    "replicas.member_added",
+    "replicas.joined",
+    "replicas.member_removed",
+    "replicas.leader_removed",
+    "replicas.joint_left",
+    "replicas.removed_stopped",
+    "replicas.quorum_of_next_conf",
     "fault.directory_crash",
     "fault.torn_tail",
     "fault.frame_lost",
@@ -80,8 +91,14 @@ pub const REPLICATED_COVERAGE: &[&str] = &[
     "reply.PathExists",
 ];
 
-/// Replicas in the group (the only size built: membership changes are not built yet).
-pub const REPLICAS: usize = 3;
+/// Replica slots: replicas 1 to [`FIRST_VOTERS`] are the group's first voters; the others are
+/// spares, which membership changes add (started empty) and remove again.
+pub const SLOTS: usize = 5;
+/// The voters of the group's first configuration (replicas 1, 2 and 3).
+pub const FIRST_VOTERS: usize = 3;
+/// Between two membership changes: 2 to 6 s (during the fault phase only).
+const CHANGE_EVERY_MIN_MS: u64 = 2_000;
+const CHANGE_EVERY_SPREAD_MS: u64 = 4_000;
 /// One tick of a replica's engine.
 const TICK: Duration = Duration::from_millis(10);
 /// Ticks between a leader's heartbeats.
@@ -124,6 +141,7 @@ enum Ev {
     ToHost(usize, u64, Address, Message),
     ProxyTimer(usize, u64),
     Client(usize, usize),
+    Membership,
     Heal,
 }
 
@@ -140,6 +158,57 @@ enum Cut {
 /// A host's connection at a replica: its id, the admission entry (term, index) its welcome
 /// waits for, and whether it was welcomed.
 type HostConn = (u64, Option<(u64, u64)>, bool);
+
+/// An entry as the checker keeps it: its kind and its bytes.
+type EntryData = (EntryKind, Vec<u8>);
+
+/// A configuration of the group as the checker restates it from the committed log (never
+/// asked of the engine): its voters and, during a joint change, the voters it leaves. A
+/// quorum is a majority of each.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Conf {
+    incoming: Vec<u64>,
+    outgoing: Vec<u64>,
+}
+
+impl Conf {
+    /// Every voter, on either side of a joint change.
+    fn voters(&self) -> Vec<u64> {
+        let mut voters: Vec<u64> = self
+            .incoming
+            .iter()
+            .chain(&self.outgoing)
+            .copied()
+            .collect();
+        voters.sort_unstable();
+        voters.dedup();
+        voters
+    }
+
+    /// Whether the replicas `holding` are a quorum: a majority of the voters, and of the
+    /// voters it leaves during a joint change.
+    fn quorum(&self, holding: &[u64]) -> bool {
+        let majority = |side: &[u64]| {
+            side.is_empty()
+                || side.iter().filter(|id| holding.contains(id)).count() * 2 > side.len()
+        };
+        majority(&self.incoming) && majority(&self.outgoing)
+    }
+}
+
+impl std::fmt::Display for Conf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.outgoing.is_empty() {
+            write!(f, "voters {:?}", self.incoming)
+        } else {
+            write!(
+                f,
+                "voters {:?} joint with {:?}",
+                self.incoming, self.outgoing
+            )
+        }
+    }
+}
 
 struct Rep {
     config: ReplicaConfig,
@@ -161,8 +230,8 @@ struct Rep {
     /// What its disk holds, as the replica's driver keeps it to restate at a compaction of
     /// its log (`Durable::write`: the rounds, the snapshots taken and installed).
     durable: Durable,
-    /// Entries' data by index (for the committed-sequence check).
-    data: BTreeMap<u64, Vec<u8>>,
+    /// Entries' kind and data by index (for the committed-sequence check).
+    data: BTreeMap<u64, EntryData>,
     cut: Option<(Cut, u64)>,
     /// Crash at the next completed fsync, before the engine hears of it.
     crash_after_sync: bool,
@@ -173,9 +242,47 @@ struct Rep {
     /// waits for, welcomed).
     hosts: BTreeMap<usize, HostConn>,
     /// The world's account of the barrier: per admitted step not fully released, its entry
-    /// (term, index) and its effects still held.
-    held: VecDeque<(u64, Option<u64>, usize)>,
+    /// (term, index), the index the replica had applied when it admitted the step, and its
+    /// effects still held.
+    held: VecDeque<(u64, Option<u64>, u64, usize)>,
     committed_checked: u64,
+    /// The world runs it (started, restarted after crashes and at the heal): one of the first
+    /// voters, or a spare added by a change; not a spare never added, nor a replica stopped
+    /// once its removal was applied.
+    member: bool,
+    /// It was added empty and rejoins ([`Replica::start_joining`]) until it caught up.
+    joining: bool,
+}
+
+impl Rep {
+    /// Slot `config.id`, never started, on an empty disk.
+    fn new(config: ReplicaConfig, fs: SimFs, member: bool) -> Rep {
+        Rep {
+            config,
+            fs,
+            booted: false,
+            log: None,
+            node: None,
+            life: 0,
+            inflight: None,
+            log_terms: BTreeMap::new(),
+            durable_terms: BTreeMap::new(),
+            writing: Vec::new(),
+            writing_term: 0,
+            writing_snapshot: None,
+            durable: Durable::default(),
+            data: BTreeMap::new(),
+            cut: None,
+            crash_after_sync: false,
+            timer_arming: 0,
+            serving: None,
+            hosts: BTreeMap::new(),
+            held: VecDeque::new(),
+            committed_checked: 0,
+            member,
+            joining: false,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,6 +336,8 @@ pub struct ReplWorld {
     faults: SimRng,
     work: SimRng,
     disk: SimRng,
+    /// Draws the simulated disks of the spares (a fresh one at each addition).
+    storage: SimRng,
     reps: Vec<Rep>,
     hosts: Vec<Host>,
     faulty: bool,
@@ -241,11 +350,21 @@ pub struct ReplWorld {
     /// Terms and who led them; the highest term each replica made durable.
     leaders: BTreeMap<u64, usize>,
     durable_term: Vec<u64>,
-    /// The committed sequence: (term, data) per index from 1.
-    committed: Vec<(u64, Vec<u8>)>,
+    /// The committed sequence: (term, kind, data) per index from 1.
+    committed: Vec<(u64, EntryKind, Vec<u8>)>,
+    /// The membership changes the world proposed: per entry (term, index), the changes and
+    /// the replica that proposed them.
+    proposals: BTreeMap<(u64, u64), (Vec<MemberChange>, usize)>,
+    /// The group's configurations, restated from the committed sequence: the first one, then
+    /// each committed change's (its index, the configuration it puts in force).
+    first_conf: Conf,
+    confs: Vec<(u64, Conf)>,
+    /// The serving replica, term and applied index `follow_membership` last looked at.
+    membership_seen: (usize, u64, u64),
     acked: Vec<Acked>,
-    /// Per host connection taken by a serving replica: its admission entry (term, index).
-    admissions: BTreeMap<(usize, u64), (u64, u64)>,
+    /// Per host connection taken by a serving replica: its admission entry (term, index) and
+    /// the index the replica had applied when it proposed it.
+    admissions: BTreeMap<(usize, u64), (u64, u64, u64)>,
     acked_ops: Vec<OperationId>,
     /// Per client (host, client): the mutations acknowledged before its call was first sent.
     sent_after: BTreeMap<(usize, usize), Vec<OperationId>>,
@@ -268,42 +387,24 @@ impl ReplWorld {
         let work = entropy.rng(Stream::Workload);
         let disk = entropy.rng(Stream::Disk);
         let mut storage = entropy.rng(Stream::Storage);
-        let voters: Vec<u64> = (1..=REPLICAS as u64).collect();
-        let mut timeouts: Vec<usize> = (0..REPLICAS).map(|i| 10 + 6 * i).collect();
-        for i in (1..REPLICAS).rev() {
+        let voters: Vec<u64> = (1..=FIRST_VOTERS as u64).collect();
+        let mut timeouts: Vec<usize> = (0..SLOTS).map(|i| 10 + 6 * i).collect();
+        for i in (1..SLOTS).rev() {
             let j = faults.below(i as u64 + 1) as usize;
             timeouts.swap(i, j);
         }
-        let reps = (0..REPLICAS)
-            .map(|i| Rep {
-                config: ReplicaConfig {
+        let reps = (0..SLOTS)
+            .map(|i| {
+                let config = ReplicaConfig {
                     id: i as u64 + 1,
                     voters: voters.clone(),
                     election_ticks: timeouts[i] + faults.below(5) as usize,
                     heartbeat_ticks: HEARTBEAT_TICKS,
                     snapshot_every: SNAPSHOT_EVERY_MIN + faults.below(SNAPSHOT_EVERY_SPREAD),
                     snapshot_keep: faults.below(SNAPSHOT_KEEP_SPREAD),
-                },
-                fs: SimFs::new(SimRng::new(storage.next_u64(), Stream::Storage)),
-                booted: false,
-                log: None,
-                node: None,
-                life: 0,
-                inflight: None,
-                log_terms: BTreeMap::new(),
-                durable_terms: BTreeMap::new(),
-                writing: Vec::new(),
-                writing_term: 0,
-                writing_snapshot: None,
-                durable: Durable::default(),
-                data: BTreeMap::new(),
-                cut: None,
-                crash_after_sync: false,
-                timer_arming: 0,
-                serving: None,
-                hosts: BTreeMap::new(),
-                held: VecDeque::new(),
-                committed_checked: 0,
+                };
+                let fs = SimFs::new(SimRng::new(storage.next_u64(), Stream::Storage));
+                Rep::new(config, fs, i < FIRST_VOTERS)
             })
             .collect();
         let checker = Checker::new(&options);
@@ -330,7 +431,7 @@ impl ReplWorld {
                     proxy_arming: 0,
                     conn: 0,
                     state: LinkState::Idle,
-                    candidate: h % REPLICAS,
+                    candidate: h % FIRST_VOTERS,
                     backoff: BACKOFF_MIN,
                     epoch_seen: AuthorityEpoch::NONE,
                     last_to_replica: Instant::ZERO,
@@ -355,6 +456,7 @@ impl ReplWorld {
             faults,
             work,
             disk,
+            storage,
             reps,
             hosts,
             faulty: true,
@@ -363,8 +465,15 @@ impl ReplWorld {
             journal: Vec::new(),
             step: 0,
             leaders: BTreeMap::new(),
-            durable_term: vec![0; REPLICAS],
+            durable_term: vec![0; SLOTS],
             committed: Vec::new(),
+            proposals: BTreeMap::new(),
+            first_conf: Conf {
+                incoming: voters,
+                outgoing: Vec::new(),
+            },
+            confs: Vec::new(),
+            membership_seen: (0, 0, 0),
             acked: Vec::new(),
             admissions: BTreeMap::new(),
             acked_ops: Vec::new(),
@@ -388,6 +497,7 @@ impl ReplWorld {
     /// Counts the effects each admitted step of replica `r` holds (all but its `Persist`s),
     /// for the commit rule's account of what the replica may release.
     fn hold(&mut self, r: usize, admitted: &[dataplane_replica::Admitted]) {
+        let applied = self.reps[r].node.as_ref().map_or(0, Node::applied);
         for a in admitted {
             let held = a
                 .effects
@@ -395,7 +505,9 @@ impl ReplWorld {
                 .filter(|e| !matches!(e, Effect::Persist(_)))
                 .count();
             if held > 0 {
-                self.reps[r].held.push_back((a.term, a.index, held));
+                self.reps[r]
+                    .held
+                    .push_back((a.term, a.index, applied, held));
             }
         }
     }
@@ -416,7 +528,7 @@ impl ReplWorld {
     /// answered (or the bound), then the final checks.
     pub fn run(mut self) -> (Outcome, ReplWorld) {
         self.checker.coverage.hit("mode.replicated");
-        for r in 0..REPLICAS {
+        for r in 0..FIRST_VOTERS {
             self.restart(r);
         }
         for h in 0..self.hosts.len() {
@@ -433,6 +545,9 @@ impl ReplWorld {
         self.at(d, Ev::Crash);
         let d = Duration::from_millis(1_000 + self.faults.below(4_000));
         self.at(d, Ev::Isolate);
+        let d =
+            Duration::from_millis(CHANGE_EVERY_MIN_MS + self.faults.below(CHANGE_EVERY_SPREAD_MS));
+        self.at(d, Ev::Membership);
         let fault_phase = self.options.fault_phase;
         self.at(fault_phase, Ev::Heal);
         let end = Instant::ZERO
@@ -450,6 +565,7 @@ impl ReplWorld {
             self.events += 1;
             self.hash = mix(mix(self.hash, event.at.as_nanos()), event.seq);
             self.handle(event.kind);
+            self.follow_membership();
             if !self.faulty && self.settled() {
                 break;
             }
@@ -467,7 +583,8 @@ impl ReplWorld {
         (outcome, self)
     }
 
-    /// Every client is quiet and answered, and the followers applied what was committed.
+    /// Every client is quiet and answered, and the voters of the configuration the committed
+    /// log ends with applied what was committed.
     fn settled(&self) -> bool {
         let answered = self
             .hosts
@@ -480,7 +597,8 @@ impl ReplWorld {
             .max()
             .unwrap_or(0);
         answered
-            && self.reps.iter().all(|r| {
+            && self.final_conf().voters().iter().all(|&id| {
+                let r = &self.reps[id as usize - 1];
                 r.node
                     .as_ref()
                     .is_some_and(|n| n.applied() >= commit && r.inflight.is_none())
@@ -533,15 +651,16 @@ impl ReplWorld {
                 if !self.faulty {
                     return;
                 }
-                let leader = (0..REPLICAS).find(|&r| {
+                let leader = (0..SLOTS).find(|&r| {
                     self.reps[r]
                         .node
                         .as_ref()
                         .is_some_and(|n| n.replica().role() == Role::Leader)
                 });
+                let members = self.members();
                 let r = match leader {
                     Some(l) if self.faults.below(2) == 0 => l,
-                    _ => self.faults.below(REPLICAS as u64) as usize,
+                    _ => members[self.faults.below(members.len() as u64) as usize],
                 };
                 if self.reps[r].node.is_some() {
                     if self.faults.below(3) == 0 && self.reps[r].inflight.is_some() {
@@ -559,7 +678,8 @@ impl ReplWorld {
                 if !self.faulty {
                     return;
                 }
-                let r = self.faults.below(REPLICAS as u64) as usize;
+                let members = self.members();
+                let r = members[self.faults.below(members.len() as u64) as usize];
                 let cut = if self.faults.below(2) == 0 {
                     Cut::Peers
                 } else {
@@ -633,7 +753,7 @@ impl ReplWorld {
                 }
                 let was = host.state;
                 host.state = LinkState::Idle;
-                host.candidate = (host.candidate + 1) % REPLICAS;
+                host.candidate = (host.candidate + 1) % SLOTS;
                 let backoff = host.backoff;
                 host.backoff = (backoff.saturating_mul(2)).min(BACKOFF_MAX);
                 self.at(backoff, Ev::Connect(h, conn));
@@ -674,10 +794,20 @@ impl ReplWorld {
                 }
             }
             Ev::Client(h, c) => self.client_step(h, c),
+            Ev::Membership => {
+                if !self.faulty {
+                    return;
+                }
+                self.change_membership();
+                let d = Duration::from_millis(
+                    CHANGE_EVERY_MIN_MS + self.faults.below(CHANGE_EVERY_SPREAD_MS),
+                );
+                self.at(d, Ev::Membership);
+            }
             Ev::Heal => {
                 self.faulty = false;
                 self.checker.healed(self.now);
-                for r in 0..REPLICAS {
+                for r in 0..SLOTS {
                     self.reps[r].cut = None;
                     self.reps[r].crash_after_sync = false;
                     if self.reps[r].node.is_none() {
@@ -698,7 +828,7 @@ impl ReplWorld {
     fn send_peers(&mut self, from: usize, messages: Vec<WireMessage>) {
         for m in messages {
             let to = (m.to as usize).wrapping_sub(1);
-            if to >= REPLICAS {
+            if to >= SLOTS {
                 continue;
             }
             self.stats.frames += 1;
@@ -756,9 +886,9 @@ impl ReplWorld {
                 }
                 rep.log_terms.clear();
                 rep.data.clear();
-                for (i, (t, d)) in self.committed.iter().take(s.index as usize).enumerate() {
+                for (i, (t, k, d)) in self.committed.iter().take(s.index as usize).enumerate() {
                     rep.log_terms.insert(i as u64 + 1, *t);
-                    rep.data.insert(i as u64 + 1, d.clone());
+                    rep.data.insert(i as u64 + 1, (*k, d.clone()));
                 }
                 rep.writing_snapshot = Some(s.index);
                 rep.committed_checked = rep.committed_checked.max(s.index);
@@ -772,7 +902,7 @@ impl ReplWorld {
             }
             for e in &ready.entries {
                 rep.log_terms.insert(e.index, e.term);
-                rep.data.insert(e.index, e.data.clone());
+                rep.data.insert(e.index, (e.kind, e.data.clone()));
             }
             rep.writing
                 .extend(ready.entries.iter().map(|e| (e.index, e.term)));
@@ -900,7 +1030,7 @@ impl ReplWorld {
 
     fn restart(&mut self, r: usize) {
         let rep = &mut self.reps[r];
-        if rep.node.is_some() {
+        if rep.node.is_some() || !rep.member {
             return;
         }
         let options = StorageOptions {
@@ -928,7 +1058,7 @@ impl ReplWorld {
         rep.data = durable
             .entries
             .iter()
-            .map(|e| (e.index, e.data.clone()))
+            .map(|e| (e.index, (e.kind, e.data.clone())))
             .collect();
         if let Some(s) = &durable.snapshot {
             // The snapshot stands for the committed entries up to its index.
@@ -940,14 +1070,21 @@ impl ReplWorld {
                     r + 1
                 ));
             }
-            for (i, (t, d)) in self.committed.iter().take(s.index as usize).enumerate() {
+            for (i, (t, k, d)) in self.committed.iter().take(s.index as usize).enumerate() {
                 rep.log_terms.insert(i as u64 + 1, *t);
-                rep.data.insert(i as u64 + 1, d.clone());
+                rep.data.insert(i as u64 + 1, (*k, d.clone()));
             }
         }
         rep.durable_terms = rep.log_terms.clone();
         rep.durable = durable.clone();
-        let replica = match Replica::start(&rep.config, &durable) {
+        // A spare added empty rejoins until it caught up: it learns the group from the
+        // leader's snapshot.
+        let started = if rep.joining {
+            Replica::start_joining(&rep.config, &durable)
+        } else {
+            Replica::start(&rep.config, &durable)
+        };
+        let replica = match started {
             Ok(replica) => replica,
             Err(e) => return self.fail(format!("replica {} could not start: {e}", r + 1)),
         };
@@ -1035,7 +1172,7 @@ impl ReplWorld {
     fn check_committed(&mut self, r: usize, commit: u64) {
         let from = self.reps[r].committed_checked + 1;
         for index in from..=commit {
-            let (Some(&term), Some(data)) = (
+            let (Some(&term), Some((kind, data))) = (
                 self.reps[r].log_terms.get(&index),
                 self.reps[r].data.get(&index),
             ) else {
@@ -1045,15 +1182,19 @@ impl ReplWorld {
                 ));
             };
             let i = index as usize - 1;
-            if let Some((t, d)) = self.committed.get(i) {
-                if *t != term || d != data {
+            if let Some((t, k, d)) = self.committed.get(i) {
+                if *t != term || k != kind || d != data {
                     return self.fail(format!(
                         "committed: replica {} holds index {index} of term {term}, but term {t}'s entry was committed there",
                         r + 1
                     ));
                 }
             } else {
-                self.committed.push((term, data.clone()));
+                let (kind, data) = (*kind, data.clone());
+                if kind != EntryKind::Normal {
+                    self.committed_change(index, term, kind, &data);
+                }
+                self.committed.push((term, kind, data));
             }
         }
         self.reps[r].committed_checked = self.reps[r].committed_checked.max(commit);
@@ -1159,9 +1300,9 @@ impl ReplWorld {
                 r + 1
             ));
         };
-        let (term, index) = (front.0, front.1);
-        front.2 -= 1;
-        if front.2 == 0 {
+        let (term, index, applied) = (front.0, front.1, front.2);
+        front.3 -= 1;
+        if front.3 == 0 {
             self.reps[r].held.pop_front();
         }
         let answers = matches!(effect, Effect::Send { .. });
@@ -1172,14 +1313,9 @@ impl ReplWorld {
                     r + 1
                 ));
             };
-            let quorum = self
-                .reps
-                .iter()
-                .filter(|rep| rep.durable_terms.get(&index) == Some(&term))
-                .count();
-            if quorum * 2 <= REPLICAS {
+            if let Err(why) = self.durable_on_quorum(index, term, applied) {
                 return self.fail(format!(
-                    "commit: replica {} released {effect:?} for entry {index} of term {term}, durable on {quorum} of {REPLICAS} disks",
+                    "commit: replica {} released {effect:?} for entry {index} of term {term}, {why}",
                     r + 1
                 ));
             }
@@ -1221,6 +1357,258 @@ impl ReplWorld {
         }
     }
 
+    // ------------------------------------------------------------------ membership
+
+    /// The slots the world runs (see [`Rep::member`]).
+    fn members(&self) -> Vec<usize> {
+        (0..SLOTS).filter(|&r| self.reps[r].member).collect()
+    }
+
+    /// The replica that serves, if exactly one does, it is not cut off, and it leads the
+    /// highest term yet (a cut-off or outdated leader is never asked to change the group).
+    fn serving_replica(&self) -> Option<usize> {
+        let top = self.leaders.keys().next_back().copied()?;
+        let mut serving = (0..SLOTS).filter(|&r| {
+            self.reps[r]
+                .node
+                .as_ref()
+                .is_some_and(|n| n.serving_term().is_some())
+        });
+        let r = serving.next()?;
+        if serving.next().is_some() || self.reps[r].cut.is_some() {
+            return None;
+        }
+        let term = self.reps[r].node.as_ref().and_then(Node::serving_term);
+        (term == Some(top)).then_some(r)
+    }
+
+    /// Asks the serving replica to add the two slots that are not voters (started empty), or
+    /// to remove two voters (any: the leader may be one of them), unless a change is pending.
+    fn change_membership(&mut self) {
+        let Some(leader) = self.serving_replica() else {
+            return;
+        };
+        let node = self.reps[leader].node.as_ref().expect("serving");
+        if !node.replica().conf().voters_outgoing.is_empty() {
+            return;
+        }
+        let term = node.serving_term().expect("serving");
+        let mut voters = node.voters();
+        let outside: Vec<usize> = (0..SLOTS)
+            .filter(|&r| !voters.contains(&(r as u64 + 1)))
+            .collect();
+        let changes: Vec<MemberChange> = if voters.len() == FIRST_VOTERS {
+            outside
+                .iter()
+                .map(|&r| MemberChange::AddVoter(r as u64 + 1))
+                .collect()
+        } else if voters.len() == SLOTS {
+            let first = voters.remove(self.faults.below(voters.len() as u64) as usize);
+            let second = voters.remove(self.faults.below(voters.len() as u64) as usize);
+            vec![
+                MemberChange::RemoveVoter(first),
+                MemberChange::RemoveVoter(second),
+            ]
+        } else {
+            return;
+        };
+        let node = self.reps[leader].node.as_mut().expect("serving");
+        match node.change_replicas(&changes, &[]) {
+            Ok(index) => {
+                self.checker.coverage.hit("replicas.change_proposed");
+                let adds = matches!(changes[0], MemberChange::AddVoter(_));
+                self.proposals.insert((term, index), (changes, leader));
+                if adds {
+                    // The replicas added start empty, as replicas that never existed (a
+                    // removed replica's old disk went with it).
+                    for r in outside {
+                        self.wipe(r);
+                        self.restart(r);
+                    }
+                }
+            }
+            Err(_) => self.checker.coverage.hit("replicas.change_refused"),
+        }
+        self.drive(leader);
+    }
+
+    /// Slot `r` becomes a replica that never existed, on an empty disk, added (it rejoins).
+    fn wipe(&mut self, r: usize) {
+        self.close_hosts(r);
+        let fs = SimFs::new(SimRng::new(self.storage.next_u64(), Stream::Storage));
+        let old = &self.reps[r];
+        let mut rep = Rep::new(old.config.clone(), fs, true);
+        rep.life = old.life + 1;
+        rep.timer_arming = old.timer_arming;
+        rep.cut = old.cut;
+        rep.joining = true;
+        self.reps[r] = rep;
+        self.durable_term[r] = 0;
+    }
+
+    /// Stops slot `r`, whose removal the serving replica applied: it runs no more until it
+    /// is added again (empty).
+    fn stop(&mut self, r: usize) {
+        self.close_hosts(r);
+        let rep = &mut self.reps[r];
+        rep.member = false;
+        rep.node = None;
+        rep.log = None;
+        rep.inflight = None;
+        rep.crash_after_sync = false;
+        rep.serving = None;
+        rep.held.clear();
+        rep.writing.clear();
+        rep.writing_term = 0;
+        rep.writing_snapshot = None;
+        rep.life += 1;
+        self.checker.coverage.hit("replicas.removed_stopped");
+    }
+
+    /// After every event: a replica added empty that caught up is a voter like the others;
+    /// the replicas whose removal the serving replica applied (no joint change pending) stop.
+    fn follow_membership(&mut self) {
+        let mut changed = false;
+        for rep in &mut self.reps {
+            if rep.joining && rep.node.as_ref().is_some_and(|n| !n.replica().is_joining()) {
+                rep.joining = false;
+                changed = true;
+            }
+        }
+        if changed {
+            self.checker.coverage.hit("replicas.joined");
+        }
+        let Some(leader) = self.serving_replica() else {
+            return;
+        };
+        let node = self.reps[leader].node.as_ref().expect("serving");
+        let seen = (leader, node.replica().term(), node.applied());
+        if seen == self.membership_seen && !changed {
+            return;
+        }
+        self.membership_seen = seen;
+        if !node.replica().conf().voters_outgoing.is_empty() {
+            return;
+        }
+        let voters = node.voters();
+        for r in 0..SLOTS {
+            let rep = &self.reps[r];
+            if rep.member && !rep.joining && !voters.contains(&(r as u64 + 1)) {
+                self.stop(r);
+            }
+        }
+    }
+
+    /// A committed entry that changes the group, restated from what the world proposed: an
+    /// entry it proposed through `change_replicas` enters a joint configuration (the voters
+    /// it leaves: the voters before; its voters: those, changed); an empty one it did not
+    /// propose is the engine's own, which leaves the joint configuration.
+    fn committed_change(&mut self, index: u64, term: u64, kind: EntryKind, data: &[u8]) {
+        let current = self.final_conf().clone();
+        let proposal = self.proposals.get(&(term, index)).cloned();
+        let next = match proposal {
+            Some((changes, proposer)) if kind == EntryKind::ConfChangeV2 => {
+                if !current.outgoing.is_empty() {
+                    return self.fail(format!(
+                        "membership: the change at entry {index} of term {term} committed during a joint configuration ({current})"
+                    ));
+                }
+                let mut incoming = current.incoming.clone();
+                let mut hits = Vec::new();
+                for change in changes {
+                    match change {
+                        MemberChange::AddVoter(id) => {
+                            incoming.push(id);
+                            hits.push("replicas.member_added");
+                        }
+                        MemberChange::RemoveVoter(id) => {
+                            incoming.retain(|&v| v != id);
+                            hits.push("replicas.member_removed");
+                            if id == proposer as u64 + 1 {
+                                hits.push("replicas.leader_removed");
+                            }
+                        }
+                    }
+                }
+                incoming.sort_unstable();
+                incoming.dedup();
+                for hit in hits {
+                    self.checker.coverage.hit(hit);
+                }
+                Conf {
+                    incoming,
+                    outgoing: current.incoming,
+                }
+            }
+            None if kind == EntryKind::ConfChangeV2 && data.is_empty() => {
+                if current.outgoing.is_empty() {
+                    return self.fail(format!(
+                        "membership: entry {index} of term {term} leaves a joint configuration outside one ({current})"
+                    ));
+                }
+                self.checker.coverage.hit("replicas.joint_left");
+                Conf {
+                    incoming: current.incoming,
+                    outgoing: Vec::new(),
+                }
+            }
+            _ => {
+                return self.fail(format!(
+                    "membership: entry {index} of term {term} ({kind:?}) changes the group, but nobody proposed that change"
+                ));
+            }
+        };
+        self.confs.push((index, next));
+    }
+
+    /// The configuration the committed log is in at its end.
+    fn final_conf(&self) -> &Conf {
+        self.confs.last().map_or(&self.first_conf, |(_, c)| c)
+    }
+
+    /// The configuration in force once the committed entries up to `index` are applied.
+    fn conf_at(&self, index: u64) -> &Conf {
+        self.confs
+            .iter()
+            .rev()
+            .find(|(i, _)| *i <= index)
+            .map_or(&self.first_conf, |(_, c)| c)
+    }
+
+    /// Whether entry `index` of `term` is durable (from what the disks synced, never from
+    /// the engine) on a quorum of a configuration its leader may have counted it in. A leader
+    /// counts a quorum in the configuration it has applied: when it commits the entry, that
+    /// is the one in force at `applied` (what it had applied when it admitted the step), or
+    /// one that a committed change between there and the entry puts in force (at most one:
+    /// one change at a time).
+    fn durable_on_quorum(&mut self, index: u64, term: u64, applied: u64) -> Result<(), String> {
+        let holding: Vec<u64> = (0..SLOTS)
+            .filter(|&r| self.reps[r].durable_terms.get(&index) == Some(&term))
+            .map(|r| r as u64 + 1)
+            .collect();
+        let mut confs = vec![self.conf_at(applied)];
+        confs.extend(
+            self.confs
+                .iter()
+                .filter(|(i, _)| *i > applied && *i < index)
+                .map(|(_, c)| c),
+        );
+        if confs[0].quorum(&holding) {
+            return Ok(());
+        }
+        if confs.iter().any(|c| c.quorum(&holding)) {
+            // Committed in the configuration a change put in force after the step.
+            self.checker.coverage.hit("replicas.quorum_of_next_conf");
+            return Ok(());
+        }
+        let confs: Vec<String> = confs.iter().map(ToString::to_string).collect();
+        Err(format!(
+            "durable on {} disks (replicas {holding:?}), no quorum of {}",
+            holding.len(),
+            confs.join(" nor of ")
+        ))
+    }
+
     // ------------------------------------------------------------------ host links
 
     fn conn_arrive(&mut self, h: usize, conn: u64, r: usize) {
@@ -1252,11 +1640,11 @@ impl ReplWorld {
             }
         }
         // The checker's own account: the admission is the engine's last entry now.
-        let last = self.reps[r]
+        let (last, applied) = self.reps[r]
             .node
             .as_ref()
-            .map_or(0, |n| n.replica().last_index());
-        self.admissions.insert((h, conn), (term, last));
+            .map_or((0, 0), |n| (n.replica().last_index(), n.applied()));
+        self.admissions.insert((h, conn), (term, last, applied));
         self.drive(r);
     }
 
@@ -1278,15 +1666,12 @@ impl ReplWorld {
             let term = serving.expect("serving");
             // A welcome leaves only once its admission entry is durable on a quorum of disks
             // (no host hears of an identity a failover could forget).
-            if let Some((t, index)) = self.admissions.remove(&(h, conn)) {
-                let quorum = self
-                    .reps
-                    .iter()
-                    .filter(|rep| rep.durable_terms.get(&index) == Some(&t))
-                    .count();
-                if t != term || quorum * 2 <= REPLICAS {
+            if let Some((t, index, applied)) = self.admissions.remove(&(h, conn)) {
+                let durable = self.durable_on_quorum(index, t, applied);
+                if t != term || durable.is_err() {
+                    let why = durable.err().unwrap_or_default();
                     return self.fail(format!(
-                        "welcome: replica {} welcomed host {} at term {term} before its admission (entry {index} of term {t}) was durable on a quorum ({quorum} of {REPLICAS} disks)",
+                        "welcome: replica {} welcomed host {} at term {term} before its admission (entry {index} of term {t}) was durable on a quorum: {why}",
                         r + 1,
                         h + 1
                     ));
@@ -1517,7 +1902,10 @@ impl ReplWorld {
         // Every acknowledged mutation is in the committed sequence, after every mutation
         // acknowledged before it was sent.
         let mut position: BTreeMap<OperationId, usize> = BTreeMap::new();
-        for (i, (_, data)) in self.committed.iter().enumerate() {
+        for (i, (_, kind, data)) in self.committed.iter().enumerate() {
+            if *kind != EntryKind::Normal {
+                continue;
+            }
             let Ok(records) = postcard::from_bytes::<Vec<LogRecord>>(data) else {
                 continue;
             };
@@ -1544,18 +1932,20 @@ impl ReplWorld {
                 }
             }
         }
-        // The replicas that applied everything agree on the state.
+        // The voters of the configuration the committed log ends with that applied everything
+        // (a majority of them at least) agree on the state.
         let applied = self.committed.len() as u64;
-        let states: Vec<Vec<LogRecord>> = self
-            .reps
+        let conf = self.final_conf().clone();
+        let states: Vec<Vec<LogRecord>> = conf
+            .voters()
             .iter()
-            .filter_map(|r| r.node.as_ref())
+            .filter_map(|&id| self.reps[id as usize - 1].node.as_ref())
             .filter(|n| n.applied() == applied)
             .map(|n| n.committed().snapshot_records())
             .collect();
-        if states.len() < 2 {
+        if states.len() * 2 <= conf.incoming.len() {
             return self.fail(format!(
-                "liveness: {} replicas applied the whole committed log after the heal",
+                "liveness: {} voters applied the whole committed log after the heal ({conf})",
                 states.len()
             ));
         }

@@ -1,5 +1,6 @@
 //! The replicated directory's mode of the swarm (`--replicas 3`, issue 19): a few seeds pass,
-//! exercise elections, crashes and acknowledged mutations, and are the same run twice.
+//! exercise elections, crashes, membership changes and acknowledged mutations, and are the same
+//! run twice.
 
 use dataplane_sim::{Overrides, RunSpec, run_spec};
 
@@ -12,7 +13,7 @@ fn replicated(seed: u64) -> RunSpec {
 }
 
 #[test]
-fn three_replicas_serve_through_crashes_and_cuts() {
+fn the_replicas_serve_through_crashes_cuts_and_membership_changes() {
     let mut coverage = dataplane_sim::check::Coverage::default();
     for seed in 0..4 {
         let report = run_spec(&replicated(seed), false, false);
@@ -32,6 +33,8 @@ fn three_replicas_serve_through_crashes_and_cuts() {
         "replicas.leader_crash",
         "replicas.welcomed",
         "replicas.mutation_acknowledged",
+        "replicas.member_added",
+        "replicas.member_removed",
         "op.Register",
     ] {
         assert!(coverage.count(name) > 0, "{name} never reached");
