@@ -208,14 +208,8 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
         }
     }
 
-    /// Proposes a change of the group's voters (the serving replica only; one at a time),
-    /// with the addresses where added replicas listen for the others; the index of its
-    /// entry. Once applied, [`Self::voters`] and [`Self::addresses`] show it on every replica.
-    pub fn change_replicas(
-        &mut self,
-        changes: &[MemberChange],
-        addresses: &[(ReplicaId, String)],
-    ) -> Result<u64, NotServing> {
+    /// Whether this replica serves now (a proposal of the node's own may be made), or why not.
+    fn check_serving(&mut self) -> Result<(), NotServing> {
         if let Some(why) = &self.stopped {
             return Err(NotServing::Stopped(why.clone()));
         }
@@ -226,6 +220,18 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
                 None => Err(NotServing::NotLeader(self.replica.leader())),
             };
         }
+        Ok(())
+    }
+
+    /// Proposes a change of the group's voters (the serving replica only; one at a time),
+    /// with the addresses where added replicas listen for the others; the index of its
+    /// entry. Once applied, [`Self::voters`] and [`Self::addresses`] show it on every replica.
+    pub fn change_replicas(
+        &mut self,
+        changes: &[MemberChange],
+        addresses: &[(ReplicaId, String)],
+    ) -> Result<u64, NotServing> {
+        self.check_serving()?;
         let context = postcard::to_allocvec(addresses).expect("addresses always serialise");
         self.replica
             .propose_change(changes, context)
@@ -319,16 +325,7 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
     /// changed its membership in memory already, so a refusal by the engine stops this
     /// replica (as for the directory's own steps).
     pub fn propose_records(&mut self, records: &[LogRecord]) -> Result<u64, NotServing> {
-        if let Some(why) = &self.stopped {
-            return Err(NotServing::Stopped(why.clone()));
-        }
-        self.follow_leadership();
-        if self.serving_term().is_none() {
-            return match self.leading {
-                Some(_) => Err(NotServing::Starting),
-                None => Err(NotServing::NotLeader(self.replica.leader())),
-            };
-        }
+        self.check_serving()?;
         let data = postcard::to_allocvec(records).expect("records always serialise");
         match self.replica.propose(data) {
             Ok(index) => Ok(index),

@@ -177,6 +177,27 @@ impl RawClient {
         Ok(replies.into_iter().map(|r| r.expect("answered")).collect())
     }
 
+    /// `Register` of `path` as the blob of a made-up actor `n` (`length` n), with operation
+    /// `n + 1` of `issuer`: what a test that only needs acknowledged mutations sends.
+    pub fn register_actor(&mut self, path: &str, n: u64, issuer: u64) -> io::Result<ReplyBody> {
+        let source = Address::new(NodeId(1 << 50), 1, n);
+        self.call(DirectoryRequest::Register {
+            path: DataPath::new(path).expect("a valid path"),
+            source,
+            source_node: source.node,
+            length: n,
+            recovery: dataplane_core::wire::SourceRecovery::Actor {
+                actor: source,
+                node: source.node,
+                owner: None,
+            },
+            operation: dataplane_core::ids::OperationId(
+                (u128::from(issuer) << 64) | u128::from(n + 1),
+            ),
+            reservation: None,
+        })
+    }
+
     /// `Lookup` of `path`.
     pub fn lookup(&mut self, path: &str) -> io::Result<ReplyBody> {
         self.call(DirectoryRequest::Lookup {

@@ -9,9 +9,7 @@ use std::ffi::OsString;
 use std::process::Command;
 use std::time::Duration;
 
-use dataplane_core::ids::{Address, NodeId, OperationId};
-use dataplane_core::path::DataPath;
-use dataplane_core::wire::{DirectoryRequest, ReplyBody, SourceRecovery};
+use dataplane_core::wire::ReplyBody;
 use dataplane_tests::raw::RawClient;
 use dataplane_tests::{
     DirectoryProc, HostProc, ReplicaGroup, TestDir, binaries, free_address, wait_until,
@@ -56,21 +54,8 @@ fn wait_voters(group: &ReplicaGroup, which: &[usize], voters: &str) {
 }
 
 fn register(client: &mut RawClient, n: u64) {
-    let source = Address::new(NodeId(1 << 50), 1, n);
     let reply = client
-        .call(DirectoryRequest::Register {
-            path: DataPath::new(format!("/grow/{n}")).expect("a path"),
-            source,
-            source_node: source.node,
-            length: n,
-            recovery: SourceRecovery::Actor {
-                actor: source,
-                node: source.node,
-                owner: None,
-            },
-            operation: OperationId((9 << 64) | u128::from(n + 1)),
-            reservation: None,
-        })
+        .register_actor(&format!("/grow/{n}"), n, 9)
         .expect("a reply");
     assert!(matches!(reply, ReplyBody::Registered(Ok(_))), "{reply:?}");
 }

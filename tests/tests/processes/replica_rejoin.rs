@@ -7,9 +7,7 @@
 use std::fs;
 use std::time::Duration;
 
-use dataplane_core::ids::{Address, NodeId, OperationId};
-use dataplane_core::path::DataPath;
-use dataplane_core::wire::{DirectoryRequest, ReplyBody, SourceRecovery};
+use dataplane_core::wire::ReplyBody;
 use dataplane_io::log::{LogHeader, scan};
 use dataplane_tests::raw::RawClient;
 use dataplane_tests::{ReplicaGroup, TestDir, wait_until};
@@ -19,21 +17,8 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// Registers `/rejoin/N` for each `n` in `range`.
 fn register(client: &mut RawClient, range: std::ops::Range<u64>) {
     for n in range {
-        let source = Address::new(NodeId(1 << 50), 1, n);
         let reply = client
-            .call(DirectoryRequest::Register {
-                path: DataPath::new(format!("/rejoin/{n}")).expect("a path"),
-                source,
-                source_node: source.node,
-                length: n,
-                recovery: SourceRecovery::Actor {
-                    actor: source,
-                    node: source.node,
-                    owner: None,
-                },
-                operation: OperationId((7 << 64) | u128::from(n + 1)),
-                reservation: None,
-            })
+            .register_actor(&format!("/rejoin/{n}"), n, 7)
             .expect("a reply");
         assert!(matches!(reply, ReplyBody::Registered(Ok(_))), "{reply:?}");
     }
