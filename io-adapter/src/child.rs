@@ -573,7 +573,7 @@ impl ChildSession {
     /// Publishes `bytes` at `path`.
     pub fn put(&mut self, path: &str, bytes: &[u8]) -> Result<Revision, ChildError> {
         let outcome = self.write_inner(path, bytes.len() as u64, false, false, |payload| {
-            payload.copy_from_slice(bytes);
+            crate::arena::copy_chunked(payload, bytes);
             Ok::<(), std::convert::Infallible>(())
         })?;
         match outcome {

@@ -51,14 +51,15 @@
 //!   two of them synced the entry). *Baseline (`single_node`)*: one directory node, the same
 //!   loop, interleaved.
 //! * **`local_put_get`** (64 MiB; 4 MiB in quick mode): a directory node and one host node;
-//!   this bench is the child (`ChildSession` on the host's socket). Timed: `write` of the path
-//!   (OpenWrite, the payload is copied in place from a caller buffer, BLAKE3 seal, Register at
-//!   the directory with its fsync, Release) then `read` of it (Resolve, the host copies the
-//!   payload inside the arena and checks the BLAKE3 digest, `ReadGranted`: the view maps the
-//!   bytes). Untimed: every byte of the view is compared with the caller buffer. Each
+//!   this bench is the child (`ChildSession` on the host's socket). Timed: `put` of the path
+//!   (OpenWrite; the child copies the caller's buffer into its staging buffer, seals; the host
+//!   copies the staging buffer into the lease, which no child can write, and with BLAKE3
+//!   hashes it; Register at the directory with its fsync; Release) then `read` of it (Resolve;
+//!   the blob is this host's own, so the grant views the writer's sealed lease: no copy and
+//!   no hash). Untimed: every byte of the view is compared with the caller buffer. Each
 //!   repetition overwrites the same path. *Baseline (`memcpy`)*: copy the caller buffer into
 //!   a pre-faulted buffer (the put) and that buffer into a second pre-faulted one (the get):
-//!   the two payload copies ours does too, and nothing else. Rate = blob bytes / time of the
+//!   two payload copies, as ours does, and nothing else. Rate = blob bytes / time of the
 //!   put-then-get, for both.
 //! * **`remote_get`** (64 MiB; 4 MiB in quick mode): a directory node and host nodes A and B.
 //!   The blob is put once on A (a `ChildSession` on A's socket, untimed); timed: a `read` of it
@@ -1082,9 +1083,7 @@ fn local_put_get(budget: Budget, digest: DigestKind) -> f64 {
     // Repetition 0 is an untimed warm-up (it faults the arena's pages in).
     for rep in 0..=budget.blob_reps {
         let started = Instant::now();
-        session
-            .write(path, len as u64, |p| p.copy_from_slice(&src))
-            .expect("put");
+        session.put(path, &src).expect("put");
         let put = started.elapsed();
         let view = session.read(path).expect("get");
         let took = started.elapsed();
@@ -1203,8 +1202,7 @@ fn remote_get(budget: Budget, digest: DigestKind) -> f64 {
     let mut on_b = cluster.host("b", arena_for(len));
     let src = payload(len);
     let path = "/data/bench/remote";
-    on_a.write(path, len as u64, |p| p.copy_from_slice(&src))
-        .expect("put on A");
+    on_a.put(path, &src).expect("put on A");
     let file_path = "/data/bench/remote-file";
     fs::write(files.join("blob"), &src).expect("the file on A's disk");
     on_a.publish_file(file_path, "blob")
