@@ -141,7 +141,12 @@ pub trait ArenaMemory {
     /// The child's write in `lease` is sealed: make its bytes final and unchangeable by the
     /// child. Called once per sealed write, before the host validates it. An error fails the
     /// write.
-    fn freeze(&mut self, lease: &Lease) -> Result<(), MemoryFault>;
+    ///
+    /// With `hash` (the write asked for a BLAKE3 digest) the memory may return the BLAKE3
+    /// digest of the payload it made final — of the bytes now in the lease, computed as it
+    /// copied them, so that they pass through the cache once. `None` leaves the hashing to
+    /// the host machine, which then reads the payload once more.
+    fn freeze(&mut self, lease: &Lease, hash: bool) -> Result<Option<[u8; 32]>, MemoryFault>;
     /// `lease` was freed (whatever it held).
     fn reclaim(&mut self, lease: &Lease);
     /// Whether a child's write goes to a buffer of its own that [`freeze`](Self::freeze)
@@ -200,8 +205,8 @@ impl ArenaMemory for Vec<u8> {
         self
     }
 
-    fn freeze(&mut self, _lease: &Lease) -> Result<(), MemoryFault> {
-        Ok(())
+    fn freeze(&mut self, _lease: &Lease, _hash: bool) -> Result<Option<[u8; 32]>, MemoryFault> {
+        Ok(None)
     }
 
     fn reclaim(&mut self, _lease: &Lease) {}

@@ -385,6 +385,44 @@ pub fn child_seal(mem: &mut [u8], e: &Expected) -> Result<(), BlobFailure> {
     write_state(mem, e.offset, BlobState::Sealed)
 }
 
+/// The child's seal of a write that leaves the digest to the host: as [`child_seal`], but
+/// the digest bytes are set to zero instead of hashed. A write of kind
+/// [`DigestKind::Blake3`] sealed so gets the digest the host computes when it makes the
+/// write final ([`settle_digest`]): the child's own hash would be a second pass over the
+/// payload that proves nothing the host's does not (the host hashes the bytes it will
+/// publish, which no child can change any more).
+pub fn child_seal_unhashed(mem: &mut [u8], e: &Expected) -> Result<(), BlobFailure> {
+    if e.access != BlobAccess::Writable {
+        return Err(BlobFailure::Access);
+    }
+    validate(mem, e, BlobState::Writable, false)?;
+    write_digest(mem, e.offset, &[0; 32])?;
+    write_state(mem, e.offset, BlobState::Sealed)
+}
+
+/// The host settles the digest of a sealed write of kind [`DigestKind::Blake3`] whose
+/// payload hashes to `computed` (the bytes made final): a header whose digest bytes are all
+/// zero ([`child_seal_unhashed`]) gets `computed` written into it; any other digest must
+/// equal `computed` ([`BlobFailure::Digest`] otherwise: the child's bytes are not what it
+/// hashed). Returns the digest the blob now carries. The header must be valid (call after
+/// [`validate`]); [`BlobFailure::Bounds`] if it lies outside `mem`.
+pub fn settle_digest(
+    mem: &mut [u8],
+    e: &Expected,
+    computed: &[u8; 32],
+) -> Result<[u8; 32], BlobFailure> {
+    let header = read_header(mem, e.offset)?;
+    if header.digest_kind != DigestKind::Blake3 {
+        return Err(BlobFailure::Digest);
+    }
+    if header.digest == [0; 32] {
+        write_digest(mem, e.offset, computed)?;
+    } else if header.digest != *computed {
+        return Err(BlobFailure::Digest);
+    }
+    Ok(*computed)
+}
+
 /// The child aborting its write: requires a writable lease whose header is
 /// [`BlobState::Writable`] (as [`validate`]); sets [`BlobState::Aborted`].
 pub fn child_abort(mem: &mut [u8], e: &Expected) -> Result<(), BlobFailure> {
@@ -653,6 +691,50 @@ mod tests {
             validate(&mem, &e, BlobState::Sealed, true).unwrap().digest,
             [0; 32]
         );
+    }
+
+    #[test]
+    fn an_unhashed_seal_gets_the_hosts_digest_and_a_childs_must_match() {
+        let e = write_lease(0, 100, DigestKind::Blake3);
+        let mut mem = vec![0u8; 512];
+        install(&mut mem, &e).unwrap();
+        payload_mut(&mut mem, &e).unwrap().fill(9);
+        child_seal_unhashed(&mut mem, &e).unwrap();
+        let header = validate(&mem, &e, BlobState::Sealed, false).unwrap();
+        assert_eq!(
+            header.digest, [0; 32],
+            "the child left the digest to the host"
+        );
+        let right = *blake3::hash(&[9u8; 100]).as_bytes();
+        assert_eq!(settle_digest(&mut mem, &e, &right), Ok(right));
+        assert_eq!(read_header(&mem, 0).unwrap().digest, right);
+        // Now the header carries a digest: it is checked, not overwritten.
+        assert_eq!(
+            settle_digest(&mut mem, &e, &[1; 32]),
+            Err(BlobFailure::Digest)
+        );
+        assert_eq!(read_header(&mem, 0).unwrap().digest, right);
+        assert!(validate(&mem, &e, BlobState::Sealed, true).is_ok());
+        // A child's own digest of other bytes is refused.
+        let mut mem = vec![0u8; 512];
+        install(&mut mem, &e).unwrap();
+        child_seal(&mut mem, &e).unwrap();
+        payload_mut(&mut mem, &e).unwrap()[7] ^= 1;
+        let frozen = *blake3::hash(payload(&mem, &e).unwrap()).as_bytes();
+        assert_eq!(
+            settle_digest(&mut mem, &e, &frozen),
+            Err(BlobFailure::Digest)
+        );
+        // Without a digest there is nothing to settle.
+        let none = write_lease(0, 100, DigestKind::None);
+        let mut mem = vec![0u8; 512];
+        install(&mut mem, &none).unwrap();
+        child_seal_unhashed(&mut mem, &none).unwrap();
+        assert_eq!(
+            settle_digest(&mut mem, &none, &right),
+            Err(BlobFailure::Digest)
+        );
+        assert_eq!(read_header(&mem, 0).unwrap().digest, [0; 32]);
     }
 
     #[test]

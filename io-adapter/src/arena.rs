@@ -328,7 +328,11 @@ impl ArenaMemory for SharedArena {
         true
     }
 
-    fn freeze(&mut self, lease: &Lease) -> Result<(), MemoryFault> {
+    /// Copies the staging buffer over the lease (header and payload) in 64 KiB pieces; with
+    /// `hash`, each payload piece is hashed right after it is copied, from the lease (the
+    /// bytes that will be published, not the child's buffer, which it may still change), while
+    /// it is in the cache: one pass over the bytes where a copy and then a hash would be two.
+    fn freeze(&mut self, lease: &Lease, hash: bool) -> Result<Option<[u8; 32]>, MemoryFault> {
         let Some(staged) = self.staging.remove(&lease.offset) else {
             return Err(MemoryFault::Freeze(
                 "the write has no staging buffer".into(),
@@ -341,17 +345,14 @@ impl ArenaMemory for SharedArena {
             .and_then(|len| start.checked_add(len))
             .filter(|end| *end <= self.map.len())
             .ok_or_else(|| MemoryFault::Freeze("a lease outside the arena".into()))?;
-        let copied = match staged.map.get(..end - start) {
-            Some(from) => {
-                copy_chunked(&mut self.map[start..end], from);
-                Ok(())
-            }
+        let frozen = match staged.map.get(..end - start) {
+            Some(from) => freeze_copy(&mut self.map[start..end], from, hash),
             None => Err(MemoryFault::Freeze(
                 "the staging buffer is smaller than its lease".into(),
             )),
         };
         self.give_back(staged);
-        copied
+        frozen
     }
 
     fn reclaim(&mut self, lease: &Lease) {
@@ -361,14 +362,110 @@ impl ArenaMemory for SharedArena {
     }
 }
 
-/// Copies `from` into `to` (of the same length) in 64 KiB pieces: measured here, 3.5 ms per
-/// 64 MiB against 4.8 ms for one `memcpy` of the whole (which, that large, uses
-/// non-temporal stores that bypass the cache; in pieces it uses plain stores).
-pub fn copy_chunked(to: &mut [u8], from: &[u8]) {
+/// Copies at least this large are made by two threads, each copying (and hashing) a part: a
+/// 64 MiB freeze took the host's loop 4.6 ms without a digest and 13.3 ms with one on one
+/// core of this project's two, and 3.6 ms and 6.9 ms on two.
+pub const SPLIT_COPY_MIN: usize = 8 << 20;
+
+/// Copies a staged write (`from`, header first) over its lease (`to`, the same length) in
+/// pieces; with `hash`, returns the BLAKE3 digest of the payload as copied into `to`, each
+/// piece hashed just after it landed. A payload of [`SPLIT_COPY_MIN`] or more is split where
+/// BLAKE3's tree splits it (the largest power of two of 1 KiB chunks below its length): a
+/// second thread copies and hashes the right part as a subtree, and the two chaining values
+/// are merged into the root, which is exactly `blake3::hash` of the whole payload.
+fn freeze_copy(to: &mut [u8], from: &[u8], hash: bool) -> Result<Option<[u8; 32]>, MemoryFault> {
+    use blake3::hazmat::{HasherExt, Mode, left_subtree_len, merge_subtrees_root};
+    let header = (BLOB_HEADER_BYTES as usize).min(to.len());
+    to[..header].copy_from_slice(&from[..header]);
+    let (to, from) = (&mut to[header..], &from[header..]);
+    let split = (to.len() >= SPLIT_COPY_MIN)
+        .then(|| usize::try_from(left_subtree_len(to.len() as u64)).ok())
+        .flatten()
+        .filter(|left| *left < to.len());
+    let Some(left) = split else {
+        let hashed = copy_hashed(to, from, hash.then(blake3::Hasher::new));
+        return Ok(hashed.map(|h| *h.finalize().as_bytes()));
+    };
+    let (to_left, to_right) = to.split_at_mut(left);
+    let (from_left, from_right) = from.split_at(left);
+    let right_hasher = hash.then(|| {
+        let mut h = blake3::Hasher::new();
+        h.set_input_offset(left as u64);
+        h
+    });
+    let Some((left_done, right_done)) = both(
+        || copy_hashed(to_left, from_left, hash.then(blake3::Hasher::new)),
+        || copy_hashed(to_right, from_right, right_hasher),
+    ) else {
+        return Err(MemoryFault::Freeze("the copying thread panicked".into()));
+    };
+    Ok(match (left_done, right_done) {
+        (Some(l), Some(r)) => {
+            let root =
+                merge_subtrees_root(&l.finalize_non_root(), &r.finalize_non_root(), Mode::Hash);
+            Some(*root.as_bytes())
+        }
+        _ => None,
+    })
+}
+
+/// Copies `from` into `to` (the same length): in 64 KiB pieces ([`copy_hashed`]), by two
+/// threads (a half each) from [`SPLIT_COPY_MIN`] bytes on.
+pub fn copy_split(to: &mut [u8], from: &[u8]) {
+    if to.len() < SPLIT_COPY_MIN || to.len() != from.len() {
+        copy_hashed(to, from, None);
+        return;
+    }
+    let half = to.len() / 2;
+    let (to_left, to_right) = to.split_at_mut(half);
+    let (from_left, from_right) = from.split_at(half);
+    // Only a panic in a copy of two equal lengths could make `both` fail: there is none.
+    let _ = both(
+        || copy_hashed(to_left, from_left, None),
+        || copy_hashed(to_right, from_right, None),
+    );
+}
+
+/// Runs `left` here and `right` on a scoped thread of its own at the same time, and returns
+/// both results; `right` runs here after `left` if no thread could be started. `None` if
+/// `right` panicked.
+fn both<L, R: Send>(left: impl FnOnce() -> L, right: impl FnOnce() -> R + Send) -> Option<(L, R)> {
+    let right = std::sync::Mutex::new(Some(right));
+    let (left, on_thread) = std::thread::scope(|scope| {
+        let spawned = std::thread::Builder::new()
+            .name("dataplane-copy".into())
+            .spawn_scoped(scope, || {
+                let job = right.lock().ok().and_then(|mut job| job.take());
+                job.map(|job| job())
+            });
+        let left = left();
+        (left, spawned.ok().map(|thread| thread.join()))
+    });
+    let right = match on_thread {
+        Some(Ok(Some(done))) => done,
+        Some(Err(_)) => return None,
+        // No thread (or it found nothing to do): run it here.
+        Some(Ok(None)) | None => right.into_inner().ok()?.take()?(),
+    };
+    Some((left, right))
+}
+
+/// Copies `from` into `to` in 64 KiB pieces, feeding each piece as it landed in `to` to
+/// `hasher`: 3.5 ms per 64 MiB against 4.8 ms for one `memcpy` of the whole (which, that
+/// large, uses non-temporal stores that bypass the cache; in pieces it uses plain stores).
+fn copy_hashed(
+    to: &mut [u8],
+    from: &[u8],
+    mut hasher: Option<blake3::Hasher>,
+) -> Option<blake3::Hasher> {
     const PIECE: usize = 64 << 10;
     for (to, from) in to.chunks_mut(PIECE).zip(from.chunks(PIECE)) {
         to.copy_from_slice(from);
+        if let Some(hasher) = hasher.as_mut() {
+            hasher.update(to);
+        }
     }
+    hasher
 }
 
 /// A fresh `memfd` (`MFD_CLOEXEC | MFD_ALLOW_SEALING`), labelled `name` in `/proc/PID/fd`.
@@ -747,6 +844,38 @@ mod tests {
             .unwrap();
         let mut b = [0u8; 1];
         matches!(read_end.read(&mut b), Ok(0))
+    }
+
+    /// The freeze's digest is BLAKE3 of the payload as copied, whether one thread made it or
+    /// two (the split at BLAKE3's left subtree, merged): restated with `blake3::hash` of the
+    /// whole, lengths around the split threshold, the 1 KiB chunk and 64 KiB piece sizes.
+    #[test]
+    fn the_freeze_copies_exactly_and_hashes_like_blake3() {
+        let header = BLOB_HEADER_BYTES as usize;
+        let lengths = [
+            0,
+            1,
+            1024,
+            1025,
+            (64 << 10) + 3,
+            SPLIT_COPY_MIN - 1,
+            SPLIT_COPY_MIN,
+            SPLIT_COPY_MIN + 1,
+            SPLIT_COPY_MIN + (3 << 20) + 517,
+            2 * SPLIT_COPY_MIN,
+        ];
+        for len in lengths {
+            let from: Vec<u8> = (0..header + len)
+                .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3])
+                .collect();
+            for hash in [false, true] {
+                let mut to = vec![0xa5; header + len];
+                let digest = freeze_copy(&mut to, &from, hash).unwrap();
+                assert!(to == from, "length {len}: the copy differs");
+                let want = hash.then(|| *blake3::hash(&from[header..]).as_bytes());
+                assert_eq!(digest, want, "length {len}, hash {hash}");
+            }
+        }
     }
 
     #[test]

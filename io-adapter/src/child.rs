@@ -258,6 +258,9 @@ pub struct ChildSession {
     welcome: ChildWelcome,
     next_op: u64,
     digest: DigestKind,
+    /// Whether this process hashes its writes at the seal too (see
+    /// [`ChildSession::set_hash_in_child`]).
+    hash_in_child: bool,
     /// Streams the host said were displaced while we waited for something else.
     displaced: BTreeSet<ChildOp>,
 }
@@ -354,6 +357,7 @@ impl ChildSession {
             welcome,
             next_op: 1,
             digest: DigestKind::Blake3,
+            hash_in_child: false,
             displaced: BTreeSet::new(),
         };
         match session.next_event()?.0 {
@@ -372,6 +376,15 @@ impl ChildSession {
     /// check it) or none (the seal and the reads skip hashing: faster, unchecked).
     pub fn set_digest(&mut self, digest: DigestKind) {
         self.digest = digest;
+    }
+
+    /// With a BLAKE3 digest, whether this process hashes each write at its seal too (off by
+    /// default). Off, the host computes the digest as it copies the write into memory no
+    /// child can change, and stores it: one pass over the bytes. On, the seal stores this
+    /// process's digest and the host refuses the write (`Blob(Digest)`) unless the bytes it
+    /// froze hash the same: an end-to-end check from this process's memory, for a second pass.
+    pub fn set_hash_in_child(&mut self, on: bool) {
+        self.hash_in_child = on;
     }
 
     fn send(&mut self, request: &ChildRequest) -> Result<(), ChildError> {
@@ -454,7 +467,8 @@ impl ChildSession {
     }
 
     /// Writes a blob of `length` bytes — `fill` gets the payload, zeroed, in this session's
-    /// staging buffer — then seals it (BLAKE3) and publishes it at `path` (replacing what was
+    /// staging buffer — then seals it (with the session's digest, see
+    /// [`set_hash_in_child`](Self::set_hash_in_child)) and publishes it at `path` (replacing what was
     /// there).
     pub fn write(
         &mut self,
@@ -555,7 +569,12 @@ impl ChildSession {
                 }
             }
         }
-        let sealed = blob::child_seal(mem, &e).map_err(|error| protocol(format!("seal: {error}")));
+        let sealed = if self.hash_in_child {
+            blob::child_seal(mem, &e)
+        } else {
+            blob::child_seal_unhashed(mem, &e)
+        };
+        let sealed = sealed.map_err(|error| protocol(format!("seal: {error}")));
         // The host copies the buffer into the lease at the seal, and reuses it for our next
         // write.
         self.keep_buffer(inode, buffer);
@@ -573,7 +592,7 @@ impl ChildSession {
     /// Publishes `bytes` at `path`.
     pub fn put(&mut self, path: &str, bytes: &[u8]) -> Result<Revision, ChildError> {
         let outcome = self.write_inner(path, bytes.len() as u64, false, false, |payload| {
-            crate::arena::copy_chunked(payload, bytes);
+            crate::arena::copy_split(payload, bytes);
             Ok::<(), std::convert::Infallible>(())
         })?;
         match outcome {

@@ -199,8 +199,8 @@ impl ArenaMemory for HostMemory<'_> {
         self.arena.bytes_mut()
     }
 
-    fn freeze(&mut self, lease: &Lease) -> Result<(), MemoryFault> {
-        self.arena.freeze(lease)
+    fn freeze(&mut self, lease: &Lease, hash: bool) -> Result<Option<[u8; 32]>, MemoryFault> {
+        self.arena.freeze(lease, hash)
     }
 
     fn reclaim(&mut self, lease: &Lease) {

@@ -57,9 +57,11 @@ impl ArenaMemory for SimArena {
         &mut self.bytes
     }
 
-    fn freeze(&mut self, lease: &Lease) -> Result<(), MemoryFault> {
+    /// Returns no digest: the host machine hashes the frozen payload itself (the real
+    /// adapter hashes while it copies; the bytes hashed are the same).
+    fn freeze(&mut self, lease: &Lease, _hash: bool) -> Result<Option<[u8; 32]>, MemoryFault> {
         self.frozen.insert(lease.offset);
-        Ok(())
+        Ok(None)
     }
 
     fn reclaim(&mut self, lease: &Lease) {

@@ -430,8 +430,8 @@ impl<M: ArenaMemory> ArenaMemory for WithFiles<M> {
         self.memory.bytes_mut()
     }
 
-    fn freeze(&mut self, lease: &Lease) -> Result<(), MemoryFault> {
-        self.memory.freeze(lease)
+    fn freeze(&mut self, lease: &Lease, hash: bool) -> Result<Option<[u8; 32]>, MemoryFault> {
+        self.memory.freeze(lease, hash)
     }
 
     fn reclaim(&mut self, lease: &Lease) {

@@ -56,20 +56,31 @@ impl Host {
         };
         // The child's bytes become final before anything looks at them: what is validated
         // below is what will be published.
-        if let Err(fault) = mem.freeze(&slot.lease) {
-            let error = DataPlaneError::Blob(crate::error::BlobFailure::NotFinal(super::reason(
-                &fault.to_string(),
-            )));
-            self.fail(actor, error, mem, out);
-            return;
-        }
-        let check_content = slot.expected.digest_kind != DigestKind::None;
-        let checked = blob::validate(
-            mem.bytes(),
-            &slot.expected,
-            BlobState::Sealed,
-            check_content,
-        );
+        let hashed = slot.expected.digest_kind == DigestKind::Blake3;
+        let frozen = match mem.freeze(&slot.lease, hashed) {
+            Ok(frozen) => frozen,
+            Err(fault) => {
+                let error = DataPlaneError::Blob(crate::error::BlobFailure::NotFinal(
+                    super::reason(&fault.to_string()),
+                ));
+                self.fail(actor, error, mem, out);
+                return;
+            }
+        };
+        let checked = blob::validate(mem.bytes(), &slot.expected, BlobState::Sealed, false)
+            .and_then(|header| {
+                if header.digest_kind != DigestKind::Blake3 {
+                    return Ok(header);
+                }
+                // The digest of the bytes made final: the memory's, computed as it froze
+                // them, or ours. A child's digest must equal it; a zero one is filled in.
+                let computed = match frozen {
+                    Some(digest) => digest,
+                    None => blob::digest(blob::payload(mem.bytes(), &slot.expected)?),
+                };
+                let digest = blob::settle_digest(mem.bytes_mut(), &slot.expected, &computed)?;
+                Ok(blob::BlobHeader { digest, ..header })
+            });
         let header = match checked {
             Ok(header) => header,
             Err(error) => {
