@@ -45,6 +45,10 @@
 //!   thread to find none running becomes the leader and syncs everything appended so far,
 //!   the others wait on a condition variable and are woken when it is done (leader/follower
 //!   group commit). Measured for the same time, interleaved with ours.
+//!   *Floor (`durable_echo`)*, with one client, on its own `BENCH name=durable_mutations_floor`
+//!   line: a thread of this process answers each 256-byte request over loopback TCP after a
+//!   `pwrite` of it into a preallocated file and an `fdatasync`; no framing, decoding or
+//!   state. What a one-client mutation cannot go below here.
 //! * **`replicated_mutations`** (1 and 64 clients): the same closed loop against the leader of
 //!   a replicated directory (issue 19: three `dataplane-node directory --replica-id` processes
 //!   on this machine, each with its own data directory on the same disk; a reply leaves once
@@ -843,7 +847,11 @@ fn durable_mutations(budget: Budget) -> Vec<(usize, f64)> {
                 .path()
                 .join(format!("group-commit-{clients}")),
         ));
+        let mut floor_runs = Vec::new();
         for _ in 0..budget.mutation_reps {
+            if clients == 1 {
+                floor_runs.push(durable_echo(cluster.scratch.path(), budget.mutation_time));
+            }
             let d = directory.clone();
             let run = closed_loop(
                 clients,
@@ -916,6 +924,19 @@ fn durable_mutations(budget: Budget) -> Vec<(usize, f64)> {
             rate(group),
             ours / group
         );
+        if clients == 1 {
+            let floor = floor_runs.iter().copied().fold(0f64, f64::max);
+            println!(
+                "# durable_mutations clients=1: repetitions durable_echo=[{}] round trips/s (informational: one loopback TCP round trip between two threads and one {DURABLE_ECHO_BYTES}-byte pwrite + fdatasync into a preallocated file per request: the floor of any server that makes each request durable before it answers)",
+                list(&floor_runs)
+            );
+            println!(
+                "BENCH name=durable_mutations_floor clients=1 ours={} baseline=durable_echo durable_echo={} ratio={:.2}",
+                rate(ours),
+                rate(floor),
+                ours / floor
+            );
+        }
         ratios.push((clients, ours / sqlite));
     }
     let log_bytes = dir_bytes(&cluster.scratch.path().join("directory").join("log"));
@@ -931,6 +952,63 @@ fn durable_mutations(budget: Budget) -> Vec<(usize, f64)> {
         "# durable_mutations: directory log {log_bytes} bytes, SQLite database {sqlite_bytes} bytes at the end"
     );
     ratios
+}
+
+/// The bytes each `durable_echo` request writes (a `Register` record is about this size).
+const DURABLE_ECHO_BYTES: usize = 256;
+
+/// Requests per second of the simplest durable server, one client, for `time`: a thread
+/// answers each `DURABLE_ECHO_BYTES` request over loopback TCP after writing it into a file
+/// of written zeros (preallocated, as the directory's log is) and `fdatasync`ing it. No
+/// framing, no decoding, no state: what one mutation cannot go below here.
+fn durable_echo(dir: &Path, time: Duration) -> f64 {
+    use std::os::unix::fs::FileExt;
+    const FILE_BYTES: u64 = 16 << 20;
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the echo server");
+    let address = listener.local_addr().expect("its address");
+    let path = dir.join("durable-echo");
+    let server = thread::spawn(move || {
+        let (mut stream, _) = listener.accept().expect("accept the echo client");
+        stream.set_nodelay(true).expect("nodelay");
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .expect("the echo file");
+        let zeros = vec![0u8; 1 << 20];
+        for at in (0..FILE_BYTES).step_by(zeros.len()) {
+            file.write_all_at(&zeros, at).expect("preallocate");
+        }
+        file.sync_all().expect("sync the preallocation");
+        let mut request = [0u8; DURABLE_ECHO_BYTES];
+        let mut at = 0u64;
+        while stream.read_exact(&mut request).is_ok() {
+            file.write_all_at(&request, at).expect("write a request");
+            file.sync_data().expect("fdatasync");
+            at = (at + DURABLE_ECHO_BYTES as u64) % (FILE_BYTES - DURABLE_ECHO_BYTES as u64);
+            if stream.write_all(&request).is_err() {
+                break;
+            }
+        }
+    });
+    let mut client = TcpStream::connect(address).expect("connect to the echo server");
+    client.set_nodelay(true).expect("nodelay");
+    let mut buf = [7u8; DURABLE_ECHO_BYTES];
+    // One untimed round trip: the server answers only once its file is preallocated.
+    client.write_all(&buf).expect("send a request");
+    client.read_exact(&mut buf).expect("read its answer");
+    let started = Instant::now();
+    let mut done = 0u64;
+    while started.elapsed() < time {
+        client.write_all(&buf).expect("send a request");
+        client.read_exact(&mut buf).expect("read its answer");
+        done += 1;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    drop(client);
+    server.join().expect("the echo server");
+    done as f64 / elapsed
 }
 
 /// `replicated_mutations`: the same closed loop of `Register`s against the leader of three
