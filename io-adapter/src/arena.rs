@@ -424,7 +424,7 @@ fn freeze_copy(
     })
 }
 
-/// Copies `from` into `to` (the same length): in 64 KiB pieces ([`copy_hashed`]), by two
+/// Copies `from` into `to` (the same length): in 64 KiB pieces, by two
 /// threads (a half each) from [`SPLIT_COPY_MIN`] bytes on.
 pub fn copy_split(to: &mut [u8], from: &[u8]) {
     if to.len() < SPLIT_COPY_MIN || to.len() != from.len() {
