@@ -351,11 +351,9 @@ fn a_second_host_on_the_same_socket_changes_nothing() {
 #[test]
 fn no_child_can_change_a_published_blob_or_write_the_arena() {
     use dataplane_core::blob::{self, BlobAccess, DigestKind, Expected};
-    use dataplane_core::wire::{Capability, ChildEvent, ChildOp, ChildRequest};
+    use dataplane_core::wire::{ChildEvent, ChildOp, ChildRequest};
     use dataplane_io::arena::WriteBuffer;
-    use dataplane_io::child::Inbox;
     use dataplane_io::frame::write_frame;
-    use dataplane_io::hostnode::{ChildGreeting, ChildHello, capability_path};
 
     let dir = TestDir::new("immutable");
     let directory = DirectoryProc::start(&dir, "directory");
@@ -363,18 +361,7 @@ fn no_child_can_change_a_published_blob_or_write_the_arena() {
     let other = HostProc::start(&dir, "other", &directory.listen, "8M");
 
     // A hostile child, speaking the protocol itself.
-    let cap: [u8; 32] = std::fs::read(capability_path(&host.socket))
-        .unwrap()
-        .try_into()
-        .unwrap();
-    let stream = UnixStream::connect(&host.socket).unwrap();
-    write_frame(&mut &stream, &ChildHello::new(Capability(cap))).unwrap();
-    let mut inbox = Inbox::new(stream.try_clone().unwrap());
-    let (greeting, arena_fd) = inbox.next_frame::<ChildGreeting>().unwrap().unwrap();
-    let ChildGreeting::Welcome(welcome) = greeting else {
-        panic!("{greeting:?}")
-    };
-    let arena_fd = arena_fd.expect("the arena comes with the welcome");
+    let (stream, mut inbox, welcome, arena_fd) = attach_raw(&host);
     // The arena is readable, never writable.
     let arena_file = std::fs::File::from(arena_fd);
     // A writable shared mapping of a read-only descriptor is refused by the kernel.
@@ -388,10 +375,6 @@ fn no_child_can_change_a_published_blob_or_write_the_arena() {
     );
     let reader = dataplane_io::arena::ReadOnlyArena::from_fd(arena_file.into(), welcome.arena_size)
         .expect("a read-only mapping");
-    assert!(matches!(
-        inbox.next_frame::<ChildEvent>().unwrap().unwrap().0,
-        ChildEvent::Attached { .. }
-    ));
 
     // It writes a blob, keeps its staging buffer mapped, seals, and is published...
     let original = b"the published bytes".to_vec();
@@ -451,5 +434,146 @@ fn no_child_can_change_a_published_blob_or_write_the_arena() {
         let got = h.cli(&["get", "/data/imm/blob"]);
         got.expect_code(0, what);
         assert_eq!(got.stdout, original, "read on {what}");
+    }
+}
+
+/// A child speaking the protocol itself: connected to `host`'s socket with its capability and
+/// attached. Returns the connection, its inbox, the welcome and the arena's descriptor.
+fn attach_raw(
+    host: &HostProc,
+) -> (
+    UnixStream,
+    dataplane_io::child::Inbox,
+    dataplane_io::hostnode::ChildWelcome,
+    std::os::fd::OwnedFd,
+) {
+    use dataplane_core::wire::{Capability, ChildEvent};
+    use dataplane_io::child::Inbox;
+    use dataplane_io::frame::write_frame;
+    use dataplane_io::hostnode::{ChildGreeting, ChildHello, capability_path};
+    let cap: [u8; 32] = std::fs::read(capability_path(&host.socket))
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let stream = UnixStream::connect(&host.socket).unwrap();
+    write_frame(&mut &stream, &ChildHello::new(Capability(cap))).unwrap();
+    let mut inbox = Inbox::new(stream.try_clone().unwrap());
+    let (greeting, arena_fd) = inbox.next_frame::<ChildGreeting>().unwrap().unwrap();
+    let ChildGreeting::Welcome(welcome) = greeting else {
+        panic!("{greeting:?}")
+    };
+    let arena_fd = arena_fd.expect("the arena comes with the welcome");
+    assert!(matches!(
+        inbox.next_frame::<ChildEvent>().unwrap().unwrap().0,
+        ChildEvent::Attached { .. }
+    ));
+    (stream, inbox, welcome, arena_fd)
+}
+
+/// Issue 18: the host computes a write's BLAKE3 digest as it freezes it. A child that leaves
+/// the digest to the host is published with the digest of its bytes (another host's read
+/// checks it); a child that stores a digest of other bytes is refused `Blob(Digest)` and
+/// nothing is published; a child that hashes its own bytes is published.
+#[test]
+fn a_childs_digest_must_be_of_the_bytes_the_host_froze() {
+    use dataplane_core::blob::{self, BlobAccess, DigestKind, Expected};
+    use dataplane_core::error::{BlobFailure, DataPlaneError};
+    use dataplane_core::wire::{ChildEvent, ChildOp, ChildRequest};
+    use dataplane_io::arena::WriteBuffer;
+    use dataplane_io::frame::write_frame;
+
+    let dir = TestDir::new("digests");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let host = HostProc::start(&dir, "host", &directory.listen, "8M");
+    let other = HostProc::start(&dir, "other", &directory.listen, "8M");
+    let (stream, mut inbox, _, _arena) = attach_raw(&host);
+
+    // Three writes of 1000 bytes (not a multiple of the lease alignment): how each is sealed.
+    let cases: [(&str, u8, &str); 3] = [
+        ("/data/digest/host", 1, "left to the host"),
+        ("/data/digest/wrong", 2, "of other bytes"),
+        ("/data/digest/child", 3, "the child's own"),
+    ];
+    for (op, (path, fill, how)) in cases.into_iter().enumerate() {
+        let op = ChildOp(op as u64 + 1);
+        let bytes = vec![fill; 1000];
+        write_frame(
+            &mut &stream,
+            &ChildRequest::OpenWrite {
+                op,
+                path: path.into(),
+                length: bytes.len() as u64,
+                digest: DigestKind::Blake3,
+                exclusive: false,
+            },
+        )
+        .unwrap();
+        let (granted, fd) = inbox.next_frame::<ChildEvent>().unwrap().unwrap();
+        let ChildEvent::WriteGranted { lease, .. } = granted else {
+            panic!("{granted:?}")
+        };
+        let footprint = dataplane_core::arena::Lease {
+            ring: dataplane_core::arena::RingId(0),
+            offset: 0,
+            length: lease.length,
+        }
+        .footprint();
+        let mut buffer = WriteBuffer::from_fd(fd.expect("a staging buffer"), footprint).unwrap();
+        let staged = Expected {
+            offset: 0,
+            length: lease.length,
+            generation: lease.generation,
+            access: BlobAccess::Writable,
+            digest_kind: lease.digest,
+        };
+        let mem = buffer.as_mut_slice();
+        match how {
+            "left to the host" => {
+                blob::payload_mut(mem, &staged)
+                    .unwrap()
+                    .copy_from_slice(&bytes);
+                blob::child_seal_unhashed(mem, &staged).unwrap();
+            }
+            "of other bytes" => {
+                // Hash other bytes, then write these: the stored digest is of something else.
+                blob::payload_mut(mem, &staged).unwrap().fill(0x55);
+                blob::child_seal(mem, &staged).unwrap();
+                blob::payload_mut(mem, &staged)
+                    .unwrap()
+                    .copy_from_slice(&bytes);
+            }
+            _ => {
+                blob::payload_mut(mem, &staged)
+                    .unwrap()
+                    .copy_from_slice(&bytes);
+                blob::child_seal(mem, &staged).unwrap();
+            }
+        }
+        write_frame(&mut &stream, &ChildRequest::Seal { op }).unwrap();
+        let (answer, _) = inbox.next_frame::<ChildEvent>().unwrap().unwrap();
+        if how == "of other bytes" {
+            assert!(
+                matches!(
+                    answer,
+                    ChildEvent::Failed {
+                        error: DataPlaneError::Blob(BlobFailure::Digest),
+                        ..
+                    }
+                ),
+                "a digest {how}: {answer:?}"
+            );
+            host.cli(&["get", path])
+                .expect_code(2, "nothing was published");
+        } else {
+            assert!(
+                matches!(answer, ChildEvent::Published { .. }),
+                "a digest {how}: {answer:?}"
+            );
+            for (on, h) in [("the same host", &host), ("another host", &other)] {
+                let got = h.cli(&["get", path]);
+                got.expect_code(0, &format!("a digest {how}, read on {on}"));
+                assert_eq!(got.stdout, bytes, "a digest {how}, read on {on}");
+            }
+        }
     }
 }
