@@ -350,9 +350,8 @@ fn a_second_host_on_the_same_socket_changes_nothing() {
 
 #[test]
 fn no_child_can_change_a_published_blob_or_write_the_arena() {
-    use dataplane_core::blob::{self, BlobAccess, DigestKind, Expected};
+    use dataplane_core::blob::{self, DigestKind, Expected};
     use dataplane_core::wire::{ChildEvent, ChildOp, ChildRequest};
-    use dataplane_io::arena::WriteBuffer;
     use dataplane_io::frame::write_frame;
 
     let dir = TestDir::new("immutable");
@@ -378,35 +377,14 @@ fn no_child_can_change_a_published_blob_or_write_the_arena() {
 
     // It writes a blob, keeps its staging buffer mapped, seals, and is published...
     let original = b"the published bytes".to_vec();
-    write_frame(
-        &mut &stream,
-        &ChildRequest::OpenWrite {
-            op: ChildOp(1),
-            path: "/data/imm/blob".into(),
-            length: original.len() as u64,
-            digest: DigestKind::None,
-            exclusive: false,
-        },
-    )
-    .unwrap();
-    let (granted, fd) = inbox.next_frame::<ChildEvent>().unwrap().unwrap();
-    let ChildEvent::WriteGranted { lease, .. } = granted else {
-        panic!("{granted:?}")
-    };
-    let footprint = dataplane_core::arena::Lease {
-        ring: dataplane_core::arena::RingId(0),
-        offset: 0,
-        length: lease.length,
-    }
-    .footprint();
-    let mut buffer = WriteBuffer::from_fd(fd.expect("a staging buffer"), footprint).unwrap();
-    let staged = Expected {
-        offset: 0,
-        length: lease.length,
-        generation: lease.generation,
-        access: BlobAccess::Writable,
-        digest_kind: lease.digest,
-    };
+    let (lease, mut buffer, staged) = open_write_raw(
+        &stream,
+        &mut inbox,
+        ChildOp(1),
+        "/data/imm/blob",
+        original.len() as u64,
+        DigestKind::None,
+    );
     blob::payload_mut(buffer.as_mut_slice(), &staged)
         .unwrap()
         .copy_from_slice(&original);
@@ -470,16 +448,63 @@ fn attach_raw(
     (stream, inbox, welcome, arena_fd)
 }
 
+/// A raw child's `OpenWrite` of `length` bytes at `path`: the lease granted, its staging
+/// buffer mapped, and the lease as the buffer holds it (header at offset 0).
+fn open_write_raw(
+    stream: &UnixStream,
+    inbox: &mut dataplane_io::child::Inbox,
+    op: dataplane_core::wire::ChildOp,
+    path: &str,
+    length: u64,
+    digest: dataplane_core::blob::DigestKind,
+) -> (
+    dataplane_core::wire::LeaseView,
+    dataplane_io::arena::WriteBuffer,
+    dataplane_core::blob::Expected,
+) {
+    use dataplane_core::blob::{BlobAccess, Expected};
+    use dataplane_core::wire::{ChildEvent, ChildRequest};
+    use dataplane_io::frame::write_frame;
+    let open = ChildRequest::OpenWrite {
+        op,
+        path: path.into(),
+        length,
+        digest,
+        exclusive: false,
+    };
+    write_frame(&mut &*stream, &open).unwrap();
+    let (granted, fd) = inbox.next_frame::<ChildEvent>().unwrap().unwrap();
+    let ChildEvent::WriteGranted { lease, .. } = granted else {
+        panic!("{granted:?}")
+    };
+    let footprint = dataplane_core::arena::Lease {
+        ring: dataplane_core::arena::RingId(0),
+        offset: 0,
+        length: lease.length,
+    }
+    .footprint();
+    let buffer =
+        dataplane_io::arena::WriteBuffer::from_fd(fd.expect("a staging buffer"), footprint)
+            .unwrap();
+    let staged = Expected {
+        offset: 0,
+        length: lease.length,
+        generation: lease.generation,
+        access: BlobAccess::Writable,
+        digest_kind: lease.digest,
+    };
+    (lease, buffer, staged)
+}
+
 /// Issue 18: the host computes a write's BLAKE3 digest as it freezes it. A child that leaves
 /// the digest to the host is published with the digest of its bytes (another host's read
 /// checks it); a child that stores a digest of other bytes is refused `Blob(Digest)` and
 /// nothing is published; a child that hashes its own bytes is published.
 #[test]
 fn a_childs_digest_must_be_of_the_bytes_the_host_froze() {
-    use dataplane_core::blob::{self, BlobAccess, DigestKind, Expected};
+    use dataplane_core::blob::{self, DigestKind};
     use dataplane_core::error::{BlobFailure, DataPlaneError};
     use dataplane_core::wire::{ChildEvent, ChildOp, ChildRequest};
-    use dataplane_io::arena::WriteBuffer;
     use dataplane_io::frame::write_frame;
 
     let dir = TestDir::new("digests");
@@ -497,35 +522,14 @@ fn a_childs_digest_must_be_of_the_bytes_the_host_froze() {
     for (op, (path, fill, how)) in cases.into_iter().enumerate() {
         let op = ChildOp(op as u64 + 1);
         let bytes = vec![fill; 1000];
-        write_frame(
-            &mut &stream,
-            &ChildRequest::OpenWrite {
-                op,
-                path: path.into(),
-                length: bytes.len() as u64,
-                digest: DigestKind::Blake3,
-                exclusive: false,
-            },
-        )
-        .unwrap();
-        let (granted, fd) = inbox.next_frame::<ChildEvent>().unwrap().unwrap();
-        let ChildEvent::WriteGranted { lease, .. } = granted else {
-            panic!("{granted:?}")
-        };
-        let footprint = dataplane_core::arena::Lease {
-            ring: dataplane_core::arena::RingId(0),
-            offset: 0,
-            length: lease.length,
-        }
-        .footprint();
-        let mut buffer = WriteBuffer::from_fd(fd.expect("a staging buffer"), footprint).unwrap();
-        let staged = Expected {
-            offset: 0,
-            length: lease.length,
-            generation: lease.generation,
-            access: BlobAccess::Writable,
-            digest_kind: lease.digest,
-        };
+        let (_, mut buffer, staged) = open_write_raw(
+            &stream,
+            &mut inbox,
+            op,
+            path,
+            bytes.len() as u64,
+            DigestKind::Blake3,
+        );
         let mem = buffer.as_mut_slice();
         match how {
             "left to the host" => {
