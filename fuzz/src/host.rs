@@ -1160,7 +1160,12 @@ impl World {
                     }
                 }
                 if *seal_header {
-                    let _ = blob::child_seal(mem, &e);
+                    // Half the seals leave the digest to the host (issue 18), half hash it.
+                    let _ = if *byte & 1 == 0 {
+                        blob::child_seal_unhashed(mem, &e)
+                    } else {
+                        blob::child_seal(mem, &e)
+                    };
                 }
                 self.check();
                 if *send {
