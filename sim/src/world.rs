@@ -1692,8 +1692,9 @@ impl World {
         self.checker
             .directory_step(now, self.directory.step, &input, &effects, machine);
         if effects.iter().any(|e| matches!(e, Effect::Persist(_))) {
-            // Bindings change only with a commit.
-            self.checker.sources_backed(now, machine, &self.hosts);
+            // Bindings change only with a commit (or a recovery, checked there).
+            self.checker
+                .sources_newly_bound(now, machine, &effects, &self.hosts);
             let step = self.directory.step;
             self.trace.note(self.now, "persist", || {
                 let records: Vec<String> = effects
@@ -2297,6 +2298,8 @@ impl World {
                 self.directory.step += 1;
                 self.checker
                     .directory_recovered(self.now, self.directory.step, &effects, &machine);
+                // A recovery may bind again what the lost tail of the log had unbound.
+                self.checker.sources_backed(self.now, &machine, &self.hosts);
                 self.announced = Some(Discovered {
                     address: self.directory.address(),
                     epoch: machine.epoch(),

@@ -15,7 +15,7 @@ use dataplane_core::directory::{Directory, SourceState};
 use dataplane_core::effect::Effect;
 use dataplane_core::host::{Host, Kind, NamespaceHold, Phase};
 use dataplane_core::ids::{Address, NodeId, Revision};
-use dataplane_core::log::Entry;
+use dataplane_core::log::{Entry, LogRecord, Mutation};
 use dataplane_core::path::DataPath;
 use dataplane_core::time::Instant;
 use dataplane_core::wire::{DirectoryRequest, Message, SourceRecovery};
@@ -23,19 +23,40 @@ use dataplane_core::wire::{DirectoryRequest, Message, SourceRecovery};
 use crate::host::HostNode;
 use crate::worker::{Note, content};
 
-/// The sources a directory binds, collected from its entries after its `directory`th step.
+/// The sources a directory binds, collected from its entries after its `directory`th change.
 #[derive(Debug)]
 struct BoundSources {
     directory: u64,
-    actors: Vec<Address>,
-    files: Vec<Address>,
+    /// The host machines' actor sources (actor numbers from `HOST_FIRST_ACTOR`), by node and
+    /// incarnation, in path order.
+    actors: BTreeMap<(NodeId, u64), Vec<u64>>,
+    /// The file sources, by node, sorted by actor number.
+    files: BTreeMap<NodeId, Vec<u64>>,
+}
+
+/// The address of the file source `actor` on `node` that the directory binds (to name it).
+fn bound_file(dir: &Directory, node: NodeId, actor: u64) -> Address {
+    dir.durable()
+        .entries()
+        .find_map(|(_, e)| match e {
+            Entry::Blob {
+                recovery: SourceRecovery::File { source, .. },
+                ..
+            } if source.node == node && source.actor == actor => Some(*source),
+            _ => None,
+        })
+        .unwrap_or(Address::new(node, 0, actor))
 }
 
 /// What the host checks remember.
 #[derive(Debug, Default)]
 pub struct HostChecker {
     published: BTreeMap<(DataPath, Revision), (u64, u64)>,
-    published_by: BTreeMap<Address, Revision>,
+    /// Per node: the incarnation last seen, and the revision each of its live bindings
+    /// published, sorted by actor (Q19).
+    published_by: BTreeMap<NodeId, (u64, Vec<(u64, Revision)>)>,
+    /// Scratch for rebuilding `published_by` without allocating on every step.
+    published_scratch: Vec<(u64, Revision)>,
     /// The sources the directory bound when the checker last walked its entries.
     bound: Option<BoundSources>,
     /// The last namespace call each binding sent: (the proxy, the request).
@@ -64,32 +85,44 @@ impl HostChecker {
         directory: u64,
         hosts: &[HostNode],
     ) -> Result<(), String> {
-        let running: Vec<(&HostNode, &Host)> = hosts
-            .iter()
-            .filter(|h| h.up)
-            .filter_map(|h| Some((h, h.machine.as_ref()?)))
-            .collect();
-        if running.is_empty() {
+        let running = || {
+            hosts
+                .iter()
+                .filter(|h| h.up)
+                .filter_map(|h| Some((h, h.machine.as_ref()?)))
+        };
+        if running().next().is_none() {
             return Ok(());
         }
         if self.bound.as_ref().is_none_or(|b| b.directory != directory) {
             let mut bound = BoundSources {
                 directory,
-                actors: Vec::new(),
-                files: Vec::new(),
+                actors: BTreeMap::new(),
+                files: BTreeMap::new(),
             };
             for (_, entry) in dir.durable().entries() {
                 match entry {
                     Entry::Blob {
                         recovery: SourceRecovery::Actor { actor, .. },
                         ..
-                    } => bound.actors.push(*actor),
+                    } if actor.actor >= crate::worker::HOST_FIRST_ACTOR => bound
+                        .actors
+                        .entry((actor.node, actor.incarnation))
+                        .or_default()
+                        .push(actor.actor),
                     Entry::Blob {
                         recovery: SourceRecovery::File { source, .. },
                         ..
-                    } => bound.files.push(*source),
+                    } => bound
+                        .files
+                        .entry(source.node)
+                        .or_default()
+                        .push(source.actor),
                     _ => {}
                 }
+            }
+            for files in bound.files.values_mut() {
+                files.sort_unstable();
             }
             self.bound = Some(bound);
         }
@@ -109,45 +142,107 @@ impl HostChecker {
                 })
                 .map_or_else(|| "?".to_owned(), |(p, _)| p.to_string())
         };
-        for source in &bound.actors {
-            let Some((_, machine)) = running
-                .iter()
-                .find(|(h, _)| source.node == h.node && source.incarnation == h.incarnation)
+        for (h, machine) in running() {
+            let Some(actors) = bound.actors.get(&(h.node, h.incarnation)) else {
+                continue;
+            };
+            for &actor in actors {
+                let backed = machine
+                    .source(actor)
+                    .and_then(|s| machine.binding(s.binding))
+                    .is_some_and(|b| b.lease.is_some());
+                if !backed {
+                    let source = Address::new(h.node, h.incarnation, actor);
+                    return Err(format!(
+                        "S34: {} is bound to {source}, which has no live source and lease",
+                        path_of(&source)
+                    ));
+                }
+            }
+        }
+        // Each running host's file blobs (sorted by actor) against the file sources bound on
+        // its node (their incarnation is the persistent one).
+        for (h, machine) in running() {
+            let Some(files) = bound.files.get(&h.node) else {
+                continue;
+            };
+            let mut served = machine.file_blobs().map(|f| f.actor).peekable();
+            for &actor in files {
+                while served.next_if(|a| *a < actor).is_some() {}
+                if served.peek() != Some(&actor) {
+                    let source = bound_file(dir, h.node, actor);
+                    return Err(format!(
+                        "files: {} is bound to file source {source}, which its host does not serve",
+                        path_of(&source)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// S34 after a committing directory step. The hosts did not change, and every source bound
+    /// before this step was checked against its host's current state (after the host's last
+    /// step, or when it was bound), so only the sources this step bound can break S34: a
+    /// commit binds a source only through a `Register` record. Each one still bound at its
+    /// path when the step ends is checked as `sources_backed` would. (A crash or recovery
+    /// changes the entries without a record: the world checks every host after a recovery.)
+    pub fn sources_newly_bound(
+        &self,
+        dir: &Directory,
+        effects: &[Effect],
+        hosts: &[HostNode],
+    ) -> Result<(), String> {
+        for effect in effects {
+            let Effect::Persist(LogRecord::Committed {
+                mutation: Mutation::Register { path, recovery, .. },
+                ..
+            }) = effect
             else {
                 continue;
             };
-            if source.actor < crate::worker::HOST_FIRST_ACTOR {
+            let still_bound = matches!(
+                dir.durable().entry(path),
+                Some(Entry::Blob { recovery: r, .. }) if r == recovery
+            );
+            if !still_bound {
                 continue;
             }
-            let backed = machine
-                .source(source.actor)
-                .and_then(|s| machine.binding(s.binding))
-                .is_some_and(|b| b.lease.is_some());
-            if !backed {
-                return Err(format!(
-                    "S34: {} is bound to {source}, which has no live source and lease",
-                    path_of(source)
-                ));
-            }
-        }
-        if bound.files.is_empty() {
-            return Ok(());
-        }
-        // Each running host's file blobs, collected once per call that has file sources to check.
-        let served_by: Vec<(NodeId, BTreeSet<u64>)> = running
-            .iter()
-            .map(|(h, machine)| (h.node, machine.file_blobs().map(|f| f.actor).collect()))
-            .collect();
-        for source in &bound.files {
-            let served = served_by
+            let running = hosts
                 .iter()
-                .filter(|(node, _)| *node == source.node)
-                .all(|(_, files)| files.contains(&source.actor));
-            if !served {
-                return Err(format!(
-                    "files: {} is bound to file source {source}, which its host does not serve",
-                    path_of(source)
-                ));
+                .filter(|h| h.up)
+                .filter_map(|h| Some((h, h.machine.as_ref()?)));
+            match recovery {
+                SourceRecovery::Actor { actor: source, .. } => {
+                    if source.actor < crate::worker::HOST_FIRST_ACTOR {
+                        continue;
+                    }
+                    for (h, machine) in running {
+                        if (h.node, h.incarnation) != (source.node, source.incarnation) {
+                            continue;
+                        }
+                        let backed = machine
+                            .source(source.actor)
+                            .and_then(|s| machine.binding(s.binding))
+                            .is_some_and(|b| b.lease.is_some());
+                        if !backed {
+                            return Err(format!(
+                                "S34: {path} is bound to {source}, which has no live source and lease"
+                            ));
+                        }
+                    }
+                }
+                SourceRecovery::File { source, .. } => {
+                    for (h, machine) in running {
+                        if h.node == source.node
+                            && !machine.file_blobs().any(|f| f.actor == source.actor)
+                        {
+                            return Err(format!(
+                                "files: {path} is bound to file source {source}, which its host does not serve"
+                            ));
+                        }
+                    }
+                }
             }
         }
         Ok(())
@@ -219,12 +314,36 @@ impl HostChecker {
         effects: &[Effect],
     ) -> Result<(), String> {
         // What each binding published (remembered: the hold is gone once the source retired,
-        // and a re-driven Unregister still names the same revision).
-        for (_, b) in machine.bindings() {
-            if let NamespaceHold::Bound { revision, .. } = b.namespace {
-                self.published_by.insert(b.address, revision);
+        // and a re-driven Unregister still names the same revision). Rebuilt by one merge of
+        // the machine's bindings (sorted by actor) with what was remembered, so a binding that
+        // is gone is forgotten (it sends nothing more) and the table stays as small as the
+        // host's.
+        let me = machine.address(0);
+        let (incarnation, remembered) = self
+            .published_by
+            .entry(me.node)
+            .or_insert_with(|| (me.incarnation, Vec::new()));
+        if *incarnation != me.incarnation {
+            *incarnation = me.incarnation;
+            remembered.clear();
+        }
+        let mut next = std::mem::take(&mut self.published_scratch);
+        next.clear();
+        let mut old = remembered.iter().copied().peekable();
+        for (&actor, b) in machine.bindings() {
+            while old.next_if(|&(a, _)| a < actor).is_some() {}
+            let before = old.next_if(|&(a, _)| a == actor).map(|(_, r)| r);
+            let revision = match b.namespace {
+                NamespaceHold::Bound { revision, .. } => Some(revision),
+                _ => before,
+            };
+            if let Some(revision) = revision {
+                next.push((actor, revision));
             }
         }
+        std::mem::swap(remembered, &mut next);
+        self.published_scratch = next;
+        let remembered = &self.published_by[&me.node].1;
         for effect in effects {
             let Effect::Send {
                 message: Message::ProxyCall(call),
@@ -247,7 +366,10 @@ impl HostChecker {
             if b.kind == Kind::Control {
                 continue; // A child's own Remove says what it wants.
             }
-            let published = self.published_by.get(&b.address).copied();
+            let published = remembered
+                .binary_search_by_key(&b.address.actor, |&(a, _)| a)
+                .ok()
+                .map(|i| remembered[i].1);
             if *expected_revision != published || published.is_none() {
                 return Err(format!(
                     "Q19: binding {} unregisters {path} expecting {expected_revision:?}, but it published {published:?}",

@@ -243,8 +243,8 @@ pub struct EndView<'a> {
 #[derive(Debug)]
 pub struct Checker {
     model: Model,
-    /// How many directory steps, crashes and recoveries the checker has seen: the directory's
-    /// entries change only then.
+    /// How many committing directory steps, crashes and recoveries the checker has seen: the
+    /// directory's entries change only then.
     directory_seen: u64,
     /// Obligation frames per retry pass (the seed's `retry_batch`).
     retry_batch: usize,
@@ -391,9 +391,22 @@ impl Checker {
         }
     }
 
-    /// S34 for every running host after a directory step.
+    /// S34 for every running host: after a recovery.
     pub fn sources_backed(&mut self, now: Instant, dir: &Directory, hosts: &[HostNode]) {
         if let Err(v) = self.hosts.sources_backed(dir, self.directory_seen, hosts) {
+            self.fail(now, v);
+        }
+    }
+
+    /// S34 after a committing directory step: the sources it bound.
+    pub fn sources_newly_bound(
+        &mut self,
+        now: Instant,
+        dir: &Directory,
+        effects: &[Effect],
+        hosts: &[HostNode],
+    ) {
+        if let Err(v) = self.hosts.sources_newly_bound(dir, effects, hosts) {
             self.fail(now, v);
         }
     }
@@ -591,7 +604,10 @@ impl Checker {
         effects: &[Effect],
         dir: &Directory,
     ) {
-        self.directory_seen += 1;
+        // The entries change only with a commit (a persisted record), a crash or a recovery.
+        if effects.iter().any(|e| matches!(e, Effect::Persist(_))) {
+            self.directory_seen += 1;
+        }
         if self.failed() {
             return;
         }
