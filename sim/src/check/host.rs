@@ -57,6 +57,11 @@ pub struct HostChecker {
     published_by: BTreeMap<NodeId, (u64, Vec<(u64, Revision)>)>,
     /// Scratch for rebuilding `published_by` without allocating on every step.
     published_scratch: Vec<(u64, Revision)>,
+    /// Per node: the incarnation last seen, and the sources whose header and digest were
+    /// checked (sorted by actor).
+    digests_checked: BTreeMap<NodeId, (u64, Vec<u64>)>,
+    /// Scratch for rebuilding `digests_checked`.
+    digests_scratch: Vec<u64>,
     /// The sources the directory bound when the checker last walked its entries.
     bound: Option<BoundSources>,
     /// The last namespace call each binding sent: (the proxy, the request).
@@ -246,6 +251,76 @@ impl HostChecker {
             }
         }
         Ok(())
+    }
+
+    /// Issue 18 (the host computes a write's digest as it freezes it): every new source's
+    /// frozen header carries the source's length and digest, and that digest is BLAKE3 of the
+    /// payload bytes (restated with the `blake3` crate, not core's helper). A source without a
+    /// digest has a header with digest kind 0 and zero digest bytes. Readers check the
+    /// source's digest only; the header's is what a local reader maps, so it must agree.
+    /// Each source is checked once, in the step that made it (the bytes are final by then).
+    /// The header layout restated (SPEC §8.1, `core/src/blob.rs`): length at byte 16 (u64 LE),
+    /// digest kind at 7 (0 none, 2 BLAKE3), digest bytes at 32..64.
+    pub fn digests_settled(&mut self, machine: &Host, mem: &[u8]) -> Result<(), String> {
+        use dataplane_core::arena::BLOB_HEADER_BYTES;
+        let me = machine.address(0);
+        let (incarnation, checked) = self
+            .digests_checked
+            .entry(me.node)
+            .or_insert_with(|| (me.incarnation, Vec::new()));
+        if *incarnation != me.incarnation {
+            *incarnation = me.incarnation;
+            checked.clear();
+        }
+        let mut next = std::mem::take(&mut self.digests_scratch);
+        next.clear();
+        let mut old = checked.iter().copied().peekable();
+        let mut result = Ok(());
+        for (&actor, s) in machine.sources() {
+            next.push(actor);
+            while old.next_if(|&a| a < actor).is_some() {}
+            if old.next_if(|&a| a == actor).is_some() || result.is_err() {
+                continue;
+            }
+            let at = |from: u64, len: u64| -> Option<&[u8]> {
+                let from = usize::try_from(from).ok()?;
+                mem.get(from..from.checked_add(usize::try_from(len).ok()?)?)
+            };
+            let header = s
+                .payload_offset
+                .checked_sub(BLOB_HEADER_BYTES)
+                .and_then(|h| at(h, BLOB_HEADER_BYTES));
+            let (Some(header), Some(payload)) = (header, at(s.payload_offset, s.length)) else {
+                result = Err(format!(
+                    "digest: source {} lies outside the arena",
+                    s.address
+                ));
+                continue;
+            };
+            let length = u64::from_le_bytes(header[16..24].try_into().expect("8 bytes"));
+            let (kind, digest) = (header[7], &header[32..64]);
+            let agrees = match s.digest {
+                None => kind == 0 && digest.iter().all(|b| *b == 0),
+                Some(d) => kind == 2 && digest == d.as_slice(),
+            };
+            if length != s.length || !agrees {
+                result = Err(format!(
+                    "digest: source {} serves {} bytes with digest {:?}, but its header says {length} bytes, kind {kind}, digest {digest:02x?}",
+                    s.address, s.length, s.digest
+                ));
+            } else if let Some(d) = s.digest
+                && *blake3::hash(payload).as_bytes() != d
+            {
+                result = Err(format!(
+                    "digest: source {} carries a digest that is not BLAKE3 of its {} payload bytes",
+                    s.address, s.length
+                ));
+            }
+        }
+        drop(old);
+        std::mem::swap(checked, &mut next);
+        self.digests_scratch = next;
+        result
     }
 
     /// Pacing: a host sends a namespace call again (the same request from the same binding to

@@ -442,6 +442,10 @@ impl Checker {
         if result.is_ok() {
             result = self.hosts.arena_accounted(machine);
         }
+        if result.is_ok() {
+            use dataplane_core::arena::ArenaMemory;
+            result = self.hosts.digests_settled(machine, host.mem.bytes());
+        }
         if let (Ok(()), Some(dir)) = (&result, dir) {
             result =
                 self.hosts
