@@ -440,10 +440,9 @@ impl Arena {
         if self.queue.len() > ARENA_QUEUE_MAX {
             return Err(format!("{} queued requests", self.queue.len()));
         }
-        // Every piece: (start, end, the lease's ring or `None` for a free range). Named only
-        // when something is wrong, so the walk allocates one vector and no strings.
-        let mut pieces: Vec<(u64, u64, Option<u64>)> =
-            Vec::with_capacity(self.free.len() + self.leases.len());
+        // The free ranges come sorted by start; the leases (by ring) are sorted by offset, and
+        // the two walked together must tile the arena: each piece starts where the previous
+        // one ended. One vector of (offset, end, ring), no strings unless something is wrong.
         let mut free_total: u64 = 0;
         let mut previous_end: Option<u64> = None;
         for (&start, &end) in &self.free {
@@ -460,7 +459,6 @@ impl Arena {
             }
             previous_end = Some(end);
             free_total += end - start;
-            pieces.push((start, end, None));
         }
         if free_total != self.free_bytes {
             return Err(format!(
@@ -468,6 +466,7 @@ impl Arena {
                 self.free_bytes
             ));
         }
+        let mut leased: Vec<(u64, u64, u64)> = Vec::with_capacity(self.leases.len());
         for (ring, lease) in &self.leases {
             if *ring != lease.ring {
                 return Err(format!("lease {lease:?} filed under ring {}", ring.0));
@@ -481,12 +480,31 @@ impl Arena {
             let end = footprint(lease.length)
                 .and_then(|f| lease.offset.checked_add(f))
                 .ok_or_else(|| format!("lease {lease:?} overflows"))?;
-            pieces.push((lease.offset, end, Some(ring.0)));
+            leased.push((lease.offset, end, ring.0));
         }
-        pieces.sort_unstable();
+        leased.sort_unstable();
+        let mut free = self.free.iter().map(|(&s, &e)| (s, e)).peekable();
+        let mut leases = leased.iter().copied().peekable();
         let mut cursor = 0;
-        for (start, end, what) in &pieces {
-            if *start != cursor {
+        loop {
+            // The next piece in offset order (a free range first on a tie: either way a tie
+            // is an overlap, reported below).
+            let (start, end, what) = match (free.peek(), leases.peek()) {
+                (Some(&(fs, fe)), Some(&(ls, _, _))) if fs <= ls => {
+                    free.next();
+                    (fs, fe, None)
+                }
+                (_, Some(&(ls, le, ring))) => {
+                    leases.next();
+                    (ls, le, Some(ring))
+                }
+                (Some(&(fs, fe)), None) => {
+                    free.next();
+                    (fs, fe, None)
+                }
+                (None, None) => break,
+            };
+            if start != cursor {
                 let what = match what {
                     Some(ring) => format!("lease {ring}"),
                     None => "free range".to_owned(),
@@ -495,7 +513,7 @@ impl Arena {
                     "{what} [{start}, {end}) starts at {start}, expected {cursor} (gap or overlap)"
                 ));
             }
-            cursor = *end;
+            cursor = end;
         }
         if cursor != self.size {
             return Err(format!("pieces end at {cursor}, arena size {}", self.size));
@@ -975,6 +993,34 @@ mod tests {
         let mut counter = arena.clone();
         counter.free_bytes += 64;
         assert!(counter.check_invariants().is_err());
+    }
+
+    /// The tiling walk (free ranges and leases merged in offset order) sees each way two
+    /// pieces can collide or leave a hole: two leases at one offset, a lease inside a free
+    /// range, a lease that begins where a free range does, and pieces past the end.
+    #[test]
+    fn the_tiling_walk_sees_every_collision() {
+        let mut arena = Arena::new(1024);
+        let a = leased(arena.allocate(0));
+        let b = leased(arena.allocate(0));
+        ok(&arena);
+        let fail = |arena: &Arena, what: &str| {
+            let broken = arena.check_invariants().unwrap_err();
+            assert!(broken.contains(what), "{broken}");
+        };
+        let mut twin = arena.clone();
+        twin.leases.get_mut(&b.ring).unwrap().offset = a.offset;
+        fail(&twin, "(gap or overlap)");
+        let mut inside = arena.clone();
+        let free_start = *inside.free.keys().next().unwrap();
+        inside.leases.get_mut(&b.ring).unwrap().offset = free_start + BLOB_ALIGNMENT;
+        fail(&inside, "(gap or overlap)");
+        let mut tie = arena.clone();
+        tie.leases.get_mut(&b.ring).unwrap().offset = free_start;
+        fail(&tie, "(gap or overlap)");
+        let mut short = Arena::new(1024);
+        short.size = 512;
+        fail(&short, "pieces end at 1024, arena size 512");
     }
 
     #[test]

@@ -438,6 +438,8 @@ pub struct World {
     heal_at: Instant,
     end_at: Instant,
     outbox: Outbox,
+    /// Scratch for the sources a host's bindings bind before its step (H-D6).
+    bound_scratch: Vec<u64>,
     /// What the run did.
     pub stats: Stats,
     /// The checkers.
@@ -591,6 +593,7 @@ impl World {
             heal_at,
             end_at,
             outbox: Outbox::new(),
+            bound_scratch: Vec::new(),
             stats: Stats::default(),
             checker,
             trace,
@@ -2628,13 +2631,15 @@ impl World {
             return;
         };
         // H-D6/S34: a source the namespace binds ends only with the directory's Retire to it.
-        let bound_before: Vec<u64> = machine
-            .bindings()
-            .filter_map(|(_, b)| match b.namespace {
-                dataplane_core::host::NamespaceHold::Bound { source, .. } => Some(source),
-                _ => None,
-            })
-            .collect();
+        // Sorted, so the check after the step is one walk beside the host's sources (sorted
+        // by actor) instead of a lookup per source.
+        let mut bound_before = std::mem::take(&mut self.bound_scratch);
+        bound_before.clear();
+        bound_before.extend(machine.bindings().filter_map(|(_, b)| match b.namespace {
+            dataplane_core::host::NamespaceHold::Bound { source, .. } => Some(source),
+            _ => None,
+        }));
+        bound_before.sort_unstable();
         let retired = match &input {
             MachineInput::Message(_, to, Message::Retire { .. }) => Some(to.actor),
             _ => None,
@@ -2678,10 +2683,15 @@ impl World {
             );
             return;
         }
-        if let Some(gone) = bound_before
-            .iter()
-            .find(|s| machine.source(**s).is_none() && retired != Some(**s))
-        {
+        let gone = {
+            let mut live = machine.sources().map(|(actor, _)| *actor).peekable();
+            bound_before.iter().copied().find(|&s| {
+                while live.next_if(|&a| a < s).is_some() {}
+                live.peek() != Some(&s) && retired != Some(s)
+            })
+        };
+        self.bound_scratch = bound_before;
+        if let Some(gone) = gone {
             self.checker.fail(
                 now,
                 format!(

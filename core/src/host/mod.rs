@@ -1196,7 +1196,10 @@ impl Host {
         self.check_files()?;
         // Sorted vectors, not maps: this walk runs after every step of the simulator's hosts,
         // which hold thousands of bindings in long runs.
-        let mut leased: Vec<crate::arena::RingId> = Vec::with_capacity(self.arena.live_count());
+        // (ring, the lease as the binding holds it, the binding): compared with the arena's
+        // leases (by ring) in one walk once sorted.
+        let mut leased: Vec<(crate::arena::RingId, &Lease, u64)> =
+            Vec::with_capacity(self.arena.live_count());
         let mut shared: Vec<u64> = self.bindings.values().filter_map(|b| b.shared).collect();
         shared.sort_unstable();
         let readers_of = |write: &u64| {
@@ -1205,14 +1208,8 @@ impl Host {
             u32::try_from(end - first).unwrap_or(u32::MAX)
         };
         for (actor, b) in &self.bindings {
-            if let Some(slot) = b.lease {
-                if self.arena.lease(slot.lease.ring) != Some(&slot.lease) {
-                    return Err(format!(
-                        "binding {actor} holds {:?}, not live in the arena",
-                        slot.lease
-                    ));
-                }
-                leased.push(slot.lease.ring);
+            if let Some(slot) = &b.lease {
+                leased.push((slot.lease.ring, &slot.lease, *actor));
             }
             if b.child_holds && b.lease.is_none() && b.shared.is_none() {
                 return Err(format!("binding {actor}: the child holds no lease"));
@@ -1239,9 +1236,19 @@ impl Host {
                 return Err(format!("binding {actor}: source {source} without a lease"));
             }
         }
-        leased.sort_unstable();
-        if let Some(twice) = leased.windows(2).find(|w| w[0] == w[1]) {
-            return Err(format!("two bindings hold {:?}", twice[0]));
+        leased.sort_unstable_by_key(|(ring, _, _)| *ring);
+        if let Some(twice) = leased.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(format!("two bindings hold {:?}", twice[0].0));
+        }
+        // Both sorted by ring: every held lease is live in the arena as held.
+        let mut live = self.arena.leases().peekable();
+        for (ring, lease, actor) in &leased {
+            while live.next_if(|l| l.ring < *ring).is_some() {}
+            if live.peek() != Some(lease) {
+                return Err(format!(
+                    "binding {actor} holds {lease:?}, not live in the arena"
+                ));
+            }
         }
         if leased.len() != self.arena.live_count() {
             return Err(format!(
@@ -1436,5 +1443,75 @@ mod tests {
             .insert(ChildOp(2), actor);
         let broken = host.check_invariants().unwrap_err();
         assert!(broken.contains("as published, which it is not"), "{broken}");
+    }
+
+    /// The walk that compares the bindings' leases with the arena's (both by ring) sees a
+    /// binding whose lease differs from the arena's, one whose lease is not live, and two
+    /// bindings holding one lease.
+    #[test]
+    fn the_invariant_walk_sees_leases_the_arena_does_not_hold() {
+        let proxy = Address::new(NodeId(1), 1, 5);
+        let mut out = Outbox::new();
+        let mut host = Host::new(
+            HostConfig::new(NodeId(1), 1, proxy, 1 << 16),
+            Instant::ZERO,
+            &mut out,
+        );
+        let data = DataPath::new("/data").unwrap();
+        let add = |host: &mut Host, lease: Lease| {
+            let actor = host.allocate_actor();
+            let mut binding = new_binding(
+                host.address(actor),
+                0,
+                Address::new(NodeId(1), 1, 100),
+                ChildOp(actor),
+                data.clone(),
+                Kind::Control,
+                Phase::Reading,
+            );
+            binding.tracked = false;
+            binding.lease = Some(LeaseSlot {
+                lease,
+                expected: Expected {
+                    offset: lease.offset,
+                    length: lease.length,
+                    generation: 1,
+                    access: crate::kinds::BlobAccess::ReadOnly,
+                    digest_kind: DigestKind::None,
+                },
+            });
+            host.bindings.insert(actor, binding);
+        };
+        let lease = match host.arena.allocate(10) {
+            Ok(Allocation::Leased(l)) => l,
+            other => panic!("{other:?}"),
+        };
+        let mut whole = host.clone();
+        add(&mut whole, lease);
+        assert_eq!(whole.check_invariants(), Ok(()));
+        let mut longer = host.clone();
+        add(
+            &mut longer,
+            Lease {
+                length: 11,
+                ..lease
+            },
+        );
+        let broken = longer.check_invariants().unwrap_err();
+        assert!(broken.contains("not live in the arena"), "{broken}");
+        let mut unknown = whole.clone();
+        add(
+            &mut unknown,
+            Lease {
+                ring: crate::arena::RingId(99),
+                ..lease
+            },
+        );
+        let broken = unknown.check_invariants().unwrap_err();
+        assert!(broken.contains("not live in the arena"), "{broken}");
+        let mut twice = whole;
+        add(&mut twice, lease);
+        let broken = twice.check_invariants().unwrap_err();
+        assert!(broken.contains("two bindings hold"), "{broken}");
     }
 }
