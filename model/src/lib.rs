@@ -251,6 +251,10 @@ pub struct Model {
     counters: JMap<Counter, u64>,
     entries: JMap<DataPath, Entry>,
     operations: JMap<OperationId, OperationRecord>,
+    /// How many records each issuer holds in `operations` (derived, kept beside it under the
+    /// same steps so a rollback restores it; no issuer with no record): the issuer rows and
+    /// the pruning walk read it instead of counting every record.
+    records_per_issuer: JMap<Issuer, usize>,
     reservations: JMap<DataPath, Reservation>,
     obligations: JMap<Obligation, Slot>,
     /// Obligations by creation number: the persisted order (recovery order, Q13).
@@ -295,6 +299,7 @@ impl Model {
             counters: JMap::default(),
             entries: JMap::default(),
             operations: JMap::default(),
+            records_per_issuer: JMap::default(),
             reservations: JMap::default(),
             obligations: JMap::default(),
             obligation_order: JMap::default(),
@@ -327,6 +332,7 @@ impl Model {
         self.counters.rollback_after(step);
         self.entries.rollback_after(step);
         self.operations.rollback_after(step);
+        self.records_per_issuer.rollback_after(step);
         self.reservations.rollback_after(step);
         self.obligations.rollback_after(step);
         self.obligation_order.rollback_after(step);
@@ -339,6 +345,7 @@ impl Model {
         self.counters.forget_through(step);
         self.entries.forget_through(step);
         self.operations.forget_through(step);
+        self.records_per_issuer.forget_through(step);
         self.reservations.forget_through(step);
         self.obligations.forget_through(step);
         self.obligation_order.forget_through(step);

@@ -6,7 +6,9 @@ use dataplane_core::ids::{Address, Issuer, OperationId, Revision};
 use dataplane_core::log::{OperationRecord, Outcome, Rejection, RejectionKind, RequestKey};
 use dataplane_core::path::DataPath;
 
-use crate::rules::{SEQUENCE_END, issuer_of, rejection_error, sequence_of, speaks_for};
+use crate::rules::{
+    SEQUENCE_END, issuer_of, operation_of, rejection_error, sequence_of, speaks_for,
+};
 use crate::{Model, Rendezvous};
 
 impl Model {
@@ -34,34 +36,93 @@ impl Model {
         self.reservations.map().values().any(|r| r.operation == op)
     }
 
-    /// No record of an expired operation stays, unless a reservation pins it.
+    /// No record of an expired operation stays, unless a reservation pins it. An issuer's
+    /// ids are contiguous (its high bits), so its expired records are one range: all of them
+    /// once its node incarnation ended, else those below its horizon.
     pub(crate) fn prune(&mut self) {
-        let doomed: Vec<OperationId> = self
-            .operations
-            .map()
-            .keys()
-            .copied()
-            .filter(|op| self.expired(*op) && !self.pinned(*op))
-            .collect();
+        let mut doomed: Vec<OperationId> = Vec::new();
+        for &issuer in self.records_per_issuer.map().keys() {
+            let end = if self.issuer_gone(issuer) {
+                SEQUENCE_END
+            } else {
+                self.horizon(issuer)
+            };
+            if end == 0 {
+                continue;
+            }
+            let range = operation_of(issuer, 0)..=operation_of(issuer, end - 1);
+            doomed.extend(
+                self.operations
+                    .map()
+                    .range(range)
+                    .map(|(op, _)| *op)
+                    .filter(|op| !self.pinned(*op)),
+            );
+        }
         for op in doomed {
-            self.operations.remove(self.step, &op);
+            debug_assert!(self.expired(op));
+            self.forget_record(op);
+        }
+    }
+
+    /// Removes `op`'s record (it has one) and counts it out of its issuer's records.
+    fn forget_record(&mut self, op: OperationId) {
+        if self.operations.remove(self.step, &op).is_none() {
+            return;
+        }
+        let issuer = issuer_of(op);
+        match self.records_per_issuer.get(&issuer).copied() {
+            Some(n) if n > 1 => self.records_per_issuer.insert(self.step, issuer, n - 1),
+            _ => {
+                self.records_per_issuer.remove(self.step, &issuer);
+            }
         }
     }
 
     /// The directory's issuer rows, by issuer: (issuer, horizon, records) for every issuer
     /// that has records, or a horizon while its node incarnation lives.
+    ///
+    /// The horizons table keeps every row ever declared, and most belong to ended node
+    /// incarnations; walking them all after every step was the simulator's largest cost. A
+    /// node's ended incarnations (below its floor) are the first of its rows, so each run of
+    /// them is skipped with one jump; the records come counted per issuer. Debug builds
+    /// compute the rows again the plain way ([`Model::issuer_rows_walked`]) and compare.
     pub fn issuer_rows(&self) -> Vec<(Issuer, u64, usize)> {
-        // Records, counted per issuer: the ids of one issuer are contiguous and ordered as
-        // their issuers are (node, incarnation, lane are the id's high bits, in that order).
-        let mut records: Vec<(Issuer, usize)> = Vec::new();
-        for op in self.operations.map().keys() {
-            let issuer = issuer_of(*op);
-            match records.last_mut() {
-                Some((last, n)) if *last == issuer => *n += 1,
-                _ => records.push((issuer, 1)),
+        let horizons = self.horizons.map();
+        let mut rows: Vec<(Issuer, u64, usize)> = self
+            .records_per_issuer
+            .map()
+            .iter()
+            .map(|(i, n)| (*i, self.horizon(*i), *n))
+            .collect();
+        let with_records = rows.len();
+        let mut live = horizons.range(..);
+        while let Some((issuer, horizon)) = live.next() {
+            if let Some(floor) = self.floors.get(&issuer.node)
+                && issuer.incarnation < *floor
+            {
+                let resume = Issuer {
+                    node: issuer.node,
+                    incarnation: *floor,
+                    lane: 0,
+                };
+                live = horizons.range(resume..);
+                continue;
+            }
+            if !self.records_per_issuer.contains(issuer) {
+                rows.push((*issuer, *horizon, 0));
             }
         }
-        debug_assert!(records.windows(2).all(|w| w[0].0 < w[1].0));
+        if rows.len() > with_records {
+            rows.sort_unstable_by_key(|(i, _, _)| *i);
+        }
+        debug_assert_eq!(rows, self.issuer_rows_walked(), "issuer rows drifted");
+        rows
+    }
+
+    /// The issuer rows the plain way: every record counted, every horizon row looked at.
+    fn issuer_rows_walked(&self) -> Vec<(Issuer, u64, usize)> {
+        let records = self.count_records();
         // Merged with the horizons (also by issuer).
         let mut rows = Vec::with_capacity(records.len() + self.horizons.len());
         let mut records = records.into_iter().peekable();
@@ -183,8 +244,27 @@ impl Model {
 
     /// Records `op` under `key` with `outcome`.
     pub(crate) fn record(&mut self, op: OperationId, key: RequestKey, outcome: Outcome) {
+        if !self.operations.contains(&op) {
+            let issuer = issuer_of(op);
+            let n = self.records_per_issuer.get(&issuer).copied().unwrap_or(0);
+            self.records_per_issuer.insert(self.step, issuer, n + 1);
+        }
         self.operations
             .insert(self.step, op, OperationRecord { key, outcome });
+    }
+
+    /// The records per issuer, counted from the records (the check on `records_per_issuer`):
+    /// the ids of one issuer are contiguous and ordered as their issuers are.
+    fn count_records(&self) -> Vec<(Issuer, usize)> {
+        let mut records: Vec<(Issuer, usize)> = Vec::new();
+        for op in self.operations.map().keys() {
+            let issuer = issuer_of(*op);
+            match records.last_mut() {
+                Some((last, n)) if *last == issuer => *n += 1,
+                _ => records.push((issuer, 1)),
+            }
+        }
+        records
     }
 
     /// A sticky rejection: recorded, and its error returned.

@@ -30,6 +30,18 @@ pub fn issuer_of(op: OperationId) -> Issuer {
     }
 }
 
+/// The operation id of `issuer`'s sequence number `sequence` (the inverse of [`issuer_of`]
+/// and [`sequence_of`]); `sequence` must be below [`SEQUENCE_END`].
+pub fn operation_of(issuer: Issuer, sequence: u64) -> OperationId {
+    debug_assert!(sequence < SEQUENCE_END);
+    OperationId(
+        (u128::from(issuer.node.0 & 0xffff_ffff) << 96)
+            | (u128::from(issuer.incarnation & 0xffff_ffff) << 64)
+            | (u128::from(issuer.lane) << SEQUENCE_BITS)
+            | u128::from(sequence & (SEQUENCE_END - 1)),
+    )
+}
+
 /// The sequence number of `op` within its issuer: its low 56 bits.
 pub fn sequence_of(op: OperationId) -> u64 {
     (op.0 & ((1u128 << SEQUENCE_BITS) - 1)) as u64
@@ -100,6 +112,31 @@ pub fn peer_of(role: StreamRole) -> StreamRole {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `operation_of` inverts `issuer_of` and `sequence_of`, up to the largest issuer and
+    /// sequence (the pruning walk's ranges end there).
+    #[test]
+    fn an_issuer_and_sequence_name_one_id() {
+        let largest = Issuer {
+            node: NodeId(0xffff_ffff),
+            incarnation: 0xffff_ffff,
+            lane: 0xff,
+        };
+        for issuer in [
+            Issuer::default(),
+            largest,
+            issuer_of(OperationId(7u128 << 96)),
+        ] {
+            for sequence in [0, 1, SEQUENCE_END - 1] {
+                let id = operation_of(issuer, sequence);
+                assert_eq!((issuer_of(id), sequence_of(id)), (issuer, sequence));
+            }
+        }
+        assert_eq!(
+            operation_of(largest, SEQUENCE_END - 1),
+            OperationId(u128::MAX)
+        );
+    }
 
     #[test]
     fn an_id_names_its_issuer_and_sequence_as_the_architecture_lays_it_out() {
