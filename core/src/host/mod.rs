@@ -1400,17 +1400,23 @@ mod tests {
     use super::*;
     use crate::wire::Capability;
 
-    /// The invariant walk itself must see a session that lists, as published, a binding of
-    /// another operation (a self-check that passes everything would hide every bug it is for).
-    #[test]
-    fn the_invariant_walk_sees_a_published_listing_of_another_operation() {
+    /// A host of node 1 with a 64 KiB arena, and the outbox its start wrote to.
+    fn small_host() -> (Host, Outbox) {
         let proxy = Address::new(NodeId(1), 1, 5);
         let mut out = Outbox::new();
-        let mut host = Host::new(
+        let host = Host::new(
             HostConfig::new(NodeId(1), 1, proxy, 1 << 16),
             Instant::ZERO,
             &mut out,
         );
+        (host, out)
+    }
+
+    /// The invariant walk itself must see a session that lists, as published, a binding of
+    /// another operation (a self-check that passes everything would hide every bug it is for).
+    #[test]
+    fn the_invariant_walk_sees_a_published_listing_of_another_operation() {
+        let (mut host, mut out) = small_host();
         let capability = Capability([7; 32]);
         let data = DataPath::new("/data").unwrap();
         let job = JobContext::new("r1", vec![data.clone()], vec![data.clone()]).unwrap();
@@ -1450,13 +1456,7 @@ mod tests {
     /// bindings holding one lease.
     #[test]
     fn the_invariant_walk_sees_leases_the_arena_does_not_hold() {
-        let proxy = Address::new(NodeId(1), 1, 5);
-        let mut out = Outbox::new();
-        let mut host = Host::new(
-            HostConfig::new(NodeId(1), 1, proxy, 1 << 16),
-            Instant::ZERO,
-            &mut out,
-        );
+        let (mut host, _) = small_host();
         let data = DataPath::new("/data").unwrap();
         let add = |host: &mut Host, lease: Lease| {
             let actor = host.allocate_actor();
