@@ -86,7 +86,7 @@ impl Model {
     /// incarnations; walking them all after every step was the simulator's largest cost. A
     /// node's ended incarnations (below its floor) are the first of its rows, so each run of
     /// them is skipped with one jump; the records come counted per issuer. Debug builds
-    /// compute the rows again the plain way ([`Model::issuer_rows_walked`]) and compare.
+    /// compute the rows again the plain way (`issuer_rows_walked`) and compare.
     pub fn issuer_rows(&self) -> Vec<(Issuer, u64, usize)> {
         let horizons = self.horizons.map();
         let mut rows: Vec<(Issuer, u64, usize)> = self
