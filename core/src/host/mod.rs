@@ -40,7 +40,7 @@ mod source;
 mod streams;
 mod write;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 pub use files::{FileBlob, FileFacts, FileFault, FileTable, MemoryFiles, WithFiles};
 pub use horizon::HORIZON_PERIOD;
@@ -364,6 +364,13 @@ pub struct Host {
     next_generation: u64,
     sessions: BTreeMap<u64, Session>,
     bindings: BTreeMap<u64, Binding>,
+    /// The bindings that may have timed work (a queued open, a namespace call, a transfer;
+    /// see [`timed_work`]): the tick and its next deadline walk these, not every binding (a
+    /// host may hold hundreds of thousands of published writes at rest, and walking them all
+    /// twice a tick slowed a loaded host down as they piled up). A binding is listed when it
+    /// gets timed work and leaves at the first tick that finds it without (or gone);
+    /// `check_invariants` checks that every binding with timed work is listed.
+    timed: BTreeSet<u64>,
     sources: BTreeMap<u64, Source>,
     /// File blobs, by persistent actor number (see `files.rs`); mirrored durably by the
     /// driver.
@@ -433,6 +440,7 @@ impl Host {
             config,
             sessions: BTreeMap::new(),
             bindings: BTreeMap::new(),
+            timed: BTreeSet::new(),
             sources: BTreeMap::new(),
             files: BTreeMap::new(),
             next_file: 1,
@@ -491,7 +499,11 @@ impl Host {
         let c = &self.config;
         let mut next: Option<Instant> = None;
         let mut due = |at: Instant| next = Some(next.map_or(at, |n| n.min(at)));
-        for b in self.bindings.values() {
+        for b in self
+            .timed
+            .iter()
+            .filter_map(|actor| self.bindings.get(actor))
+        {
             if b.queued.is_some() {
                 due(b.queued_since.saturating_add(c.allocation_deadline));
             } else if let Phase::Filling(t) = &b.phase {
@@ -719,14 +731,12 @@ impl Host {
         self.now = now;
         self.tick_at = None;
         // Only bindings with something timed: a published write at rest costs the tick
-        // nothing but this filter (a host may hold hundreds of thousands of them).
+        // nothing (a host may hold hundreds of thousands of them).
         let actors: Vec<u64> = self
-            .bindings
+            .timed
             .iter()
-            .filter(|(_, b)| {
-                b.queued.is_some() || b.call.is_some() || matches!(b.phase, Phase::Filling(_))
-            })
-            .map(|(actor, _)| *actor)
+            .copied()
+            .filter(|actor| self.bindings.get(actor).is_some_and(timed_work))
             .collect();
         for actor in actors {
             self.allocation_tick(now, actor, mem, out);
@@ -740,6 +750,8 @@ impl Host {
                 self.resend_call(now, actor, out);
             }
         }
+        self.timed
+            .retain(|actor| self.bindings.get(actor).is_some_and(timed_work));
         self.report_horizon(now, out);
         // Sleep until the next deadline, at most once per tick period (a deadline is met
         // within one period, as with a fixed tick); idle once nothing is timed and a horizon
@@ -838,6 +850,7 @@ impl Host {
             sent_at: now,
             resend_at: now.saturating_add(self.config.call_guard),
         });
+        self.timed.insert(actor);
         out.send(proxy, Message::ProxyCall(call));
     }
 
@@ -889,6 +902,7 @@ impl Host {
                     b.phase = Phase::Allocating;
                     b.queued = Some(ticket);
                     b.queued_since = self.now;
+                    self.timed.insert(actor);
                 }
             }
             Err(error) => self.fail(actor, refused_allocation(error), mem, out),
@@ -1211,6 +1225,11 @@ impl Host {
             if let Some(slot) = &b.lease {
                 leased.push((slot.lease.ring, &slot.lease, *actor));
             }
+            if timed_work(b) && !self.timed.contains(actor) {
+                return Err(format!(
+                    "binding {actor} has timed work the tick does not list"
+                ));
+            }
             if b.child_holds && b.lease.is_none() && b.shared.is_none() {
                 return Err(format!("binding {actor}: the child holds no lease"));
             }
@@ -1356,6 +1375,12 @@ impl Host {
     }
 }
 
+/// Whether binding `b` has work the tick times: a queued open (its allocation deadline), a
+/// namespace call (its resend), a transfer (its deadline and chunk timeouts).
+pub(crate) fn timed_work(b: &Binding) -> bool {
+    b.queued.is_some() || b.call.is_some() || matches!(b.phase, Phase::Filling(_))
+}
+
 /// A binding with nothing decided yet.
 pub(crate) fn new_binding(
     address: Address,
@@ -1449,6 +1474,34 @@ mod tests {
             .insert(ChildOp(2), actor);
         let broken = host.check_invariants().unwrap_err();
         assert!(broken.contains("as published, which it is not"), "{broken}");
+    }
+
+    /// The walk sees a binding with timed work that the tick's list leaves out (the tick would
+    /// never time it: its deadline or resend would never come).
+    #[test]
+    fn the_invariant_walk_sees_timed_work_the_tick_does_not_list() {
+        let (mut host, _) = small_host();
+        let actor = host.allocate_actor();
+        let mut binding = new_binding(
+            host.address(actor),
+            0,
+            Address::new(NodeId(1), 1, 100),
+            ChildOp(1),
+            DataPath::new("/data").unwrap(),
+            Kind::Control,
+            Phase::Controlling,
+        );
+        binding.tracked = false;
+        binding.queued = Some(TicketId(1));
+        host.bindings.insert(actor, binding);
+        let broken = host.check_invariants().unwrap_err();
+        assert!(
+            broken.contains("timed work the tick does not list"),
+            "{broken}"
+        );
+        host.timed.insert(actor);
+        let broken = host.check_invariants().unwrap_err();
+        assert!(!broken.contains("timed work"), "{broken}");
     }
 
     /// The walk that compares the bindings' leases with the arena's (both by ring) sees a

@@ -89,6 +89,7 @@ impl Host {
             in_flight: BTreeMap::new(),
             started: now,
         });
+        self.timed.insert(actor);
         // The filling lease is allocated now; the transfer starts once it is granted.
         self.allocate_filling(now, actor, binding.length, mem, out);
     }
@@ -116,6 +117,7 @@ impl Host {
                     }
                     b.queued = Some(ticket);
                     b.queued_since = now;
+                    self.timed.insert(actor);
                 }
             }
             Err(error) => self.fail(actor, super::refused_allocation(error), mem, out),
