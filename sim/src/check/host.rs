@@ -263,15 +263,7 @@ impl HostChecker {
     /// digest kind at 7 (0 none, 2 BLAKE3), digest bytes at 32..64.
     pub fn digests_settled(&mut self, machine: &Host, mem: &[u8]) -> Result<(), String> {
         use dataplane_core::arena::BLOB_HEADER_BYTES;
-        let me = machine.address(0);
-        let (incarnation, checked) = self
-            .digests_checked
-            .entry(me.node)
-            .or_insert_with(|| (me.incarnation, Vec::new()));
-        if *incarnation != me.incarnation {
-            *incarnation = me.incarnation;
-            checked.clear();
-        }
+        let checked = this_incarnation(&mut self.digests_checked, machine);
         let mut next = std::mem::take(&mut self.digests_scratch);
         next.clear();
         let mut old = checked.iter().copied().peekable();
@@ -393,15 +385,7 @@ impl HostChecker {
         // the machine's bindings (sorted by actor) with what was remembered, so a binding that
         // is gone is forgotten (it sends nothing more) and the table stays as small as the
         // host's.
-        let me = machine.address(0);
-        let (incarnation, remembered) = self
-            .published_by
-            .entry(me.node)
-            .or_insert_with(|| (me.incarnation, Vec::new()));
-        if *incarnation != me.incarnation {
-            *incarnation = me.incarnation;
-            remembered.clear();
-        }
+        let remembered = this_incarnation(&mut self.published_by, machine);
         let mut next = std::mem::take(&mut self.published_scratch);
         next.clear();
         let mut old = remembered.iter().copied().peekable();
@@ -418,7 +402,7 @@ impl HostChecker {
         }
         std::mem::swap(remembered, &mut next);
         self.published_scratch = next;
-        let remembered = &self.published_by[&me.node].1;
+        let remembered = &self.published_by[&machine.address(0).node].1;
         for effect in effects {
             let Effect::Send {
                 message: Message::ProxyCall(call),
@@ -746,4 +730,21 @@ impl HostChecker {
             }
         }
     }
+}
+
+/// `machine`'s row of a per-node table kept for its running incarnation: emptied when the
+/// node runs a new incarnation (what an earlier one did names nothing the new one holds).
+fn this_incarnation<'a, T>(
+    table: &'a mut BTreeMap<NodeId, (u64, Vec<T>)>,
+    machine: &Host,
+) -> &'a mut Vec<T> {
+    let me = machine.address(0);
+    let (incarnation, rows) = table
+        .entry(me.node)
+        .or_insert_with(|| (me.incarnation, Vec::new()));
+    if *incarnation != me.incarnation {
+        *incarnation = me.incarnation;
+        rows.clear();
+    }
+    rows
 }
