@@ -100,7 +100,8 @@ impl Exit {
             Exit::Software => {
                 "software: a bug, or a failure the program cannot go on from. dataplane: the \
                  host broke the protocol; dataplane-node: the durable log failed (fail-stop: \
-                 restart the node to recover) or the node could not be set up; dataplane-sim: \
+                 restart the node to recover), the node could not be set up, or the directory \
+                 no longer knows this host (restart it); dataplane-sim: \
                  a seed failed a check (its replay command is printed)"
             }
             Exit::Temporary => {

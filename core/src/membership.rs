@@ -159,7 +159,14 @@ impl Membership {
     /// The directory boots: the boot count rises. The record must be durable before the
     /// directory's address (which carries [`Membership::boots`]) is used.
     pub fn boot(&mut self) -> LogRecord {
-        self.boots = self.boots.saturating_add(1);
+        self.boot_after_loss(0)
+    }
+
+    /// [`Membership::boot`] after a repair that may have cut up to `lost` synced records (see
+    /// `Recovered::lost_bound`): the count skips `lost` boots, so no boot the cut records
+    /// told is counted again.
+    pub fn boot_after_loss(&mut self, lost: u64) -> LogRecord {
+        self.boots = self.boots.saturating_add(lost).saturating_add(1);
         LogRecord::Member(MemberRecord::Booted { boots: self.boots })
     }
 
@@ -283,6 +290,29 @@ mod tests {
         // A compaction's restatement recovers to the same table.
         let snapshot = r.snapshot_records();
         assert_eq!(Membership::recover(&snapshot).unwrap(), r);
+    }
+
+    #[test]
+    fn a_boot_after_a_loss_skips_every_boot_the_lost_records_could_count() {
+        let mut log = Vec::new();
+        let mut m = Membership::recover(&log).unwrap();
+        log.push(m.boot());
+        log.push(m.boot());
+        assert_eq!(m.boots(), 2);
+        // Up to 5 records after these were cut: at most boots 3 to 7 were counted there.
+        let mut r = Membership::recover(&log).unwrap();
+        log.push(r.boot_after_loss(5));
+        assert_eq!(r.boots(), 8);
+        // The skip is durable: recovery and the next boot go on from it.
+        let mut again = Membership::recover(&log).unwrap();
+        assert_eq!(again, r);
+        again.boot();
+        assert_eq!(again.boots(), 9);
+        // Without a loss it is the plain boot.
+        let mut plain = Membership::recover(&log[..2]).unwrap();
+        let mut other = plain.clone();
+        assert_eq!(plain.boot_after_loss(0), other.boot());
+        assert_eq!(plain.boots(), 3);
     }
 
     #[test]

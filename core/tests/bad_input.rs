@@ -950,6 +950,33 @@ fn inconsistent_logs_are_refused_with_the_offending_index() {
 }
 
 #[test]
+fn after_a_loss_the_epoch_skips_what_the_lost_records_could_have_served() {
+    let records = [LogRecord::Snapshot(SnapshotRecord::Header {
+        epoch: AuthorityEpoch(4),
+        next_revision: Revision(1),
+    })];
+    let start = |lost| {
+        let mut out = Outbox::new();
+        Directory::recover_after_loss(
+            DirectoryConfig::new(DIRECTORY),
+            &records,
+            lost,
+            &mut ActorSources,
+            Instant::ZERO,
+            &mut out,
+        )
+    };
+    assert_eq!(recover(&records).unwrap().epoch(), AuthorityEpoch(5));
+    assert_eq!(start(0).unwrap().epoch(), AuthorityEpoch(5));
+    // Up to 3 records cut after epoch 4: epochs 5 to 7 may have been served.
+    assert_eq!(start(3).unwrap().epoch(), AuthorityEpoch(8));
+    assert!(matches!(
+        start(u64::MAX - 4),
+        Err(RecoveryError::EpochExhausted)
+    ));
+}
+
+#[test]
 fn an_exhausted_epoch_space_is_refused() {
     let records = [LogRecord::Snapshot(SnapshotRecord::Header {
         epoch: AuthorityEpoch(u64::MAX),

@@ -271,7 +271,11 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
             .map_err(|e| NodeError::Recovery(format!("membership file: {e}")))?;
     }
     // The boot count rises durably before the directory's address (which carries it) is used.
-    log.append(&membership.boot())?;
+    // After a repair that cut synced records, the boot count and the epoch skip past anything
+    // those records could have counted (`lost_bound`), so that no boot or epoch, and no
+    // stream incarnation of one, is handed out twice.
+    let lost = recovered.lost_bound();
+    log.append(&membership.boot_after_loss(lost))?;
     log.sync()?;
     if legacy.is_some() {
         std::fs::remove_file(&legacy_path).map_err(|e| io("membership", e))?;
@@ -288,9 +292,10 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         limits: Default::default(),
     };
     let mut outbox = Outbox::new();
-    let machine = Directory::recover(
+    let machine = Directory::recover_after_loss(
         config,
         &recovered.records,
+        lost,
         &mut ActorSources,
         clock.now(),
         &mut outbox,
@@ -305,6 +310,16 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         epoch = machine.epoch().0,
         "log replayed"
     );
+    if lost > 0 {
+        warn!(
+            boot = membership.boots(),
+            epoch = machine.epoch().0,
+            lost_records_at_most = lost,
+            "log: the repair may have cut synced records: the boot count and the epoch skip \
+             past anything they counted; a host that restarted after the cut is told it is \
+             unknown and must be restarted"
+        );
+    }
     let listener = TcpListener::bind(&options.listen).map_err(|e| io(&options.listen, e))?;
     let mut net = Reactor::new().map_err(|e| io("poll", e))?;
     net.listen_tcp(listener, Limits::pending())

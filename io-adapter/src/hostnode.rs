@@ -250,6 +250,11 @@ pub enum HostError {
     InUse(String),
     /// The directory refused this host's hello (its cluster key): a configuration error.
     Refused(String),
+    /// The directory welcomed this host under another node id or incarnation than before: it
+    /// no longer knows this process (a repair cut the records that told it, or another host
+    /// claims this listen address). Serving on would mix two hosts' blobs; a restart gets
+    /// this host an identity the directory knows.
+    Unknown(String),
 }
 
 impl HostError {
@@ -264,7 +269,7 @@ impl HostError {
         match self {
             HostError::Refused(_) => Exit::Config,
             HostError::InUse(_) => Exit::Temporary,
-            HostError::Setup(_) => Exit::Software,
+            HostError::Setup(_) | HostError::Unknown(_) => Exit::Software,
         }
     }
 }
@@ -274,6 +279,11 @@ impl fmt::Display for HostError {
         match self {
             HostError::Setup(message) | HostError::InUse(message) => f.write_str(message),
             HostError::Refused(reason) => write!(f, "the directory refused this host: {reason}"),
+            HostError::Unknown(reason) => write!(
+                f,
+                "the directory no longer knows this host: {reason}; restart it (the blobs it \
+                 holds are lost)"
+            ),
         }
     }
 }
@@ -328,6 +338,8 @@ struct HostNode {
     agent_timer: Option<Instant>,
     /// The directory refused this host (its reason); the node stops.
     refused: Option<String>,
+    /// The directory welcomed this host under another identity (why); the node stops.
+    unknown: Option<String>,
     /// Held for the life of the process: this host serves the socket.
     _lock: fs::File,
     /// With `--metrics-listen`: the metrics, when the gauges are next read, and the transfers
@@ -604,6 +616,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         agent,
         agent_timer: None,
         refused: None,
+        unknown: None,
         _lock: lock,
         metrics,
         gauges: GaugeClock::default(),
@@ -732,6 +745,9 @@ impl HostNode {
         loop {
             if let Some(reason) = self.refused.take() {
                 return Err(HostError::Refused(reason));
+            }
+            if let Some(reason) = self.unknown.take() {
+                return Err(HostError::Unknown(reason));
             }
             let retry = self.directory.next_deadline();
             let next = [
@@ -1290,13 +1306,16 @@ impl HostNode {
                 self.set_peers(peers);
                 self.discovered(Some(Discovered { address, epoch }));
             }
-            LinkHeard::Misnamed { node, incarnation } => warn!(
-                %directory,
-                "the directory welcomed this host as node {node} incarnation {incarnation}, not \
-                 as node {} incarnation {}; trying again",
-                self.node,
-                self.incarnation
-            ),
+            LinkHeard::Misnamed { node, incarnation } => {
+                // Not a passing state: the directory answers every hello from this process
+                // the same way. Stop, rather than wait for ever with every child call held.
+                self.unknown = Some(format!(
+                    "it welcomed this host as node {node} incarnation {incarnation}, not as node \
+                     {} incarnation {} (the directory's log lost the records that named it, \
+                     e.g. to a --repair-log cut, or another host uses this listen address)",
+                    self.node, self.incarnation
+                ));
+            }
             LinkHeard::Peers(peers) => self.set_peers(peers),
             LinkHeard::Envelope(envelope) => {
                 self.deliver(envelope.from, envelope.to, envelope.message);

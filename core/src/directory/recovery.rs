@@ -130,8 +130,27 @@ impl Directory {
         now: Instant,
         out: &mut Outbox,
     ) -> Result<Directory, RecoveryError> {
+        Directory::recover_after_loss(config, records, 0, hook, now, out)
+    }
+
+    /// [`Directory::recover`] after a repair that may have cut up to `lost` synced records
+    /// (`Recovered::lost_bound`): the epoch skips `lost` past the records' own, so an epoch
+    /// the cut records served (and a stream incarnation minted in it) is never served again.
+    pub fn recover_after_loss(
+        config: DirectoryConfig,
+        records: &[LogRecord],
+        lost: u64,
+        hook: &mut dyn SourceRecoveryHook,
+        now: Instant,
+        out: &mut Outbox,
+    ) -> Result<Directory, RecoveryError> {
         let durable = replay_records(records)?;
-        let epoch = match durable.epoch().0.checked_add(1) {
+        let epoch = match durable
+            .epoch()
+            .0
+            .checked_add(lost)
+            .and_then(|e| e.checked_add(1))
+        {
             Some(next) => AuthorityEpoch(next),
             None => return Err(RecoveryError::EpochExhausted),
         };

@@ -736,7 +736,25 @@ impl<P: ShowPath> Recovered<P> {
         }
         notes
     }
+
+    /// At most how many records that had been synced (and so acted on: a boot used, an epoch
+    /// served, a host told its incarnation) a repair cut: 0 without a repair. Every record
+    /// takes at least one byte, so the cut bytes bound them; a log that was missing or empty
+    /// bounds nothing, and counts as [`LOST_UNKNOWN`]. The counters the log hands out (boots,
+    /// the authority epoch) skip this many past the last value recorded, so that none is
+    /// handed out twice.
+    pub fn lost_bound(&self) -> u64 {
+        match &self.cut {
+            Some(Cut::Repaired { bytes: 0, .. }) => LOST_UNKNOWN,
+            Some(Cut::Repaired { bytes, .. }) => *bytes,
+            Some(Cut::TornTail { .. }) | None => 0,
+        }
+    }
 }
+
+/// [`Recovered::lost_bound`] of a repair that found no bytes to count (a missing or empty
+/// log): 2^32, more records than a log holds before it is compacted.
+pub const LOST_UNKNOWN: u64 = 1 << 32;
 
 /// One directory's durable log over the file system `F`: the protocol's state (which
 /// generation, how far written and synced, poisoned or not); every call gets the file system

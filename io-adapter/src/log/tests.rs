@@ -342,6 +342,11 @@ fn torn_tails_are_cut_and_reported() {
             other => panic!("{name}: {other:?}"),
         }
         assert_eq!(
+            recovered.lost_bound(),
+            0,
+            "{name}: a torn tail was never synced, so it lost nothing acknowledged"
+        );
+        assert_eq!(
             fs::metadata(scratch.file("log-0")).unwrap().len(),
             valid,
             "{name}"
@@ -475,6 +480,8 @@ fn repair_cuts_damage_and_keeps_a_copy() {
         }
         other => panic!("{other:?}"),
     }
+    // Every cut record took at least a byte: the cut bytes bound the records lost.
+    assert_eq!(recovered.lost_bound(), bytes.len() as u64 - offset);
     assert_eq!(
         fs::read(&copy).unwrap(),
         &bytes[offset as usize..],
@@ -546,6 +553,13 @@ fn a_missing_or_emptied_log_is_refused_and_repair_starts_it_empty() {
                 panic!("{name}: {:?}", recovered.cut)
             };
             assert_eq!(*bytes, old.len() as u64, "{name}");
+            // No bytes bound nothing: a missing or empty log counts as the most a log holds.
+            let bound = if old.is_empty() {
+                storage::LOST_UNKNOWN
+            } else {
+                old.len() as u64
+            };
+            assert_eq!(recovered.lost_bound(), bound, "{name}");
             match copy {
                 Some(copy) => assert_eq!(fs::read(copy).unwrap(), old, "{name}"),
                 None => assert!(old.is_empty(), "{name}"),

@@ -10,6 +10,10 @@
 //!   preallocated zeros): the directory starts, says what it cut, and every acknowledged put
 //!   is still there, bytes and all. Zeros there are the end of the log: nothing is cut.
 //! * A second directory process on a data directory in use exits 75 and changes no file.
+//! * A repair that cut a boot of the directory and two restarts of a host: the repaired
+//!   directory boots and serves above every boot and epoch it had counted, the host (whose
+//!   incarnation only the cut records knew) stops with exit 70 and says why instead of waiting
+//!   for ever, and restarted it serves.
 
 use std::ffi::OsString;
 use std::fs::{self, OpenOptions};
@@ -354,4 +358,88 @@ fn a_second_directory_on_a_data_directory_in_use_changes_no_file() {
     directory.proc.assert_running();
     let get = host.cli(&["get", "/data/locked"]);
     get.expect_code(0, "get after the second directory was refused");
+}
+
+/// The exit status of a host node that cannot go on (sysexits' software error).
+const SOFTWARE: i32 = 70;
+
+#[test]
+fn after_a_repair_no_boot_or_epoch_repeats_and_a_host_the_cut_named_stops() {
+    let dir = TestDir::new("log-repair-ids");
+    let mut directory = DirectoryProc::start(&dir, "directory");
+    let mut host = HostProc::start(&dir, "host", &directory.listen, "4M");
+    publish(&host);
+    // The damage goes in the middle of the records so far; all that follows is cut.
+    directory.proc.kill9();
+    let damage_at = records_end(&fs::read(log_file(&directory.data_dir)).unwrap()) / 2;
+    // After the damage point: a second boot of the directory (epoch 2), and two restarts of
+    // the host (incarnations 2 and 3), each made durable before anyone heard of it.
+    directory.proc.start();
+    directory.wait_ready();
+    host.restart();
+    host.restart();
+    host.cli_stdin(&["put", "/data/ld/after", "-"], &pattern(7, BLOB))
+        .expect_code(0, "a put after the restarts");
+    let text = directory.proc.log_text();
+    let seen = |label: &str| {
+        text.lines()
+            .filter(|l| l.contains(label))
+            .map(|l| number_after(l, label))
+            .max()
+            .unwrap_or_else(|| panic!("no {label:?} in {text}"))
+    };
+    let (boot_seen, epoch_seen) = (seen(" boot="), seen(" epoch="));
+    assert_eq!((boot_seen, epoch_seen), (2, 2), "{text}");
+    assert!(text.contains("incarnation=3"), "{text}");
+    directory.proc.kill9();
+
+    let mut damaged = fs::read(log_file(&directory.data_dir)).unwrap();
+    for b in &mut damaged[damage_at..damage_at + 4] {
+        *b ^= 0x5A;
+    }
+    fs::write(log_file(&directory.data_dir), &damaged).unwrap();
+    let before = directory.proc.log_text().len();
+    directory.proc.start_once_with(&["--repair-log"]);
+    directory.wait_ready();
+    let repaired = directory.proc.log_text()[before..].to_owned();
+    assert!(repaired.contains("log: repair: cut "), "{repaired}");
+    let replayed = repaired
+        .lines()
+        .find(|l| l.contains("log replayed"))
+        .unwrap_or_else(|| panic!("{repaired}"));
+    let started = repaired
+        .lines()
+        .find(|l| l.contains("directory started"))
+        .unwrap_or_else(|| panic!("{repaired}"));
+    let (boot, epoch) = (
+        number_after(started, " boot="),
+        number_after(replayed, " epoch="),
+    );
+    assert!(
+        boot > boot_seen && epoch > epoch_seen,
+        "the repaired directory booted as {boot} at epoch {epoch}, not above the boot \
+         {boot_seen} and epoch {epoch_seen} the cut records counted:\n{repaired}"
+    );
+    eprintln!("repaired: boot {boot}, epoch {epoch}");
+
+    // The host, incarnation 3 at a directory that knows it only as incarnation 1, stops.
+    let status = host.proc.wait_exit(Duration::from_secs(30));
+    let said = host.proc.log_text();
+    assert_eq!(status.code(), Some(SOFTWARE), "{said}");
+    let last = said.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("dataplane-node: the directory no longer knows this host: ")
+            && last.contains("not as node ")
+            && last.contains(" incarnation 3 ")
+            && last.ends_with("restart it (the blobs it holds are lost)"),
+        "{last}"
+    );
+    // Started again, it is a host the directory knows, and serves.
+    host.proc.start();
+    host.wait_ready();
+    host.cli_stdin(&["put", "/data/ld/repaired", "-"], &pattern(8, BLOB))
+        .expect_code(0, "a put on the restarted host");
+    let get = host.cli(&["get", "/data/ld/repaired"]);
+    get.expect_code(0, "get");
+    assert_eq!(get.stdout, pattern(8, BLOB));
 }
