@@ -250,6 +250,9 @@ pub struct DirectoryMetrics {
     pub log_generation: IntGauge,
     /// `dataplane_directory_compactions_total`: compactions of the log into a snapshot.
     pub compactions: IntCounter,
+    /// `dataplane_directory_compaction_seconds`: how long each compaction held the directory
+    /// (it serves nothing meanwhile).
+    pub compaction_seconds: Histogram,
     /// `dataplane_directory_entries`: namespace entries.
     pub entries: IntGauge,
     /// `dataplane_directory_reservations`: live blob reservations.
@@ -303,6 +306,12 @@ impl DirectoryMetrics {
                 r,
                 "dataplane_directory_compactions_total",
                 "Compactions of the log into a snapshot.",
+            ),
+            compaction_seconds: histogram(
+                r,
+                "dataplane_directory_compaction_seconds",
+                "How long each compaction of the log held the directory (it serves nothing \
+                 meanwhile).",
             ),
             entries: gauge(r, "dataplane_directory_entries", "Namespace entries."),
             reservations: gauge(

@@ -177,6 +177,12 @@ fn nodes_log_and_serve_metrics_while_a_blob_moves() {
         "{d}"
     );
     assert!(value(&d, "dataplane_directory_entries") >= 2.0, "{d}");
+    // No compaction yet (the log is far below its first threshold): served, and empty.
+    assert_eq!(
+        value(&d, "dataplane_directory_compaction_seconds_count"),
+        value(&d, "dataplane_directory_compactions_total"),
+        "{d}"
+    );
     assert_eq!(
         value(&d, "dataplane_refusals_total{kind=\"not_a_hello\"}"),
         1.0,
