@@ -1121,6 +1121,111 @@ fn an_unknown_publication_outcome_is_driven_to_a_definite_one() {
     }
 }
 
+/// The node's proxy, with no directory discoverable, answers every Register handed to it
+/// `DirectoryUnavailable` without dispatching it (as its deadline does).
+fn no_directory_for_registers(w: &mut World) {
+    w.tamper = Some(Box::new(|f: &mut Frame| {
+        if let Message::ProxyCall(call) = &f.message
+            && matches!(call.request, DirectoryRequest::Register { .. })
+        {
+            let reply = dataplane_core::wire::DirectoryReply {
+                request_id: call.request_id,
+                epoch: dataplane_core::ids::AuthorityEpoch::NONE,
+                body: ReplyBody::Registered(Err(NamespaceError::DirectoryUnavailable(
+                    dataplane_core::error::Reason::new(
+                        "no directory was discoverable before the deadline",
+                    ),
+                ))),
+            };
+            *f = Frame {
+                from: f.to,
+                to: call.reply_to,
+                message: Message::Reply(reply),
+            };
+        }
+    }));
+}
+
+#[test]
+fn a_publication_no_directory_ever_saw_fails_at_the_proxy_deadline() {
+    // No attempt of the Register left the proxy: the call did not happen and never will, so
+    // the child hears so, the lease goes back, and nothing is published.
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    let view = w.open_write(a, 1, "/data/x", 10, false);
+    w.fill_and_seal(a, &view, &bytes(10, 1));
+    no_directory_for_registers(&mut w);
+    w.send(a, ChildRequest::Seal { op: ChildOp(1) });
+    w.run(1);
+    let event = w.expect(a, |_| true);
+    assert!(
+        matches!(
+            &event,
+            ChildEvent::Failed {
+                error: DataPlaneError::SessionFailed(reason),
+                ..
+            } if reason.to_string().starts_with("directory unavailable")
+        ),
+        "{event:?}"
+    );
+    w.send(a, ChildRequest::Release { op: ChildOp(1) });
+    w.run(1);
+    assert_eq!(w.live_leases(N1), 0, "the lease went back");
+    w.tamper = None;
+    assert!(
+        matches!(
+            w.resolve("/data/x"),
+            ReplyBody::Resolved(Err(NamespaceError::PathNotFound(_)))
+        ),
+        "nothing was published"
+    );
+}
+
+#[test]
+fn a_publication_that_may_have_reached_the_directory_is_not_given_up_for_unavailable() {
+    // The first Register reaches the directory (its answer is lost, so the host re-sends it
+    // past its guard); later attempts find no directory. The outcome is unknown: the host
+    // keeps the lease and asks again until the directory answers.
+    let mut w = World::with(1, Duration::from_secs(3), |c| c);
+    let a = w.child(N1);
+    w.attach(a);
+    let view = w.open_write(a, 1, "/data/x", 10, false);
+    w.fill_and_seal(a, &view, &bytes(10, 1));
+    w.blackhole(|f| {
+        matches!(&f.message, Message::Reply(r) if matches!(r.body, ReplyBody::Registered(_)))
+            && f.to.actor == 0
+    });
+    w.send(a, ChildRequest::Seal { op: ChildOp(1) });
+    // Past the proxy's deadline: it answers Timeout (a directory was discoverable).
+    w.run(5);
+    assert!(w.take(a).is_empty(), "no definite answer yet");
+    w.heal();
+    // From now on no directory answers: what the proxy still holds times out, and every new
+    // attempt is answered DirectoryUnavailable, for as long as it takes.
+    w.blackhole(|f| matches!(&f.message, Message::Call(_)));
+    no_directory_for_registers(&mut w);
+    w.run(200);
+    let events = w.take(a);
+    assert!(events.is_empty(), "no definite answer yet: {events:?}");
+    assert_eq!(
+        w.live_leases(N1),
+        1,
+        "the namespace binds the source: the lease stays"
+    );
+    w.tamper = None;
+    w.heal();
+    w.run(200);
+    let event = w.expect(a, |_| true);
+    let ChildEvent::Published { revision, .. } = event else {
+        panic!("{event:?}")
+    };
+    match w.resolve("/data/x") {
+        ReplyBody::Resolved(Ok(binding)) => assert_eq!(binding.revision, revision),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn a_proxy_restart_loses_nothing() {
     let mut w = World::new(1);

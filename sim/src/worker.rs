@@ -1330,6 +1330,16 @@ impl Worker {
                     if refused_corrupt {
                         io.out.notes.push(Note::Seen("host.corrupt_seal_refused"));
                     }
+                    // A publication no directory ever saw, failed at the proxy's deadline.
+                    if o.write.is_some()
+                        && matches!(o.stage, Stage::Sealing(_))
+                        && matches!(&error, DataPlaneError::SessionFailed(reason)
+                            if reason.to_string().starts_with("directory unavailable"))
+                    {
+                        io.out
+                            .notes
+                            .push(Note::Seen("host.unsent_publication_failed"));
+                    }
                 }
                 match stage {
                     Stage::Opening { .. } => {

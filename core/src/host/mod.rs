@@ -271,6 +271,16 @@ pub struct Call {
     /// that left the outcome unknown (never at once: a full proxy answers at once, and an
     /// immediate re-send would spin with it).
     pub resend_at: Instant,
+    /// Whether an attempt of this call may have reached the directory: one went unanswered
+    /// past the guard or through a proxy restart, or was answered with an outcome the
+    /// directory may have left behind (`Timeout`, a refusal without a trace). While it is
+    /// false, every attempt was refused by the proxy before it dispatched anything
+    /// ([`never_dispatched`]), so `DirectoryUnavailable` is a definitive answer: the call did
+    /// not happen and never will.
+    pub reached: bool,
+    /// Whether the last attempt was answered (the tick re-sends it): a re-send that was not
+    /// answered may have reached the directory.
+    pub answered: bool,
 }
 
 /// A granted arena lease and what its header must say.
@@ -412,6 +422,20 @@ pub(crate) fn refused_allocation(error: crate::arena::ArenaError) -> DataPlaneEr
         },
         _ => DataPlaneError::ArenaExhausted,
     }
+}
+
+/// Whether the proxy refused the call without dispatching it to any directory: it saw none
+/// discoverable from the call's admission to its deadline (`DirectoryUnavailable`), or it had
+/// no room or no request id for it.
+pub(crate) fn never_dispatched(error: Option<&NamespaceError>) -> bool {
+    use crate::error::Limit;
+    matches!(
+        error,
+        Some(
+            NamespaceError::DirectoryUnavailable(_)
+                | NamespaceError::LimitReached(Limit::PendingRequests | Limit::RequestIds)
+        )
+    )
 }
 
 /// Whether the proxy answered "no answer" (the outcome at the directory is unknown), or the
@@ -747,6 +771,12 @@ impl Host {
                 .and_then(|b| b.call.as_ref())
                 .is_some_and(|call| now >= call.resend_at);
             if due {
+                if let Some(call) = self.bindings.get_mut(&actor).and_then(|b| b.call.as_mut())
+                    && !call.answered
+                {
+                    // Unanswered past the guard: it may be at the directory.
+                    call.reached = true;
+                }
                 self.resend_call(now, actor, out);
             }
         }
@@ -804,6 +834,12 @@ impl Host {
             .map(|(a, _)| *a)
             .collect();
         for actor in actors {
+            if let Some(call) = self.bindings.get_mut(&actor).and_then(|b| b.call.as_mut())
+                && !call.answered
+            {
+                // The old proxy may have dispatched it.
+                call.reached = true;
+            }
             self.resend_call(now, actor, out);
         }
         let handed: Vec<DirectoryRequest> = self.handed_over.iter().cloned().collect();
@@ -833,6 +869,18 @@ impl Host {
 
     /// Sends a namespace request for binding `actor` through the proxy.
     fn call(&mut self, now: Instant, actor: u64, request: DirectoryRequest, out: &mut Outbox) {
+        self.call_again(now, actor, request, false, out);
+    }
+
+    /// [`Host::call`], carrying whether an earlier attempt may have reached the directory.
+    fn call_again(
+        &mut self,
+        now: Instant,
+        actor: u64,
+        request: DirectoryRequest,
+        reached: bool,
+        out: &mut Outbox,
+    ) {
         let proxy = self.config.proxy;
         let Some(binding) = self.bindings.get_mut(&actor) else {
             return;
@@ -849,6 +897,8 @@ impl Host {
             request,
             sent_at: now,
             resend_at: now.saturating_add(self.config.call_guard),
+            reached,
+            answered: false,
         });
         self.timed.insert(actor);
         out.send(proxy, Message::ProxyCall(call));
@@ -859,6 +909,7 @@ impl Host {
     fn resend_on_tick(&mut self, actor: u64) {
         if let Some(call) = self.bindings.get_mut(&actor).and_then(|b| b.call.as_mut()) {
             call.resend_at = self.now;
+            call.answered = true;
         }
     }
 
@@ -867,9 +918,9 @@ impl Host {
             .bindings
             .get(&actor)
             .and_then(|b| b.call.as_ref())
-            .map(|c| c.request.clone());
-        if let Some(request) = request {
-            self.call(now, actor, request, out);
+            .map(|c| (c.request.clone(), c.reached));
+        if let Some((request, reached)) = request {
+            self.call_again(now, actor, request, reached, out);
         }
     }
 

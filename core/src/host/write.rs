@@ -14,7 +14,7 @@
 
 use super::{
     Host, Kind, NamespaceHold, PURPOSE_PUBLISH, PURPOSE_UNPUBLISH, Phase, Source, child_error,
-    is_unknown_outcome,
+    is_unknown_outcome, never_dispatched,
 };
 use crate::arena::ArenaMemory;
 use crate::blob::{self, BlobState, DigestKind};
@@ -262,12 +262,23 @@ impl Host {
             return;
         }
         let query = matches!(reply.body, ReplyBody::Resolved(_) | ReplyBody::LookedUp(_));
-        if is_unknown_outcome(reply.body.err()) && !query {
+        let error = reply.body.err();
+        let unsent = never_dispatched(error);
+        let reached = b.call.as_ref().is_some_and(|c| c.reached);
+        let never_happened =
+            unsent && !reached && matches!(error, Some(NamespaceError::DirectoryUnavailable(_)));
+        if is_unknown_outcome(error) && !query && !never_happened {
             // Q20/Q21: the outcome is unknown; ask again under the same op id, on the next
             // tick.
+            if !unsent && let Some(call) = b.call.as_mut() {
+                call.reached = true;
+            }
             self.resend_on_tick(actor);
             return;
         }
+        // Otherwise definitive; `DirectoryUnavailable` is too when no attempt could have
+        // reached a directory: the call did not happen, and the child hears so at the
+        // proxy's deadline rather than wait for a directory for ever.
         b.call = None;
         if b.kind == Kind::Control {
             self.control_reply(now, actor, reply.body, mem, out);

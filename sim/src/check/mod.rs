@@ -96,6 +96,7 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "host.aborted",
     "host.cancel_sent",
     "host.corrupt_seal_refused",
+    "host.unsent_publication_failed",
     "host.digest_left_to_host",
     "host.attach_refused",
     "host.abort_while_publishing",
