@@ -13,6 +13,10 @@
 //! Two hosts stay connected through all of it, each publishing blobs through its proxy with
 //! the CLI, and each publishes again after every kill: every put that succeeded is there
 //! afterwards, at the revision it reported, with its bytes, read through the other host.
+//!
+//! With the directory gone, a put ends at the host's proxy deadline (exit 75, "directory
+//! unavailable"), its arena space goes back, and once the directory is back the path is not
+//! there and the same put succeeds.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -523,4 +527,55 @@ pub(crate) fn kill_loop(
     get.expect_code(0, "get after the kills");
     assert!(get.stdout == bytes, "the host read other bytes");
     outages
+}
+
+#[test]
+fn a_put_while_the_directory_is_down_fails_at_the_deadline_and_changes_nothing() {
+    let dir = TestDir::new("directory-down");
+    let mut directory = DirectoryProc::start(&dir, "directory");
+    let host = HostProc::start_with(
+        &dir,
+        "host",
+        &directory.listen,
+        "4M",
+        &["--deadline-secs".into(), "2".into()],
+    );
+    let bytes = pattern(3, 10_000);
+    host.cli_stdin(&["put", "/data/before", "-"], &bytes)
+        .expect_code(0, "a put with the directory up");
+    directory.proc.kill9();
+    let started = Instant::now();
+    let put = host.cli_stdin(&["put", "/data/down", "-"], &bytes);
+    let took = started.elapsed();
+    put.expect_code(75, "a put with the directory down");
+    put.expect_stderr_line(
+        "dataplane: namespace unavailable: directory unavailable: no directory was \
+         discoverable before the deadline",
+    );
+    // The proxy's deadline (2 s), plus a tick or two; it used to wait for a directory for ever.
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(10),
+        "the put ended after {took:?}"
+    );
+    let arena = host.cli(&["arena"]);
+    arena.expect_code(0, "arena");
+    let text = String::from_utf8_lossy(&arena.stdout).into_owned();
+    assert!(
+        text.contains(" leases=1 "),
+        "only the first put's lease is held: {text}"
+    );
+    directory.proc.start();
+    directory.wait_ready();
+    wait_until(
+        "the host to publish through the restarted directory",
+        Duration::from_secs(30),
+        || host.cli_stdin(&["put", "/data/after", "-"], &bytes).code == 0,
+    );
+    host.cli(&["stat", "/data/down"])
+        .expect_code(2, "the failed put published nothing");
+    host.cli_stdin(&["put", "/data/down", "-"], &bytes)
+        .expect_code(0, "the same put with the directory back");
+    let get = host.cli(&["get", "/data/down"]);
+    get.expect_code(0, "get");
+    assert!(get.stdout == bytes, "other bytes");
 }
