@@ -1088,10 +1088,9 @@ fn a_silent_source_fails_the_read_within_its_deadline() {
     assert_eq!(w.live_leases(N2), 0, "the filling lease went back");
 }
 
-#[test]
-fn an_unknown_publication_outcome_is_driven_to_a_definite_one() {
-    // Q20: the proxy times the Register out after it reached the directory; the host asks
-    // again with the same op id, and the write ends published exactly once.
+/// A world (proxy deadline 3 s) whose child sealed a write to `/data/x`, with the directory's
+/// answers to its Register lost on the way to the proxy: the Register reaches the directory.
+fn sealed_with_register_answers_lost() -> (World, Address) {
     let mut w = World::with(1, Duration::from_secs(3), |c| c);
     let a = w.child(N1);
     w.attach(a);
@@ -1102,6 +1101,26 @@ fn an_unknown_publication_outcome_is_driven_to_a_definite_one() {
             && f.to.actor == 0
     });
     w.send(a, ChildRequest::Seal { op: ChildOp(1) });
+    (w, a)
+}
+
+/// The child hears its write published, at the revision `/data/x` resolves to.
+fn expect_published_once(w: &mut World, a: Address) {
+    let event = w.expect(a, |_| true);
+    let ChildEvent::Published { revision, .. } = event else {
+        panic!("{event:?}")
+    };
+    match w.resolve("/data/x") {
+        ReplyBody::Resolved(Ok(binding)) => assert_eq!(binding.revision, revision),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_unknown_publication_outcome_is_driven_to_a_definite_one() {
+    // Q20: the proxy times the Register out after it reached the directory; the host asks
+    // again with the same op id, and the write ends published exactly once.
+    let (mut w, a) = sealed_with_register_answers_lost();
     w.run(8);
     assert!(w.take(a).is_empty(), "no definite answer yet");
     assert_eq!(
@@ -1111,14 +1130,7 @@ fn an_unknown_publication_outcome_is_driven_to_a_definite_one() {
     );
     w.heal();
     w.run(8);
-    let event = w.expect(a, |_| true);
-    let ChildEvent::Published { revision, .. } = event else {
-        panic!("{event:?}")
-    };
-    match w.resolve("/data/x") {
-        ReplyBody::Resolved(Ok(binding)) => assert_eq!(binding.revision, revision),
-        other => panic!("{other:?}"),
-    }
+    expect_published_once(&mut w, a);
 }
 
 /// The node's proxy, with no directory discoverable, answers every Register handed to it
@@ -1184,19 +1196,10 @@ fn a_publication_no_directory_ever_saw_fails_at_the_proxy_deadline() {
 
 #[test]
 fn a_publication_that_may_have_reached_the_directory_is_not_given_up_for_unavailable() {
-    // The first Register reaches the directory (its answer is lost, so the host re-sends it
-    // past its guard); later attempts find no directory. The outcome is unknown: the host
-    // keeps the lease and asks again until the directory answers.
-    let mut w = World::with(1, Duration::from_secs(3), |c| c);
-    let a = w.child(N1);
-    w.attach(a);
-    let view = w.open_write(a, 1, "/data/x", 10, false);
-    w.fill_and_seal(a, &view, &bytes(10, 1));
-    w.blackhole(|f| {
-        matches!(&f.message, Message::Reply(r) if matches!(r.body, ReplyBody::Registered(_)))
-            && f.to.actor == 0
-    });
-    w.send(a, ChildRequest::Seal { op: ChildOp(1) });
+    // The first Register reaches the directory and its answer is lost (the proxy answers
+    // Timeout); later attempts find no directory. The outcome is unknown: the host keeps the
+    // lease and asks again until a directory answers.
+    let (mut w, a) = sealed_with_register_answers_lost();
     // Past the proxy's deadline: it answers Timeout (a directory was discoverable).
     w.run(5);
     assert!(w.take(a).is_empty(), "no definite answer yet");
@@ -1216,14 +1219,7 @@ fn a_publication_that_may_have_reached_the_directory_is_not_given_up_for_unavail
     w.tamper = None;
     w.heal();
     w.run(200);
-    let event = w.expect(a, |_| true);
-    let ChildEvent::Published { revision, .. } = event else {
-        panic!("{event:?}")
-    };
-    match w.resolve("/data/x") {
-        ReplyBody::Resolved(Ok(binding)) => assert_eq!(binding.revision, revision),
-        other => panic!("{other:?}"),
-    }
+    expect_published_once(&mut w, a);
 }
 
 #[test]
