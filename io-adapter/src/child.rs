@@ -188,14 +188,17 @@ impl Inbox {
         }
         let at = self.position + self.end as u64;
         let (n, fd) = recv_with_fd(&self.stream, &mut self.buf[self.end..]).map_err(|e| {
-            // A read timeout or a non-blocking socket: nothing was consumed, ask again later.
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) {
-                ChildError::TimedOut
-            } else {
-                protocol(e)
+            match e.kind() {
+                // A read timeout or a non-blocking socket: nothing was consumed, ask again
+                // later.
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ChildError::TimedOut,
+                // The host closed the connection before it read what this child sent (it
+                // died, or dropped the connection): gone, as at the end of the stream; not
+                // a protocol error.
+                io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::BrokenPipe => ChildError::Disconnected,
+                _ => protocol(e),
             }
         })?;
         if let Some(fd) = fd {
@@ -893,5 +896,25 @@ impl BlobView<'_> {
 impl Drop for BlobView<'_> {
     fn drop(&mut self) {
         let _ = self.session.release(self.op);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_host_that_closed_with_bytes_unread_is_gone_not_a_protocol_error() {
+        // A host killed while a child's request sat unread in its socket: the child's next
+        // read fails ECONNRESET.
+        let (child, host) = UnixStream::pair().unwrap();
+        (&child)
+            .write_all(b"a request the host never read")
+            .unwrap();
+        drop(host);
+        let mut inbox = Inbox::new(child.try_clone().unwrap());
+        let got = inbox.next_frame::<ChildEvent>();
+        assert!(matches!(got, Err(ChildError::Disconnected)), "{got:?}");
     }
 }
