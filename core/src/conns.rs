@@ -666,7 +666,9 @@ pub enum LinkHeard {
         peers: Vec<Peer>,
     },
     /// The directory welcomed this host as another node or incarnation than it runs as (the
-    /// directory lost its membership): closed, and tried again later.
+    /// directory lost the records that named it, or another host uses its listen address):
+    /// closed, and tried again later. The host node stops on it (`HostError::Unknown` in
+    /// `dataplane-io`): the directory answers every hello from that process the same way.
     Misnamed {
         /// What the welcome said.
         node: NodeId,
