@@ -275,7 +275,7 @@ pub struct Call {
     /// past the guard or through a proxy restart, or was answered with an outcome the
     /// directory may have left behind (`Timeout`, a refusal without a trace). While it is
     /// false, every attempt was refused by the proxy before it dispatched anything
-    /// ([`never_dispatched`]), so `DirectoryUnavailable` is a definitive answer: the call did
+    /// (`never_dispatched`), so `DirectoryUnavailable` is a definitive answer: the call did
     /// not happen and never will.
     pub reached: bool,
     /// Whether the last attempt was answered (the tick re-sends it): a re-send that was not
