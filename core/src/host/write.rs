@@ -263,14 +263,15 @@ impl Host {
         }
         let query = matches!(reply.body, ReplyBody::Resolved(_) | ReplyBody::LookedUp(_));
         let error = reply.body.err();
-        let unsent = never_dispatched(error);
         let reached = b.call.as_ref().is_some_and(|c| c.reached);
         let never_happened =
-            unsent && !reached && matches!(error, Some(NamespaceError::DirectoryUnavailable(_)));
+            !reached && matches!(error, Some(NamespaceError::DirectoryUnavailable(_)));
         if is_unknown_outcome(error) && !query && !never_happened {
             // Q20/Q21: the outcome is unknown; ask again under the same op id, on the next
             // tick.
-            if !unsent && let Some(call) = b.call.as_mut() {
+            if !never_dispatched(error)
+                && let Some(call) = b.call.as_mut()
+            {
                 call.reached = true;
             }
             self.resend_on_tick(actor);
