@@ -50,7 +50,7 @@ use dataplane_core::conns::{Accepts, Closing, ConnAction, DirHeard, DirectoryCon
 use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::ids::{Address, NodeId};
-use dataplane_core::log::LogRecord;
+use dataplane_core::log::{LogRecord, RecordRef};
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{Envelope, Message};
 use serde::{Deserialize, Serialize};
@@ -507,15 +507,19 @@ impl DirectoryNode {
         let len = self.log.len_bytes();
         if self.log.compaction_due(COMPACT_MIN_BYTES) {
             let started = std::time::Instant::now();
-            let mut snapshot: Vec<LogRecord> = self.machine.snapshot_records();
-            snapshot.extend(self.membership.snapshot_records());
-            self.log.compact(&snapshot)?;
+            // Encoded straight from the state (cloning it first was half the time).
+            let members = self.membership.snapshot_records();
+            let mut records = 0u64;
+            let snapshot = (self.machine.snapshot().map(RecordRef::Snapshot))
+                .chain(members.iter().map(RecordRef::Record))
+                .inspect(|_| records += 1);
+            self.log.compact_from(snapshot)?;
             // Nothing waits (the batch was released above); positions restart in the new file.
             self.barrier.clear(self.log.synced());
             let took = started.elapsed();
             info!(
                 generation = self.log.generation(),
-                records = snapshot.len(),
+                records,
                 log_bytes_before = len,
                 took_ms = took.as_millis() as u64,
                 "log compacted"

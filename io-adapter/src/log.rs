@@ -18,7 +18,7 @@ use std::io::{self, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use dataplane_core::log::LogRecord;
+use dataplane_core::log::{LogRecord, RecordRef};
 use dataplane_core::storage::{self, FileSystem, FsErrorKind, LogStore, StorageError};
 
 pub use dataplane_core::storage::{
@@ -77,6 +77,15 @@ impl DurableLog {
     /// Replaces the whole log by `snapshot` as a new generation ([`LogStore::compact`]).
     pub fn compact(&mut self, snapshot: &[LogRecord]) -> Result<(), LogError> {
         self.store.compact(&mut self.fs, snapshot)
+    }
+
+    /// [`DurableLog::compact`] with borrowed records, encoded as they come
+    /// ([`LogStore::compact_from`]).
+    pub fn compact_from<'a>(
+        &mut self,
+        snapshot: impl IntoIterator<Item = RecordRef<'a>>,
+    ) -> Result<(), LogError> {
+        self.store.compact_from(&mut self.fs, snapshot)
     }
 
     /// Whether it is time to compact ([`LogStore::compaction_due`]).

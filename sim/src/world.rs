@@ -22,7 +22,7 @@ use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::host::{Host, HostConfig, SessionConfig};
 use dataplane_core::ids::{Address, NodeId};
 use dataplane_core::link::ClusterKey;
-use dataplane_core::log::LogRecord;
+use dataplane_core::log::{LogRecord, RecordRef};
 use dataplane_core::membership::{Admitted, Membership};
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
 use dataplane_core::routes::Routes;
@@ -1839,7 +1839,7 @@ impl World {
     /// dies before one of its steps.
     fn maybe_compact(&mut self) {
         let d = &self.directory;
-        let (Some(log), Some(machine)) = (d.log.as_ref(), d.machine.as_ref()) else {
+        let (Some(log), true) = (d.log.as_ref(), d.machine.is_some()) else {
             return;
         };
         if !d.unsynced_steps.is_empty()
@@ -1848,16 +1848,18 @@ impl World {
         {
             return;
         }
-        let mut snapshot = machine.snapshot_records();
-        snapshot.extend(d.membership.snapshot_records());
         if self.phase == Phase::Faulty && self.disk_rng.chance(self.options.disk.compaction_crash) {
             self.directory.fs.crash_before_step = Some(self.disk_rng.below(COMPACTION_STEPS));
         }
         let d = &mut self.directory;
-        let Some(log) = d.log.as_mut() else {
+        let (Some(log), Some(machine)) = (d.log.as_mut(), d.machine.as_ref()) else {
             return;
         };
-        let result = log.compact(&mut d.fs, &snapshot);
+        // As the node does it: encoded straight from the machine's state.
+        let members = d.membership.snapshot_records();
+        let snapshot = (machine.snapshot().map(RecordRef::Snapshot))
+            .chain(members.iter().map(RecordRef::Record));
+        let result = log.compact_from(&mut d.fs, snapshot);
         d.fs.crash_before_step = None;
         match result {
             Ok(()) => {

@@ -13,6 +13,7 @@ use crate::ids::{
 };
 use crate::log::{
     Entry, LogRecord, Mutation, OperationRecord, Outcome, RequestKey, Reservation, SnapshotRecord,
+    SnapshotRecordRef,
 };
 use crate::path::DataPath;
 
@@ -733,62 +734,63 @@ impl DurableState {
     /// The compaction of this state: records whose replay from an empty state yields a state
     /// equal to this one.
     pub fn snapshot_records(&self) -> Vec<LogRecord> {
-        let mut records = Vec::with_capacity(
-            1 + self.entries.len()
-                + self.operations.len()
-                + self.reservations.len()
-                + self.obligations.len()
-                + self.node_floors.len()
-                + self.issuers.len(),
-        );
-        let snap = LogRecord::Snapshot;
-        records.push(snap(SnapshotRecord::Header {
+        self.snapshot()
+            .map(|record| LogRecord::Snapshot(record.to_record()))
+            .collect()
+    }
+
+    /// [`DurableState::snapshot_records`] borrowed from the state, in the same order: what a
+    /// compaction encodes (without cloning the state).
+    pub fn snapshot(&self) -> impl Iterator<Item = SnapshotRecordRef<'_>> + '_ {
+        let header = SnapshotRecordRef::Header {
             epoch: self.epoch,
             next_revision: self.next_revision,
-        }));
-        for (path, entry) in self.entries.iter() {
-            records.push(snap(SnapshotRecord::Entry {
-                path: path.clone(),
-                entry: entry.clone(),
-            }));
-        }
-        for (operation, record) in &self.operations {
-            records.push(snap(SnapshotRecord::Operation {
-                operation: *operation,
-                record: record.clone(),
-            }));
-        }
-        for (path, reservation) in &self.reservations {
-            records.push(snap(SnapshotRecord::Reservation {
-                path: path.clone(),
-                reservation: reservation.clone(),
-            }));
-        }
-        for (node, incarnation) in &self.node_floors {
-            records.push(snap(SnapshotRecord::NodeFloor {
-                node: *node,
-                incarnation: *incarnation,
-            }));
-        }
-        for (issuer, row) in &self.issuers {
-            if row.horizon > 0 {
-                records.push(snap(SnapshotRecord::Horizon {
+        };
+        let entries = self
+            .entries
+            .iter()
+            .map(|(path, entry)| SnapshotRecordRef::Entry { path, entry });
+        let operations =
+            self.operations
+                .iter()
+                .map(|(operation, record)| SnapshotRecordRef::Operation {
+                    operation: *operation,
+                    record,
+                });
+        let reservations = self
+            .reservations
+            .iter()
+            .map(|(path, reservation)| SnapshotRecordRef::Reservation { path, reservation });
+        let floors =
+            self.node_floors
+                .iter()
+                .map(|(node, incarnation)| SnapshotRecordRef::NodeFloor {
+                    node: *node,
+                    incarnation: *incarnation,
+                });
+        let horizons =
+            self.issuers
+                .iter()
+                .filter(|(_, row)| row.horizon > 0)
+                .map(|(issuer, row)| SnapshotRecordRef::Horizon {
                     issuer: *issuer,
                     below: row.horizon,
-                }));
-            }
-        }
-        for (key, fence) in self.obligations_in_order() {
-            records.push(snap(match key {
-                ObligationKey::Retire(source) => SnapshotRecord::Retirement { source },
-                ObligationKey::Displace(endpoint, incarnation) => SnapshotRecord::Displacement {
-                    endpoint,
-                    incarnation,
-                    fence: fence.cloned(),
-                },
-            }));
-        }
-        records
+                });
+        let obligations = self.obligations_in_order().map(|(key, fence)| match key {
+            ObligationKey::Retire(source) => SnapshotRecordRef::Retirement { source },
+            ObligationKey::Displace(endpoint, incarnation) => SnapshotRecordRef::Displacement {
+                endpoint,
+                incarnation,
+                fence,
+            },
+        });
+        core::iter::once(header)
+            .chain(entries)
+            .chain(operations)
+            .chain(reservations)
+            .chain(floors)
+            .chain(horizons)
+            .chain(obligations)
     }
 
     /// Checks the store invariants (SPEC §3.2, S1, S2, reservation exclusivity). Returns the

@@ -36,7 +36,7 @@ use crate::effect::{Effect, Outbox, Timer};
 pub use crate::error::InputError;
 use crate::error::{Limit, NamespaceError, Reason};
 use crate::ids::{Address, AuthorityEpoch, Issuer, OperationId, Revision};
-use crate::log::{LogRecord, Outcome, Rejection, RejectionKind, RequestKey};
+use crate::log::{LogRecord, Outcome, Rejection, RejectionKind, RequestKey, SnapshotRecordRef};
 use crate::path::DataPath;
 use crate::time::{Duration, Instant};
 use crate::wire::{
@@ -526,6 +526,12 @@ impl Directory {
     /// The records a compaction writes: replaying them rebuilds this durable state.
     pub fn snapshot_records(&self) -> Vec<LogRecord> {
         self.durable.snapshot_records()
+    }
+
+    /// The same records borrowed from the state, in the same order: what a compaction
+    /// encodes ([`crate::storage::LogStore::compact_from`]), without cloning the state.
+    pub fn snapshot(&self) -> impl Iterator<Item = SnapshotRecordRef<'_>> + '_ {
+        self.durable.snapshot()
     }
 
     /// Checks every invariant of the directory (store validity, S1, S14, runtime/durable

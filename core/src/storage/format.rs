@@ -7,7 +7,9 @@
 
 use core::fmt;
 
-use crate::log::{FRAME_HEADER_BYTES, LogRecord, TailDefect, append_record, decode_log};
+use crate::log::{
+    FRAME_HEADER_BYTES, LogRecord, RecordRef, TailDefect, append_record_ref, decode_log,
+};
 use crate::wire::EncodeError;
 
 use super::StorageError;
@@ -351,8 +353,17 @@ pub fn encode_into(
     record: &LogRecord,
     max: usize,
 ) -> Result<usize, RecordError> {
+    encode_ref_into(buf, &RecordRef::Record(record), max)
+}
+
+/// [`encode_into`] of the record `record` stands for.
+pub fn encode_ref_into(
+    buf: &mut Vec<u8>,
+    record: &RecordRef<'_>,
+    max: usize,
+) -> Result<usize, RecordError> {
     let start = buf.len();
-    let frame = append_record(buf, record).map_err(|e| match e {
+    let frame = append_record_ref(buf, record).map_err(|e| match e {
         EncodeError::TooLarge { len, max } => RecordError::TooLarge { len, max },
         EncodeError::Serialize(reason) => RecordError::Encode(reason),
     })?;
@@ -372,6 +383,22 @@ pub fn snapshot_image(
     records: &[LogRecord],
     max_record_bytes: usize,
 ) -> Result<Vec<u8>, RecordError> {
+    snapshot_image_of(
+        id,
+        generation,
+        records.iter().map(RecordRef::Record),
+        max_record_bytes,
+    )
+}
+
+/// [`snapshot_image`] of the records `records` stand for, encoded as they come (a compaction
+/// borrows them from the live state rather than building them).
+pub fn snapshot_image_of<'a>(
+    id: DataDirId,
+    generation: u64,
+    records: impl IntoIterator<Item = RecordRef<'a>>,
+    max_record_bytes: usize,
+) -> Result<Vec<u8>, RecordError> {
     let mut image = Vec::new();
     build_header(
         &SNAPSHOT_MAGIC,
@@ -379,8 +406,10 @@ pub fn snapshot_image(
         &mut image,
     );
     debug_assert_eq!(image.len(), SNAPSHOT_HEADER_BYTES);
+    let mut count = 0u64;
     for record in records {
-        encode_into(&mut image, record, max_record_bytes)?;
+        encode_ref_into(&mut image, &record, max_record_bytes)?;
+        count += 1;
     }
     let body = &image[SNAPSHOT_HEADER_BYTES..];
     let body_crc = crc32c(body);
@@ -388,7 +417,7 @@ pub fn snapshot_image(
     let marker_start = image.len();
     image.extend_from_slice(&SNAPSHOT_END_MAGIC);
     image.extend_from_slice(&generation.to_le_bytes());
-    image.extend_from_slice(&(records.len() as u64).to_le_bytes());
+    image.extend_from_slice(&count.to_le_bytes());
     image.extend_from_slice(&body_len.to_le_bytes());
     image.extend_from_slice(&body_crc.to_le_bytes());
     let marker_crc = crc32c(&image[marker_start..]);

@@ -258,13 +258,13 @@ mod tests;
 use core::fmt;
 
 use crate::limits::LOG_RECORD_BYTES_MAX;
-use crate::log::{LogRecord, TailDefect};
+use crate::log::{LogRecord, RecordRef, TailDefect};
 
 pub use format::{
     DataDirId, FORMAT_VERSION, HeaderError, IDENTITY_BYTES, LOG_HEADER_BYTES, LogHeader,
     MARK_BYTES, RecordError, SNAPSHOT_HEADER_BYTES, SNAPSHOT_TRAILER_BYTES, Scan, SnapshotProblem,
-    crc32c, encode_into, identity_image, log_file_records, mark, parse_identity, scan,
-    snapshot_image, verify_snapshot,
+    crc32c, encode_into, encode_ref_into, identity_image, log_file_records, mark, parse_identity,
+    scan, snapshot_image, snapshot_image_of, verify_snapshot,
 };
 
 /// The name of the identity file.
@@ -964,6 +964,16 @@ impl<F: FileSystem> LogStore<F> {
     /// positions restart after the new log's header. Everything written must be synced first
     /// ([`StorageError::Unsynced`] otherwise).
     pub fn compact(&mut self, fs: &mut F, snapshot: &[LogRecord]) -> Result<(), Error<F>> {
+        self.compact_from(fs, snapshot.iter().map(RecordRef::Record))
+    }
+
+    /// [`LogStore::compact`] with the records `snapshot` stands for, encoded as they come: a
+    /// directory compacts from [`RecordRef`]s borrowed from its state, never cloning it.
+    pub fn compact_from<'a>(
+        &mut self,
+        fs: &mut F,
+        snapshot: impl IntoIterator<Item = RecordRef<'a>>,
+    ) -> Result<(), Error<F>> {
         self.check_healthy()?;
         if self.written != self.synced {
             return Err(StorageError::Unsynced {
@@ -977,7 +987,7 @@ impl<F: FileSystem> LogStore<F> {
                 reason: "generation numbers exhausted".to_owned(),
             });
         };
-        let image = snapshot_image(self.id, next, snapshot, self.max_record_bytes)?;
+        let image = snapshot_image_of(self.id, next, snapshot, self.max_record_bytes)?;
         let salt = random_u64(fs);
         let salt = self.poison_on_error(salt)?;
         let header = LogHeader {
