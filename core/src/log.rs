@@ -1026,7 +1026,11 @@ mod tests {
             append_record(&mut a, &owned).unwrap();
             append_record_ref(&mut b, &by_ref).unwrap();
             assert_eq!(a, b, "framed {record:?}");
-            assert_eq!(decode_log(&b).records, std::slice::from_ref(&owned), "{record:?}");
+            assert_eq!(
+                decode_log(&b).records,
+                std::slice::from_ref(&owned),
+                "{record:?}"
+            );
             assert_eq!(borrowed(record).to_record(), *record);
             let whole = RecordRef::Record(&owned);
             assert_eq!(

@@ -66,6 +66,7 @@ use crate::net::{
 use dataplane_core::barrier::Barrier;
 use dataplane_core::membership::{Admitted, MemberRecord, Membership};
 use dataplane_core::routes::Routes;
+use dataplane_core::storage::Compacted;
 
 /// Transient node ids (clients that are not hosts) start here.
 pub const TRANSIENT_NODE_BASE: u64 = 1 << 40;
@@ -116,6 +117,15 @@ pub enum NodeError {
 impl fmt::Display for NodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            NodeError::Log(e @ LogError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::StorageFull =>
+            {
+                write!(
+                    f,
+                    "durable log: {e} (the node stops: its log cannot grow; free space on the \
+                     data directory's file system, then restart it)"
+                )
+            }
             NodeError::Log(e) => write!(
                 f,
                 "durable log: {e} (the node stops; restart it to recover)"
@@ -513,7 +523,20 @@ impl DirectoryNode {
             let snapshot = (self.machine.snapshot().map(RecordRef::Snapshot))
                 .chain(members.iter().map(RecordRef::Record))
                 .inspect(|_| records += 1);
-            self.log.compact_from(snapshot)?;
+            if let Compacted::Postponed(error) = self.log.compact_from(snapshot)? {
+                // The disk has no room for the snapshot: the log goes on as it was (it stops
+                // the node only when it cannot grow itself).
+                warn!(
+                    %error,
+                    log_bytes = len,
+                    "log compaction postponed: no room on the disk for the snapshot (the \
+                     directory goes on; free space on the data directory's file system)"
+                );
+                if let Some(metrics) = &self.metrics {
+                    metrics.compactions_postponed.inc();
+                }
+                return Ok(());
+            }
             // Nothing waits (the batch was released above); positions restart in the new file.
             self.barrier.clear(self.log.synced());
             let took = started.elapsed();

@@ -19,7 +19,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use dataplane_core::log::{LogRecord, RecordRef};
-use dataplane_core::storage::{self, FileSystem, FsErrorKind, LogStore, StorageError};
+use dataplane_core::storage::{self, Compacted, FileSystem, FsErrorKind, LogStore, StorageError};
 
 pub use dataplane_core::storage::{
     DataDirId, FORMAT_VERSION, HeaderError, IDENTITY_BYTES, LOG_HEADER_BYTES, LogHeader,
@@ -29,6 +29,8 @@ pub use dataplane_core::storage::{
 
 /// Why the log refused or failed an operation (core's error, with real paths).
 pub type LogError = StorageError<io::Error, PathBuf>;
+/// What a compaction of the real log did.
+pub type LogCompacted = Compacted<io::Error, PathBuf>;
 /// How [`DurableLog::open_with`] treats a directory.
 pub type LogOptions = storage::StorageOptions;
 /// Bytes recovery cut off the log, and why it was allowed to.
@@ -74,8 +76,9 @@ impl DurableLog {
         self.store.sync(&mut self.fs)
     }
 
-    /// Replaces the whole log by `snapshot` as a new generation ([`LogStore::compact`]).
-    pub fn compact(&mut self, snapshot: &[LogRecord]) -> Result<(), LogError> {
+    /// Replaces the whole log by `snapshot` as a new generation ([`LogStore::compact`]), or
+    /// postpones that when the disk has no room for it ([`Compacted::Postponed`]).
+    pub fn compact(&mut self, snapshot: &[LogRecord]) -> Result<LogCompacted, LogError> {
         self.store.compact(&mut self.fs, snapshot)
     }
 
@@ -84,7 +87,7 @@ impl DurableLog {
     pub fn compact_from<'a>(
         &mut self,
         snapshot: impl IntoIterator<Item = RecordRef<'a>>,
-    ) -> Result<(), LogError> {
+    ) -> Result<LogCompacted, LogError> {
         self.store.compact_from(&mut self.fs, snapshot)
     }
 
@@ -325,12 +328,23 @@ struct Faults {
     /// The steps attempted so far.
     #[cfg(test)]
     steps: Vec<&'static str>,
+    /// The injected failure is a full disk (`ENOSPC`) rather than an I/O error.
+    #[cfg(test)]
+    no_room: bool,
 }
 
 impl Faults {
     #[cfg(test)]
     fn check(&mut self, op: &'static str) -> io::Result<()> {
         if self.fail_at == Some(self.steps.len()) {
+            // Once: the failed step is not counted, so the next one would match too.
+            self.fail_at = None;
+            if self.no_room {
+                return Err(io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    format!("injected full disk before {op}"),
+                ));
+            }
             return Err(io::Error::other(format!("injected failure before {op}")));
         }
         self.steps.push(op);

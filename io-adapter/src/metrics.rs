@@ -250,6 +250,9 @@ pub struct DirectoryMetrics {
     pub log_generation: IntGauge,
     /// `dataplane_directory_compactions_total`: compactions of the log into a snapshot.
     pub compactions: IntCounter,
+    /// `dataplane_directory_compactions_postponed_total`: compactions that found no room on
+    /// the disk for their snapshot (the log goes on; they are tried again later).
+    pub compactions_postponed: IntCounter,
     /// `dataplane_directory_compaction_seconds`: how long each compaction held the directory
     /// (it serves nothing meanwhile).
     pub compaction_seconds: Histogram,
@@ -306,6 +309,12 @@ impl DirectoryMetrics {
                 r,
                 "dataplane_directory_compactions_total",
                 "Compactions of the log into a snapshot.",
+            ),
+            compactions_postponed: counter(
+                r,
+                "dataplane_directory_compactions_postponed_total",
+                "Compactions that found no room on the disk for their snapshot (the log goes \
+                 on; they are tried again once it grew by a snapshot's size).",
             ),
             compaction_seconds: histogram(
                 r,

@@ -22,7 +22,10 @@
 //!
 //! It also checks one rule of the protocol on its own: after an operation failed (the disk
 //! full, an `fsync` error, a crash injected), the process must stop — no later write, sync,
-//! rename or removal until the crash ([`SimFs::violation`]).
+//! rename or removal until the crash ([`SimFs::violation`]). One exception, since nothing
+//! recovery reads has changed then: a write that ran out of room in a compaction's temporary
+//! snapshot (`snapshot-<n>.tmp`). The process may go on, but its next change must be the
+//! removal of that file.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -167,6 +170,8 @@ pub struct SimFs {
     pub crash_before_step: Option<u64>,
     /// Set by the first failure; any later change is a violation.
     failed: Option<String>,
+    /// A compaction's temporary snapshot that ran out of room: the next change must remove it.
+    no_room_in: Option<String>,
     violation: Option<String>,
     /// What it did.
     pub stats: DiskStats,
@@ -197,6 +202,7 @@ impl SimFs {
             capacity: None,
             crash_before_step: None,
             failed: None,
+            no_room_in: None,
             violation: None,
             stats: DiskStats::default(),
         }
@@ -255,6 +261,22 @@ impl SimFs {
                  first storage failure"
             ));
         }
+        if let Some(temp) = &self.no_room_in
+            && self.violation.is_none()
+        {
+            self.violation = Some(format!(
+                "storage: {what} before removing {temp}, which ran out of room: a compaction \
+                 that found no room must remove its snapshot before anything else"
+            ));
+        }
+    }
+
+    /// The name of `file`, if it still has one.
+    fn name_of(&self, file: SimFile) -> Option<&str> {
+        self.names
+            .iter()
+            .find(|(_, inode)| **inode == file.inode)
+            .map(|(name, _)| name.as_str())
     }
 
     fn fail(&mut self, e: SimError) -> SimError {
@@ -345,6 +367,7 @@ impl SimFs {
         self.names = names.clone();
         self.durable_names = names;
         self.failed = None;
+        self.no_room_in = None;
         self.crash_before_step = None;
     }
 
@@ -550,7 +573,15 @@ impl FileSystem for SimFs {
         }
         if fits < bytes.len() {
             self.stats.full += 1;
-            return Err(self.fail(error(FsErrorKind::NoSpace, "write: ENOSPC (disk full)")));
+            let e = error(FsErrorKind::NoSpace, "write: ENOSPC (disk full)");
+            if let Some(name) = self.name_of(*file)
+                && name.starts_with("snapshot-")
+                && name.ends_with(".tmp")
+            {
+                self.no_room_in = Some(name.to_owned());
+                return Err(e);
+            }
+            return Err(self.fail(e));
         }
         Ok(())
     }
@@ -611,6 +642,9 @@ impl FileSystem for SimFs {
     }
 
     fn remove(&mut self, name: &str) -> Result<(), SimError> {
+        if self.no_room_in.as_deref() == Some(name) {
+            self.no_room_in = None;
+        }
         self.changing("a removal");
         if self.names.remove(name).is_none() {
             return Err(error(FsErrorKind::NotFound, format!("{name}: not found")));

@@ -26,7 +26,9 @@ use dataplane_core::log::{LogRecord, RecordRef};
 use dataplane_core::membership::{Admitted, Membership};
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
 use dataplane_core::routes::Routes;
-use dataplane_core::storage::{self, FsErrorKind, LogStore, StorageError, StorageOptions};
+use dataplane_core::storage::{
+    self, Compacted, FsErrorKind, LogStore, StorageError, StorageOptions,
+};
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{Envelope, Message};
 
@@ -252,6 +254,8 @@ pub struct Stats {
     pub compactions: u64,
     /// Compactions that died before one of their steps.
     pub compaction_crashes: u64,
+    /// Compactions the disk had no room for (the log went on without them).
+    pub compactions_postponed: u64,
     /// Writes that found the disk full (the node stopped).
     pub disk_full_stops: u64,
     /// Starts the storage protocol refused (damage at rest; the operator restored it).
@@ -1862,7 +1866,27 @@ impl World {
         let result = log.compact_from(&mut d.fs, snapshot);
         d.fs.crash_before_step = None;
         match result {
-            Ok(()) => {
+            Ok(Compacted::Postponed(error)) => {
+                // No room for the snapshot: the log goes on as it was, without the snapshot.
+                self.stats.compactions_postponed += 1;
+                self.checker.coverage.hit("disk.compaction_postponed");
+                self.trace.note(self.now, "disk", || {
+                    format!("compaction postponed: {error}")
+                });
+                self.check_disk();
+                let left: Vec<String> = (self.directory.fs.names())
+                    .filter(|name| name.starts_with("snapshot-") && name.ends_with(".tmp"))
+                    .map(str::to_owned)
+                    .collect();
+                if !left.is_empty() {
+                    self.checker.fail(
+                        self.now,
+                        format!("storage: a postponed compaction left {left:?} behind"),
+                    );
+                }
+                self.check_synced("a postponed compaction");
+            }
+            Ok(Compacted::Done) => {
                 d.barrier.clear(log.synced());
                 d.last_record_end = 0;
                 if !d.release_after.is_empty() {

@@ -396,6 +396,22 @@ pub trait FileSystem {
 
 /// The error of the protocol over the file system `F`.
 pub type Error<F> = StorageError<<F as FileSystem>::Error, <F as FileSystem>::Path>;
+
+/// What a compaction did ([`LogStore::compact`]).
+#[derive(Debug)]
+pub enum Compacted<E, P> {
+    /// The log is now the snapshot, as a new generation.
+    Done,
+    /// The file system had no room for the snapshot (`ENOSPC` while creating, writing or
+    /// syncing the temporary file, before anything recovery reads changed): that file is
+    /// removed, the generation in use is untouched and the log goes on, unpoisoned. The next
+    /// compaction is due once the log grew by the snapshot's size again. The error says what
+    /// ran out of room.
+    Postponed(StorageError<E, P>),
+}
+
+/// [`Compacted`] for the file system `F`.
+pub type CompactedOn<F> = Compacted<<F as FileSystem>::Error, <F as FileSystem>::Path>;
 /// An open log over the file system `F` and what its recovery found.
 pub type Opened<F> = (LogStore<F>, Recovered<<F as FileSystem>::Path>);
 
@@ -776,7 +792,18 @@ pub struct LogStore<F: FileSystem> {
     max_record_bytes: usize,
     /// Bytes of the snapshot the current generation started from (the compaction policy).
     snapshot_bytes: u64,
+    /// No compaction is due before the log reaches this position: a compaction that found no
+    /// room is tried again only once the log grew by its snapshot's size (0: no such wait).
+    compaction_after: u64,
     buf: Vec<u8>,
+}
+
+/// Whether `error` is the file system running out of room for a compaction's snapshot before
+/// it was renamed into place (so nothing recovery reads changed).
+fn no_room_for_the_snapshot<F: FileSystem>(error: &Error<F>) -> bool {
+    matches!(error, StorageError::Io { op, source, .. }
+        if F::kind(source) == FsErrorKind::NoSpace
+            && matches!(*op, "create snapshot temp" | "write snapshot temp" | "sync snapshot temp"))
 }
 
 /// Runs one file-system step that changes the files: first [`FileSystem::before`], then `f`;
@@ -951,19 +978,25 @@ impl<F: FileSystem> LogStore<F> {
 
     /// Whether it is time to compact: everything written is synced, and the log file holds at
     /// least `min_bytes` and at least twice the bytes of the snapshot its generation started
-    /// from.
+    /// from (and, after a compaction that found no room, a snapshot's size more than then).
     pub fn compaction_due(&self, min_bytes: u64) -> bool {
         !self.poisoned
             && self.written == self.synced
             && self.written >= min_bytes
             && self.written >= self.snapshot_bytes.saturating_mul(2)
+            && self.written >= self.compaction_after
     }
 
     /// Replaces the whole log by `snapshot` (records whose replay from nothing rebuilds the
     /// current durable state), crash-atomically, as a new generation whose log starts empty:
     /// positions restart after the new log's header. Everything written must be synced first
-    /// ([`StorageError::Unsynced`] otherwise).
-    pub fn compact(&mut self, fs: &mut F, snapshot: &[LogRecord]) -> Result<(), Error<F>> {
+    /// ([`StorageError::Unsynced`] otherwise). A file system without room for the snapshot
+    /// postpones it ([`Compacted::Postponed`]); any other failure poisons the log.
+    pub fn compact(
+        &mut self,
+        fs: &mut F,
+        snapshot: &[LogRecord],
+    ) -> Result<CompactedOn<F>, Error<F>> {
         self.compact_from(fs, snapshot.iter().map(RecordRef::Record))
     }
 
@@ -973,7 +1006,7 @@ impl<F: FileSystem> LogStore<F> {
         &mut self,
         fs: &mut F,
         snapshot: impl IntoIterator<Item = RecordRef<'a>>,
-    ) -> Result<(), Error<F>> {
+    ) -> Result<CompactedOn<F>, Error<F>> {
         self.check_healthy()?;
         if self.written != self.synced {
             return Err(StorageError::Unsynced {
@@ -995,7 +1028,25 @@ impl<F: FileSystem> LogStore<F> {
             generation: next,
             salt,
         };
-        let installed = recovery::install_generation(fs, &image, &header);
+        let installed = match recovery::install_generation(fs, &image, &header) {
+            Err(error) if no_room_for_the_snapshot::<F>(&error) => {
+                // Nothing recovery reads changed (the snapshot was not renamed into place):
+                // remove what was written of it, and go on with the log as it is.
+                let temp = snapshot_temp_name(next);
+                let removed = match step(fs, "remove snapshot temp", &temp, |fs| fs.remove(&temp)) {
+                    Err(StorageError::Io { source, .. })
+                        if F::kind(&source) == FsErrorKind::NotFound =>
+                    {
+                        Ok(())
+                    }
+                    other => other,
+                };
+                self.poison_on_error(removed)?;
+                self.compaction_after = self.written.saturating_add(image.len() as u64);
+                return Ok(Compacted::Postponed(error));
+            }
+            other => other,
+        };
         let file = self.poison_on_error(installed)?;
 
         let old = self.generation;
@@ -1007,6 +1058,7 @@ impl<F: FileSystem> LogStore<F> {
         self.synced = self.written;
         self.allocated = self.written;
         self.snapshot_bytes = image.len() as u64;
+        self.compaction_after = 0;
 
         let (old_snapshot, old_log) = (snapshot_name(old), log_name(old));
         let cleanup = step(fs, "remove old snapshot", &old_snapshot, |fs| {
@@ -1014,7 +1066,8 @@ impl<F: FileSystem> LogStore<F> {
         })
         .and_then(|()| step(fs, "remove old log", &old_log, |fs| fs.remove(&old_log)))
         .and_then(|()| step(fs, "sync directory", "", |fs| fs.sync_dir()));
-        self.poison_on_error(cleanup)
+        self.poison_on_error(cleanup)?;
+        Ok(Compacted::Done)
     }
 
     fn check_healthy(&self) -> Result<(), Error<F>> {

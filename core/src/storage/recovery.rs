@@ -114,6 +114,7 @@ pub(super) fn open<F: FileSystem>(
         poisoned: false,
         max_record_bytes: LOG_RECORD_BYTES_MAX,
         snapshot_bytes: snapshot_bytes as u64,
+        compaction_after: 0,
         buf: Vec::new(),
     };
     if needs_mark {

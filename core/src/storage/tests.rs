@@ -510,3 +510,70 @@ fn a_full_disk_while_growing_the_log_poisons_it() {
     );
     assert!(matches!(log.sync(&mut fs), Err(StorageError::Poisoned)));
 }
+
+#[test]
+fn a_compaction_without_room_for_its_snapshot_is_postponed_and_the_log_goes_on() {
+    let (mut fs, mut log, mut records) = written(30);
+    let big: Vec<LogRecord> = (0..40).map(|i| record(100 + i)).collect();
+    let image = snapshot_image(log.id(), 1, &big, LOG_RECORD_BYTES_MAX).unwrap();
+    fs.room = Some(image.len() - 1);
+    let before: Vec<String> = fs.files.keys().cloned().collect();
+    let len = log.len_bytes();
+    assert!(log.compaction_due(0));
+
+    let outcome = log.compact(&mut fs, &big).unwrap();
+    let Compacted::Postponed(error) = outcome else {
+        panic!("compacted without room: {outcome:?}");
+    };
+    assert!(
+        matches!(&error, StorageError::Io { op: "write snapshot temp", source, .. }
+            if source.0 == FsErrorKind::NoSpace),
+        "{error}"
+    );
+    let after: Vec<String> = fs.files.keys().cloned().collect();
+    assert_eq!(after, before, "the snapshot's temporary file is removed");
+    assert!(!log.is_poisoned());
+    assert_eq!(log.generation(), 0);
+    assert!(
+        !log.compaction_due(0),
+        "not due again before the log grew by the snapshot's size"
+    );
+
+    // The log goes on: what it takes now is durable and recovered.
+    fs.room = None;
+    while log.len_bytes() < len + image.len() as u64 {
+        let r = record(500 + records.len() as u64);
+        log.append(&mut fs, &r).unwrap();
+        records.push(r);
+    }
+    log.sync(&mut fs).unwrap();
+    assert!(log.compaction_due(0), "due again once the log grew by it");
+    let (_, recovered) = open(&mut fs).unwrap();
+    assert_eq!(recovered.records, records);
+    assert_eq!(recovered.generation, 0);
+
+    // With room, the same compaction happens.
+    let (mut log, _) = open(&mut fs).unwrap();
+    assert!(matches!(
+        log.compact(&mut fs, &big).unwrap(),
+        Compacted::Done
+    ));
+    let (_, recovered) = open(&mut fs).unwrap();
+    assert_eq!(recovered.records, big);
+}
+
+#[test]
+fn no_room_after_the_snapshot_is_in_place_still_poisons_the_log() {
+    let (mut fs, mut log, _) = written(30);
+    let snap = snapshot();
+    let image = snapshot_image(log.id(), 1, &snap, LOG_RECORD_BYTES_MAX).unwrap();
+    // Room for the snapshot, not for the new log's header.
+    fs.room = Some(image.len());
+    let error = log.compact(&mut fs, &snap).unwrap_err();
+    assert!(
+        matches!(&error, StorageError::Io { op: "write log header", source, .. }
+            if source.0 == FsErrorKind::NoSpace),
+        "{error}"
+    );
+    assert!(log.is_poisoned());
+}

@@ -753,6 +753,45 @@ fn compaction_steps() -> Vec<&'static str> {
 }
 
 #[test]
+fn a_full_disk_before_the_snapshot_is_in_place_postpones_the_compaction() {
+    let steps = compaction_steps();
+    let renamed = steps.iter().position(|s| *s == "rename snapshot").unwrap();
+    let old = records(0..3);
+    for (fail, step) in steps.iter().enumerate() {
+        let scratch = Scratch::new("full-compact");
+        let mut log = old_state(&scratch, &old);
+        log.fs.faults.fail_at = Some(log.fs.faults.steps.len() + fail);
+        log.fs.faults.no_room = true;
+        let outcome = log.compact(&snapshot(2));
+        log.fs.faults.fail_at = None;
+        if fail > renamed || *step == "rename snapshot" {
+            // The new generation may be in place: only stopping is safe.
+            assert!(
+                matches!(outcome, Err(LogError::Io { .. })),
+                "{step}: {outcome:?}"
+            );
+            assert!(log.is_poisoned(), "{step}");
+            continue;
+        }
+        assert!(
+            matches!(&outcome, Ok(Compacted::Postponed(LogError::Io { op, .. })) if op == step),
+            "{step}: {outcome:?}"
+        );
+        assert!(!log.is_poisoned(), "{step}");
+        assert_eq!(scratch.names(), ["log-0", "snapshot-0"], "{step}");
+        // The log goes on, and a reopen finds everything.
+        log.append(&record(9)).unwrap();
+        log.sync().unwrap();
+        drop(log);
+        let (_, recovered) = open(&scratch);
+        let mut expected = old.clone();
+        expected.push(record(9));
+        assert_eq!(recovered.records, expected, "{step}");
+        assert_eq!(recovered.generation, 0, "{step}");
+    }
+}
+
+#[test]
 fn a_crash_at_every_step_of_compaction_recovers_old_or_new_never_a_mix() {
     let steps = compaction_steps();
     assert_eq!(

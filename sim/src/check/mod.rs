@@ -178,6 +178,7 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "fault.rot",
     "storage.refused_damage",
     "disk.compacted",
+    "disk.compaction_postponed",
     "membership.booted",
     "membership.restarted",
     "conns.reconnected",
