@@ -168,6 +168,10 @@ pub struct SimFs {
     pub capacity: Option<usize>,
     /// Fail the step that many `before` calls from now (the process dies before it).
     pub crash_before_step: Option<u64>,
+    /// Fail the step that many `before` calls from now for lack of room (`ENOSPC`), if it is
+    /// one that takes room (a create, write, sync or preallocation): a disk that fills up at
+    /// any step of a compaction, not only where the full-disk episodes' few KiB run out.
+    pub no_room_before_step: Option<u64>,
     /// Set by the first failure; any later change is a violation.
     failed: Option<String>,
     /// A compaction's temporary snapshot that ran out of room: the next change must remove it.
@@ -201,6 +205,7 @@ impl SimFs {
             fsync_failure: Ratio::ZERO,
             capacity: None,
             crash_before_step: None,
+            no_room_before_step: None,
             failed: None,
             no_room_in: None,
             violation: None,
@@ -369,6 +374,7 @@ impl SimFs {
         self.failed = None;
         self.no_room_in = None;
         self.crash_before_step = None;
+        self.no_room_before_step = None;
     }
 
     /// Damages the disk at rest (the node is down) where the design promises that recovery
@@ -642,7 +648,7 @@ impl FileSystem for SimFs {
     }
 
     fn remove(&mut self, name: &str) -> Result<(), SimError> {
-        if self.no_room_in.as_deref() == Some(name) {
+        if self.no_room_in.is_some() && name.starts_with("snapshot-") && name.ends_with(".tmp") {
             self.no_room_in = None;
         }
         self.changing("a removal");
@@ -674,6 +680,25 @@ impl FileSystem for SimFs {
     }
 
     fn before(&mut self, op: &'static str) -> Result<(), SimError> {
+        match &mut self.no_room_before_step {
+            Some(0) => {
+                self.no_room_before_step = None;
+                let takes_room = ["create", "write", "sync", "preallocate"]
+                    .iter()
+                    .any(|verb| op.starts_with(verb));
+                if takes_room {
+                    self.stats.full += 1;
+                    let e = error(FsErrorKind::NoSpace, format!("ENOSPC (disk full) at {op}"));
+                    if op.ends_with("snapshot temp") {
+                        self.no_room_in = Some("snapshot-<n>.tmp".to_owned());
+                        return Err(e);
+                    }
+                    return Err(self.fail(e));
+                }
+            }
+            Some(n) => *n -= 1,
+            None => {}
+        }
         match &mut self.crash_before_step {
             Some(0) => {
                 self.crash_before_step = None;

@@ -1855,6 +1855,14 @@ impl World {
         if self.phase == Phase::Faulty && self.disk_rng.chance(self.options.disk.compaction_crash) {
             self.directory.fs.crash_before_step = Some(self.disk_rng.below(COMPACTION_STEPS));
         }
+        // In seeds whose disk fills up, one compaction in four finds it full at one of its
+        // steps (before the rename: postponed; at or after it: the node stops).
+        if self.phase == Phase::Faulty
+            && self.options.disk.full_disk.is_some()
+            && self.disk_rng.chance(ratio(1, 4))
+        {
+            self.directory.fs.no_room_before_step = Some(self.disk_rng.below(COMPACTION_STEPS));
+        }
         let d = &mut self.directory;
         let (Some(log), Some(machine)) = (d.log.as_mut(), d.machine.as_ref()) else {
             return;
@@ -1865,6 +1873,7 @@ impl World {
             .chain(members.iter().map(RecordRef::Record));
         let result = log.compact_from(&mut d.fs, snapshot);
         d.fs.crash_before_step = None;
+        d.fs.no_room_before_step = None;
         match result {
             Ok(Compacted::Postponed(error)) => {
                 // No room for the snapshot: the log goes on as it was, without the snapshot.
