@@ -1,7 +1,9 @@
 //! The storage protocol of a directory node's durable log: append + `fdatasync` with group
 //! commit, compaction to a snapshot that is crash-atomic at every step, recovery that cuts a
 //! torn tail but refuses to cut acknowledged records, and fail-stop on any storage failure
-//! (DESIGN §3).
+//! (DESIGN §3) but one: a compaction whose snapshot finds no room on the disk before it is
+//! renamed into place is postponed ([`Compacted::Postponed`]), since nothing recovery reads
+//! changed and the log can go on.
 //!
 //! Every decision is here; the file operations are not. [`LogStore`] runs the protocol over a
 //! [`FileSystem`], a small trait over one data directory (list, create, read, append, sync,
@@ -412,6 +414,7 @@ pub enum Compacted<E, P> {
 
 /// [`Compacted`] for the file system `F`.
 pub type CompactedOn<F> = Compacted<<F as FileSystem>::Error, <F as FileSystem>::Path>;
+
 /// An open log over the file system `F` and what its recovery found.
 pub type Opened<F> = (LogStore<F>, Recovered<<F as FileSystem>::Path>);
 
