@@ -109,6 +109,17 @@ fn step_s() -> impl Strategy<Value = Step> {
 // Recovery helpers
 // ---------------------------------------------------------------------------------------------
 
+/// The durable state `records` replay to from nothing.
+fn replay(records: &[LogRecord], what: &str) -> Result<DurableState, TestCaseError> {
+    let mut state = DurableState::default();
+    for (i, record) in records.iter().enumerate() {
+        state.apply(record).map_err(|e| {
+            TestCaseError::fail(format!("{what} record {i} {record:?} refused: {e}"))
+        })?;
+    }
+    Ok(state)
+}
+
 /// Recovers a directory from `records`; returns it with its recovery effects.
 fn recover(records: &[LogRecord]) -> Result<(Directory, Vec<Effect>), TestCaseError> {
     let mut out = Outbox::new();
@@ -365,12 +376,7 @@ fn check(steps: &[Step], seed: u64) -> Result<(), TestCaseError> {
     // (c) Compaction.
     let live = d.dir.durable();
     let snapshot = d.dir.snapshot_records();
-    let mut compacted = DurableState::default();
-    for (i, record) in snapshot.iter().enumerate() {
-        compacted.apply(record).map_err(|e| {
-            TestCaseError::fail(format!("snapshot record {i} {record:?} refused: {e}"))
-        })?;
-    }
+    let compacted = replay(&snapshot, "snapshot")?;
     prop_assert!(
         compacted == *live,
         "snapshot replays to a different state\nsnapshot: {:?}\nlive: {:?}",
@@ -388,12 +394,7 @@ fn check(steps: &[Step], seed: u64) -> Result<(), TestCaseError> {
     .map_err(|e| TestCaseError::fail(format!("the compaction image: {e:?}")))?;
     let read_back = verify_snapshot(DataDirId(1), 2, &image)
         .map_err(|e| TestCaseError::fail(format!("the compaction image reads back: {e:?}")))?;
-    let mut from_image = DurableState::default();
-    for (i, record) in read_back.iter().enumerate() {
-        from_image.apply(record).map_err(|e| {
-            TestCaseError::fail(format!("image record {i} {record:?} refused: {e}"))
-        })?;
-    }
+    let from_image = replay(&read_back, "image")?;
     prop_assert!(
         from_image == *live,
         "the compaction image replays to a different state"
