@@ -183,6 +183,12 @@ fn nodes_log_and_serve_metrics_while_a_blob_moves() {
         value(&d, "dataplane_directory_compactions_total"),
         "{d}"
     );
+    // Served from the start (an operator alerts on it before the disk is full).
+    assert_eq!(
+        value(&d, "dataplane_directory_compactions_postponed_total"),
+        0.0,
+        "{d}"
+    );
     assert_eq!(
         value(&d, "dataplane_refusals_total{kind=\"not_a_hello\"}"),
         1.0,
