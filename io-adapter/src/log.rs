@@ -322,7 +322,7 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 /// [`Faults::check`]; a test can make the n-th next step fail (before it runs).
 #[derive(Debug, Default)]
 struct Faults {
-    /// Fail the step with this index in `steps`.
+    /// Fail the step with this index in `steps`, once.
     #[cfg(test)]
     fail_at: Option<usize>,
     /// The steps attempted so far.

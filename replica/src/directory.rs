@@ -22,7 +22,7 @@ use dataplane_core::directory::{Directory, DirectoryConfig, DurableState, Source
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::error::InputError;
 use dataplane_core::ids::{Address, AuthorityEpoch};
-use dataplane_core::log::LogRecord;
+use dataplane_core::log::{LogRecord, RecordRef};
 use dataplane_core::membership::Membership;
 use dataplane_core::time::Instant;
 use dataplane_core::wire::Message;
@@ -645,8 +645,11 @@ fn encode_snapshot(
     members: &Membership,
     addresses: &BTreeMap<ReplicaId, String>,
 ) -> Vec<u8> {
-    let mut records = committed.snapshot_records();
-    records.extend(members.snapshot_records());
+    // Borrowed from the state, not cloned: they encode as the `Vec<LogRecord>` decoded below.
+    let members = members.snapshot_records();
+    let records: Vec<RecordRef<'_>> = (committed.snapshot().map(RecordRef::Snapshot))
+        .chain(members.iter().map(RecordRef::Record))
+        .collect();
     postcard::to_allocvec(&(records, addresses)).expect("records always serialise")
 }
 
@@ -667,4 +670,62 @@ fn decode_snapshot(
         }
     }
     Ok((committed, members, addresses))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dataplane_core::ids::{Address, AuthorityEpoch, Issuer, NodeId, Revision};
+    use dataplane_core::log::{Entry, SnapshotRecord};
+    use dataplane_core::path::DataPath;
+    use dataplane_core::wire::SourceRecovery;
+
+    #[test]
+    fn a_snapshot_is_the_bytes_of_its_records_and_decodes_to_the_state() {
+        let source = Address::new(NodeId(2), 1, 3);
+        let mut committed = DurableState::default();
+        for record in [
+            SnapshotRecord::Header {
+                epoch: AuthorityEpoch(4),
+                next_revision: Revision(9),
+            },
+            SnapshotRecord::Entry {
+                path: DataPath::new("/a/b").unwrap(),
+                entry: Entry::Blob {
+                    length: 10,
+                    revision: Revision(8),
+                    recovery: SourceRecovery::Actor {
+                        actor: source,
+                        node: source.node,
+                        owner: None,
+                    },
+                },
+            },
+            SnapshotRecord::NodeFloor {
+                node: NodeId(2),
+                incarnation: 1,
+            },
+            SnapshotRecord::Horizon {
+                issuer: Issuer::of(source, 0),
+                below: 5,
+            },
+            SnapshotRecord::Retirement { source },
+        ] {
+            committed.apply(&LogRecord::Snapshot(record)).unwrap();
+        }
+        let mut members = Membership::default();
+        members.boot();
+        members.admit("127.0.0.1:7701", 11).unwrap();
+        let addresses = BTreeMap::from([(1, "127.0.0.1:7811".to_owned())]);
+
+        let data = encode_snapshot(&committed, &members, &addresses);
+        // The same bytes as the owned records' (what replicas wrote before, and decode).
+        let mut owned = committed.snapshot_records();
+        owned.extend(members.snapshot_records());
+        assert_eq!(data, postcard::to_allocvec(&(owned, &addresses)).unwrap());
+        let (state, read_members, read_addresses) = decode_snapshot(&data).unwrap();
+        assert!(state == committed);
+        assert_eq!(read_members, members);
+        assert_eq!(read_addresses, addresses);
+    }
 }

@@ -265,8 +265,8 @@ use crate::log::{LogRecord, RecordRef, TailDefect};
 pub use format::{
     DataDirId, FORMAT_VERSION, HeaderError, IDENTITY_BYTES, LOG_HEADER_BYTES, LogHeader,
     MARK_BYTES, RecordError, SNAPSHOT_HEADER_BYTES, SNAPSHOT_TRAILER_BYTES, Scan, SnapshotProblem,
-    crc32c, encode_into, encode_ref_into, identity_image, log_file_records, mark, parse_identity,
-    scan, snapshot_image, snapshot_image_of, verify_snapshot,
+    crc32c, encode_into, identity_image, log_file_records, mark, parse_identity, scan,
+    snapshot_image, snapshot_image_of, verify_snapshot,
 };
 
 /// The name of the identity file.
