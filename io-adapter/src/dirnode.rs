@@ -117,15 +117,30 @@ pub enum NodeError {
 impl fmt::Display for NodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            NodeError::Log(e @ LogError::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::StorageFull =>
-            {
-                write!(
+            // A restart alone does not help when the disk refuses every write: say what to
+            // mend first.
+            NodeError::Log(e @ LogError::Io { source, .. }) => match source.kind() {
+                std::io::ErrorKind::StorageFull => write!(
                     f,
                     "durable log: {e} (the node stops: its log cannot grow; free space on the \
                      data directory's file system, then restart it)"
-                )
-            }
+                ),
+                std::io::ErrorKind::ReadOnlyFilesystem => write!(
+                    f,
+                    "durable log: {e} (the node stops: the data directory's file system is \
+                     read-only, which a file system that hit an error often becomes (see the \
+                     kernel log); check it and make it writable, then restart the node)"
+                ),
+                std::io::ErrorKind::PermissionDenied => write!(
+                    f,
+                    "durable log: {e} (the node stops: its user may not change the data \
+                     directory; give it back the rights, then restart it)"
+                ),
+                _ => write!(
+                    f,
+                    "durable log: {e} (the node stops; restart it to recover)"
+                ),
+            },
             NodeError::Log(e) => write!(
                 f,
                 "durable log: {e} (the node stops; restart it to recover)"
@@ -793,5 +808,44 @@ mod tests {
         assert_eq!(m.boots(), 5);
         let (new, _) = m.admit("c:1", 1).unwrap();
         assert_eq!(new.member().node, NodeId(3));
+    }
+
+    /// A disk that refuses every write is not mended by a restart: the stop message says what
+    /// to mend (found by remounting a directory's ext4 file system read-only under put load:
+    /// it stopped, and every restart stopped again, saying "restart it to recover").
+    #[test]
+    fn a_stop_for_a_disk_that_refuses_writes_says_what_to_mend() {
+        let stop = |kind: std::io::ErrorKind| {
+            NodeError::Log(LogError::Io {
+                op: "write log",
+                path: PathBuf::from("/data/log/log-0"),
+                source: std::io::Error::from(kind),
+            })
+            .to_string()
+        };
+        let read_only = stop(std::io::ErrorKind::ReadOnlyFilesystem);
+        assert!(
+            read_only.contains("write log failed on /data/log/log-0"),
+            "{read_only}"
+        );
+        assert!(
+            read_only.contains("file system is read-only"),
+            "{read_only}"
+        );
+        assert!(!read_only.contains("restart it to recover"), "{read_only}");
+        let full = stop(std::io::ErrorKind::StorageFull);
+        assert!(full.contains("free space"), "{full}");
+        assert!(!full.contains("restart it to recover"), "{full}");
+        let denied = stop(std::io::ErrorKind::PermissionDenied);
+        assert!(
+            denied.contains("may not change the data directory"),
+            "{denied}"
+        );
+        // Any other failure (an EIO from a sync, say) is what a restart recovers from.
+        let other = stop(std::io::ErrorKind::Other);
+        assert!(
+            other.ends_with("(the node stops; restart it to recover)"),
+            "{other}"
+        );
     }
 }

@@ -28,7 +28,8 @@ plain line, `dataplane-node: MESSAGE`, whatever RUST_LOG says.";
 const DIRECTORY_ABOUT: &str = "\
 The authoritative namespace directory; its durable log and membership live in DIR.
 
-A failed fsync stops it (exit 70); restart it to recover from the log. On start it cuts a torn
+A failed write or fsync stops it (exit 70); restart it to recover from the log (a full or
+read-only file system must be mended first: the message says which). On start it cuts a torn
 tail (bytes written after the last sync) off the log and logs it. It refuses to start, changing
 no file, if the log is damaged where it had been synced, missing or emptied, from another data
 directory or of another format version (exit 65), or if another process has DIR open (exit
