@@ -82,7 +82,9 @@ impl Exit {
                  (dataplane)"
             }
             Exit::Conflict => {
-                "replaced, busy (a stream is active), or the wrong kind of entry (dataplane)"
+                "replaced, busy (a stream is active), the wrong kind of entry, or an operation \
+                 the directory will not take again (its id used for another request, or \
+                 forgotten) (dataplane)"
             }
             Exit::Usage => "usage: a wrong command line (see --help)",
             Exit::DataLost => {

@@ -238,7 +238,7 @@ pub enum DataPlaneError {
     Attachment(AttachmentFailure),
     /// The session is not running (not attached, or another child).
     SessionNotRunning,
-    /// The session or a namespace service failed.
+    /// The session failed (an answer it could not use, a binding it could not start).
     SessionFailed(Reason),
     /// The job context does not allow this access.
     Unauthorized {
@@ -303,6 +303,17 @@ pub enum DataPlaneError {
     /// file is no longer what was published: it changed, was replaced or was removed. No byte
     /// of the changed file is handed out; retrying cannot help, publishing the file again does.
     SourceChanged(DataPath),
+    /// The namespace failed the operation in a way with no host error of its own, typed so
+    /// that a caller can tell what a retry can mend: no directory answered
+    /// ([`NamespaceError::DirectoryUnavailable`]) or none answered in time
+    /// ([`NamespaceError::Timeout`]) pass with time; an operation id used for another
+    /// request ([`NamespaceError::OperationConflict`]) or forgotten
+    /// ([`NamespaceError::OperationExpired`]), a stream role already held or a stale
+    /// incarnation, the directory's revision space ([`NamespaceError::Storage`]) and a
+    /// breach of the protocol do not. Only those eight kinds are carried here (the others
+    /// have host errors: `From<NamespaceError>`). SPEC §2.4's H4 mapping folded them all
+    /// into `SessionFailed(text)`; ARCHITECTURE ("Errors are messages") says why they are typed.
+    Namespace(NamespaceError),
 }
 
 impl fmt::Display for DataPlaneError {
@@ -345,6 +356,10 @@ impl fmt::Display for DataPlaneError {
                 f,
                 "{p}: the file it was published from changed since (publish it again)"
             ),
+            DataPlaneError::Namespace(
+                e @ (NamespaceError::DirectoryUnavailable(_) | NamespaceError::Timeout),
+            ) => write!(f, "namespace unavailable: {e}"),
+            DataPlaneError::Namespace(e) => write!(f, "namespace refused: {e}"),
         }
     }
 }
@@ -352,7 +367,8 @@ impl fmt::Display for DataPlaneError {
 impl std::error::Error for DataPlaneError {}
 
 impl From<NamespaceError> for DataPlaneError {
-    /// The H4 mapping of SPEC §2.4.
+    /// The H4 mapping of SPEC §2.4, except that the namespace's own failures are typed
+    /// ([`DataPlaneError::Namespace`]) instead of folded into `SessionFailed`.
     fn from(error: NamespaceError) -> Self {
         match error {
             NamespaceError::PathNotFound(p) => DataPlaneError::PathNotFound(p),
@@ -378,9 +394,7 @@ impl From<NamespaceError> for DataPlaneError {
             | NamespaceError::OperationConflict(_)
             | NamespaceError::OperationExpired(_)
             | NamespaceError::DuplicateStreamRole { .. }
-            | NamespaceError::StaleIncarnation { .. }) => {
-                DataPlaneError::SessionFailed(Reason::new(other.to_string()))
-            }
+            | NamespaceError::StaleIncarnation { .. }) => DataPlaneError::Namespace(other),
         }
     }
 }
@@ -509,6 +523,7 @@ mod tests {
                 arena: 8,
             },
             DataPlaneError::SourceChanged(p),
+            DataPlaneError::Namespace(NamespaceError::Timeout),
         ]
     }
 
@@ -538,6 +553,7 @@ mod tests {
             DataPlaneError::BlobLost(_) => 21,
             DataPlaneError::BlobTooLarge { .. } => 22,
             DataPlaneError::SourceChanged(_) => 23,
+            DataPlaneError::Namespace(_) => 24,
         }
     }
 
@@ -545,7 +561,7 @@ mod tests {
     fn every_data_plane_error_reads_as_one_plain_line() {
         let all = every_data_plane_error();
         let seen: std::collections::BTreeSet<usize> = all.iter().map(variant).collect();
-        assert_eq!(seen.len(), 24, "every variant is listed once");
+        assert_eq!(seen.len(), 25, "every variant is listed once");
         for error in &all {
             assert_plain(&error.to_string());
         }
@@ -702,9 +718,54 @@ mod tests {
             DataPlaneError::from(NamespaceError::StreamActive(p.clone())),
             DataPlaneError::Busy(p)
         );
-        assert!(matches!(
+        assert_eq!(
             DataPlaneError::from(NamespaceError::Timeout),
-            DataPlaneError::SessionFailed(_)
-        ));
+            DataPlaneError::Namespace(NamespaceError::Timeout)
+        );
+    }
+
+    /// The namespace's own failures keep their kind on the way to the child: a caller can
+    /// tell "no directory answered" (wait and retry) from "this operation id was used for
+    /// another request" (a retry gets the same answer), which `SessionFailed(text)` hid.
+    #[test]
+    fn namespace_failures_without_a_host_error_stay_typed() {
+        let p = DataPath::new("/a").unwrap();
+        let op = OperationId(7);
+        let r = Reason::new("r");
+        let failures = [
+            NamespaceError::DirectoryUnavailable(r.clone()),
+            NamespaceError::Timeout,
+            NamespaceError::Storage(r.clone()),
+            NamespaceError::Protocol(r),
+            NamespaceError::OperationConflict(op),
+            NamespaceError::OperationExpired(op),
+            NamespaceError::DuplicateStreamRole {
+                path: p.clone(),
+                role: StreamRole::Source,
+            },
+            NamespaceError::StaleIncarnation {
+                path: p,
+                incarnation: StreamIncarnation {
+                    epoch: crate::ids::AuthorityEpoch(1),
+                    revision: crate::ids::Revision(2),
+                },
+            },
+        ];
+        for failure in failures {
+            let host = DataPlaneError::from(failure.clone());
+            assert_eq!(host, DataPlaneError::Namespace(failure.clone()));
+            // "unavailable" is said only of what passes with time.
+            let unavailable = matches!(
+                failure,
+                NamespaceError::DirectoryUnavailable(_) | NamespaceError::Timeout
+            );
+            let text = host.to_string();
+            assert_eq!(
+                text.starts_with("namespace unavailable: "),
+                unavailable,
+                "{text}"
+            );
+            assert!(text.ends_with(&failure.to_string()), "{text}");
+        }
     }
 }

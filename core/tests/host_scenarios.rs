@@ -1175,9 +1175,9 @@ fn a_publication_no_directory_ever_saw_fails_at_the_proxy_deadline() {
         matches!(
             &event,
             ChildEvent::Failed {
-                error: DataPlaneError::SessionFailed(reason),
+                error: DataPlaneError::Namespace(NamespaceError::DirectoryUnavailable(_)),
                 ..
-            } if reason.to_string().starts_with("directory unavailable")
+            }
         ),
         "{event:?}"
     );

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use dataplane_core::blob::{self, BlobAccess, BlobState, DigestKind, Expected};
-use dataplane_core::error::DataPlaneError;
+use dataplane_core::error::{DataPlaneError, NamespaceError};
 use dataplane_core::ids::{Address, Revision};
 use dataplane_core::path::{Access, DataPath, JobContext};
 use dataplane_core::time::{Duration, Instant};
@@ -111,6 +111,17 @@ fn failure_name(error: &DataPlaneError) -> &'static str {
         DataPlaneError::PathExists(_) => "host.fail.PathExists",
         DataPlaneError::Busy(_) => "host.fail.Busy",
         DataPlaneError::SessionFailed(_) => "host.fail.SessionFailed",
+        DataPlaneError::Namespace(e) => match e {
+            NamespaceError::DirectoryUnavailable(_) => "host.fail.Namespace.DirectoryUnavailable",
+            NamespaceError::Timeout => "host.fail.Namespace.Timeout",
+            NamespaceError::OperationExpired(_) => "host.fail.Namespace.OperationExpired",
+            NamespaceError::OperationConflict(_) => "host.fail.Namespace.OperationConflict",
+            NamespaceError::DuplicateStreamRole { .. } => "host.fail.Namespace.DuplicateStreamRole",
+            NamespaceError::StaleIncarnation { .. } => "host.fail.Namespace.StaleIncarnation",
+            NamespaceError::Storage(_) => "host.fail.Namespace.Storage",
+            NamespaceError::Protocol(_) => "host.fail.Namespace.Protocol",
+            _ => "host.fail.Namespace.other",
+        },
         DataPlaneError::LimitReached(_) => "host.fail.LimitReached",
         DataPlaneError::SourceChanged(_) => "host.fail.SourceChanged",
         _ => "host.fail.other",
@@ -196,6 +207,19 @@ fn unexplained(op: &Op, error: &DataPlaneError, explains: &Explanations) -> Opti
             Some("a file blob's file changed although no file changed in this run")
         }
         DataPlaneError::SessionNotRunning => Some("the running session said it was not running"),
+        // A host derives every op id from its node, incarnation and binding, and declares done
+        // only what was answered: the directory never has a reason to refuse one of its
+        // operations as a conflict or as forgotten, nor to run out of revisions or break the
+        // protocol. (Typed since these were folded into `SessionFailed`, which explained all.)
+        DataPlaneError::Namespace(NamespaceError::OperationConflict(_)) => {
+            Some("an honest host's op id was refused as used for another request")
+        }
+        DataPlaneError::Namespace(NamespaceError::OperationExpired(_)) => {
+            Some("an honest host's operation was refused as forgotten")
+        }
+        DataPlaneError::Namespace(NamespaceError::Storage(_) | NamespaceError::Protocol(_)) => {
+            Some("the namespace failed with storage or protocol")
+        }
         DataPlaneError::BlobTooLarge { length, arena }
             if length.saturating_add(dataplane_core::arena::BLOB_HEADER_BYTES) <= *arena =>
         {
@@ -1333,8 +1357,10 @@ impl Worker {
                     // A publication no directory ever saw, failed at the proxy's deadline.
                     if o.write.is_some()
                         && matches!(o.stage, Stage::Sealing(_))
-                        && matches!(&error, DataPlaneError::SessionFailed(reason)
-                            if reason.to_string().starts_with("directory unavailable"))
+                        && matches!(
+                            &error,
+                            DataPlaneError::Namespace(NamespaceError::DirectoryUnavailable(_))
+                        )
                     {
                         io.out
                             .notes

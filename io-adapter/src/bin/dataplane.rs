@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use dataplane_cli::Exit;
-use dataplane_core::error::{BlobFailure, DataPlaneError};
+use dataplane_core::error::{BlobFailure, DataPlaneError, NamespaceError};
 use dataplane_core::path::{DataPath, PathError};
 use dataplane_core::wire::{EntryKind, StreamRole};
 use dataplane_io::child::{ChildError, ChildSession, StreamOpen};
@@ -181,6 +181,27 @@ fn status(error: &DataPlaneError) -> Exit {
         | DataPlaneError::SourceFailure(_)
         | DataPlaneError::ArenaExhausted
         | DataPlaneError::LimitReached(_) => Exit::Temporary,
+        DataPlaneError::Namespace(e) => match e {
+            // No directory answered, or none in time: it passes.
+            NamespaceError::DirectoryUnavailable(_) | NamespaceError::Timeout => Exit::Temporary,
+            // The same request gets the same answer.
+            NamespaceError::OperationConflict(_)
+            | NamespaceError::OperationExpired(_)
+            | NamespaceError::DuplicateStreamRole { .. }
+            | NamespaceError::StaleIncarnation { .. } => Exit::Conflict,
+            // The directory's revision space is spent, or a peer broke the protocol; the
+            // other kinds have host errors of their own and never come here.
+            NamespaceError::Storage(_)
+            | NamespaceError::Protocol(_)
+            | NamespaceError::PathNotFound(_)
+            | NamespaceError::PathExists(_)
+            | NamespaceError::WrongEntryType { .. }
+            | NamespaceError::PathReplaced(_)
+            | NamespaceError::StreamActive(_)
+            | NamespaceError::SourceRecovery(_)
+            | NamespaceError::LimitReached(_)
+            | NamespaceError::BlobLost(_) => Exit::Software,
+        },
         // Nothing this client asks for can cause these: it never cancels, never streams, and
         // checks its leases itself.
         DataPlaneError::SessionNotRunning
