@@ -2619,12 +2619,23 @@ impl World {
         }
     }
 
-    /// Once the load stopped and every child on `host` closed, a new child must be served
-    /// (issue 11: tables drain, and new requests succeed within a bound).
-    fn maybe_probe(&mut self, host: usize) {
+    /// Once the load stopped, every child on `host` closed and the host is connected to the
+    /// directory, a new child must be served (issue 11: tables drain, and new requests
+    /// succeed within a bound). Connected: a connection attempt made before the heal may
+    /// hang until the host's handshake deadline (a stalled welcome, a directory that was
+    /// down), longer than a proxy's deadline; the liveness check requires every running host
+    /// to have been probed.
+    pub(crate) fn maybe_probe(&mut self, host: usize) {
         let h = &self.hosts[host];
         let quiet = h.workers.iter().all(|w| w.state == WorkerState::Closed);
-        if self.phase == Phase::Healed && h.up && h.machine.is_some() && quiet && !h.probed {
+        let connected = self.connected(h.node, DIRECTORY_NODE);
+        if self.phase == Phase::Healed
+            && h.up
+            && h.machine.is_some()
+            && quiet
+            && connected
+            && !h.probed
+        {
             self.hosts[host].probed = true;
             self.spawn_child(host, None, Worker::probe);
         }

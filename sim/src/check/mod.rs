@@ -1171,6 +1171,13 @@ impl Checker {
             if !host.agent.pending().is_empty() {
                 problems.push(format!("gone report of {} never acknowledged", host.node));
             }
+            if host.machine.is_some() && !host.probed {
+                problems.push(format!(
+                    "no probe ever ran on {}: it never had every child closed and its \
+                     connection to the directory up after the heal",
+                    host.node
+                ));
+            }
         }
         let proxies: Vec<(ProxyId, &dataplane_core::proxy::Proxy)> = view
             .hosts

@@ -696,6 +696,7 @@ impl World {
                     ),
                 );
             }
+            self.maybe_probe(host);
             return;
         }
         if incarnation <= h.incarnation {
@@ -711,6 +712,7 @@ impl World {
         }
         self.checker.coverage.hit("membership.restarted");
         self.finish_restart(host, incarnation);
+        self.maybe_probe(host);
     }
 
     /// Does what the directory's connection machine asked; `false` if the node stopped.
