@@ -196,3 +196,84 @@ fn a_host_opens_at_most_its_session_bound() {
         dataplane_core::limits::HOST_SESSIONS_MAX
     );
 }
+
+/// Ticks the host from `at` for up to `max` ticks (each at the instant it asks for) and
+/// returns the first horizon declaration it sends: its reply address, request id and horizon.
+fn next_declaration(
+    host: &mut Host,
+    mem: &mut Vec<u8>,
+    mut at: Instant,
+    max: usize,
+) -> Option<(Address, dataplane_core::ids::RequestId, u64)> {
+    let mut out = Outbox::new();
+    for _ in 0..max {
+        host.handle_timer(at, Timer::HostTick, mem, &mut out)
+            .unwrap();
+        let mut next = None;
+        for effect in out.take() {
+            match effect {
+                Effect::SetTimer {
+                    timer: Timer::HostTick,
+                    at: when,
+                } => next = Some(when),
+                Effect::Send {
+                    message: Message::ProxyCall(call),
+                    ..
+                } => {
+                    if let DirectoryRequest::OperationsDone { below, .. } = call.request {
+                        return Some((call.reply_to, call.request_id, below));
+                    }
+                }
+                _ => {}
+            }
+        }
+        at = next?;
+    }
+    None
+}
+
+/// The directory holds a declared horizon back while one of the host's operations is a live
+/// rendezvous and answers the horizon it applied, forgetting the rest: the host declares again
+/// after its next input, until the directory applied all of it. (Seed 862: the host took the
+/// declaration as standing, so on a quiet host the records above the stream were kept after
+/// the stream ended, for good.)
+#[test]
+fn a_declaration_the_directory_held_back_is_made_again() {
+    let config = HostConfig::new(NODE, 1, PROXY, 1 << 16);
+    let tick = config.tick;
+    let mut mem = vec![0u8; 1 << 16];
+    let mut out = Outbox::new();
+    let start = Instant::ZERO.saturating_add(Duration::from_secs(100));
+    let mut host = Host::new(config, start, &mut out);
+    let first = armed(&mut out).0.expect("a new host arms its tick");
+    let answer = |id, applied| {
+        Message::Reply(DirectoryReply {
+            request_id: id,
+            epoch: AuthorityEpoch(1),
+            body: ReplyBody::OperationsDone(Ok(applied)),
+        })
+    };
+    // The first declaration, applied in full. Its reply actor is allocated with it, which
+    // raises the horizon once more: a second declaration follows.
+    let (to, id, below) = next_declaration(&mut host, &mut mem, first, 100).expect("declared");
+    let mut now = first.saturating_add(tick);
+    host.handle_message(now, PROXY, to, answer(id, below), &mut mem, &mut out)
+        .unwrap();
+    let next = armed(&mut out).0.unwrap_or(now.saturating_add(tick));
+    let (to, id, below) = next_declaration(&mut host, &mut mem, next, 100).expect("declared");
+    // Held back below what was declared (a stream of the host's is a live rendezvous).
+    now = next.saturating_add(tick);
+    host.handle_message(now, PROXY, to, answer(id, below - 1), &mut mem, &mut out)
+        .unwrap();
+    let next = armed(&mut out).0.unwrap_or(now.saturating_add(tick));
+    let (to, id, again) = next_declaration(&mut host, &mut mem, next, 100)
+        .expect("the part held back is declared again");
+    assert_eq!(again, below);
+    // Applied in full: nothing more to declare, and the host goes idle.
+    now = next.saturating_add(tick);
+    host.handle_message(now, PROXY, to, answer(id, again), &mut mem, &mut out)
+        .unwrap();
+    let next = armed(&mut out).0.unwrap_or(now.saturating_add(tick));
+    assert_eq!(next_declaration(&mut host, &mut mem, next, 1_000), None);
+    assert!(!host.tick_armed());
+}

@@ -2791,7 +2791,9 @@ impl World {
     /// A host process starts again (a new boot nonce): it learns its incarnation from the
     /// directory's welcome (`conns`), and only then runs.
     fn restart_host(&mut self, host: usize) {
-        if self.hosts[host].up {
+        // Up, or restarting already (its link is saying hello; a second restart would put a
+        // new boot nonce beside the hello of the first, still in flight: seed 562).
+        if self.hosts[host].up || self.links[host].is_some() {
             return;
         }
         self.hosts[host].boot_nonce += 1;

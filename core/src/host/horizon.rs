@@ -112,21 +112,25 @@ impl Host {
     }
 
     /// The proxy's answer to a declaration. Whatever it says, the next one may go on a later
-    /// tick; an acknowledged horizon is remembered so an unchanged one is not sent again.
+    /// tick; the horizon the directory applied is remembered so an unchanged one is not sent
+    /// again.
     pub(super) fn horizon_reply(&mut self, reply: &DirectoryReply) {
         let r = &mut self.horizon;
-        let Some((id, below, _)) = r.in_flight else {
+        let Some((id, _, _)) = r.in_flight else {
             return;
         };
         if reply.request_id != id {
             return;
         }
         r.in_flight = None;
-        if let ReplyBody::OperationsDone(Ok(_)) = reply.body {
-            // The directory may keep its horizon lower while one of these operations is a
-            // live rendezvous (a child's stream): it keeps that record by itself, and the
-            // host never sends the open again, so the declaration stands as sent.
-            r.acknowledged = r.acknowledged.max(below);
+        if let ReplyBody::OperationsDone(Ok(applied)) = reply.body {
+            // The directory keeps its horizon lower while one of these operations is a live
+            // rendezvous (a child's stream) and answers the horizon it applied; it does not
+            // remember the rest of the declaration. So only what it applied counts: once the
+            // stream ends (an input, which wakes the tick), the next tick declares again.
+            // (Taking the declaration as standing left the records above the stream's op
+            // held until the host's horizon rose again: seed 862.)
+            r.acknowledged = r.acknowledged.max(applied);
         }
     }
 
