@@ -209,23 +209,13 @@ fn next_declaration(
     for _ in 0..max {
         host.handle_timer(at, Timer::HostTick, mem, &mut out)
             .unwrap();
-        let mut next = None;
-        for effect in out.take() {
-            match effect {
-                Effect::SetTimer {
-                    timer: Timer::HostTick,
-                    at: when,
-                } => next = Some(when),
-                Effect::Send {
-                    message: Message::ProxyCall(call),
-                    ..
-                } => {
-                    if let DirectoryRequest::OperationsDone { below, .. } = call.request {
-                        return Some((call.reply_to, call.request_id, below));
-                    }
-                }
-                _ => {}
-            }
+        let (next, answers) = armed(&mut out);
+        if let Some((to, reply)) = answers.into_iter().next() {
+            // `armed` answers a declaration with the horizon it declared.
+            let ReplyBody::OperationsDone(Ok(below)) = reply.body else {
+                unreachable!("armed answers declarations only")
+            };
+            return Some((to, reply.request_id, below));
         }
         at = next?;
     }
