@@ -106,15 +106,21 @@ fn attach_and_read(host: &mut Host, mem: &mut Vec<u8>, at: Instant, out: &mut Ou
     session
 }
 
+/// A new host with a 64 KiB arena at 100 s: its config, arena memory, start and the instant
+/// its first tick is armed for.
+fn new_host(out: &mut Outbox) -> (Host, HostConfig, Vec<u8>, Instant, Instant) {
+    let config = HostConfig::new(NODE, 1, PROXY, 1 << 16);
+    let start = Instant::ZERO.saturating_add(Duration::from_secs(100));
+    let host = Host::new(config.clone(), start, out);
+    let first = armed(out).0.expect("a new host arms its tick");
+    (host, config, vec![0u8; 1 << 16], start, first)
+}
+
 #[test]
 fn an_idle_host_stops_ticking_and_an_input_starts_it_again() {
-    let config = HostConfig::new(NODE, 1, PROXY, 1 << 16);
-    let tick = config.tick;
-    let mut mem = vec![0u8; 1 << 16];
     let mut out = Outbox::new();
-    let start = Instant::ZERO.saturating_add(Duration::from_secs(100));
-    let mut host = Host::new(config, start, &mut out);
-    let first = armed(&mut out).0.expect("a new host arms its tick");
+    let (mut host, config, mut mem, start, first) = new_host(&mut out);
+    let tick = config.tick;
     assert!(host.tick_armed());
 
     // Nothing to do but declare its (empty) horizon: the acknowledgement is an input, and the
@@ -136,13 +142,9 @@ fn an_idle_host_stops_ticking_and_an_input_starts_it_again() {
 
 #[test]
 fn a_busy_host_sleeps_until_its_next_deadline() {
-    let config = HostConfig::new(NODE, 1, PROXY, 1 << 16);
-    let (tick, guard) = (config.tick, config.call_guard);
-    let mut mem = vec![0u8; 1 << 16];
     let mut out = Outbox::new();
-    let start = Instant::ZERO.saturating_add(Duration::from_secs(100));
-    let mut host = Host::new(config, start, &mut out);
-    let first = armed(&mut out).0.expect("armed");
+    let (mut host, config, mut mem, start, first) = new_host(&mut out);
+    let (tick, guard) = (config.tick, config.call_guard);
     tick_until_idle(&mut host, &mut mem, first, true, 1_000);
     let later = start.saturating_add(Duration::from_secs(60));
     let session = attach_and_read(&mut host, &mut mem, later, &mut out);
@@ -229,13 +231,9 @@ fn next_declaration(
 /// the stream ended, for good.)
 #[test]
 fn a_declaration_the_directory_held_back_is_made_again() {
-    let config = HostConfig::new(NODE, 1, PROXY, 1 << 16);
-    let tick = config.tick;
-    let mut mem = vec![0u8; 1 << 16];
     let mut out = Outbox::new();
-    let start = Instant::ZERO.saturating_add(Duration::from_secs(100));
-    let mut host = Host::new(config, start, &mut out);
-    let first = armed(&mut out).0.expect("a new host arms its tick");
+    let (mut host, config, mut mem, _, first) = new_host(&mut out);
+    let tick = config.tick;
     let answer = |id, applied| {
         Message::Reply(DirectoryReply {
             request_id: id,

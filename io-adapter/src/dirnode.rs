@@ -114,37 +114,34 @@ pub enum NodeError {
     Io(String),
 }
 
+/// What a person must mend before a restart can help, after a stopped log's "the node stops":
+/// a restart alone does not help when the disk refuses every write.
+fn mend_first(e: &LogError) -> &'static str {
+    let LogError::Io { source, .. } = e else {
+        return "; restart it to recover";
+    };
+    match source.kind() {
+        std::io::ErrorKind::StorageFull => {
+            ": its log cannot grow; free space on the data directory's file system, then \
+             restart it"
+        }
+        std::io::ErrorKind::ReadOnlyFilesystem => {
+            ": the data directory's file system is read-only, which a file system that hit an \
+             error often becomes (see the kernel log); check it and make it writable, then \
+             restart the node"
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            ": its user may not change the data directory; give it back the rights, then \
+             restart it"
+        }
+        _ => "; restart it to recover",
+    }
+}
+
 impl fmt::Display for NodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            // A restart alone does not help when the disk refuses every write: say what to
-            // mend first.
-            NodeError::Log(e @ LogError::Io { source, .. }) => match source.kind() {
-                std::io::ErrorKind::StorageFull => write!(
-                    f,
-                    "durable log: {e} (the node stops: its log cannot grow; free space on the \
-                     data directory's file system, then restart it)"
-                ),
-                std::io::ErrorKind::ReadOnlyFilesystem => write!(
-                    f,
-                    "durable log: {e} (the node stops: the data directory's file system is \
-                     read-only, which a file system that hit an error often becomes (see the \
-                     kernel log); check it and make it writable, then restart the node)"
-                ),
-                std::io::ErrorKind::PermissionDenied => write!(
-                    f,
-                    "durable log: {e} (the node stops: its user may not change the data \
-                     directory; give it back the rights, then restart it)"
-                ),
-                _ => write!(
-                    f,
-                    "durable log: {e} (the node stops; restart it to recover)"
-                ),
-            },
-            NodeError::Log(e) => write!(
-                f,
-                "durable log: {e} (the node stops; restart it to recover)"
-            ),
+            NodeError::Log(e) => write!(f, "durable log: {e} (the node stops{})", mend_first(e)),
             NodeError::Refused(e) => {
                 write!(f, "directory refuses to start: {e}; no file was changed")?;
                 match e {

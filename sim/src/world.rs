@@ -2625,7 +2625,7 @@ impl World {
     /// hang until the host's handshake deadline (a stalled welcome, a directory that was
     /// down), longer than a proxy's deadline; the liveness check requires every running host
     /// to have been probed.
-    pub(crate) fn maybe_probe(&mut self, host: usize) {
+    fn maybe_probe(&mut self, host: usize) {
         let h = &self.hosts[host];
         let quiet = h.workers.iter().all(|w| w.state == WorkerState::Closed);
         let connected = self.connected(h.node, DIRECTORY_NODE);
