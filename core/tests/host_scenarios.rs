@@ -2244,6 +2244,74 @@ fn a_dying_childs_streams_are_retracted_and_closed_on_its_behalf() {
 }
 
 #[test]
+fn a_retraction_a_full_proxy_refused_is_handed_over_again() {
+    // Seed 1567's class: a child's stream open waits at the directory, the proxy is full when
+    // the child goes, so it refuses the host's `CancelStream` at once. The host must offer it
+    // again once the proxy has room: a refused retraction that was dropped left the open
+    // waiting at the directory for ever.
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    open_stream(&mut w, a, 1, "/data/p", StreamRole::Source, false);
+    w.run(1);
+    assert_eq!(w.dir().rendezvous_all().count(), 1);
+    // The directory is unreachable, and someone fills the proxy with retractions of its own
+    // (a retraction is refused only at twice the table's limit).
+    w.blackhole(|f| f.to == DIRECTORY);
+    let node = &w.cluster.nodes[N1];
+    let proxy = Address::new(node.id, node.incarnation, 0);
+    for i in 0..2 * dataplane_core::limits::PROXY_PENDING_MAX as u128 {
+        w.deliver(Frame {
+            from: INSPECTOR,
+            to: proxy,
+            message: Message::ProxyCall(DirectoryCall {
+                request_id: dataplane_core::ids::RequestId(i as u64 + 1),
+                reply_to: INSPECTOR,
+                request: DirectoryRequest::CancelStream {
+                    path: path("/data/fill"),
+                    operation: dataplane_testkit::dir::op(1_000_000 + i),
+                },
+            }),
+        });
+    }
+    // The child goes: its waiting open is retracted, and the full proxy refuses that.
+    let refusals = std::rc::Rc::new(std::cell::Cell::new(0u32));
+    let counter = refusals.clone();
+    w.tamper = Some(Box::new(move |f: &mut Frame| {
+        if let Message::Reply(r) = &f.message
+            && f.to != INSPECTOR
+            && matches!(
+                r.body,
+                ReplyBody::StreamCancelled(Err(NamespaceError::LimitReached(
+                    Limit::PendingRequests
+                )))
+            )
+        {
+            counter.set(counter.get() + 1);
+        }
+    }));
+    w.send(a, ChildRequest::Close);
+    w.run(2);
+    assert!(
+        (2..=4).contains(&refusals.get()),
+        "{} refusals in 2 s: offered again about once a second",
+        refusals.get()
+    );
+    assert_eq!(w.host(N1).handovers_pending(), 1);
+    // The directory comes back, the proxy drains, and the next offer is taken.
+    w.tamper = None;
+    w.heal();
+    w.run(3);
+    assert_eq!(
+        w.dir().rendezvous_all().count(),
+        0,
+        "the refused retraction was offered again and applied"
+    );
+    assert_eq!(w.host(N1).handovers_pending(), 0, "answered, so forgotten");
+    w.inspector.clear();
+}
+
+#[test]
 fn a_replacing_open_displaces_the_matched_stream() {
     let mut w = World::new(2);
     let (a, b, c) = (w.child(N1), w.child(N2), w.child(N2));

@@ -2692,11 +2692,26 @@ impl World {
         };
         let on_tick = matches!(input, MachineInput::Tick);
         if let MachineInput::Message(_, to, Message::Reply(reply)) = &input
+            && machine.handover_actor() == Some(to.actor)
+            && matches!(
+                reply.body.err(),
+                Some(dataplane_core::error::NamespaceError::LimitReached(_))
+            )
+        {
+            // A full proxy refused a retraction the host handed over (seed 1567's class).
+            self.checker.coverage.hit("host.handover_refused");
+        }
+        if let MachineInput::Message(_, to, Message::Reply(reply)) = &input
             && let Some(dataplane_core::error::NamespaceError::OperationExpired(op)) =
                 reply.body.err()
+            && !reply.body.kind().is_retraction()
         {
             // A host re-sends a call until its answer is definitive and replays nothing it
-            // finished: its operations are pruned only once it declared them done.
+            // finished: its operations are pruned only once it declared them done. Not a
+            // retraction it handed over: those do not hold its horizon back (the directory
+            // keeps a live rendezvous's and a held reservation's records whatever the
+            // horizon, and otherwise there is nothing left to undo; L1 and the reservation
+            // checks see anything left behind).
             self.checker.fail(
                 now,
                 format!(

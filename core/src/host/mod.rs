@@ -33,6 +33,7 @@
 
 mod control;
 mod files;
+mod handover;
 mod horizon;
 mod read;
 mod session;
@@ -40,9 +41,10 @@ mod source;
 mod streams;
 mod write;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 pub use files::{FileBlob, FileFacts, FileFault, FileTable, MemoryFiles, WithFiles};
+pub use handover::HANDOVER_RETRY;
 pub use horizon::HORIZON_PERIOD;
 pub use read::Transfer;
 
@@ -51,7 +53,7 @@ use crate::blob::{self, BlobState, DigestKind, Expected};
 use crate::effect::{Effect, Outbox, Timer};
 use crate::error::{DataPlaneError, InputError, NamespaceError, Reason};
 use crate::ids::{Address, NodeId, OperationId, RequestId, Revision};
-use crate::limits::{HOST_HANDED_OVER_MAX, HOST_OPERATIONS_MAX, HOST_SESSION_OPERATIONS_MAX};
+use crate::limits::{HOST_OPERATIONS_MAX, HOST_SESSION_OPERATIONS_MAX};
 use crate::path::{DataPath, JobContext};
 use crate::time::{Duration, Instant};
 use crate::wire::{Capability, ChildEvent, ChildOp, DirectoryCall, DirectoryRequest, Message};
@@ -390,9 +392,9 @@ pub struct Host {
     tickets: BTreeMap<TicketId, u64>,
     /// Running digests of transfers, by binding (see `read.rs`).
     hashers: BTreeMap<u64, blake3::Hasher>,
-    /// Retractions handed to the proxy when their binding finished; re-sent if it restarts.
-    handed_over: VecDeque<DirectoryRequest>,
-    next_handover_call: u64,
+    /// Retractions handed to the proxy when their binding finished, until answered (see
+    /// `handover.rs`).
+    handovers: handover::Handovers,
     /// Declaring operations done to the directory (see `horizon.rs`).
     horizon: horizon::Reporter,
     /// The time of the input being handled.
@@ -470,8 +472,7 @@ impl Host {
             next_file: 1,
             tickets: BTreeMap::new(),
             hashers: BTreeMap::new(),
-            handed_over: VecDeque::new(),
-            next_handover_call: 1,
+            handovers: handover::Handovers::default(),
             horizon: horizon::Reporter::default(),
             now,
             tick_at: None,
@@ -516,7 +517,8 @@ impl Host {
     }
 
     /// The earliest instant something timed falls due: an allocation's deadline, a
-    /// transfer's deadline or a chunk's timeout, a call's resend, the horizon call's guard,
+    /// transfer's deadline or a chunk's timeout, a call's resend, the next offer of refused
+    /// retractions, the horizon call's guard,
     /// the next horizon report while a horizon period has not passed since the last input.
     /// `None`: nothing is timed (the host is idle).
     fn next_deadline(&self, now: Instant) -> Option<Instant> {
@@ -539,6 +541,9 @@ impl Host {
             if let Some(call) = &b.call {
                 due(call.resend_at);
             }
+        }
+        if let Some(at) = self.handover_retry_at() {
+            due(at);
         }
         if let Some(at) = self.horizon_guard_at() {
             due(at);
@@ -677,6 +682,12 @@ impl Host {
             }
             return Ok(());
         }
+        if self.is_handover_actor(actor) {
+            if let Message::Reply(reply) = &message {
+                self.handover_reply(now, reply);
+            }
+            return Ok(());
+        }
         if self.sessions.contains_key(&actor) {
             return match message {
                 Message::FromChild(request) => {
@@ -782,6 +793,7 @@ impl Host {
         }
         self.timed
             .retain(|actor| self.bindings.get(actor).is_some_and(timed_work));
+        self.retry_handovers(now, out);
         self.report_horizon(now, out);
         // Sleep until the next deadline, at most once per tick period (a deadline is met
         // within one period, as with a fixed tick); idle once nothing is timed and a horizon
@@ -842,23 +854,7 @@ impl Host {
             }
             self.resend_call(now, actor, out);
         }
-        let handed: Vec<DirectoryRequest> = self.handed_over.iter().cloned().collect();
-        for request in handed {
-            let id = RequestId(self.next_handover_call);
-            self.next_handover_call += 1;
-            let reply_to = self.address(self.config.first_actor.saturating_sub(1));
-            let call = DirectoryCall {
-                request_id: id,
-                reply_to,
-                request,
-            };
-            out.send(self.config.proxy, Message::ProxyCall(call));
-        }
-        if !self.handed_over.is_empty() {
-            // Nobody listens at the hand-over address: give the proxy the cleanup again.
-            let reply_to = self.address(self.config.first_actor.saturating_sub(1));
-            out.send(self.config.proxy, Message::ProxyCancel { reply_to });
-        }
+        self.handovers_proxy_restarted(out);
     }
 
     // ------------------------------------------------------------------ shared helpers
@@ -1130,22 +1126,14 @@ impl Host {
             .reservation
             .or_else(|| reserving.then(|| self.op_id(actor, PURPOSE_RESERVE)));
         if let Some(reservation) = reservation {
-            // A reservation the write never consumed: release it, and remember it was handed
-            // over (re-sent if the proxy restarts before the directory saw it). The proxy
-            // keeps the release (a retraction) after the cancel below.
+            // A reservation the write never consumed: release it.
             let release = DirectoryRequest::ReleaseBlobReservation {
                 path: b.path.clone(),
                 operation: reservation,
             };
-            let call = DirectoryCall {
-                request_id: RequestId(u64::MAX),
-                reply_to: b.address,
-                request: release.clone(),
-            };
-            out.send(self.config.proxy, Message::ProxyCall(call));
-            self.hand_over(release);
+            self.hand_over(release, out);
         }
-        if b.call.is_some() || reservation.is_some() {
+        if b.call.is_some() {
             // Whatever the proxy still holds for this binding: drop it, keeping retractions.
             out.send(
                 self.config.proxy,
@@ -1165,33 +1153,16 @@ impl Host {
         self.maybe_closed(b.session, out);
     }
 
-    /// Sends `retraction` for binding `actor` (a stream's cancel or close on the child's
-    /// behalf), remembers it was handed over (re-sent if the proxy restarts) and lets the
-    /// proxy own it (the binding is going).
+    /// Hands `retraction` for binding `actor` (a stream's cancel or close on the child's
+    /// behalf) to the proxy, and drops whatever the proxy still holds for the binding (the
+    /// binding is going).
     fn retract(&mut self, actor: u64, retraction: DirectoryRequest, out: &mut Outbox) {
         let Some(b) = self.bindings.get(&actor) else {
             return;
         };
         let reply_to = b.address;
-        let call = DirectoryCall {
-            request_id: RequestId(u64::MAX),
-            reply_to,
-            request: retraction.clone(),
-        };
-        out.send(self.config.proxy, Message::ProxyCall(call));
         out.send(self.config.proxy, Message::ProxyCancel { reply_to });
-        self.hand_over(retraction);
-    }
-
-    fn hand_over(&mut self, retraction: DirectoryRequest) {
-        if self.handed_over.contains(&retraction) {
-            // Both endpoints of one stream on this host close the same rendezvous: once.
-            return;
-        }
-        if self.handed_over.len() == HOST_HANDED_OVER_MAX {
-            self.handed_over.pop_front();
-        }
-        self.handed_over.push_back(retraction);
+        self.hand_over(retraction, out);
     }
 
     // ------------------------------------------------------------------ accessors
@@ -1259,6 +1230,7 @@ impl Host {
     pub fn check_invariants(&self) -> Result<(), String> {
         self.arena.check_invariants()?;
         self.check_files()?;
+        self.check_handovers()?;
         // Sorted vectors, not maps: this walk runs after every step of the simulator's hosts,
         // which hold thousands of bindings in long runs.
         // (ring, the lease as the binding holds it, the binding): compared with the arena's

@@ -17,7 +17,8 @@
 //! * **The child goes** (it died, closed its session, or was revoked): a waiting open is
 //!   retracted (`CancelStream`) and a matched stream closed (`CloseStream`) on its behalf.
 //!   Both are retractions: handed to the proxy, which re-sends them until the directory
-//!   answers, and remembered by the host, which hands them over again if the proxy restarts.
+//!   answers, and kept by the host until then, which hands them over again if the proxy
+//!   restarts or was too full to take them (see `handover.rs`).
 
 use super::{Host, Kind, Phase, child_error};
 use crate::arena::ArenaMemory;
