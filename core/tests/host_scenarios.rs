@@ -2312,6 +2312,55 @@ fn a_retraction_a_full_proxy_refused_is_handed_over_again() {
 }
 
 #[test]
+fn an_open_a_full_proxy_refused_on_its_only_attempt_is_not_retracted() {
+    // No proxy ever dispatched it, so there is nothing at the directory to cancel: a
+    // retraction per refused open only loaded a proxy that was already full.
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    w.blackhole(|f| f.to == DIRECTORY);
+    let node = &w.cluster.nodes[N1];
+    let proxy = Address::new(node.id, node.incarnation, 0);
+    for i in 0..dataplane_core::limits::PROXY_PENDING_MAX as u64 {
+        w.deliver(Frame {
+            from: INSPECTOR,
+            to: proxy,
+            message: Message::ProxyCall(DirectoryCall {
+                request_id: dataplane_core::ids::RequestId(i + 1),
+                reply_to: INSPECTOR,
+                request: DirectoryRequest::Resolve {
+                    path: path("/data/fill"),
+                },
+            }),
+        });
+    }
+    let cancels = std::rc::Rc::new(std::cell::Cell::new(0u32));
+    let counter = cancels.clone();
+    w.tamper = Some(Box::new(move |f: &mut Frame| {
+        if let Message::ProxyCall(call) = &f.message
+            && matches!(call.request, DirectoryRequest::CancelStream { .. })
+        {
+            counter.set(counter.get() + 1);
+        }
+    }));
+    open_stream(&mut w, a, 1, "/data/p", StreamRole::Source, false);
+    match w.expect(a, is_failed) {
+        ChildEvent::Failed {
+            error: DataPlaneError::LimitReached(Limit::PendingRequests),
+            ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    w.run(2);
+    assert_eq!(cancels.get(), 0, "nothing to retract");
+    assert_eq!(w.host(N1).handovers_pending(), 0);
+    w.tamper = None;
+    w.heal();
+    w.run(2);
+    w.inspector.clear();
+}
+
+#[test]
 fn a_replacing_open_displaces_the_matched_stream() {
     let mut w = World::new(2);
     let (a, b, c) = (w.child(N1), w.child(N2), w.child(N2));

@@ -525,6 +525,12 @@ impl Options {
             // directory's tables are what this regime is about.
             host.think_mean = host.think_mean.max(Duration::from_millis(500));
             host.blob_max = host.blob_max.min(2_048);
+            // Every run's outputs outlive it (published blobs outlive their session), and
+            // hours of revocations and deaths make hundreds of runs: an arena of the other
+            // regimes fills with them, and the probe after the load is refused
+            // `ArenaExhausted`, rightly (seed 2961: 118 blobs of ended runs filled 117 KiB
+            // after 6,800 s). 2 MiB holds some 1,800 of the largest.
+            host.arena_size = host.arena_size.max(2 * 1024 * 1024);
         }
         // The storage faults (issue 12), drawn last so that every other draw of a seed stays.
         disk.compact_min_bytes = rng.range(4 * 1024, 64 * 1024);

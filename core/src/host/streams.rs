@@ -93,11 +93,13 @@ impl Host {
         self.call(now, actor, request, out);
     }
 
-    /// The answer to a stream binding's call (definitive, whatever it says).
+    /// The answer to a stream binding's call (definitive, whatever it says); `reached`: an
+    /// earlier attempt may have reached the directory (an earlier proxy dispatched it).
     pub(super) fn stream_reply(
         &mut self,
         actor: u64,
         body: ReplyBody,
+        reached: bool,
         mem: &mut dyn ArenaMemory,
         out: &mut Outbox,
     ) {
@@ -112,11 +114,16 @@ impl Host {
                 return;
             }
             (Phase::StreamOpening, ReplyBody::StreamOpened(Err(error))) => {
-                if super::is_unknown_outcome(Some(&error)) {
+                if super::is_unknown_outcome(Some(&error))
+                    && (reached || !super::never_dispatched(Some(&error)))
+                {
                     // The open may be waiting at the directory all the same (a copy an earlier
                     // proxy sent, or one the directory took before the proxy gave up): it is
                     // retracted, as for a child that goes (found by the swarm, seed 208: a
                     // proxy restart, the new proxy full, the old one's open parked for ever).
+                    // Not an open no proxy ever dispatched (a full proxy refused its only
+                    // attempt): under overload that was a retraction per refused open, for
+                    // nothing.
                     self.retract_stream(actor, out);
                 }
                 ChildEvent::Failed {

@@ -257,8 +257,8 @@ impl Host {
                 return;
             }
             // An open's answer is definitive, an unknown outcome included.
-            b.call = None;
-            self.stream_reply(actor, reply.body, mem, out);
+            let reached = b.call.take().is_some_and(|c| c.reached);
+            self.stream_reply(actor, reply.body, reached, mem, out);
             return;
         }
         let query = matches!(reply.body, ReplyBody::Resolved(_) | ReplyBody::LookedUp(_));
