@@ -2255,25 +2255,8 @@ fn a_retraction_a_full_proxy_refused_is_handed_over_again() {
     open_stream(&mut w, a, 1, "/data/p", StreamRole::Source, false);
     w.run(1);
     assert_eq!(w.dir().rendezvous_all().count(), 1);
-    // The directory is unreachable, and someone fills the proxy with retractions of its own
-    // (a retraction is refused only at twice the table's limit).
-    w.blackhole(|f| f.to == DIRECTORY);
-    let node = &w.cluster.nodes[N1];
-    let proxy = Address::new(node.id, node.incarnation, 0);
-    for i in 0..2 * dataplane_core::limits::PROXY_PENDING_MAX as u128 {
-        w.deliver(Frame {
-            from: INSPECTOR,
-            to: proxy,
-            message: Message::ProxyCall(DirectoryCall {
-                request_id: dataplane_core::ids::RequestId(i as u64 + 1),
-                reply_to: INSPECTOR,
-                request: DirectoryRequest::CancelStream {
-                    path: path("/data/fill"),
-                    operation: dataplane_testkit::dir::op(1_000_000 + i),
-                },
-            }),
-        });
-    }
+    // The directory is unreachable, and someone fills the proxy with retractions of its own.
+    fill_proxy_with_retractions(&mut w, N1);
     // The child goes: its waiting open is retracted, and the full proxy refuses that.
     let refusals = std::rc::Rc::new(std::cell::Cell::new(0u32));
     let counter = refusals.clone();
@@ -2308,6 +2291,59 @@ fn a_retraction_a_full_proxy_refused_is_handed_over_again() {
         "the refused retraction was offered again and applied"
     );
     assert_eq!(w.host(N1).handovers_pending(), 0, "answered, so forgotten");
+    w.inspector.clear();
+}
+
+/// Fills node `n`'s proxy with retractions (a retraction is refused only at twice the
+/// table's limit) while the directory is unreachable.
+fn fill_proxy_with_retractions(w: &mut World, n: usize) {
+    w.blackhole(|f| f.to == DIRECTORY);
+    let node = &w.cluster.nodes[n];
+    let proxy = Address::new(node.id, node.incarnation, 0);
+    for i in 0..2 * dataplane_core::limits::PROXY_PENDING_MAX as u128 {
+        w.deliver(Frame {
+            from: INSPECTOR,
+            to: proxy,
+            message: Message::ProxyCall(DirectoryCall {
+                request_id: dataplane_core::ids::RequestId(i as u64 + 1),
+                reply_to: INSPECTOR,
+                request: DirectoryRequest::CancelStream {
+                    path: path("/data/fill"),
+                    operation: dataplane_testkit::dir::op(1_000_000 + i),
+                },
+            }),
+        });
+    }
+}
+
+#[test]
+fn a_close_a_full_proxy_refused_is_handed_over_when_the_child_goes() {
+    // The child closes its matched stream; the full proxy refuses the close, which the binding
+    // would send again on its tick; the child dies first. The close must still reach the
+    // directory (it was dropped with the binding, leaving the rendezvous matched).
+    let mut w = World::new(2);
+    let (a, b) = (w.child(N1), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    open_stream(&mut w, a, 1, "/data/s", StreamRole::Source, false);
+    open_stream(&mut w, b, 1, "/data/s", StreamRole::Sink, false);
+    w.run(1);
+    matched(&mut w, a);
+    matched(&mut w, b);
+    assert_eq!(w.dir().rendezvous_all().count(), 1);
+    fill_proxy_with_retractions(&mut w, N1);
+    w.send(a, ChildRequest::CloseStream { op: ChildOp(1) });
+    assert!(w.take(a).is_empty(), "the close waits for the tick");
+    w.send(a, ChildRequest::Close);
+    assert_eq!(w.host(N1).handovers_pending(), 1, "handed over, refused");
+    w.heal();
+    w.run(3);
+    assert_eq!(
+        w.dir().rendezvous_all().count(),
+        0,
+        "the refused close reached the directory"
+    );
+    assert_eq!(w.host(N1).handovers_pending(), 0);
     w.inspector.clear();
 }
 

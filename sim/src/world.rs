@@ -2691,6 +2691,9 @@ impl World {
             _ => None,
         };
         let on_tick = matches!(input, MachineInput::Tick);
+        if let MachineInput::Message(_, to, Message::Reply(reply)) = &input {
+            self.checker.host_reply(now, machine, *to, reply);
+        }
         if let MachineInput::Message(_, to, Message::Reply(reply)) = &input
             && machine.handover_actor() == Some(to.actor)
             && matches!(

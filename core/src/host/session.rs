@@ -471,7 +471,20 @@ impl Host {
                     b.phase = Phase::Draining;
                 }
             }
-            Phase::StreamClosing => b.phase = Phase::Draining,
+            Phase::StreamClosing => {
+                // A close the proxy holds, it keeps (the cancel below hands it over); one a
+                // full proxy refused waits for the tick, which the binding will not see: it is
+                // handed over (it left the rendezvous matched at the directory before).
+                let refused = b
+                    .call
+                    .as_ref()
+                    .filter(|call| call.answered)
+                    .map(|call| call.request.clone());
+                b.phase = Phase::Draining;
+                if let Some(close) = refused {
+                    self.hand_over(close, out);
+                }
+            }
             // A control call's answer has nobody to go to: the child is gone.
             Phase::Reserving
             | Phase::Resolving

@@ -71,6 +71,36 @@ pub struct HostChecker {
     /// The allocations each host machine (by its first actor's address) had refused when last
     /// sampled: the count never goes down.
     refused: BTreeMap<Address, u64>,
+    /// Per node: the retractions its running incarnation handed over (see
+    /// `handovers_offered`).
+    handovers: BTreeMap<NodeId, HandoverBook>,
+}
+
+/// What one host incarnation handed over to its proxy, as seen on the wire.
+#[derive(Debug, Default)]
+struct HandoverBook {
+    incarnation: u64,
+    /// Offers not answered yet, by request id.
+    offered: BTreeMap<u64, DirectoryRequest>,
+    /// Offers a full proxy refused and the host has not made again: (the retraction, when).
+    refused: Vec<(DirectoryRequest, Instant)>,
+}
+
+impl HandoverBook {
+    fn of<'a>(
+        books: &'a mut BTreeMap<NodeId, HandoverBook>,
+        machine: &Host,
+    ) -> &'a mut HandoverBook {
+        let me = machine.address(0);
+        let book = books.entry(me.node).or_default();
+        if book.incarnation != me.incarnation {
+            *book = HandoverBook {
+                incarnation: me.incarnation,
+                ..HandoverBook::default()
+            };
+        }
+        book
+    }
 }
 
 impl HostChecker {
@@ -371,6 +401,57 @@ impl HostChecker {
                 .insert(call.reply_to, (*to, call.request.clone()));
         }
         Ok(())
+    }
+
+    /// The hand-over promise (ARCHITECTURE "Streams for programs"), as the wire shows it: a
+    /// retraction the host hands to its proxy when a binding ends is offered again, after a
+    /// full proxy refused it (`LimitReached`), until the proxy takes it. Here: the host's
+    /// offers (calls from its hand-over address); `handover_answered` sees the answers and
+    /// `at_end` fails a refusal never followed by another offer (seed 1567: a refused
+    /// `CancelStream` that nobody heard left an open parked at the directory for ever).
+    pub fn handovers_offered(&mut self, machine: &Host, effects: &[Effect]) {
+        let Some(actor) = machine.handover_actor() else {
+            return;
+        };
+        let from = machine.address(actor);
+        let book = HandoverBook::of(&mut self.handovers, machine);
+        for effect in effects {
+            if let Effect::Send {
+                message: Message::ProxyCall(call),
+                ..
+            } = effect
+                && call.reply_to == from
+            {
+                book.refused.retain(|(r, _)| *r != call.request);
+                book.offered.insert(call.request_id.0, call.request.clone());
+            }
+        }
+    }
+
+    /// An answer to one of the host's hand-over offers (see `handovers_offered`).
+    pub fn handover_answered(
+        &mut self,
+        now: Instant,
+        machine: &Host,
+        to: Address,
+        reply: &dataplane_core::wire::DirectoryReply,
+    ) {
+        if machine.handover_actor().map(|a| machine.address(a)) != Some(to) {
+            return;
+        }
+        let book = HandoverBook::of(&mut self.handovers, machine);
+        let Some(request) = book.offered.remove(&reply.request_id.0) else {
+            return;
+        };
+        if matches!(
+            reply.body.err(),
+            Some(dataplane_core::error::NamespaceError::LimitReached(
+                dataplane_core::error::Limit::PendingRequests
+                    | dataplane_core::error::Limit::RequestIds
+            ))
+        ) {
+            book.refused.push((request, now));
+        }
     }
 
     /// Q19: every Unregister a host sends for a write it published names the revision that
@@ -717,6 +798,17 @@ impl HostChecker {
                         f.file.as_str()
                     ));
                 }
+            }
+            let me = machine.address(0);
+            if let Some(book) = self.handovers.get(&me.node)
+                && book.incarnation == me.incarnation
+                && let Some((request, at)) = book.refused.first()
+            {
+                problems.push(format!(
+                    "handover: {}'s proxy refused the {:?} the host handed over at {at} ({request:?}), and the host never offered it again",
+                    host.node,
+                    request.kind()
+                ));
             }
             let live = machine.arena().live_count();
             if live != kept {

@@ -431,6 +431,7 @@ impl Checker {
         }
         if result.is_ok() {
             result = self.hosts.calls_paced(effects, on_tick);
+            self.hosts.handovers_offered(machine, effects);
         }
         if result.is_ok() {
             result = self.hosts.displacements_end_streams(machine, effects);
@@ -492,6 +493,17 @@ impl Checker {
     }
 
     /// The run healed.
+    /// A reply reached a host machine (before it steps).
+    pub fn host_reply(
+        &mut self,
+        now: Instant,
+        machine: &dataplane_core::host::Host,
+        to: Address,
+        reply: &DirectoryReply,
+    ) {
+        self.hosts.handover_answered(now, machine, to, reply);
+    }
+
     pub fn healed(&mut self, now: Instant) {
         self.healed_at = Some(now);
     }
