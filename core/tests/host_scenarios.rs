@@ -2348,6 +2348,34 @@ fn a_close_a_full_proxy_refused_is_handed_over_when_the_child_goes() {
 }
 
 #[test]
+fn a_close_in_flight_survives_a_proxy_restart_after_its_child_went() {
+    // Seed 3535: the child closes its matched stream while no directory answers; the child
+    // goes; the proxy restarts before the close got through. The host re-offers it.
+    let mut w = World::new(2);
+    let (a, b) = (w.child(N1), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    open_stream(&mut w, a, 1, "/data/s", StreamRole::Source, false);
+    open_stream(&mut w, b, 1, "/data/s", StreamRole::Sink, false);
+    w.run(1);
+    matched(&mut w, a);
+    matched(&mut w, b);
+    w.blackhole(|f| f.to == DIRECTORY);
+    w.send(a, ChildRequest::CloseStream { op: ChildOp(1) });
+    w.send(a, ChildRequest::Close);
+    w.run(1);
+    w.restart_proxy(N1);
+    w.heal();
+    w.run(3);
+    assert_eq!(
+        w.dir().rendezvous_all().count(),
+        0,
+        "the close reached the directory"
+    );
+    assert_eq!(w.host(N1).handovers_pending(), 0);
+}
+
+#[test]
 fn an_open_a_full_proxy_refused_on_its_only_attempt_is_not_retracted() {
     // No proxy ever dispatched it, so there is nothing at the directory to cancel: a
     // retraction per refused open only loaded a proxy that was already full.

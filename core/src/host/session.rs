@@ -464,7 +464,7 @@ impl Host {
                 b.phase = Phase::Draining;
             }
             // The child's stream ends with it: a waiting open is retracted, a matched stream
-            // closed (a close in flight is a retraction the proxy keeps).
+            // closed; a close in flight is handed over (below).
             Phase::StreamOpening | Phase::Streaming(_) => {
                 self.retract_stream(actor, out);
                 if let Some(b) = self.bindings.get_mut(&actor) {
@@ -472,16 +472,14 @@ impl Host {
                 }
             }
             Phase::StreamClosing => {
-                // A close the proxy holds, it keeps (the cancel below hands it over); one a
-                // full proxy refused waits for the tick, which the binding will not see: it is
-                // handed over (it left the rendezvous matched at the directory before).
-                let refused = b
-                    .call
-                    .as_ref()
-                    .filter(|call| call.answered)
-                    .map(|call| call.request.clone());
+                // The close in flight is handed over like any retraction: one a full proxy
+                // refused waits for a tick the binding will not see, and one the proxy holds
+                // is lost if the proxy restarts (both left the rendezvous matched at the
+                // directory: seed 3535). The proxy keeps the binding's own copy too (the
+                // cancel in `try_finish`); a second close finds nothing to close.
+                let close = b.call.as_ref().map(|call| call.request.clone());
                 b.phase = Phase::Draining;
-                if let Some(close) = refused {
+                if let Some(close) = close {
                     self.hand_over(close, out);
                 }
             }

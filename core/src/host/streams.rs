@@ -200,7 +200,8 @@ impl Host {
 
     /// Retracts what stream binding `actor` leaves behind as it ends: a waiting open is
     /// cancelled, a matched stream closed (see `Host::retract`). Nothing for any other phase
-    /// (a close in flight is a retraction the proxy keeps by itself).
+    /// (a close in flight is handed over where the child goes: `session_gone`; a displaced
+    /// stream has nothing left to close).
     pub(super) fn retract_stream(&mut self, actor: u64, out: &mut Outbox) {
         let Some(b) = self.bindings.get(&actor) else {
             return;
