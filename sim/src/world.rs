@@ -2691,8 +2691,8 @@ impl World {
             _ => None,
         };
         let on_tick = matches!(input, MachineInput::Tick);
-        if let MachineInput::Message(_, to, Message::Reply(reply)) = &input {
-            self.checker.host_reply(now, machine, *to, reply);
+        if let MachineInput::Message(_, to, message) = &input {
+            self.checker.host_input(machine, *to, message);
         }
         if let MachineInput::Message(_, to, Message::Reply(reply)) = &input
             && machine.handover_actor() == Some(to.actor)

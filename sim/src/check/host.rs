@@ -71,32 +71,31 @@ pub struct HostChecker {
     /// The allocations each host machine (by its first actor's address) had refused when last
     /// sampled: the count never goes down.
     refused: BTreeMap<Address, u64>,
-    /// Per node: the retractions its running incarnation handed over (see
-    /// `handovers_offered`).
-    handovers: BTreeMap<NodeId, HandoverBook>,
+    /// Per node: the retractions its running incarnation sent (see `retractions_sent`).
+    retractions: BTreeMap<NodeId, RetractionBook>,
 }
 
-/// What one host incarnation handed over to its proxy, as seen on the wire.
+/// The retractions one host incarnation sent, as seen on the wire.
 #[derive(Debug, Default)]
-struct HandoverBook {
+struct RetractionBook {
     incarnation: u64,
-    /// Offers not answered yet, by request id.
-    offered: BTreeMap<u64, DirectoryRequest>,
-    /// Offers a full proxy refused and the host has not made again: (the retraction, when).
-    refused: Vec<(DirectoryRequest, Instant)>,
+    /// Calls not answered yet: (the caller, its request id) and the request.
+    in_flight: BTreeMap<(Address, u64), DirectoryRequest>,
+    /// Retractions no directory has answered to the host yet, and when each was first sent.
+    owed: Vec<(DirectoryRequest, Instant)>,
 }
 
-impl HandoverBook {
+impl RetractionBook {
     fn of<'a>(
-        books: &'a mut BTreeMap<NodeId, HandoverBook>,
+        books: &'a mut BTreeMap<NodeId, RetractionBook>,
         machine: &Host,
-    ) -> &'a mut HandoverBook {
+    ) -> &'a mut RetractionBook {
         let me = machine.address(0);
         let book = books.entry(me.node).or_default();
         if book.incarnation != me.incarnation {
-            *book = HandoverBook {
+            *book = RetractionBook {
                 incarnation: me.incarnation,
-                ..HandoverBook::default()
+                ..RetractionBook::default()
             };
         }
         book
@@ -403,54 +402,50 @@ impl HostChecker {
         Ok(())
     }
 
-    /// The hand-over promise (ARCHITECTURE "Streams for programs"), as the wire shows it: a
-    /// retraction the host hands to its proxy when a binding ends is offered again, after a
-    /// full proxy refused it (`LimitReached`), until the proxy takes it. Here: the host's
-    /// offers (calls from its hand-over address); `handover_answered` sees the answers and
-    /// `at_end` fails a refusal never followed by another offer (seed 1567: a refused
-    /// `CancelStream` that nobody heard left an open parked at the directory for ever).
-    pub fn handovers_offered(&mut self, machine: &Host, effects: &[Effect]) {
-        let Some(actor) = machine.handover_actor() else {
-            return;
-        };
-        let from = machine.address(actor);
-        let book = HandoverBook::of(&mut self.handovers, machine);
+    /// The retraction promise (ARCHITECTURE "Streams for programs"), as the wire shows it:
+    /// every retraction a host sends (a stream's cancel or close, a reservation's release),
+    /// from a binding or handed over when the binding ended, is kept by the host until a
+    /// directory's answer to it reaches the host. A full proxy's refusal (answered at no
+    /// epoch) is not an answer; a proxy that consumes the answer itself leaves the host
+    /// without one. The only excuse is a displacement the host heard, which ends the stream a
+    /// close was for. Here: the retractions the host sends; `retraction_input` sees the
+    /// answers and displacements, and `at_end` fails one still owed (seed 1567: a refused
+    /// `CancelStream` nobody heard; seed 3535: a close left to a proxy that restarted).
+    pub fn retractions_sent(&mut self, now: Instant, machine: &Host, effects: &[Effect]) {
+        let book = RetractionBook::of(&mut self.retractions, machine);
         for effect in effects {
             if let Effect::Send {
                 message: Message::ProxyCall(call),
                 ..
             } = effect
-                && call.reply_to == from
+                && call.request.kind().is_retraction()
             {
-                book.refused.retain(|(r, _)| *r != call.request);
-                book.offered.insert(call.request_id.0, call.request.clone());
+                if !book.owed.iter().any(|(r, _)| *r == call.request) {
+                    book.owed.push((call.request.clone(), now));
+                }
+                book.in_flight
+                    .insert((call.reply_to, call.request_id.0), call.request.clone());
             }
         }
     }
 
-    /// An answer to one of the host's hand-over offers (see `handovers_offered`).
-    pub fn handover_answered(
-        &mut self,
-        now: Instant,
-        machine: &Host,
-        to: Address,
-        reply: &dataplane_core::wire::DirectoryReply,
-    ) {
-        if machine.handover_actor().map(|a| machine.address(a)) != Some(to) {
-            return;
-        }
-        let book = HandoverBook::of(&mut self.handovers, machine);
-        let Some(request) = book.offered.remove(&reply.request_id.0) else {
-            return;
-        };
-        if matches!(
-            reply.body.err(),
-            Some(dataplane_core::error::NamespaceError::LimitReached(
-                dataplane_core::error::Limit::PendingRequests
-                    | dataplane_core::error::Limit::RequestIds
-            ))
-        ) {
-            book.refused.push((request, now));
+    /// A frame reached host `machine` (before it steps): an answer to a retraction, or a
+    /// displacement (see `retractions_sent`).
+    pub fn retraction_input(&mut self, machine: &Host, to: Address, message: &Message) {
+        let book = RetractionBook::of(&mut self.retractions, machine);
+        match message {
+            Message::Reply(reply) => {
+                let Some(request) = book.in_flight.remove(&(to, reply.request_id.0)) else {
+                    return;
+                };
+                if reply.epoch != dataplane_core::ids::AuthorityEpoch::NONE {
+                    book.owed.retain(|(r, _)| *r != request);
+                }
+            }
+            Message::Displaced { incarnation, .. } => book.owed.retain(|(r, _)| {
+                !matches!(r, DirectoryRequest::CloseStream { incarnation: i, .. } if i == incarnation)
+            }),
+            _ => {}
         }
     }
 
@@ -800,14 +795,15 @@ impl HostChecker {
                 }
             }
             let me = machine.address(0);
-            if let Some(book) = self.handovers.get(&me.node)
+            if let Some(book) = self.retractions.get(&me.node)
                 && book.incarnation == me.incarnation
-                && let Some((request, at)) = book.refused.first()
+                && let Some((request, at)) = book.owed.first()
             {
                 problems.push(format!(
-                    "handover: {}'s proxy refused the {:?} the host handed over at {at} ({request:?}), and the host never offered it again",
+                    "retraction: {} sent a {:?} at {at} ({request:?}) and no directory's answer to it ever reached the host ({} owed)",
                     host.node,
-                    request.kind()
+                    request.kind(),
+                    book.owed.len()
                 ));
             }
             let live = machine.arena().live_count();

@@ -431,7 +431,7 @@ impl Checker {
         }
         if result.is_ok() {
             result = self.hosts.calls_paced(effects, on_tick);
-            self.hosts.handovers_offered(machine, effects);
+            self.hosts.retractions_sent(now, machine, effects);
         }
         if result.is_ok() {
             result = self.hosts.displacements_end_streams(machine, effects);
@@ -493,15 +493,14 @@ impl Checker {
     }
 
     /// The run healed.
-    /// A reply reached a host machine (before it steps).
-    pub fn host_reply(
+    /// A frame reached a host machine (before it steps).
+    pub fn host_input(
         &mut self,
-        now: Instant,
         machine: &dataplane_core::host::Host,
         to: Address,
-        reply: &DirectoryReply,
+        message: &Message,
     ) {
-        self.hosts.handover_answered(now, machine, to, reply);
+        self.hosts.retraction_input(machine, to, message);
     }
 
     pub fn healed(&mut self, now: Instant) {
