@@ -83,6 +83,9 @@ struct RetractionBook {
     in_flight: BTreeMap<(Address, u64), DirectoryRequest>,
     /// Retractions no directory has answered to the host yet, and when each was first sent.
     owed: Vec<(DirectoryRequest, Instant)>,
+    /// Retractions a directory answered: sending one again is not owed (what it undoes is
+    /// undone; the host offers an equal one once, for both endpoints of a stream).
+    answered: std::collections::HashSet<DirectoryRequest>,
 }
 
 impl RetractionBook {
@@ -420,7 +423,9 @@ impl HostChecker {
             } = effect
                 && call.request.kind().is_retraction()
             {
-                if !book.owed.iter().any(|(r, _)| *r == call.request) {
+                if !book.answered.contains(&call.request)
+                    && !book.owed.iter().any(|(r, _)| *r == call.request)
+                {
                     book.owed.push((call.request.clone(), now));
                 }
                 book.in_flight
@@ -440,6 +445,7 @@ impl HostChecker {
                 };
                 if reply.epoch != dataplane_core::ids::AuthorityEpoch::NONE {
                     book.owed.retain(|(r, _)| *r != request);
+                    book.answered.insert(request);
                 }
             }
             Message::Displaced { incarnation, .. } => book.owed.retain(|(r, _)| {
@@ -800,7 +806,7 @@ impl HostChecker {
                 && let Some((request, at)) = book.owed.first()
             {
                 problems.push(format!(
-                    "retraction: {} sent a {:?} at {at} ({request:?}) and no directory's answer to it ever reached the host ({} owed)",
+                    "retraction: {} sent a {:?} at {at} on its clock ({request:?}) and no directory's answer to it ever reached the host ({} owed)",
                     host.node,
                     request.kind(),
                     book.owed.len()
