@@ -804,6 +804,9 @@ impl HostNode {
         metrics
             .operations
             .set(gauge_value(machine.operations_in_progress()));
+        metrics
+            .retractions_pending
+            .set(gauge_value(machine.handovers_pending()));
         // One consistent sample of the arena.
         let arena = machine.arena_stats();
         metrics

@@ -465,6 +465,10 @@ pub struct HostMetrics {
     pub bindings: IntGauge,
     /// `dataplane_host_operations_in_progress`: operations in progress over all sessions.
     pub operations: IntGauge,
+    /// `dataplane_host_retractions_pending`: retractions the host handed to its proxy when a
+    /// binding ended (a stream's cancel or close, a reservation's release) and no directory
+    /// answered yet; it keeps offering them (see `core/src/host/handover.rs`).
+    pub retractions_pending: IntGauge,
     /// `dataplane_host_arena_bytes{state}`: the arena's bytes, `used` (leased) and `free`.
     pub arena_bytes: IntGaugeVec,
     /// `dataplane_host_arena_largest_free_bytes`: the largest free range (the largest lease
@@ -517,6 +521,11 @@ impl HostMetrics {
                 r,
                 "dataplane_host_operations_in_progress",
                 "Operations in progress over all sessions.",
+            ),
+            retractions_pending: gauge(
+                r,
+                "dataplane_host_retractions_pending",
+                "Retractions handed to the proxy that no directory answered yet.",
             ),
             arena_bytes: gauge_vec(
                 r,

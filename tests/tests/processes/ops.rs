@@ -227,12 +227,18 @@ fn nodes_log_and_serve_metrics_while_a_blob_moves() {
         "dataplane_host_sessions",
         "dataplane_host_bindings",
         "dataplane_host_operations_in_progress",
+        "dataplane_host_retractions_pending",
         "dataplane_host_transfers_in_progress",
         "dataplane_host_arena_queued_requests",
         "dataplane_connections{listener=\"children\",state=\"admitted\"}",
     ] {
         assert!(sample(&bm, name).is_some(), "no {name} in\n{bm}");
     }
+    assert_eq!(
+        value(&bm, "dataplane_host_retractions_pending"),
+        0.0,
+        "nothing handed over: {bm}"
+    );
     // A holds both published blobs in its arena and sent B the bytes.
     let am = scraped(&a_metrics, "dataplane_host_bindings", 2.0);
     assert_eq!(
