@@ -2316,11 +2316,8 @@ fn fill_proxy_with_retractions(w: &mut World, n: usize) {
     }
 }
 
-#[test]
-fn a_close_a_full_proxy_refused_is_handed_over_when_the_child_goes() {
-    // The child closes its matched stream; the full proxy refuses the close, which the binding
-    // would send again on its tick; the child dies first. The close must still reach the
-    // directory (it was dropped with the binding, leaving the rendezvous matched).
+/// Two nodes, and a child on each matched at a stream at `/data/s` (a the source, on N1).
+fn matched_across_two_nodes() -> (World, Address) {
     let mut w = World::new(2);
     let (a, b) = (w.child(N1), w.child(N2));
     w.attach(a);
@@ -2330,6 +2327,15 @@ fn a_close_a_full_proxy_refused_is_handed_over_when_the_child_goes() {
     w.run(1);
     matched(&mut w, a);
     matched(&mut w, b);
+    (w, a)
+}
+
+#[test]
+fn a_close_a_full_proxy_refused_is_handed_over_when_the_child_goes() {
+    // The child closes its matched stream; the full proxy refuses the close, which the binding
+    // would send again on its tick; the child dies first. The close must still reach the
+    // directory (it was dropped with the binding, leaving the rendezvous matched).
+    let (mut w, a) = matched_across_two_nodes();
     assert_eq!(w.dir().rendezvous_all().count(), 1);
     fill_proxy_with_retractions(&mut w, N1);
     w.send(a, ChildRequest::CloseStream { op: ChildOp(1) });
@@ -2351,15 +2357,7 @@ fn a_close_a_full_proxy_refused_is_handed_over_when_the_child_goes() {
 fn a_close_in_flight_survives_a_proxy_restart_after_its_child_went() {
     // Seed 3535: the child closes its matched stream while no directory answers; the child
     // goes; the proxy restarts before the close got through. The host re-offers it.
-    let mut w = World::new(2);
-    let (a, b) = (w.child(N1), w.child(N2));
-    w.attach(a);
-    w.attach(b);
-    open_stream(&mut w, a, 1, "/data/s", StreamRole::Source, false);
-    open_stream(&mut w, b, 1, "/data/s", StreamRole::Sink, false);
-    w.run(1);
-    matched(&mut w, a);
-    matched(&mut w, b);
+    let (mut w, a) = matched_across_two_nodes();
     w.blackhole(|f| f.to == DIRECTORY);
     w.send(a, ChildRequest::CloseStream { op: ChildOp(1) });
     w.send(a, ChildRequest::Close);
