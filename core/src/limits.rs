@@ -70,7 +70,9 @@ pub const LISTEN_BYTES_MAX: usize = 512;
 /// Most gone reports a node agent keeps re-sending (more are dropped: the directory's re-sends
 /// toward a gone address are answered all the same).
 pub const AGENT_REPORTS_MAX: usize = 1024;
-/// Most retractions a host remembers handing to its proxy (re-sent after a proxy restart).
+/// Most retractions a host keeps handed over to its proxy and not yet answered (offered again
+/// after a refusal or a proxy restart); as many answered ones are remembered, so an equal
+/// retraction is offered once. Past it the oldest is forgotten.
 pub const HOST_HANDED_OVER_MAX: usize = 1024;
 
 /// In debug builds every machine re-checks all of its invariants at the end of each input
