@@ -384,6 +384,10 @@ pub struct Worker {
     pub state: WorkerState,
     /// Wake-ups are valid only for the current generation.
     pub wake_generation: u64,
+    /// The host revoked the session: the grants still on their way to the worker name leases
+    /// the host freed at the revocation (a real child finds their headers released and
+    /// refuses them), so they are not checked or used (seed 5742).
+    pub revoked: bool,
     job: JobContext,
     ops: BTreeMap<u64, Op>,
     next_op: u64,
@@ -487,6 +491,7 @@ impl Worker {
             address,
             global,
             session,
+            revoked: false,
             state: WorkerState::Attaching,
             wake_generation: 0,
             job: job(global),
@@ -546,6 +551,7 @@ impl Worker {
             address,
             global,
             session,
+            revoked: false,
             state: WorkerState::Attaching,
             wake_generation: 0,
             job: job(global),
@@ -1419,6 +1425,9 @@ impl Worker {
     }
 
     fn write_granted(&mut self, op: u64, view: LeaseView, io: &mut WorkerIo<'_>) {
+        if self.revoked {
+            return;
+        }
         let Some(o) = self.ops.get(&op).cloned() else {
             self.unknown_op(op, io);
             return;
@@ -1516,6 +1525,9 @@ impl Worker {
         revision: Revision,
         io: &mut WorkerIo<'_>,
     ) {
+        if self.revoked {
+            return;
+        }
         let Some(o) = self.ops.get(&op).cloned() else {
             self.unknown_op(op, io);
             return;

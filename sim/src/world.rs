@@ -2990,6 +2990,13 @@ impl World {
         }
         let (host, session) = *self.fault_rng.pick(&candidates);
         self.checker.coverage.hit("fault.session_revoked");
+        if let Some(w) = self.hosts[host]
+            .workers
+            .iter_mut()
+            .find(|w| w.session == session)
+        {
+            w.revoked = true;
+        }
         self.machine_input(host, MachineInput::Revoke(session));
     }
 
