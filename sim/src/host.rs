@@ -44,6 +44,8 @@ fn agent_config(node: NodeId, incarnation: u64) -> AgentConfig {
 pub const PROXY_BASE: u64 = 500;
 /// First actor number handed to sources and endpoints.
 pub const FIRST_SPAWNED: u64 = 1_000;
+/// How many proxy addresses there are before they are reused.
+pub const PROXY_ADDRESSES: u64 = FIRST_SPAWNED - PROXY_BASE;
 
 /// One host node.
 #[derive(Clone, Debug)]
@@ -188,7 +190,13 @@ impl HostNode {
         Address::new(
             self.node,
             self.incarnation,
-            PROXY_BASE + self.proxy_generation,
+            // Wrapping: a long-life seed with frequent proxy restarts takes the generation
+            // past 500, and the 500th proxy's address was a spawned source's, so its frames
+            // were routed to nothing and the node went silent for good (seed 4297). A reused
+            // address is safe: each proxy starts its request ids above those of every earlier
+            // proxy at that address (`World::start_proxy`), as a real driver's boot counter
+            // does.
+            PROXY_BASE + self.proxy_generation % PROXY_ADDRESSES,
         )
     }
 

@@ -1515,7 +1515,9 @@ impl World {
             address: h.proxy_address(),
             retry_period: self.options.proxy.retry_period,
             deadline: self.options.proxy.deadline,
-            first_request_id: 1,
+            // Each reuse of an address (see `proxy_address`) starts above every id its
+            // earlier users can have handed out (one instance never hands out 2^40).
+            first_request_id: 1 + ((h.proxy_generation / crate::host::PROXY_ADDRESSES) << 40),
             pending_max: self
                 .options
                 .overload
