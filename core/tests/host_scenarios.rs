@@ -1863,21 +1863,14 @@ fn a_full_proxy_is_asked_again_on_the_tick_not_at_once() {
     w.fill_and_seal(a, &view, &bytes(10, 1));
     // The directory is unreachable, and someone fills the proxy.
     w.blackhole(|f| f.to == DIRECTORY);
-    let node = &w.cluster.nodes[N1];
-    let proxy = Address::new(node.id, node.incarnation, 0);
-    for i in 0..dataplane_core::limits::PROXY_PENDING_MAX as u64 {
-        w.deliver(Frame {
-            from: INSPECTOR,
-            to: proxy,
-            message: Message::ProxyCall(DirectoryCall {
-                request_id: dataplane_core::ids::RequestId(i + 1),
-                reply_to: INSPECTOR,
-                request: DirectoryRequest::Resolve {
-                    path: path("/data/fill"),
-                },
-            }),
-        });
-    }
+    fill_proxy(
+        &mut w,
+        N1,
+        dataplane_core::limits::PROXY_PENDING_MAX,
+        |_| DirectoryRequest::Resolve {
+            path: path("/data/fill"),
+        },
+    );
     w.send(a, ChildRequest::Seal { op: ChildOp(1) });
     assert!(w.take(a).is_empty(), "the outcome is not known yet");
     // Count the host's Registers over two seconds of ticks: a few, not a spin.
@@ -2294,26 +2287,32 @@ fn a_retraction_a_full_proxy_refused_is_handed_over_again() {
     w.inspector.clear();
 }
 
-/// Fills node `n`'s proxy with retractions (a retraction is refused only at twice the
-/// table's limit) while the directory is unreachable.
-fn fill_proxy_with_retractions(w: &mut World, n: usize) {
-    w.blackhole(|f| f.to == DIRECTORY);
+/// Has the inspector put `count` requests (`request(i)`) in node `n`'s proxy.
+fn fill_proxy(w: &mut World, n: usize, count: usize, request: impl Fn(u128) -> DirectoryRequest) {
     let node = &w.cluster.nodes[n];
     let proxy = Address::new(node.id, node.incarnation, 0);
-    for i in 0..2 * dataplane_core::limits::PROXY_PENDING_MAX as u128 {
+    for i in 0..count as u128 {
         w.deliver(Frame {
             from: INSPECTOR,
             to: proxy,
             message: Message::ProxyCall(DirectoryCall {
                 request_id: dataplane_core::ids::RequestId(i as u64 + 1),
                 reply_to: INSPECTOR,
-                request: DirectoryRequest::CancelStream {
-                    path: path("/data/fill"),
-                    operation: dataplane_testkit::dir::op(1_000_000 + i),
-                },
+                request: request(i),
             }),
         });
     }
+}
+
+/// Fills node `n`'s proxy with retractions (a retraction is refused only at twice the
+/// table's limit) while the directory is unreachable.
+fn fill_proxy_with_retractions(w: &mut World, n: usize) {
+    w.blackhole(|f| f.to == DIRECTORY);
+    let count = 2 * dataplane_core::limits::PROXY_PENDING_MAX;
+    fill_proxy(w, n, count, |i| DirectoryRequest::CancelStream {
+        path: path("/data/fill"),
+        operation: dataplane_testkit::dir::op(1_000_000 + i),
+    });
 }
 
 /// Two nodes, and a child on each matched at a stream at `/data/s` (a the source, on N1).
@@ -2381,21 +2380,14 @@ fn an_open_a_full_proxy_refused_on_its_only_attempt_is_not_retracted() {
     let a = w.child(N1);
     w.attach(a);
     w.blackhole(|f| f.to == DIRECTORY);
-    let node = &w.cluster.nodes[N1];
-    let proxy = Address::new(node.id, node.incarnation, 0);
-    for i in 0..dataplane_core::limits::PROXY_PENDING_MAX as u64 {
-        w.deliver(Frame {
-            from: INSPECTOR,
-            to: proxy,
-            message: Message::ProxyCall(DirectoryCall {
-                request_id: dataplane_core::ids::RequestId(i + 1),
-                reply_to: INSPECTOR,
-                request: DirectoryRequest::Resolve {
-                    path: path("/data/fill"),
-                },
-            }),
-        });
-    }
+    fill_proxy(
+        &mut w,
+        N1,
+        dataplane_core::limits::PROXY_PENDING_MAX,
+        |_| DirectoryRequest::Resolve {
+            path: path("/data/fill"),
+        },
+    );
     let cancels = std::rc::Rc::new(std::cell::Cell::new(0u32));
     let counter = cancels.clone();
     w.tamper = Some(Box::new(move |f: &mut Frame| {
