@@ -52,6 +52,10 @@ pub(super) enum Stranger {
 pub(super) struct SimConn {
     /// The host that made it (for a stranger, the host whose attempt it came with).
     pub host: usize,
+    /// The boot nonce of the host process that made it. Its frames already on their way still
+    /// arrive after that process died (seed 7690: a hello sent just before a crash completed
+    /// after the restart), so what the directory admits on it is judged against this boot.
+    pub nonce: u64,
     /// The host that accepted it (none: the directory).
     pub acceptor: Option<usize>,
     /// Between hosts: the connector's proof went out (frames may follow it).
@@ -85,12 +89,14 @@ impl SimConn {
     /// A connection `host` opens at `now`, to `acceptor` (none: the directory).
     pub fn new(
         host: usize,
+        nonce: u64,
         acceptor: Option<usize>,
         stranger: Option<Stranger>,
         now: Instant,
     ) -> SimConn {
         SimConn {
             host,
+            nonce,
             acceptor,
             proved: false,
             boot: 0,
@@ -202,6 +208,7 @@ impl World {
             let conn = self.next_conn;
             self.next_conn += 1;
             hl.link.connecting(now, conn);
+            let opener = hl.boot_nonce;
             if let Some(at) = hl.link.next_deadline() {
                 // The handshake's deadline.
                 let nonce = hl.boot_nonce;
@@ -209,7 +216,7 @@ impl World {
                 self.schedule(at, EventKind::LinkRetry { host, nonce });
             }
             self.conns
-                .insert(conn, SimConn::new(host, None, None, self.now));
+                .insert(conn, SimConn::new(host, opener, None, None, self.now));
             let delay = self.conn_latency();
             self.schedule_in(delay, EventKind::ConnOpen { conn });
             if self.phase == Phase::Faulty && self.strangers {
@@ -264,8 +271,16 @@ impl World {
             };
             let conn = self.next_conn;
             self.next_conn += 1;
-            self.conns
-                .insert(conn, SimConn::new(host, None, Some(kind), self.now));
+            self.conns.insert(
+                conn,
+                SimConn::new(
+                    host,
+                    self.hosts[host].boot_nonce,
+                    None,
+                    Some(kind),
+                    self.now,
+                ),
+            );
             let delay = self.conn_latency();
             self.schedule_in(delay, EventKind::ConnOpen { conn });
         }
@@ -517,7 +532,7 @@ impl World {
         let Some(c) = self.conns.get(&conn) else {
             return;
         };
-        let (host, boot, stranger) = (c.host, c.boot, c.stranger.clone());
+        let (host, nonce, boot, stranger) = (c.host, c.nonce, c.boot, c.stranger.clone());
         if let Some(to) = c.acceptor {
             return self.peer_conn_frame(conn, host, to, to_acceptor, &bytes);
         }
@@ -529,7 +544,7 @@ impl World {
             return;
         }
         if to_acceptor {
-            self.dir_conn_frame(conn, boot, host, stranger, &bytes);
+            self.dir_conn_frame(conn, boot, host, nonce, stranger, &bytes);
         } else if stranger.is_none() {
             self.host_conn_frame(conn, host, &bytes);
         }
@@ -540,6 +555,7 @@ impl World {
         conn: ConnId,
         boot: u64,
         host: usize,
+        nonce: u64,
         stranger: Option<Stranger>,
         bytes: &[u8],
     ) {
@@ -591,7 +607,7 @@ impl World {
         }
         match heard {
             DirHeard::Nothing => {}
-            DirHeard::Host { admitted, .. } => self.host_admitted(host, admitted),
+            DirHeard::Host { admitted, .. } => self.host_admitted(host, nonce, admitted),
             other => self.checker.fail(
                 self.now,
                 format!(
@@ -602,22 +618,24 @@ impl World {
         }
     }
 
-    /// Membership took a host's hello: checked against the world's account.
-    fn host_admitted(&mut self, host: usize, admitted: Admitted) {
+    /// Membership took a hello on a connection the host's boot `nonce` opened: checked
+    /// against the world's account of that boot (which may have died since: its last frames
+    /// still arrive).
+    fn host_admitted(&mut self, host: usize, nonce: u64, admitted: Admitted) {
         let h = &self.hosts[host];
         let listen = host_listen(h.node);
         let known = self.directory.admitted[host];
         let maybe = self.directory.maybe_admitted[host].take();
         let m = admitted.member();
         let fine = m.node == h.node
-            && m.boot_nonce == h.boot_nonce
+            && m.boot_nonce == nonce
             && match (admitted, known) {
-                (Admitted::Reconnected(_), Some((incarnation, nonce))) => {
-                    (nonce == h.boot_nonce && m.incarnation == incarnation)
+                (Admitted::Reconnected(_), Some((incarnation, known_nonce))) => {
+                    (known_nonce == nonce && m.incarnation == incarnation)
                         || maybe == Some((m.incarnation, m.boot_nonce))
                 }
-                (Admitted::Restarted(_), Some((incarnation, nonce))) => {
-                    nonce != h.boot_nonce && m.incarnation > incarnation
+                (Admitted::Restarted(_), Some((incarnation, known_nonce))) => {
+                    known_nonce != nonce && m.incarnation > incarnation
                 }
                 (Admitted::New(_), None) => m.incarnation == 1,
                 _ => false,
@@ -626,9 +644,9 @@ impl World {
             self.checker.fail(
                 self.now,
                 format!(
-                    "membership: {listen} (node {}, boot nonce {}, last durably admitted as \
+                    "membership: {listen} (node {}, boot nonce {nonce}, last durably admitted as \
                      {known:?}, maybe as {maybe:?}) said hello and was admitted as {admitted:?}",
-                    h.node, h.boot_nonce
+                    h.node
                 ),
             );
             return;

@@ -139,7 +139,7 @@ impl World {
             conn,
             SimConn {
                 queued: 1,
-                ..SimConn::new(from, Some(to), None, self.now)
+                ..SimConn::new(from, self.hosts[from].boot_nonce, Some(to), None, self.now)
             },
         );
         self.open_outgoing_checked(from, to);
