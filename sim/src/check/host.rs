@@ -23,15 +23,50 @@ use dataplane_core::wire::{DirectoryRequest, Message, SourceRecovery};
 use crate::host::HostNode;
 use crate::worker::{Note, content};
 
-/// The sources a directory binds, collected from its entries after its `directory`th change.
+/// The sources a directory binds on one host, collected from its entries after its
+/// `directory`th change. One per node: a walk of the entries picks only that host's sources,
+/// in path order, so nothing is sorted or allocated per source (issue 18: collecting every
+/// host's sources into maps, then sorting vectors, was a tenth of the swarm's time).
 #[derive(Debug)]
 struct BoundSources {
+    node: NodeId,
+    /// The host incarnation `actors` belong to.
+    incarnation: u64,
     directory: u64,
-    /// The host machines' actor sources (actor numbers from `HOST_FIRST_ACTOR`), by node and
-    /// incarnation, in path order.
-    actors: BTreeMap<(NodeId, u64), Vec<u64>>,
-    /// The file sources, by node, sorted by actor number.
-    files: BTreeMap<NodeId, Vec<u64>>,
+    /// The host machine's actor sources (actor numbers from `HOST_FIRST_ACTOR`), in path order.
+    actors: Vec<u64>,
+    /// The node's file sources, sorted by actor number.
+    files: Vec<u64>,
+}
+
+impl BoundSources {
+    /// Collects what `dir` binds on `node` at `incarnation` (refilling in place).
+    fn collect(&mut self, dir: &Directory, directory: u64, node: NodeId, incarnation: u64) {
+        self.node = node;
+        self.incarnation = incarnation;
+        self.directory = directory;
+        self.actors.clear();
+        self.files.clear();
+        for (_, entry) in dir.durable().entries() {
+            match entry {
+                Entry::Blob {
+                    recovery: SourceRecovery::Actor { actor, .. },
+                    ..
+                } if actor.node == node
+                    && actor.incarnation == incarnation
+                    && actor.actor >= crate::worker::HOST_FIRST_ACTOR =>
+                {
+                    self.actors.push(actor.actor);
+                }
+                Entry::Blob {
+                    recovery: SourceRecovery::File { source, .. },
+                    ..
+                } if source.node == node => self.files.push(source.actor),
+                _ => {}
+            }
+        }
+        self.files.sort_unstable();
+    }
 }
 
 /// The address of the file source `actor` on `node` that the directory binds (to name it).
@@ -62,8 +97,9 @@ pub struct HostChecker {
     digests_checked: BTreeMap<NodeId, (u64, Vec<u64>)>,
     /// Scratch for rebuilding `digests_checked`.
     digests_scratch: Vec<u64>,
-    /// The sources the directory bound when the checker last walked its entries.
-    bound: Option<BoundSources>,
+    /// Per node: the sources the directory bound there when the checker last walked its
+    /// entries for that node.
+    bound: Vec<BoundSources>,
     /// The last namespace call each binding sent: (the proxy, the request).
     last_call: BTreeMap<Address, (Address, DirectoryRequest)>,
     /// When each host's declarer (its horizon actor) last declared operations done.
@@ -131,39 +167,6 @@ impl HostChecker {
         if running().next().is_none() {
             return Ok(());
         }
-        if self.bound.as_ref().is_none_or(|b| b.directory != directory) {
-            let mut bound = BoundSources {
-                directory,
-                actors: BTreeMap::new(),
-                files: BTreeMap::new(),
-            };
-            for (_, entry) in dir.durable().entries() {
-                match entry {
-                    Entry::Blob {
-                        recovery: SourceRecovery::Actor { actor, .. },
-                        ..
-                    } if actor.actor >= crate::worker::HOST_FIRST_ACTOR => bound
-                        .actors
-                        .entry((actor.node, actor.incarnation))
-                        .or_default()
-                        .push(actor.actor),
-                    Entry::Blob {
-                        recovery: SourceRecovery::File { source, .. },
-                        ..
-                    } => bound
-                        .files
-                        .entry(source.node)
-                        .or_default()
-                        .push(source.actor),
-                    _ => {}
-                }
-            }
-            for files in bound.files.values_mut() {
-                files.sort_unstable();
-            }
-            self.bound = Some(bound);
-        }
-        let bound = self.bound.as_ref().expect("collected above");
         // The path is looked up only to name a violation.
         let path_of = |source: &Address| -> String {
             dir.durable()
@@ -180,10 +183,26 @@ impl HostChecker {
                 .map_or_else(|| "?".to_owned(), |(p, _)| p.to_string())
         };
         for (h, machine) in running() {
-            let Some(actors) = bound.actors.get(&(h.node, h.incarnation)) else {
-                continue;
+            let at = match self.bound.iter().position(|b| b.node == h.node) {
+                Some(at) => at,
+                None => {
+                    self.bound.push(BoundSources {
+                        node: h.node,
+                        incarnation: h.incarnation,
+                        directory,
+                        actors: Vec::new(),
+                        files: Vec::new(),
+                    });
+                    let last = self.bound.len() - 1;
+                    self.bound[last].collect(dir, directory, h.node, h.incarnation);
+                    last
+                }
             };
-            for &actor in actors {
+            let bound = &mut self.bound[at];
+            if (bound.directory, bound.incarnation) != (directory, h.incarnation) {
+                bound.collect(dir, directory, h.node, h.incarnation);
+            }
+            for &actor in &bound.actors {
                 let backed = machine
                     .source(actor)
                     .and_then(|s| machine.binding(s.binding))
@@ -196,15 +215,10 @@ impl HostChecker {
                     ));
                 }
             }
-        }
-        // Each running host's file blobs (sorted by actor) against the file sources bound on
-        // its node (their incarnation is the persistent one).
-        for (h, machine) in running() {
-            let Some(files) = bound.files.get(&h.node) else {
-                continue;
-            };
+            // The host's file blobs (sorted by actor) against the file sources bound on its
+            // node (their incarnation is the persistent one).
             let mut served = machine.file_blobs().map(|f| f.actor).peekable();
-            for &actor in files {
+            for &actor in &bound.files {
                 while served.next_if(|a| *a < actor).is_some() {}
                 if served.peek() != Some(&actor) {
                     let source = bound_file(dir, h.node, actor);
