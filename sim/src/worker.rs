@@ -89,6 +89,16 @@ pub enum Note {
     Seen(&'static str),
     /// The worker saw something the host must never do.
     Violation(String),
+    /// The probe's write of `length` bytes was refused `ArenaExhausted` (seed 10130: two
+    /// published outputs of the load filled a 64 KiB arena). The world judges it
+    /// (`HostChecker::probe_arena_full`): right only if every lease in the arena is a blob
+    /// the namespace binds or an operation still in progress, and no free range fits the
+    /// write. The probe asks again shortly; once the arena is full of bound blobs alone
+    /// (nothing will free it), the world has the probe skip its write and read.
+    ArenaFull {
+        /// The probe's payload length.
+        length: u64,
+    },
 }
 
 /// The coverage name of a failure a worker was told.
@@ -401,8 +411,11 @@ pub struct Worker {
 }
 
 /// How long a probe child may take, from its start to its close. Refusals of a busy host
-/// (`LimitReached`) are retried within it; nothing else may fail.
+/// (`LimitReached`) are retried within it, and so is a full arena the world found rightly full
+/// (`Note::ArenaFull`); nothing else may fail.
 pub const PROBE_BOUND: Duration = Duration::from_secs(30);
+/// The payload length of the probe's write.
+const PROBE_LENGTH: u64 = 64;
 /// How long a probe waits before it asks again after a refusal, and how often it checks its
 /// bound while it waits.
 const PROBE_PERIOD: Duration = Duration::from_millis(500);
@@ -594,7 +607,7 @@ impl Worker {
             ProbeStep::Write => ChildRequest::OpenWrite {
                 op,
                 path: p.path.clone(),
-                length: 64,
+                length: PROBE_LENGTH,
                 digest: DigestKind::Blake3,
                 exclusive: false,
             },
@@ -607,6 +620,22 @@ impl Worker {
             _ => return,
         };
         io.out.requests.push(request);
+    }
+
+    /// The world found the arena full of blobs the namespace binds: nothing will free room
+    /// for the probe's write, so the probe skips its write and read and closes. Returns
+    /// whether it did (the probe was at its write).
+    pub fn probe_skip_write(&mut self) -> bool {
+        let Some(p) = self.probe.as_mut() else {
+            return false;
+        };
+        if p.step != ProbeStep::Write {
+            return false;
+        }
+        p.step = ProbeStep::Closing;
+        p.retry_at = None;
+        self.state = WorkerState::Closing;
+        true
     }
 
     fn probe_next(&mut self, step: ProbeStep, io: &mut WorkerIo<'_>) {
@@ -721,6 +750,20 @@ impl Worker {
                     p.step = ProbeStep::Done;
                 }
                 io.out.notes.push(Note::Seen("probe.served"));
+            }
+            (
+                ProbeStep::Write,
+                ChildEvent::Failed {
+                    op,
+                    error: DataPlaneError::ArenaExhausted,
+                },
+            ) if current(&op) => {
+                io.out.notes.push(Note::ArenaFull {
+                    length: PROBE_LENGTH,
+                });
+                if let Some(p) = self.probe.as_mut() {
+                    p.retry_at = Some(io.now.saturating_add(PROBE_PERIOD));
+                }
             }
             (
                 ProbeStep::Stat | ProbeStep::Write | ProbeStep::Read,

@@ -2666,8 +2666,40 @@ impl World {
         }
         for note in out.notes {
             let now = self.host_now(host);
+            if let crate::worker::Note::ArenaFull { length } = note {
+                self.probe_arena_full(host, incarnation, slot, length);
+                continue;
+            }
             self.checker
                 .host_note(now, note, self.directory.machine.as_ref());
+        }
+    }
+
+    /// A probe's write was refused `ArenaExhausted`: judged against the host's leases and the
+    /// directory's bindings. Once the arena holds only bound blobs (nothing will free it), the
+    /// probe closes without its write.
+    fn probe_arena_full(&mut self, host: usize, incarnation: u64, slot: usize, length: u64) {
+        let now = self.host_now(host);
+        let h = &self.hosts[host];
+        let (Some(machine), Some(dir)) = (h.machine.as_ref(), self.directory.machine.as_ref())
+        else {
+            // No directory to judge by: the probe asks again.
+            return;
+        };
+        // `Some(false)`: operations in progress may free room, and the probe asks again;
+        // `None`: the checker recorded a violation.
+        if self.checker.probe_arena_full(now, machine, dir, length) == Some(true) {
+            let worker = &mut self.hosts[host].workers[slot];
+            if worker.probe_skip_write() {
+                let (from, to) = (worker.address, worker.session);
+                self.local(
+                    host,
+                    incarnation,
+                    from,
+                    to,
+                    Message::FromChild(dataplane_core::wire::ChildRequest::Close),
+                );
+            }
         }
     }
 

@@ -579,6 +579,72 @@ impl HostChecker {
         Ok(())
     }
 
+    /// A probe's write of `length` bytes was refused `ArenaExhausted` after the load stopped
+    /// (seed 10130). Right only if the arena is really full of what must stay in it: every
+    /// lease a binding holds is either a blob the directory binds at a path on this host
+    /// (its source's lease) or an operation still in progress (a tracked binding), and no
+    /// gap between the leases, sorted by offset, fits the write's footprint (header plus
+    /// payload, rounded up to the alignment; restated as `arena_accounted` does). Anything
+    /// else holding a lease is a leak the refusal hides. `Ok(true)` when only bound blobs
+    /// hold the arena (nothing will free it), `Ok(false)` when operations in progress may.
+    pub fn probe_arena_full(
+        &self,
+        machine: &Host,
+        dir: &Directory,
+        length: u64,
+    ) -> Result<bool, String> {
+        use dataplane_core::arena::{BLOB_ALIGNMENT, BLOB_HEADER_BYTES};
+        let footprint =
+            |length: u64| (BLOB_HEADER_BYTES + length).div_ceil(BLOB_ALIGNMENT) * BLOB_ALIGNMENT;
+        let host = machine.address(0);
+        // The bindings whose sources the directory binds at a path.
+        let mut bound: Vec<u64> = dir
+            .durable()
+            .entries()
+            .filter_map(|(_, e)| match e {
+                Entry::Blob {
+                    recovery: SourceRecovery::Actor { actor, .. },
+                    ..
+                } if (actor.node, actor.incarnation) == (host.node, host.incarnation) => {
+                    machine.source(actor.actor).map(|s| s.binding)
+                }
+                _ => None,
+            })
+            .collect();
+        bound.sort_unstable();
+        let mut leases: Vec<(u64, u64)> = Vec::new();
+        let mut in_progress = false;
+        for (actor, b) in machine.bindings() {
+            let Some(slot) = &b.lease else {
+                continue;
+            };
+            if b.tracked {
+                in_progress = true;
+            } else if bound.binary_search(actor).is_err() {
+                return Err(format!(
+                    "probe: {host} refused a {length}-byte write ArenaExhausted, but binding {actor} ({}, {:?}) holds the lease at {} and is neither bound by the directory nor in progress",
+                    b.path, b.phase, slot.lease.offset
+                ));
+            }
+            leases.push((slot.lease.offset, footprint(slot.lease.length)));
+        }
+        leases.sort_unstable();
+        let need = footprint(length);
+        let mut at = 0u64;
+        let mut largest = 0u64;
+        for &(offset, bytes) in &leases {
+            largest = largest.max(offset.saturating_sub(at));
+            at = offset + bytes;
+        }
+        largest = largest.max(machine.arena_stats().size.saturating_sub(at));
+        if largest >= need {
+            return Err(format!(
+                "probe: {host} refused a {length}-byte write ArenaExhausted, but its leases leave a free range of {largest} bytes, and the write needs {need}"
+            ));
+        }
+        Ok(!in_progress)
+    }
+
     /// Issue 17: the arena's statistics are what the host's leases make them. Restated from
     /// the bindings (every lease belongs to one binding, and nothing else holds one): the
     /// leases and queued requests are counted, the bytes used are the leases' footprints
@@ -676,6 +742,10 @@ impl HostChecker {
         match note {
             Note::Violation(v) => Err(v),
             Note::Seen(name) => Ok(name),
+            // The world judges these with the host machine at hand (`probe_arena_full`).
+            Note::ArenaFull { length } => Err(format!(
+                "probe: a {length}-byte write refused ArenaExhausted reached the checker unjudged"
+            )),
             Note::Stat {
                 path,
                 revision,

@@ -459,6 +459,33 @@ impl Checker {
         }
     }
 
+    /// A probe's write was refused `ArenaExhausted` (`Note::ArenaFull`): `Some(true)` if the
+    /// arena holds only blobs the directory binds on this host and no free range fits the
+    /// write (the probe may skip it), `Some(false)` if operations still in progress hold the
+    /// rest (the probe asks again), `None` after recording a violation.
+    pub fn probe_arena_full(
+        &mut self,
+        now: Instant,
+        machine: &dataplane_core::host::Host,
+        dir: &Directory,
+        length: u64,
+    ) -> Option<bool> {
+        match self.hosts.probe_arena_full(machine, dir, length) {
+            Ok(settled) => {
+                self.coverage.hit(if settled {
+                    "probe.arena_full_of_bound_blobs"
+                } else {
+                    "probe.arena_full_for_now"
+                });
+                Some(settled)
+            }
+            Err(v) => {
+                self.fail(now, v);
+                None
+            }
+        }
+    }
+
     /// A worker reported something.
     pub fn host_note(&mut self, now: Instant, note: crate::worker::Note, dir: Option<&Directory>) {
         match self.hosts.note(note, dir) {
