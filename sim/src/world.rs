@@ -2688,7 +2688,12 @@ impl World {
         };
         // `Some(false)`: operations in progress may free room, and the probe asks again;
         // `None`: the checker recorded a violation.
-        if self.checker.probe_arena_full(now, machine, dir, length) == Some(true) {
+        let size = self.options.host.arena_size;
+        if self
+            .checker
+            .probe_arena_full(now, machine, dir, size, length)
+            == Some(true)
+        {
             let worker = &mut self.hosts[host].workers[slot];
             if worker.probe_skip_write() {
                 let (from, to) = (worker.address, worker.session);

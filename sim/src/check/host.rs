@@ -580,7 +580,7 @@ impl HostChecker {
     }
 
     /// A probe's write of `length` bytes was refused `ArenaExhausted` after the load stopped
-    /// (seed 10130). Right only if the arena is really full of what must stay in it: every
+    /// (seed 10130), in an arena of `arena_size` bytes. Right only if the arena is really full of what must stay in it: every
     /// lease a binding holds is either a blob the directory binds at a path on this host
     /// (its source's lease) or an operation still in progress (a tracked binding), and no
     /// gap between the leases, sorted by offset, fits the write's footprint (header plus
@@ -591,6 +591,7 @@ impl HostChecker {
         &self,
         machine: &Host,
         dir: &Directory,
+        arena_size: u64,
         length: u64,
     ) -> Result<bool, String> {
         use dataplane_core::arena::{BLOB_ALIGNMENT, BLOB_HEADER_BYTES};
@@ -636,7 +637,7 @@ impl HostChecker {
             largest = largest.max(offset.saturating_sub(at));
             at = offset + bytes;
         }
-        largest = largest.max(machine.arena_stats().size.saturating_sub(at));
+        largest = largest.max(arena_size.saturating_sub(at));
         if largest >= need {
             return Err(format!(
                 "probe: {host} refused a {length}-byte write ArenaExhausted, but its leases leave a free range of {largest} bytes, and the write needs {need}"

@@ -459,8 +459,8 @@ impl Checker {
         }
     }
 
-    /// A probe's write was refused `ArenaExhausted` (`Note::ArenaFull`): `Some(true)` if the
-    /// arena holds only blobs the directory binds on this host and no free range fits the
+    /// A probe's write was refused `ArenaExhausted` (`Note::ArenaFull`), in an arena of
+    /// `arena_size` bytes (the world's option): `Some(true)` if the arena holds only blobs the directory binds on this host and no free range fits the
     /// write (the probe may skip it), `Some(false)` if operations still in progress hold the
     /// rest (the probe asks again), `None` after recording a violation.
     pub fn probe_arena_full(
@@ -468,9 +468,13 @@ impl Checker {
         now: Instant,
         machine: &dataplane_core::host::Host,
         dir: &Directory,
+        arena_size: u64,
         length: u64,
     ) -> Option<bool> {
-        match self.hosts.probe_arena_full(machine, dir, length) {
+        match self
+            .hosts
+            .probe_arena_full(machine, dir, arena_size, length)
+        {
             Ok(settled) => {
                 self.coverage.hit(if settled {
                     "probe.arena_full_of_bound_blobs"
