@@ -41,7 +41,9 @@ pub enum Closing {
     Evicted,
     /// An admitted connection sent a frame out of protocol, or about another node.
     Protocol,
-    /// Its node connected again: the newer connection replaces it.
+    /// Its node connected again: the newer connection replaces it. Also a host's connection
+    /// still in its handshake when the same host was admitted on another one: a dead boot's
+    /// late proof must not restart the node under the live one.
     Replaced,
 }
 
@@ -232,6 +234,31 @@ impl Listener {
         out.push(ConnAction::Refuse { conn, why, reason });
     }
 
+    /// Closes every connection but `admitted` that proved nothing yet and said hello as the
+    /// host listening on `listen`: that host was just admitted on `admitted`. The one left
+    /// in its handshake is a dead boot's (its proof on the way when the process died) or an
+    /// attempt the host gave up; its late proof would restart the node again, under the
+    /// live process. A live host whose attempt this was connects again.
+    pub fn close_handshakes_of(
+        &mut self,
+        listen: &str,
+        admitted: ConnId,
+        out: &mut Vec<ConnAction>,
+    ) {
+        let stale: Vec<ConnId> = self
+            .stages
+            .iter()
+            .filter(|&(&conn, stage)| {
+                conn != admitted
+                    && matches!(stage, Stage::Proof(_, Who::Host { listen: l, .. }) if l == listen)
+            })
+            .map(|(&conn, _)| conn)
+            .collect();
+        for conn in stale {
+            self.close(conn, Closing::Replaced, out);
+        }
+    }
+
     /// Closes `conn` (the machine's owner gives up on it).
     pub fn close(&mut self, conn: ConnId, why: Closing, out: &mut Vec<ConnAction>) {
         self.forget(conn);
@@ -410,6 +437,7 @@ impl DirectoryConns {
                         if let Some(record) = record {
                             out.push(ConnAction::Persist(vec![record]));
                         }
+                        self.listener.close_handshakes_of(&listen, conn, out);
                         let m = admitted.member();
                         self.attach(
                             conn,

@@ -367,6 +367,10 @@ struct DirectoryNode {
     /// Per host: an admission whose record went to the log when the storage failed (a failed
     /// fsync may have made it durable all the same, or not).
     maybe_admitted: Vec<Option<(u64, u64)>>,
+    /// Per host: the newest boot (the world's boot nonces rise with each start) any directory
+    /// instance admitted. An older boot admitted after it is a dead process's late hello
+    /// restarting the node under the live one.
+    newest_admitted: Vec<u64>,
     /// The connections of the serving instance (core's machine; none while down).
     conns: Option<DirectoryConns>,
     /// When its admission deadline is armed.
@@ -581,6 +585,7 @@ impl World {
                 boots_used: 0,
                 admitted: vec![None; options.clients_per_host.len()],
                 maybe_admitted: vec![None; options.clients_per_host.len()],
+                newest_admitted: vec![0; options.clients_per_host.len()],
                 conns: None,
                 expiry_armed: None,
             },

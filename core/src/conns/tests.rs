@@ -617,3 +617,91 @@ fn several_directories_are_tried_in_turn_and_back_off_per_round() {
 fn a_link_needs_at_least_one_address() {
     let _ = host_link(None, 1).with_candidates(0, 0);
 }
+
+/// Seed 7690's schedule one step further: a boot's proof is on its way when the process dies,
+/// and the restarted process is admitted before the proof arrives. The dead boot's proof must
+/// not make the node restart again (a new incarnation under the live process, whose sources
+/// would be retired with the old incarnation's): the admission of the new boot closes the
+/// node's other connections still in their handshake.
+#[test]
+fn a_dead_boots_late_proof_does_not_restart_the_node_again() {
+    let key = ClusterKey::from_secret(b"a cluster secret here").ok();
+    let (mut dir, mut membership) = (directory(key), Membership::default());
+    let mut old = host_link(key, 77);
+    let (heard, _) = handshake(&mut dir, &mut membership, &mut old, 1, t(0));
+    assert!(matches!(heard, LinkHeard::Welcomed { .. }), "{heard:?}");
+
+    // The connection breaks; the process tries again and is challenged, answers, and dies
+    // with its proof still on the way.
+    assert_eq!(dir.closed(1), Some(NodeId(1)));
+    old.closed(t(10), 1);
+    let at = old.next_deadline().unwrap();
+    let (mut to_dir, mut dir_out) = (Vec::new(), Vec::new());
+    old.connecting(at, 2);
+    dir.accepted(at, 2, [2; 32], &mut dir_out);
+    old.connected(2, [9; 32], &mut to_dir);
+    for f in sent(&to_dir, 2) {
+        let heard = dir.frame(
+            2,
+            &bytes(&f),
+            &mut membership,
+            DIRECTORY,
+            AuthorityEpoch(1),
+            &mut dir_out,
+        );
+        assert_eq!(heard, DirHeard::Nothing);
+    }
+    let mut answer = Vec::new();
+    for f in sent(&dir_out, 2) {
+        old.frame(at, 2, &bytes(&f), &mut answer);
+    }
+    let proof = sent(&answer, 2);
+    assert_eq!(proof.len(), 1, "{answer:?}");
+
+    // The restarted process is admitted first: the same node, a new incarnation. The dead
+    // boot's connection still in its handshake is closed.
+    let mut restarted = host_link(key, 78);
+    let later = at.saturating_add(Duration::from_millis(50));
+    let (heard, out) = handshake(&mut dir, &mut membership, &mut restarted, 3, later);
+    assert!(
+        matches!(
+            heard,
+            LinkHeard::Welcomed {
+                node: NodeId(1),
+                incarnation: 2,
+                ..
+            }
+        ),
+        "{heard:?}"
+    );
+    assert!(
+        out.contains(&ConnAction::Close(2, Closing::Replaced)),
+        "{out:?}"
+    );
+
+    // The dead boot's proof arrives: nothing is admitted, persisted or replaced.
+    let mut out = Vec::new();
+    let heard = dir.frame(
+        2,
+        &bytes(&proof[0]),
+        &mut membership,
+        DIRECTORY,
+        AuthorityEpoch(1),
+        &mut out,
+    );
+    assert_eq!(heard, DirHeard::Nothing, "{out:?}");
+    assert!(
+        !out.iter().any(|a| matches!(a, ConnAction::Persist(_))),
+        "{out:?}"
+    );
+    assert_eq!(dir.conn_of(NodeId(1)), Some(3));
+    assert_eq!(
+        membership.hosts().map(|(_, m)| *m).collect::<Vec<_>>(),
+        vec![Member {
+            node: NodeId(1),
+            incarnation: 2,
+            boot_nonce: 78
+        }]
+    );
+    dir.check_invariants().unwrap();
+}

@@ -627,6 +627,19 @@ impl World {
         let known = self.directory.admitted[host];
         let maybe = self.directory.maybe_admitted[host].take();
         let m = admitted.member();
+        let newest = self.directory.newest_admitted[host];
+        if nonce < newest {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "membership: {listen} (node {}) boot nonce {nonce} was admitted as \
+                     {admitted:?} after boot {newest} was: a dead boot's late hello restarted \
+                     the node under the live one",
+                    h.node
+                ),
+            );
+            return;
+        }
         let fine = m.node == h.node
             && m.boot_nonce == nonce
             && match (admitted, known) {
@@ -657,6 +670,7 @@ impl World {
             Admitted::New(_) => "conns.new",
         });
         self.directory.admitted[host] = Some((m.incarnation, m.boot_nonce));
+        self.directory.newest_admitted[host] = nonce;
     }
 
     fn host_conn_frame(&mut self, conn: ConnId, host: usize, bytes: &[u8]) {
@@ -748,9 +762,15 @@ impl World {
                     self.close_conn(conn, true);
                 }
                 ConnAction::Close(conn, why) => {
+                    let admitted = self.conns.get(&conn).is_some_and(|c| c.admitted);
                     self.checker.coverage.hit(match why {
                         dataplane_core::conns::Closing::Expired => "conns.expired",
                         dataplane_core::conns::Closing::Evicted => "conns.evicted",
+                        // A handshake left open when its host was admitted on another
+                        // connection (a dead boot's, or an attempt given up).
+                        dataplane_core::conns::Closing::Replaced if !admitted => {
+                            "conns.handshake_replaced"
+                        }
                         _ => "conns.closed",
                     });
                     self.close_conn(conn, true);
