@@ -181,7 +181,10 @@ impl World {
         // Half the time the machine loses power: nothing tells the directory, which holds the
         // connection until the host's next one replaces it (or the deadline ends a handshake).
         if self.conn_rng.chance(ratio(1, 2)) {
-            if let Some(c) = self.conns.get_mut(&conn) {
+            // (A connection already closing stays as it is: the directory let go of it, or
+            // the host did, and the close is on its way. Seed 13335: the directory evicted
+            // the connection, and marking it silent counted it in the waiting room again.)
+            if let Some(c) = self.conns.get_mut(&conn).filter(|c| !c.closing) {
                 self.checker.coverage.hit("conns.half_open");
                 c.closing = true;
                 c.silent = true;
