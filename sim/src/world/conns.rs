@@ -83,7 +83,17 @@ pub(super) struct SimConn {
     /// connection arrive in order).
     pub last_to_acceptor: Instant,
     pub last_to_host: Instant,
+    /// The host process that made it died with handshake frames still on their way: they
+    /// arrive no earlier than this (its kernel retransmits a lost segment after the
+    /// process is gone: `LATE_HANDSHAKE_DELAY`).
+    pub held_until: Option<Instant>,
 }
+
+/// How late a dead host process's handshake frames may still reach the directory: a lost
+/// segment retransmitted by the kernel after the process died (Linux's minimum
+/// retransmission timeout is 200 ms). Long enough for the restarted process to be admitted
+/// first, as a real node may be (a dead boot's late proof must not restart the node again).
+pub const LATE_HANDSHAKE_DELAY: Duration = Duration::from_millis(300);
 
 impl SimConn {
     /// A connection `host` opens at `now`, to `acceptor` (none: the directory).
@@ -109,6 +119,7 @@ impl SimConn {
             admitted: false,
             last_to_acceptor: now,
             last_to_host: now,
+            held_until: None,
         }
     }
 }
@@ -178,6 +189,18 @@ impl World {
         let Some(conn) = hl.link.conn() else {
             return;
         };
+        // Handshake frames still on their way to the directory arrive late.
+        if let Some(c) = self.conns.get_mut(&conn)
+            && !c.admitted
+            && !c.closing
+            && c.last_to_acceptor > self.now
+        {
+            let until = self.now.saturating_add(LATE_HANDSHAKE_DELAY);
+            c.held_until = Some(until);
+            // The close (if the directory hears one) comes after them.
+            c.last_to_acceptor = until.saturating_add(Duration::from_nanos(1));
+            self.checker.coverage.hit("conns.dead_boot_frames_late");
+        }
         // Half the time the machine loses power: nothing tells the directory, which holds the
         // connection until the host's next one replaces it (or the deadline ends a handshake).
         if self.conn_rng.chance(ratio(1, 2)) {
@@ -535,6 +558,18 @@ impl World {
         let Some(c) = self.conns.get(&conn) else {
             return;
         };
+        if let Some(until) = c.held_until.filter(|&u| to_acceptor && u > self.now) {
+            // In the order they were sent: each is put back in turn.
+            self.schedule(
+                until,
+                EventKind::ConnFrame {
+                    conn,
+                    to_acceptor,
+                    bytes,
+                },
+            );
+            return;
+        }
         let (host, nonce, boot, stranger) = (c.host, c.nonce, c.boot, c.stranger.clone());
         if let Some(to) = c.acceptor {
             return self.peer_conn_frame(conn, host, to, to_acceptor, &bytes);
