@@ -81,6 +81,20 @@ fn handshake(
     (heard, dir_out)
 }
 
+/// Asserts that a link heard its welcome as `node` in `incarnation`.
+#[track_caller]
+fn assert_welcomed(heard: &LinkHeard, node: NodeId, incarnation: u64) {
+    assert!(
+        matches!(heard, LinkHeard::Welcomed { node: n, incarnation: i, .. } if *n == node && *i == incarnation),
+        "{heard:?}"
+    );
+}
+
+/// Membership's hosts, in listen order.
+fn members(membership: &Membership) -> Vec<Member> {
+    membership.hosts().map(|(_, m)| *m).collect()
+}
+
 #[test]
 fn a_host_is_welcomed_after_its_identity_is_durable_and_keeps_it_across_reconnects() {
     let key = ClusterKey::from_secret(b"a cluster secret here").ok();
@@ -114,17 +128,7 @@ fn a_host_is_welcomed_after_its_identity_is_durable_and_keeps_it_across_reconnec
         Some(t(10).saturating_add(RECONNECT_FIRST))
     );
     let (heard, out) = handshake(&mut dir, &mut membership, &mut link, 2, t(100));
-    assert!(
-        matches!(
-            heard,
-            LinkHeard::Welcomed {
-                node: NodeId(1),
-                incarnation: 1,
-                ..
-            }
-        ),
-        "{heard:?}"
-    );
+    assert_welcomed(&heard, NodeId(1), 1);
     assert!(
         !out.iter().any(|a| matches!(a, ConnAction::Persist(_))),
         "{out:?}"
@@ -133,17 +137,7 @@ fn a_host_is_welcomed_after_its_identity_is_durable_and_keeps_it_across_reconnec
     // A restarted process (a new boot nonce) is the same node in a new incarnation.
     let mut restarted = host_link(key, 78);
     let (heard, out) = handshake(&mut dir, &mut membership, &mut restarted, 3, t(200));
-    assert!(
-        matches!(
-            heard,
-            LinkHeard::Welcomed {
-                node: NodeId(1),
-                incarnation: 2,
-                ..
-            }
-        ),
-        "{heard:?}"
-    );
+    assert_welcomed(&heard, NodeId(1), 2);
     // It replaces the old connection.
     assert!(
         out.contains(&ConnAction::Close(2, Closing::Replaced)),
@@ -152,7 +146,7 @@ fn a_host_is_welcomed_after_its_identity_is_durable_and_keeps_it_across_reconnec
     assert_eq!(dir.conn_of(NodeId(1)), Some(3));
     dir.check_invariants().unwrap();
     assert_eq!(
-        membership.hosts().map(|(_, m)| *m).collect::<Vec<_>>(),
+        members(&membership),
         vec![Member {
             node: NodeId(1),
             incarnation: 2,
@@ -663,17 +657,7 @@ fn a_dead_boots_late_proof_does_not_restart_the_node_again() {
     let mut restarted = host_link(key, 78);
     let later = at.saturating_add(Duration::from_millis(50));
     let (heard, out) = handshake(&mut dir, &mut membership, &mut restarted, 3, later);
-    assert!(
-        matches!(
-            heard,
-            LinkHeard::Welcomed {
-                node: NodeId(1),
-                incarnation: 2,
-                ..
-            }
-        ),
-        "{heard:?}"
-    );
+    assert_welcomed(&heard, NodeId(1), 2);
     assert!(
         out.contains(&ConnAction::Close(2, Closing::Replaced)),
         "{out:?}"
@@ -696,7 +680,7 @@ fn a_dead_boots_late_proof_does_not_restart_the_node_again() {
     );
     assert_eq!(dir.conn_of(NodeId(1)), Some(3));
     assert_eq!(
-        membership.hosts().map(|(_, m)| *m).collect::<Vec<_>>(),
+        members(&membership),
         vec![Member {
             node: NodeId(1),
             incarnation: 2,

@@ -30,9 +30,8 @@ use crate::worker::{Note, content};
 #[derive(Debug)]
 struct BoundSources {
     node: NodeId,
-    /// The host incarnation `actors` belong to.
-    incarnation: u64,
-    directory: u64,
+    /// The directory change and host incarnation the lists were collected for (none yet).
+    collected: Option<(u64, u64)>,
     /// The host machine's actor sources (actor numbers from `HOST_FIRST_ACTOR`), in path order.
     actors: Vec<u64>,
     /// The node's file sources, sorted by actor number.
@@ -40,11 +39,14 @@ struct BoundSources {
 }
 
 impl BoundSources {
-    /// Collects what `dir` binds on `node` at `incarnation` (refilling in place).
-    fn collect(&mut self, dir: &Directory, directory: u64, node: NodeId, incarnation: u64) {
-        self.node = node;
-        self.incarnation = incarnation;
-        self.directory = directory;
+    /// What `dir` binds on this node at `incarnation`, after the directory's `directory`th
+    /// change: collected again (refilling in place) unless it was for both.
+    fn refresh(&mut self, dir: &Directory, directory: u64, incarnation: u64) {
+        if self.collected == Some((directory, incarnation)) {
+            return;
+        }
+        self.collected = Some((directory, incarnation));
+        let node = self.node;
         self.actors.clear();
         self.files.clear();
         for (_, entry) in dir.durable().entries() {
@@ -183,25 +185,21 @@ impl HostChecker {
                 .map_or_else(|| "?".to_owned(), |(p, _)| p.to_string())
         };
         for (h, machine) in running() {
-            let at = match self.bound.iter().position(|b| b.node == h.node) {
-                Some(at) => at,
-                None => {
+            let at = self
+                .bound
+                .iter()
+                .position(|b| b.node == h.node)
+                .unwrap_or_else(|| {
                     self.bound.push(BoundSources {
                         node: h.node,
-                        incarnation: h.incarnation,
-                        directory,
+                        collected: None,
                         actors: Vec::new(),
                         files: Vec::new(),
                     });
-                    let last = self.bound.len() - 1;
-                    self.bound[last].collect(dir, directory, h.node, h.incarnation);
-                    last
-                }
-            };
+                    self.bound.len() - 1
+                });
             let bound = &mut self.bound[at];
-            if (bound.directory, bound.incarnation) != (directory, h.incarnation) {
-                bound.collect(dir, directory, h.node, h.incarnation);
-            }
+            bound.refresh(dir, directory, h.incarnation);
             for &actor in &bound.actors {
                 let backed = machine
                     .source(actor)
