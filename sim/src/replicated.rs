@@ -23,7 +23,7 @@
 //! order it was acknowledged, and every caller is answered; the voters the committed log ends
 //! with agree. See SIMULATION.md, "The replicated directory in the main swarm".
 
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use dataplane_core::directory::{ActorSources, DirectoryConfig, DirectoryLimits};
 use dataplane_core::effect::{Effect, Outbox, Timer};
@@ -44,7 +44,7 @@ use crate::check::{Checker, Coverage, DirInput};
 use crate::disk::SimFs;
 use crate::options::Options;
 use crate::rng::{SimRng, Stream};
-use crate::world::{Event, Outcome, Stats};
+use crate::world::{EventQueue, Outcome, Stats};
 
 /// What a swarm of this mode must reach (its `--require-coverage`; the default mode's list is
 /// `check::EXPECTED_COVERAGE`). Every run hits `mode.replicated`, which selects this list.
@@ -330,7 +330,7 @@ struct Acked {
 pub struct ReplWorld {
     options: Options,
     now: Instant,
-    queue: BinaryHeap<Event<Ev>>,
+    queue: EventQueue<Ev>,
     seq: u64,
     net: SimRng,
     faults: SimRng,
@@ -450,7 +450,7 @@ impl ReplWorld {
         ReplWorld {
             options,
             now: Instant::ZERO,
-            queue: BinaryHeap::new(),
+            queue: EventQueue::default(),
             seq: 0,
             net,
             faults,
@@ -487,11 +487,8 @@ impl ReplWorld {
 
     fn at(&mut self, delay: Duration, ev: Ev) {
         self.seq += 1;
-        self.queue.push(Event {
-            at: self.now.saturating_add(delay),
-            seq: self.seq,
-            kind: ev,
-        });
+        self.queue
+            .push(self.now.saturating_add(delay), self.seq, ev);
     }
 
     /// Counts the effects each admitted step of replica `r` holds (all but its `Persist`s),
