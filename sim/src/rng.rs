@@ -48,11 +48,13 @@ pub enum Stream {
     /// Connections between hosts and the directory: their latencies, handshake nonces and
     /// the strangers that connect.
     Conns = 9,
+    /// Host processes that die while they boot, and how soon they are started again.
+    Boots = 10,
 }
 
 impl Stream {
     /// Every stream, in number order.
-    pub const ALL: [Stream; 9] = [
+    pub const ALL: [Stream; 10] = [
         Stream::Options,
         Stream::Network,
         Stream::Faults,
@@ -62,6 +64,7 @@ impl Stream {
         Stream::Spoof,
         Stream::Environment,
         Stream::Conns,
+        Stream::Boots,
     ];
 
     fn index(self) -> usize {
@@ -80,6 +83,7 @@ impl Stream {
             Stream::Spoof => "spoof",
             Stream::Environment => "environment",
             Stream::Conns => "conns",
+            Stream::Boots => "boots",
         }
     }
 }
