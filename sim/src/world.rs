@@ -218,9 +218,10 @@ pub(crate) struct Event<K> {
 /// The pending events of a world, earliest (time, sequence) first.
 ///
 /// The heap orders small keys (time, sequence, slot) and the kinds wait in a slab beside it:
-/// a kind is up to a hundred bytes, and a heap of whole events moved them at every sift (3 %
-/// of a swarm's time). The order is the heap's on (time, sequence), which are unique, so a
-/// run's schedule does not depend on the slots.
+/// a kind is up to a hundred bytes, and a heap of whole events moved them at every sift (its
+/// `pop` was 3 % of a perf profile of seeds 0..32). Keys save 1.5 % of the instructions of
+/// seeds 0..16 (cachegrind); wall time did not change measurably. The order is the heap's
+/// on (time, sequence), which are unique, so a run's schedule does not depend on the slots.
 #[derive(Debug)]
 pub(crate) struct EventQueue<K> {
     keys: BinaryHeap<Reverse<(Instant, u64, u32)>>,
