@@ -87,6 +87,8 @@ impl std::error::Error for PathError {}
 /// Paths up to this many bytes are stored inline (no heap allocation, no pointer to chase when
 /// a B-tree compares keys).
 const INLINE_BYTES: usize = 30;
+// `inline_words` reads the inline bytes as two 16-byte words.
+const _: () = assert!(INLINE_BYTES > 16 && INLINE_BYTES <= 32);
 
 /// The bytes of a path: inline when short, boxed otherwise. Always valid UTF-8 (it is only
 /// built from a validated `String`).
@@ -127,8 +129,16 @@ impl Repr {
 pub struct DataPath(Repr);
 
 impl PartialEq for DataPath {
+    #[inline]
     fn eq(&self, other: &Self) -> bool {
-        self.0.as_bytes() == other.0.as_bytes()
+        match (&self.0, &other.0) {
+            // The padding after `len` is zeros in both (`Repr::new`), so the fixed-size arrays
+            // are equal exactly when the paths are; compared as two words each, without `memcmp`.
+            (Repr::Inline { len: a, bytes: x }, Repr::Inline { len: b, bytes: y }) => {
+                a == b && inline_words(x) == inline_words(y)
+            }
+            (a, b) => a.as_bytes() == b.as_bytes(),
+        }
     }
 }
 
@@ -141,9 +151,28 @@ impl PartialOrd for DataPath {
 }
 
 impl Ord for DataPath {
+    #[inline]
     fn cmp(&self, other: &Self) -> core::cmp::Ordering {
-        self.0.as_bytes().cmp(other.0.as_bytes())
+        match (&self.0, &other.0) {
+            // A path holds no NUL (`validate`), so the zero padding sorts below every byte of
+            // a longer path: the padded arrays, read as big-endian words, order as the
+            // strings do (a prefix first).
+            (Repr::Inline { bytes: x, .. }, Repr::Inline { bytes: y, .. }) => {
+                inline_words(x).cmp(&inline_words(y))
+            }
+            (a, b) => a.as_bytes().cmp(b.as_bytes()),
+        }
     }
+}
+
+/// An inline path's padded bytes as two big-endian words, in string order.
+#[inline]
+fn inline_words(bytes: &[u8; INLINE_BYTES]) -> (u128, u128) {
+    let mut high = [0u8; 16];
+    let mut low = [0u8; 16];
+    high.copy_from_slice(&bytes[..16]);
+    low[..INLINE_BYTES - 16].copy_from_slice(&bytes[16..]);
+    (u128::from_be_bytes(high), u128::from_be_bytes(low))
 }
 
 impl core::hash::Hash for DataPath {
@@ -463,6 +492,43 @@ mod tests {
                     Err(PathError::ControlCharacter { code: control })
                 );
             }
+        }
+
+        /// Equality and order are the strings' for paths of every length around the inline
+        /// limit (both inline, both on the heap, one of each), with shared prefixes.
+        #[test]
+        fn paths_compare_as_their_strings(
+            a in proptest::collection::vec("[abé]{1,9}", 1..6),
+            b in proptest::collection::vec("[abé]{1,9}", 1..6),
+            cut in 0usize..48,
+        ) {
+            let a = format!("/{}", a.join("/"));
+            // A third of the pairs share a prefix (`b` is `a` cut and continued), a third
+            // differ in one letter only (the same length: `a` with the `cut`-th `a` or `b`
+            // swapped), a third are drawn apart.
+            let b = match cut % 3 {
+                0 => {
+                    let mut at = cut.min(a.len()).max(1);
+                    while !a.is_char_boundary(at) {
+                        at -= 1;
+                    }
+                    format!("{}{}", &a[..at], b.join("/"))
+                }
+                1 => {
+                    let swappable: Vec<usize> = a.match_indices(['a', 'b']).map(|(i, _)| i).collect();
+                    let mut swapped = a.clone();
+                    if let Some(&i) = swappable.get(cut % swappable.len().max(1)) {
+                        let other = if &a[i..=i] == "a" { "b" } else { "a" };
+                        swapped.replace_range(i..=i, other);
+                    }
+                    swapped
+                }
+                _ => format!("/{}", b.join("/")),
+            };
+            let (x, y) = (DataPath::new(a.clone()).unwrap(), DataPath::new(b.clone()).unwrap());
+            proptest::prop_assert_eq!(x == y, a == b);
+            proptest::prop_assert_eq!(x.cmp(&y), a.as_str().cmp(b.as_str()));
+            proptest::prop_assert_eq!(y.cmp(&x), b.as_str().cmp(a.as_str()));
         }
 
         /// Whatever the string, validation answers without panicking, and an accepted path
