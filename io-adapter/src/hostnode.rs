@@ -1174,7 +1174,14 @@ impl HostNode {
             if let Accepted::PendingEvicting(oldest) = self.child_admission.accepted(now, conn) {
                 evicted(oldest, &self.net, "child", CHILDREN_PENDING_MAX);
                 self.count_refusal(Refusal::Evicted);
-                self.net.close(oldest);
+                // Told why, as a busy host: a child whose hello was on its way may try again.
+                let reason = format!(
+                    "{CHILDREN_PENDING_MAX} connections wait for their hello at this host, and \
+                     yours was the oldest"
+                );
+                self.net
+                    .send(oldest, ChildGreeting::Refused { reason, busy: true });
+                self.net.close_after_flush(oldest);
                 self.children.remove(&oldest);
             }
             self.children.insert(conn, ChildConn::Pending);

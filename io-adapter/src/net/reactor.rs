@@ -19,6 +19,14 @@
 //! handed to the driver as the frame's payload. A length prefix above the connection's limit
 //! closes the connection before anything is read or reserved for the frame.
 //!
+//! **Accepting.** A listener accepts at most [`ACCEPTS_PER_POLL`] connections per poll, after
+//! the poll's reads; if the kernel holds more, the next poll does not wait and accepts the
+//! next ones. So the frames of the connections accepted by one poll (a child's hello is sent
+//! right after its connect) are read before the next ones are accepted: a burst of connections
+//! larger than a node's waiting room for unadmitted connections is admitted a batch at a time
+//! instead of filling the room at once and evicting connections whose hello was already
+//! there.
+//!
 //! **Writing.** [`Reactor::send`] encodes a value into the connection's queue at once and
 //! writes as much as the socket takes; the rest goes out when the socket is writable again
 //! (`writev`, chunk payloads from where they are: see [`super::Outgoing`]). Each queue has a
@@ -58,6 +66,9 @@ pub const SCRATCH_BYTES: usize = 64 * 1024;
 const IOVECS_MAX: usize = 64;
 /// Readiness events taken per poll.
 const EVENTS_MAX: usize = 1024;
+/// Most connections one listener accepts per poll ("Accepting" in the module documentation):
+/// a quarter of the nodes' smallest waiting room (a host's 64 children before their hello).
+pub const ACCEPTS_PER_POLL: usize = 16;
 
 /// Who is at the other end of a connection, for the logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -245,6 +256,8 @@ pub struct Reactor {
     behind: Vec<ConnId>,
     /// Connections that broke while the driver sent to them: reported by the next poll.
     broken: Vec<(ConnId, String)>,
+    /// Listeners that used their accepts of one poll with connections left to accept.
+    listeners_behind: Vec<ListenerId>,
 }
 
 impl std::fmt::Debug for Reactor {
@@ -271,6 +284,7 @@ impl Reactor {
             next: 1,
             behind: Vec::new(),
             broken: Vec::new(),
+            listeners_behind: Vec::new(),
         })
     }
 
@@ -506,11 +520,13 @@ impl Reactor {
     /// Waits up to `timeout` (not at all if a connection still has bytes to read) and appends
     /// what happened to `out`.
     pub fn poll(&mut self, timeout: Option<Duration>, out: &mut Vec<NetEvent>) -> io::Result<()> {
-        let timeout = if self.behind.is_empty() && self.broken.is_empty() {
-            timeout
-        } else {
-            Some(Duration::ZERO)
-        };
+        let timeout =
+            if self.behind.is_empty() && self.broken.is_empty() && self.listeners_behind.is_empty()
+            {
+                timeout
+            } else {
+                Some(Duration::ZERO)
+            };
         for (conn, reason) in self.broken.drain(..) {
             out.push(NetEvent::Closed(conn, reason));
         }
@@ -534,9 +550,13 @@ impl Reactor {
         for conn in std::mem::take(&mut self.behind) {
             ready.push((conn, true, false, false));
         }
+        // The listeners go last: this poll's frames first, then the next connections.
+        let mut accepting = std::mem::take(&mut self.listeners_behind);
         for (id, readable, writable, hup) in ready {
             if self.listeners.contains_key(&id) {
-                self.accept(id, out);
+                if !accepting.contains(&id) {
+                    accepting.push(id);
+                }
                 continue;
             }
             if writable {
@@ -548,11 +568,17 @@ impl Reactor {
             }
             self.read(id, out);
         }
+        for listener in accepting {
+            self.accept(listener, out);
+        }
         Ok(())
     }
 
+    /// Accepts up to [`ACCEPTS_PER_POLL`] connections on `listener`; if there may be more, the
+    /// listener is behind and the next poll accepts again without waiting (readiness is
+    /// edge-triggered: no new event would come for connections the kernel already holds).
     fn accept(&mut self, listener: ListenerId, out: &mut Vec<NetEvent>) {
-        loop {
+        for _ in 0..ACCEPTS_PER_POLL {
             let accepted = match self.listeners.get(&listener) {
                 Some(Listener::Tcp(l, limits)) => l.accept().map(|(s, address)| {
                     let _ = s.set_nodelay(true);
@@ -581,6 +607,7 @@ impl Reactor {
                 }
             }
         }
+        self.listeners_behind.push(listener);
     }
 
     fn writable(&mut self, id: ConnId, out: &mut Vec<NetEvent>) {
@@ -1042,5 +1069,66 @@ mod tests {
             matches!(&events[..], [NetEvent::Closed(c, _)] if *c == id),
             "and reports it: {events:?}"
         );
+    }
+}
+
+#[cfg(test)]
+mod accept_tests {
+    use super::*;
+
+    /// A burst larger than the accepts of one poll: each poll accepts at most
+    /// `ACCEPTS_PER_POLL`, the hello each accepted connection had already sent is reported
+    /// before the next batch is accepted, and the polls that follow do not wait for a new
+    /// connection to accept the rest.
+    #[test]
+    fn a_burst_is_accepted_a_batch_per_poll_after_the_batchs_frames() {
+        const BURST: usize = 3 * ACCEPTS_PER_POLL + 5;
+        let mut reactor = Reactor::new().unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        reactor.listen_tcp(listener, Limits::pending()).unwrap();
+        let mut clients: Vec<std::net::TcpStream> = (0..BURST)
+            .map(|_| std::net::TcpStream::connect(address).unwrap())
+            .collect();
+        for (i, client) in clients.iter_mut().enumerate() {
+            client.write_all(&4u32.to_le_bytes()).unwrap();
+            client.write_all(&(i as u32).to_le_bytes()).unwrap();
+        }
+        let (mut accepted, mut frames, mut polls) = (0usize, 0usize, 0usize);
+        let mut batches = Vec::new();
+        while frames < BURST {
+            polls += 1;
+            assert!(polls < 1000, "{accepted} accepted, {frames} frames");
+            let mut events = Vec::new();
+            // Long enough to fail the test if the rest waited for a new connection.
+            let started = std::time::Instant::now();
+            reactor
+                .poll(Some(Duration::from_secs(5)), &mut events)
+                .unwrap();
+            assert!(started.elapsed() < Duration::from_secs(4), "a poll waited");
+            let mut here = 0;
+            for event in &events {
+                match event {
+                    NetEvent::Accepted { .. } => {
+                        // Every connection accepted by an earlier poll had sent its frame:
+                        // all of them are read before this poll accepts more.
+                        assert_eq!(frames, accepted, "frames read before a batch is accepted");
+                        here += 1;
+                    }
+                    NetEvent::Frame(..) => {
+                        assert!(here == 0, "a frame after this poll's accepts");
+                        frames += 1;
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+            assert!(here <= ACCEPTS_PER_POLL, "{here} accepted in one poll");
+            accepted += here;
+            if here > 0 {
+                batches.push(here);
+            }
+        }
+        assert_eq!(accepted, BURST);
+        assert!(batches.len() >= 4, "{batches:?}");
     }
 }

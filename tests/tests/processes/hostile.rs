@@ -86,6 +86,22 @@ fn silent_child_connections_hold_no_session_and_are_closed() {
         .map(|_| UnixStream::connect(&host.socket).expect("connect to the child socket"))
         .collect();
     let peak = usage(host.proc.pid());
+    // The oldest made room for the 65th (the waiting room holds 64): it is told so, as a busy
+    // host (a child whose hello was on its way may try again), then closed.
+    let mut got = Vec::new();
+    silent[0]
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    silent[0]
+        .read_to_end(&mut got)
+        .expect("the evicted connection's refusal, then its end");
+    let greeting: dataplane_io::hostnode::ChildGreeting =
+        dataplane_core::wire::decode_value(got.get(4..).unwrap_or_default(), 1 << 20)
+            .expect("one greeting frame");
+    assert!(
+        matches!(&greeting, dataplane_io::hostnode::ChildGreeting::Refused { reason, busy: true } if reason.contains("wait for their hello")),
+        "{greeting:?}"
+    );
     let took = put_succeeds(&host, &dir, "/data/silent/1");
     eprintln!(
         "300 silent children: host before {before:?}, with them {peak:?}; a put took {took:?}"

@@ -97,3 +97,62 @@ fn hosts_keep_serving_past_four_thousand_published_blobs() {
             .expect_code(0, "a stat of the first blob of the load");
     }
 }
+
+/// Children started at once by a job launcher: more of them connect in one instant than the
+/// host's waiting room holds (64 connections before their hello). Each sends its hello right
+/// after connecting, so every one of them must attach, put and read; none may be closed
+/// unanswered to make room for the next (the host used to accept every connection the kernel
+/// held before reading any hello, and evicted the oldest of them, which the child saw as "the
+/// host closed the connection before it answered").
+#[test]
+fn a_burst_of_children_connecting_at_once_all_attach() {
+    /// Below the host's 256 sessions, four times its waiting room.
+    const CHILDREN: usize = 240;
+    let dir = TestDir::new("burst");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let host = HostProc::start(&dir, "host", &directory.listen, "64M");
+    let barrier = Arc::new(std::sync::Barrier::new(CHILDREN));
+    let children: Vec<_> = (0..CHILDREN)
+        .map(|c| {
+            let socket = host.socket.clone();
+            let barrier = barrier.clone();
+            thread::spawn(move || -> Result<(), String> {
+                barrier.wait();
+                let mut session = ChildSession::connect(&socket)
+                    .map_err(|e| format!("child {c}: connect: {e}"))?;
+                let path = format!("/data/burst/{c}");
+                let bytes = pattern(c as u64, 64);
+                session
+                    .put(&path, &bytes)
+                    .map_err(|e| format!("child {c}: put: {e}"))?;
+                let view = session
+                    .read(&path)
+                    .map_err(|e| format!("child {c}: read: {e}"))?;
+                if view.bytes() != bytes.as_slice() {
+                    return Err(format!("child {c}: {path} read back other bytes"));
+                }
+                drop(view);
+                session
+                    .close()
+                    .map_err(|e| format!("child {c}: close: {e}"))
+            })
+        })
+        .collect();
+    let failures: Vec<String> = children
+        .into_iter()
+        .filter_map(|child| child.join().expect("a child thread").err())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {CHILDREN} children failed, first: {:?}\nhost log:\n{}",
+        failures.len(),
+        failures.first(),
+        host.proc
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("closed"))
+            .take(5)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
