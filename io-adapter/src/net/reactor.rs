@@ -25,7 +25,9 @@
 //! right after its connect) are read before the next ones are accepted: a burst of connections
 //! larger than a node's waiting room for unadmitted connections is admitted a batch at a time
 //! instead of filling the room at once and evicting connections whose hello was already
-//! there.
+//! there. An `accept` that fails (out of descriptors) is tried again [`ACCEPT_RETRY`] later:
+//! with edge-triggered readiness, the connections the kernel already holds would otherwise
+//! wait for a new one to arrive, however many descriptors were freed meanwhile.
 //!
 //! **Writing.** [`Reactor::send`] encodes a value into the connection's queue at once and
 //! writes as much as the socket takes; the rest goes out when the socket is writable again
@@ -69,6 +71,12 @@ const EVENTS_MAX: usize = 1024;
 /// Most connections one listener accepts per poll ("Accepting" in the module documentation):
 /// a quarter of the nodes' smallest waiting room (a host's 64 children before their hello).
 pub const ACCEPTS_PER_POLL: usize = 16;
+/// How long a listener whose `accept` failed (out of descriptors: `EMFILE`, `ENFILE`; out of
+/// memory) waits before it tries again. Readiness is edge-triggered: without the retry, the
+/// connections the kernel already holds would wait for a new connection to raise an event.
+pub const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// A listener's failing `accept` is logged at most this often.
+const ACCEPT_FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Who is at the other end of a connection, for the logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -258,6 +266,11 @@ pub struct Reactor {
     broken: Vec<(ConnId, String)>,
     /// Listeners that used their accepts of one poll with connections left to accept.
     listeners_behind: Vec<ListenerId>,
+    /// Listeners whose `accept` failed, and when each tries again ([`ACCEPT_RETRY`]).
+    listeners_stalled: Vec<(ListenerId, std::time::Instant)>,
+    /// Per listener whose `accept` failed: when that was last logged, and the failures since
+    /// (logged at most every [`ACCEPT_FAILURE_LOG_EVERY`]).
+    accept_failures: BTreeMap<ListenerId, (std::time::Instant, u64)>,
 }
 
 impl std::fmt::Debug for Reactor {
@@ -285,6 +298,8 @@ impl Reactor {
             behind: Vec::new(),
             broken: Vec::new(),
             listeners_behind: Vec::new(),
+            listeners_stalled: Vec::new(),
+            accept_failures: BTreeMap::new(),
         })
     }
 
@@ -527,6 +542,15 @@ impl Reactor {
             } else {
                 Some(Duration::ZERO)
             };
+        // A stalled listener's retry bounds the wait.
+        let now = std::time::Instant::now();
+        let timeout = match self.listeners_stalled.iter().map(|(_, at)| *at).min() {
+            Some(at) => {
+                let left = at.saturating_duration_since(now);
+                Some(timeout.map_or(left, |t| t.min(left)))
+            }
+            None => timeout,
+        };
         for (conn, reason) in self.broken.drain(..) {
             out.push(NetEvent::Closed(conn, reason));
         }
@@ -552,6 +576,13 @@ impl Reactor {
         }
         // The listeners go last: this poll's frames first, then the next connections.
         let mut accepting = std::mem::take(&mut self.listeners_behind);
+        let now = std::time::Instant::now();
+        self.listeners_stalled.retain(|&(listener, at)| {
+            if at <= now && !accepting.contains(&listener) {
+                accepting.push(listener);
+            }
+            at > now
+        });
         for (id, readable, writable, hup) in ready {
             if self.listeners.contains_key(&id) {
                 if !accepting.contains(&id) {
@@ -595,8 +626,28 @@ impl Reactor {
                 Ok(accepted) => accepted,
                 Err(e) if would_block(&e) => return,
                 Err(e) => {
-                    // EMFILE and the like: try again on the next event.
-                    tracing::warn!(listener, error = %e, "accept failed");
+                    // EMFILE and the like: try again a little later (see `ACCEPT_RETRY`).
+                    let now = std::time::Instant::now();
+                    match self.accept_failures.get(&listener).copied() {
+                        Some((logged, since))
+                            if now.duration_since(logged) < ACCEPT_FAILURE_LOG_EVERY =>
+                        {
+                            self.accept_failures.insert(listener, (logged, since + 1));
+                        }
+                        earlier => {
+                            tracing::warn!(
+                                listener,
+                                error = %e,
+                                failures_since_last_logged = earlier.map_or(0, |(_, since)| since),
+                                "accept failed; trying again every {ACCEPT_RETRY:?}"
+                            );
+                            self.accept_failures.insert(listener, (now, 0));
+                        }
+                    }
+                    if !self.listeners_stalled.iter().any(|(l, _)| *l == listener) {
+                        let at = std::time::Instant::now() + ACCEPT_RETRY;
+                        self.listeners_stalled.push((listener, at));
+                    }
                     return;
                 }
             };

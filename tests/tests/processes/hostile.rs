@@ -597,3 +597,55 @@ fn a_childs_digest_must_be_of_the_bytes_the_host_froze() {
         }
     }
 }
+
+/// A host out of descriptors accepts again once some are freed. Its descriptor limit is
+/// lowered to 20 above what it holds, then 30 silent children connect: 20 are accepted, the
+/// rest wait in the kernel, and `accept` fails. A put then waits in the kernel behind them.
+/// When the attach deadline closes the accepted ones, the host must take the waiting
+/// connections without a new one arriving to wake it (readiness is edge-triggered: the host
+/// used to stay deaf until then, and the put never got an answer).
+#[test]
+#[allow(unsafe_code)] // prlimit(2): no safe wrapper in the design card's crates.
+fn a_host_out_of_descriptors_accepts_again_once_some_are_freed() {
+    let dir = TestDir::new("out-of-descriptors");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let host = HostProc::start(&dir, "host", &directory.listen, "16M");
+    let pid = host.proc.pid();
+    let held = usage(pid).fds as u64;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit(2) on our own child, with valid pointers to rlimit values.
+    let got = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_NOFILE,
+            std::ptr::null(),
+            &mut limit,
+        )
+    };
+    assert_eq!(got, 0, "read the host's descriptor limit");
+    limit.rlim_cur = held + 20;
+    // SAFETY: as above.
+    let set = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_NOFILE,
+            &limit,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(set, 0, "lower the host's descriptor limit");
+    let silent: Vec<UnixStream> = (0..30)
+        .map(|_| UnixStream::connect(&host.socket).expect("connect to the child socket"))
+        .collect();
+    wait_until(
+        "the host to run out of descriptors",
+        Duration::from_secs(10),
+        || host.proc.log_text().contains("accept failed"),
+    );
+    let took = put_succeeds(&host, &dir, "/data/descriptors/1");
+    eprintln!("a put behind 30 silent children, 20 descriptors free: {took:?}");
+    drop(silent);
+}
