@@ -542,11 +542,10 @@ impl Reactor {
             } else {
                 Some(Duration::ZERO)
             };
-        // A stalled listener's retry bounds the wait.
-        let now = std::time::Instant::now();
+        // A stalled listener's retry bounds the wait (no clock read while none is stalled).
         let timeout = match self.listeners_stalled.iter().map(|(_, at)| *at).min() {
             Some(at) => {
-                let left = at.saturating_duration_since(now);
+                let left = at.saturating_duration_since(std::time::Instant::now());
                 Some(timeout.map_or(left, |t| t.min(left)))
             }
             None => timeout,
@@ -576,13 +575,15 @@ impl Reactor {
         }
         // The listeners go last: this poll's frames first, then the next connections.
         let mut accepting = std::mem::take(&mut self.listeners_behind);
-        let now = std::time::Instant::now();
-        self.listeners_stalled.retain(|&(listener, at)| {
-            if at <= now && !accepting.contains(&listener) {
-                accepting.push(listener);
-            }
-            at > now
-        });
+        if !self.listeners_stalled.is_empty() {
+            let now = std::time::Instant::now();
+            self.listeners_stalled.retain(|&(listener, at)| {
+                if at <= now && !accepting.contains(&listener) {
+                    accepting.push(listener);
+                }
+                at > now
+            });
+        }
         for (id, readable, writable, hup) in ready {
             if self.listeners.contains_key(&id) {
                 if !accepting.contains(&id) {

@@ -599,8 +599,9 @@ fn a_childs_digest_must_be_of_the_bytes_the_host_froze() {
 }
 
 /// A host out of descriptors accepts again once some are freed. Its descriptor limit is
-/// lowered to 20 above what it holds, then 30 silent children connect: 20 are accepted, the
-/// rest wait in the kernel, and `accept` fails. A put then waits in the kernel behind them.
+/// lowered to 20 above what it holds, then 30 silent children connect: at most 20 are
+/// accepted, the rest wait in the kernel, and `accept` fails (the test waits for the host to
+/// log it). A put then waits in the kernel behind them.
 /// When the attach deadline closes the accepted ones, the host must take the waiting
 /// connections without a new one arriving to wake it (readiness is edge-triggered: the host
 /// used to stay deaf until then, and the put never got an answer).

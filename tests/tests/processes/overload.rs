@@ -106,7 +106,7 @@ fn hosts_keep_serving_past_four_thousand_published_blobs() {
 /// host closed the connection before it answered").
 #[test]
 fn a_burst_of_children_connecting_at_once_all_attach() {
-    /// Below the host's 256 sessions, four times its waiting room.
+    /// Below the host's 256 sessions, nearly four times its waiting room (64).
     const CHILDREN: usize = 240;
     let dir = TestDir::new("burst");
     let directory = DirectoryProc::start(&dir, "directory");
