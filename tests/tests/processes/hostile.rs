@@ -650,3 +650,94 @@ fn a_host_out_of_descriptors_accepts_again_once_some_are_freed() {
     eprintln!("a put behind 30 silent children, 20 descriptors free: {took:?}");
     drop(silent);
 }
+
+/// `GET /metrics` at `address` within 5 s: the status line of the answer, or why none came.
+fn scrape_status(address: &str) -> String {
+    let mut stream = TcpStream::connect(address).expect("connect to the metrics listener");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    match stream.read_to_string(&mut answer) {
+        Ok(_) => answer.lines().next().unwrap_or_default().to_owned(),
+        Err(e) => format!("no answer within 5 s: {e}"),
+    }
+}
+
+/// Connections to a node's metrics listener that send nothing, or trickle a request head a
+/// byte at a time, delay no scrape, and each is closed (the listener used to serve one
+/// connection at a time with a 2 s timeout per read: 300 silent connections delayed a
+/// scrape by ten minutes, and a trickling one held it for as long as it kept sending).
+#[test]
+fn silent_and_trickling_metrics_clients_delay_no_scrape() {
+    let dir = TestDir::new("metrics-loris");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let metrics = dataplane_tests::free_address();
+    let host = HostProc::start_with(
+        &dir,
+        "host",
+        &directory.listen,
+        "16M",
+        &["--metrics-listen".into(), metrics.clone().into()],
+    );
+    let before = usage(host.proc.pid());
+    // A listener that stops accepting fills the kernel's backlog: connecting then waits.
+    let address: std::net::SocketAddr = metrics.parse().unwrap();
+    let mut silent: Vec<TcpStream> = (0..300)
+        .map(|i| {
+            TcpStream::connect_timeout(&address, Duration::from_secs(5))
+                .unwrap_or_else(|e| panic!("silent metrics connection {i} not taken: {e}"))
+        })
+        .collect();
+    let mut trickler = TcpStream::connect(&metrics).unwrap();
+    trickler
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    trickler.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+    let peak = usage(host.proc.pid());
+    assert_eq!(
+        scrape_status(&metrics),
+        "HTTP/1.1 200 OK",
+        "a scrape among 300 silent connections"
+    );
+    // The trickler sends a byte of an endless header every 100 ms until the listener closes it.
+    let started = Instant::now();
+    let closed = loop {
+        if started.elapsed() > HELLO_DEADLINE_SLACK {
+            break false;
+        }
+        if trickler.write_all(b"a").is_err() || closed_by_peer(&mut trickler) {
+            break true;
+        }
+    };
+    assert!(
+        closed,
+        "a trickling metrics client still open after {HELLO_DEADLINE_SLACK:?}"
+    );
+    eprintln!(
+        "a trickling metrics client closed after {:?}; host before {before:?}, with 300 silent metrics connections {peak:?}",
+        started.elapsed()
+    );
+    let deadline = Instant::now() + HELLO_DEADLINE_SLACK;
+    for (i, stream) in silent.iter_mut().enumerate() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        stream
+            .set_read_timeout(Some(left.max(Duration::from_millis(10))))
+            .unwrap();
+        assert!(
+            closed_by_peer(stream),
+            "silent metrics connection {i} still open"
+        );
+    }
+    drop(silent);
+    wait_until(
+        "the host to let go of the metrics connections' descriptors",
+        Duration::from_secs(10),
+        || usage(host.proc.pid()).fds <= before.fds + 4,
+    );
+    assert_eq!(scrape_status(&metrics), "HTTP/1.1 200 OK");
+    put_succeeds(&host, &dir, "/data/metrics-loris/1");
+}

@@ -8,21 +8,21 @@
 //! own and only reads them (the `prometheus` crate's metrics are atomics behind an `Arc`), so
 //! a scrape never waits for the driver and the driver never waits for a scrape.
 //!
-//! **The listener** serves one connection at a time with a 2 s timeout for reading the
-//! request and writing the answer: a slow or hostile client can delay a scrape by that much,
-//! but holds no thread, memory or descriptor beyond its one connection. It answers `GET
-//! /metrics` (and `GET /`, a pointer to it), 404 elsewhere, 405 to other methods, and closes
-//! the connection after every answer.
+//! **The listener** ([`listener`]) reads and answers every connection without blocking, from
+//! one poll: each has 2 s from its accept to send its request and take the answer, at most 64
+//! are open at once (a new one closes the oldest), so a silent or trickling client delays no
+//! other scrape. It answers `GET /metrics` (and `GET /`, a pointer to it), 404 elsewhere, 405
+//! to other methods, and closes the connection after every answer.
 //!
 //! Every metric listed here is updated by a driver; the names are in README.md.
 
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration as StdDuration;
+
+pub mod listener;
+pub use listener::serve;
 
 use prometheus::{
     Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
 };
 
 /// Gauges are read from the machines at most this often.
@@ -45,10 +45,6 @@ impl GaugeClock {
         true
     }
 }
-/// How long the listener waits for a request and for its answer to be taken.
-const SCRAPE_TIMEOUT: StdDuration = StdDuration::from_secs(2);
-/// The longest request head the listener reads.
-const REQUEST_BYTES_MAX: usize = 8 * 1024;
 
 /// Buckets (seconds) of the latency histograms: 50 µs to 5 s.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -609,93 +605,11 @@ pub(crate) fn gauge_value<N: TryInto<i64>>(n: N) -> i64 {
     n.try_into().unwrap_or(i64::MAX)
 }
 
-/// Binds `listen` and serves `registry` there on a thread of its own (see the module
-/// documentation). Returns the bound address.
-pub fn serve(listen: &str, registry: Registry) -> io::Result<SocketAddr> {
-    let listener = TcpListener::bind(listen)?;
-    let address = listener.local_addr()?;
-    std::thread::Builder::new()
-        .name("metrics".to_owned())
-        .spawn(move || {
-            for stream in listener.incoming() {
-                match stream {
-                    Ok(stream) => {
-                        if let Err(e) = answer(stream, &registry) {
-                            tracing::debug!(error = %e, "metrics: a scrape failed");
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "metrics: accept failed");
-                        // EMFILE and the like: do not spin.
-                        std::thread::sleep(StdDuration::from_millis(100));
-                    }
-                }
-            }
-        })?;
-    Ok(address)
-}
-
-/// Reads one request head and answers it.
-fn answer(mut stream: TcpStream, registry: &Registry) -> io::Result<()> {
-    stream.set_read_timeout(Some(SCRAPE_TIMEOUT))?;
-    stream.set_write_timeout(Some(SCRAPE_TIMEOUT))?;
-    let mut head = Vec::new();
-    let mut buffer = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < REQUEST_BYTES_MAX {
-        let n = stream.read(&mut buffer)?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&buffer[..n]);
-    }
-    let line = head
-        .split(|&b| b == b'\r' || b == b'\n')
-        .next()
-        .unwrap_or(&[]);
-    let line = String::from_utf8_lossy(line);
-    let mut words = line.split(' ');
-    let method = words.next().unwrap_or("");
-    let target = words.next().unwrap_or("");
-    let path = target.split('?').next().unwrap_or("");
-    let (status, content_type, body) = match (method, path) {
-        ("GET" | "HEAD", "/metrics") => {
-            let body = TextEncoder::new()
-                .encode_to_string(&registry.gather())
-                .map_err(|e| io::Error::other(e.to_string()))?;
-            ("200 OK", prometheus::TEXT_FORMAT, body)
-        }
-        ("GET" | "HEAD", "/") => (
-            "200 OK",
-            "text/plain; charset=utf-8",
-            "dataplane node metrics: GET /metrics\n".to_owned(),
-        ),
-        ("GET" | "HEAD", _) => (
-            "404 Not Found",
-            "text/plain; charset=utf-8",
-            "not found: the metrics are at /metrics\n".to_owned(),
-        ),
-        _ => (
-            "405 Method Not Allowed",
-            "text/plain; charset=utf-8",
-            "only GET is served\n".to_owned(),
-        ),
-    };
-    let mut response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    if method != "HEAD" {
-        response.extend_from_slice(body.as_bytes());
-    }
-    stream.write_all(&response)?;
-    stream.flush()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpStream};
 
     fn get(address: SocketAddr, request: &str) -> String {
         let mut stream = TcpStream::connect(address).unwrap();
@@ -747,5 +661,91 @@ mod tests {
             page.contains("dataplane_directory_fsync_seconds_bucket{le=\"0.001\"} 1"),
             "{page}"
         );
+    }
+
+    /// A scrape over `stream`, which may have waited: the answer's status line.
+    fn status_line(mut stream: TcpStream) -> String {
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        match stream.read_to_string(&mut out) {
+            Ok(_) => out.lines().next().unwrap_or("").to_owned(),
+            Err(e) => format!("no answer within 5 s: {e}"),
+        }
+    }
+
+    /// Whether the listener closes `stream` within `within` while a byte of an endless request
+    /// head is sent every 100 ms.
+    fn closed_while_trickling(mut stream: TcpStream, within: std::time::Duration) -> bool {
+        use std::io::ErrorKind;
+        let started = std::time::Instant::now();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_millis(100)))
+            .unwrap();
+        let mut head = b"GET /metrics HTTP/1.1\r\nX-Slow: "
+            .iter()
+            .copied()
+            .chain(std::iter::repeat(b'a'));
+        let mut byte = [0u8; 1];
+        while started.elapsed() < within {
+            if stream.write_all(&[head.next().unwrap_or(b'a')]).is_err() {
+                return true;
+            }
+            match stream.read(&mut byte) {
+                Ok(0) => return true,
+                Ok(_) => return false, // an answer to an incomplete head
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(_) => return true,
+            }
+        }
+        false
+    }
+
+    #[test]
+    fn silent_and_trickling_clients_delay_no_scrape() {
+        let metrics = HostMetrics::new();
+        let address = serve("127.0.0.1:0", metrics.registry).unwrap();
+        // Three times the open connections the listener keeps, none of which sends a byte,
+        // and one that trickles an endless request head.
+        let silent: Vec<TcpStream> = (0..3 * listener::PENDING_MAX)
+            .map(|i| {
+                TcpStream::connect_timeout(&address, std::time::Duration::from_secs(5))
+                    .unwrap_or_else(|e| panic!("silent connection {i} not taken: {e}"))
+            })
+            .collect();
+        let trickler = TcpStream::connect(address).unwrap();
+        let trickling = std::thread::spawn(move || {
+            closed_while_trickling(trickler, 5 * listener::SCRAPE_DEADLINE)
+        });
+        for _ in 0..3 {
+            let status = status_line(TcpStream::connect(address).unwrap());
+            assert_eq!(
+                status, "HTTP/1.1 200 OK",
+                "a scrape among silent connections"
+            );
+        }
+        assert!(
+            trickling.join().unwrap(),
+            "a client trickling its request is closed at its deadline"
+        );
+        // Every silent connection was closed (the oldest made room, the rest at their
+        // deadline), and the listener still answers.
+        for mut stream in silent {
+            stream
+                .set_read_timeout(Some(5 * listener::SCRAPE_DEADLINE))
+                .unwrap();
+            let mut byte = [0u8; 1];
+            match stream.read(&mut byte) {
+                Ok(0) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+                other => panic!("a silent connection is not closed: {other:?}"),
+            }
+        }
+        let status = status_line(TcpStream::connect(address).unwrap());
+        assert_eq!(status, "HTTP/1.1 200 OK");
     }
 }
