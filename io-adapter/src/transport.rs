@@ -10,9 +10,12 @@
 //!   descriptor and sends the token first.
 //! * **Who may connect.** Only a peer that knows the token (16 random bytes, in hex), which
 //!   only the directory's match tells: a connection that sends anything else is dropped, and
-//!   the sink keeps waiting, until its deadline.
+//!   the sink keeps waiting, until its deadline. The sink reads every connection's token
+//!   without blocking (each has [`TOKEN_DEADLINE`], at most [`TOKEN_WAITERS_MAX`] at once), so
+//!   strangers that connect and send nothing delay no source.
 //! * **Backpressure** is the socket's: a writer blocks while the reader does not read.
 
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -24,6 +27,10 @@ use std::time::{Duration, Instant};
 const MAGIC: &str = "dp-stream/1";
 /// Bytes of the token.
 const TOKEN_BYTES: usize = 16;
+/// How long a connection to a sink has, from its accept, to present the token.
+pub const TOKEN_DEADLINE: Duration = Duration::from_secs(5);
+/// The most connections a sink reads tokens from at once (a new one closes the oldest).
+pub const TOKEN_WAITERS_MAX: usize = 16;
 
 /// The source's descriptor (the sink needs nothing from it).
 pub fn source_descriptor() -> Vec<u8> {
@@ -106,55 +113,107 @@ impl SinkListener {
 
     /// The source's connection, once one presented the token (others are dropped), within
     /// `wait`.
+    ///
+    /// Every connection is read without blocking, so a stranger that connects and sends
+    /// nothing, or trickles bytes, delays no other: each has [`TOKEN_DEADLINE`] from its accept
+    /// to present the token, and at most [`TOKEN_WAITERS_MAX`] are read at once (a new one
+    /// closes the oldest).
     pub fn accept(&self, wait: Duration) -> io::Result<ByteStream> {
         let deadline = Instant::now() + wait;
+        // Accepted connections presenting their token: what arrived of it, and until when.
+        let mut waiting: VecDeque<(ByteStream, Vec<u8>, Instant)> = VecDeque::new();
+        self.set_nonblocking(true)?;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            let now = Instant::now();
+            if now >= deadline {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "no source connected with the stream's token",
                 ));
             }
-            let mut stream = match &self.listening {
-                Listening::Tcp(l) => {
-                    l.set_nonblocking(true)?;
-                    match l.accept() {
-                        Ok((s, _)) => {
-                            s.set_nonblocking(false)?;
-                            ByteStream::Tcp(s)
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            std::thread::sleep(Duration::from_millis(5));
-                            continue;
-                        }
-                        Err(e) => return Err(e),
-                    }
+            let mut progressed = false;
+            while let Some(stream) = self.accept_waiting()? {
+                stream.set_nonblocking(true)?;
+                if waiting.len() >= TOKEN_WAITERS_MAX {
+                    waiting.pop_front();
                 }
-                Listening::Unix(l, _) => {
-                    l.set_nonblocking(true)?;
-                    match l.accept() {
-                        Ok((s, _)) => {
-                            s.set_nonblocking(false)?;
-                            ByteStream::Unix(s)
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            std::thread::sleep(Duration::from_millis(5));
-                            continue;
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-            };
-            stream.set_read_timeout(Some(left.min(Duration::from_secs(5))))?;
-            let mut presented = [0; TOKEN_BYTES];
-            if stream.read_exact(&mut presented).is_ok() && presented == self.token {
-                stream.set_read_timeout(None)?;
-                return Ok(stream);
+                waiting.push_back((
+                    stream,
+                    Vec::with_capacity(TOKEN_BYTES),
+                    now + TOKEN_DEADLINE,
+                ));
+                progressed = true;
             }
-            // A stranger, or a peer of another match: dropped.
+            let mut i = 0;
+            while let Some((stream, presented, until)) = waiting.get_mut(i) {
+                let mut buffer = [0; TOKEN_BYTES];
+                let wanted = TOKEN_BYTES - presented.len();
+                match stream.read(&mut buffer[..wanted]) {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        presented.extend_from_slice(&buffer[..n]);
+                        progressed = true;
+                        if presented.len() < TOKEN_BYTES && *until > now {
+                            i += 1;
+                            continue;
+                        }
+                        if same_token(presented, &self.token) {
+                            let (stream, _, _) = waiting.swap_remove_back(i).expect("present");
+                            stream.set_nonblocking(false)?;
+                            return Ok(stream);
+                        }
+                    }
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                        ) && *until > now =>
+                    {
+                        i += 1;
+                        continue;
+                    }
+                    Err(_) => {}
+                }
+                // A stranger, a peer of another match, one that closed or broke, or one past
+                // its deadline: dropped.
+                waiting.remove(i);
+            }
+            if !progressed {
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
     }
+
+    fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        match &self.listening {
+            Listening::Tcp(l) => l.set_nonblocking(nonblocking),
+            Listening::Unix(l, _) => l.set_nonblocking(nonblocking),
+        }
+    }
+
+    /// A connection the kernel holds, if any (the listener does not block).
+    fn accept_waiting(&self) -> io::Result<Option<ByteStream>> {
+        let accepted = match &self.listening {
+            Listening::Tcp(l) => l.accept().map(|(s, _)| ByteStream::Tcp(s)),
+            Listening::Unix(l, _) => l.accept().map(|(s, _)| ByteStream::Unix(s)),
+        };
+        match accepted {
+            Ok(stream) => Ok(Some(stream)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Whether `presented` is `token`, in a time that does not depend on where they differ.
+fn same_token(presented: &[u8], token: &[u8; TOKEN_BYTES]) -> bool {
+    presented.len() == TOKEN_BYTES
+        && presented
+            .iter()
+            .zip(token)
+            .fold(0u8, |differ, (a, b)| differ | (a ^ b))
+            == 0
 }
 
 impl Drop for SinkListener {
@@ -218,6 +277,13 @@ impl ByteStream {
         match self {
             ByteStream::Tcp(s) => s.shutdown(Shutdown::Write),
             ByteStream::Unix(s) => s.shutdown(Shutdown::Write),
+        }
+    }
+
+    fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        match self {
+            ByteStream::Tcp(s) => s.set_nonblocking(nonblocking),
+            ByteStream::Unix(s) => s.set_nonblocking(nonblocking),
         }
     }
 
@@ -301,6 +367,50 @@ mod tests {
         assert_eq!(
             sink.accept(Duration::from_millis(50)).unwrap_err().kind(),
             io::ErrorKind::TimedOut
+        );
+    }
+
+    #[test]
+    fn strangers_that_send_nothing_or_trickle_delay_no_source() {
+        let sink = SinkListener::tcp("127.0.0.1:0").unwrap();
+        let descriptor = sink.descriptor().to_vec();
+        let text = std::str::from_utf8(&descriptor).unwrap().to_owned();
+        let at = text.split(' ').nth(2).unwrap().to_owned();
+        // More silent strangers than the sink reads at once, and one sending a byte every
+        // 100 ms, all before the source.
+        let silent: Vec<TcpStream> = (0..TOKEN_WAITERS_MAX + 4)
+            .map(|_| TcpStream::connect(&at).unwrap())
+            .collect();
+        let mut trickler = TcpStream::connect(&at).unwrap();
+        let trickling = std::thread::spawn(move || {
+            for _ in 0..100 {
+                if trickler.write_all(b"x").is_err() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            false
+        });
+        let source = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            let mut s = connect(&descriptor).unwrap();
+            s.write_all(b"payload").unwrap();
+            s.finish().unwrap();
+        });
+        // Less than one stranger's deadline: a sink that read them one at a time would
+        // still be waiting for the first.
+        let mut stream = sink
+            .accept(TOKEN_DEADLINE / 2)
+            .expect("the source's connection");
+        let mut got = Vec::new();
+        stream.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"payload");
+        source.join().unwrap();
+        drop(silent);
+        drop(sink);
+        assert!(
+            trickling.join().unwrap(),
+            "the trickler is closed with the sink"
         );
     }
 }

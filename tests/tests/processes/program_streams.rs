@@ -158,3 +158,52 @@ fn the_library_hears_a_displacement_and_a_wait_that_runs_out() {
         sessions.stderr
     );
 }
+
+/// Strangers connecting to a reader's transport port first, sending nothing, delay no writer:
+/// the reader reads every connection's token without blocking (it used to read one connection
+/// at a time, 5 s each, so 40 silent strangers outlasted its 30 s wait for the writer).
+#[test]
+fn strangers_at_a_readers_port_delay_no_writer() {
+    let dir = TestDir::new("program-streams-strangers");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let a = HostProc::start(&dir, "host-a", &directory.listen, "8M");
+    let b = HostProc::start(&dir, "host-b", &directory.listen, "8M");
+    let listen = dataplane_tests::free_address();
+    let mut reader = Proc::spawn(
+        "recv-strangers",
+        &binaries().cli,
+        vec![
+            "--socket".into(),
+            a.socket.clone().into(),
+            "stream-recv".into(),
+            "/data/strangers".into(),
+            dir.join("out-strangers.bin").into(),
+            "--listen".into(),
+            listen.clone().into(),
+            "--wait".into(),
+            "30".into(),
+        ],
+        dir.join("recv-strangers.log"),
+    );
+    wait_until("the reader to wait", Duration::from_secs(10), || {
+        a.cli(&["stat", "/data/strangers"]).code == 0
+    });
+    let strangers: Vec<std::net::TcpStream> = (0..40)
+        .map(|i| {
+            std::net::TcpStream::connect(&listen)
+                .unwrap_or_else(|e| panic!("stranger {i} at the reader's port: {e}"))
+        })
+        .collect();
+    b.cli_stdin(
+        &["stream-send", "/data/strangers", "-", "--wait", "30"],
+        b"past the strangers",
+    )
+    .expect_code(0, "stream-send past 40 silent strangers");
+    let status = reader.wait_exit(Duration::from_secs(60));
+    assert!(status.success(), "{}", reader.log_text());
+    assert_eq!(
+        fs::read(dir.join("out-strangers.bin")).unwrap(),
+        b"past the strangers"
+    );
+    drop(strangers);
+}
