@@ -6,7 +6,9 @@
 //! [`Envelope`](dataplane_core::wire::Envelope), `Message::FromChild` / `Message::ToChild`);
 //! every message type is also decoded on its own with `decode_value`, and so are the frames
 //! the real nodes read off their sockets: `dataplane_io::net::Link` (hellos, welcomes,
-//! refusals, peer tables, core envelopes) and the child's hello and greeting.
+//! refusals, peer tables, core envelopes) and the child's hello and greeting. The reference
+//! transport's sink descriptor (which a peer program hands over through the directory's
+//! match) parses or is refused without a panic.
 #![no_main]
 
 use dataplane_core::effect::Effect;
@@ -45,6 +47,7 @@ where
 }
 
 fuzz_target!(|data: &[u8]| {
+    let _ = dataplane_io::transport::parse_sink_descriptor(data);
     // The transport's entry point.
     if let Ok(envelope) = wire::decode(data) {
         let bytes = wire::encode(&envelope).expect("a decoded envelope re-encodes");

@@ -224,9 +224,36 @@ impl Drop for SinkListener {
     }
 }
 
-/// The source's side: connects to the sink that `sink_descriptor` describes and presents its
-/// token.
-pub fn connect(sink_descriptor: &[u8]) -> io::Result<ByteStream> {
+/// Where a sink listens, as its descriptor says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SinkAddress {
+    /// TCP `HOST:PORT`.
+    Tcp(String),
+    /// A Unix socket's path.
+    Unix(PathBuf),
+}
+
+/// A sink's descriptor, parsed: where it listens and the token a source presents.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SinkDescriptor {
+    /// Where the sink listens.
+    pub address: SinkAddress,
+    /// The token to present.
+    pub token: [u8; TOKEN_BYTES],
+}
+
+impl std::fmt::Debug for SinkDescriptor {
+    /// Everything but the token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SinkDescriptor")
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Parses a sink's descriptor (the bytes the directory's match carries from the peer program:
+/// untrusted). Any byte string gets a descriptor or an `InvalidData` error, never a panic.
+pub fn parse_sink_descriptor(sink_descriptor: &[u8]) -> io::Result<SinkDescriptor> {
     let bad = |why: &str| {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -241,24 +268,45 @@ pub fn connect(sink_descriptor: &[u8]) -> io::Result<ByteStream> {
     if *magic != MAGIC {
         return Err(bad("not a reference transport descriptor"));
     }
+    let token = token.as_bytes();
     if token.len() != TOKEN_BYTES * 2 {
         return Err(bad("a token of the wrong length"));
     }
+    let nibble = |c: u8| {
+        char::from(c)
+            .to_digit(16)
+            .ok_or_else(|| bad("a token that is not hex"))
+    };
     let mut raw = [0u8; TOKEN_BYTES];
-    for (i, byte) in raw.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&token[2 * i..2 * i + 2], 16)
-            .map_err(|_| bad("a token that is not hex"))?;
+    for (byte, pair) in raw.iter_mut().zip(token.chunks_exact(2)) {
+        let high = u8::try_from(nibble(pair[0])?).map_err(|_| bad("a token that is not hex"))?;
+        let low = u8::try_from(nibble(pair[1])?).map_err(|_| bad("a token that is not hex"))?;
+        *byte = (high << 4) | low;
     }
-    let mut stream = match *kind {
-        "tcp" => {
-            let s = TcpStream::connect(at)?;
+    let address = match *kind {
+        "tcp" => SinkAddress::Tcp((*at).to_owned()),
+        "unix" => SinkAddress::Unix(PathBuf::from(at)),
+        _ => return Err(bad("an unknown transport")),
+    };
+    Ok(SinkDescriptor {
+        address,
+        token: raw,
+    })
+}
+
+/// The source's side: connects to the sink that `sink_descriptor` describes and presents its
+/// token.
+pub fn connect(sink_descriptor: &[u8]) -> io::Result<ByteStream> {
+    let sink = parse_sink_descriptor(sink_descriptor)?;
+    let mut stream = match &sink.address {
+        SinkAddress::Tcp(at) => {
+            let s = TcpStream::connect(at.as_str())?;
             s.set_nodelay(true)?;
             ByteStream::Tcp(s)
         }
-        "unix" => ByteStream::Unix(UnixStream::connect(at)?),
-        _ => return Err(bad("an unknown transport")),
+        SinkAddress::Unix(path) => ByteStream::Unix(UnixStream::connect(path)?),
     };
-    stream.write_all(&raw)?;
+    stream.write_all(&sink.token)?;
     Ok(stream)
 }
 
@@ -363,7 +411,22 @@ mod tests {
         ] {
             assert!(connect(bad).is_err());
         }
+        // Not hex, though 32 bytes long: multi-byte characters across a digit pair's
+        // boundary used to panic (a byte index inside a character).
+        let split = format!("dp-stream/1 tcp 127.0.0.1:1 a\u{20ac}{}", "b".repeat(28));
+        let accented = format!("dp-stream/1 tcp 127.0.0.1:1 {}", "\u{e9}".repeat(16));
+        let signed = format!("dp-stream/1 tcp 127.0.0.1:1 +f{}", "0".repeat(30));
+        for bad in [split, accented, signed] {
+            assert_eq!(
+                parse_sink_descriptor(bad.as_bytes()).unwrap_err().kind(),
+                io::ErrorKind::InvalidData,
+                "{bad}"
+            );
+        }
         let sink = SinkListener::tcp("127.0.0.1:0").unwrap();
+        let parsed = parse_sink_descriptor(sink.descriptor()).unwrap();
+        assert_eq!(parsed.token, sink.token);
+        assert!(matches!(parsed.address, SinkAddress::Tcp(_)));
         assert_eq!(
             sink.accept(Duration::from_millis(50)).unwrap_err().kind(),
             io::ErrorKind::TimedOut
@@ -412,5 +475,34 @@ mod tests {
             trickling.join().unwrap(),
             "the trickler is closed with the sink"
         );
+    }
+
+    proptest::proptest! {
+        /// Any descriptor a peer program sends parses or is refused, without a panic; a token
+        /// parses to the bytes its hex says.
+        #[test]
+        fn descriptors_parse_or_are_refused(
+            token in "[0-9a-fA-F\u{e9}\u{20ac}+ -]{0,40}",
+            odd in proptest::sample::select(vec!['\u{e9}', '\u{20ac}', '+', 'g', '0']),
+            at in 0usize..29,
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..80),
+        ) {
+            let _ = parse_sink_descriptor(&bytes);
+            // 32 bytes of hex but for one character at a drawn place (multi-byte ones too).
+            let long = format!("{}{odd}{}", "a".repeat(at), "b".repeat(32 - at - odd.len_utf8()));
+            let text = format!("{MAGIC} tcp 127.0.0.1:1 {long}");
+            proptest::prop_assert_eq!(parse_sink_descriptor(text.as_bytes()).is_ok(), odd == '0');
+            let text = format!("{MAGIC} unix /tmp/s {token}");
+            match parse_sink_descriptor(text.as_bytes()) {
+                Ok(parsed) => {
+                    proptest::prop_assert_eq!(hex(&parsed.token), token.to_ascii_lowercase());
+                }
+                Err(e) => {
+                    proptest::prop_assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+                    let hex_token = token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit());
+                    proptest::prop_assert!(!hex_token, "refused a hex token: {}", e);
+                }
+            }
+        }
     }
 }
