@@ -4,15 +4,20 @@
 //! `dataplane stream-send` / `stream-recv`.
 //!
 //! * **Who listens.** The sink: it binds a listener before it opens its side, and its
-//!   descriptor says where (`dp-stream/1 tcp HOST:PORT TOKEN` or `dp-stream/1 unix PATH
-//!   TOKEN`; a Unix socket for two programs on one host, TCP across hosts). The source's
-//!   descriptor is `dp-stream/1 source`. Once matched, the source connects to the sink's
-//!   descriptor and sends the token first.
+//!   descriptor says where (`dp-stream/2 tcp HOST:PORT TOKEN ANSWER` or `dp-stream/2 unix
+//!   PATH TOKEN ANSWER`; a Unix socket for two programs on one host, TCP across hosts). The
+//!   source's descriptor is `dp-stream/2 source`. Once matched, the source connects to the
+//!   sink's descriptor and sends the token first.
 //! * **Who may connect.** Only a peer that knows the token (16 random bytes, in hex), which
 //!   only the directory's match tells: a connection that sends anything else is dropped, and
 //!   the sink keeps waiting, until its deadline. The sink reads every connection's token
 //!   without blocking (each has [`TOKEN_DEADLINE`], at most [`TOKEN_WAITERS_MAX`] at once), so
 //!   strangers that connect and send nothing delay no source.
+//! * **Whom the source sends to.** Only to a sink that answers its token with the
+//!   descriptor's ANSWER (16 more random bytes): the descriptor comes from the peer program,
+//!   which could name any socket the source can reach (a database's port, a daemon's Unix
+//!   socket); such a socket gets the 16 bytes of the token and nothing else. Version 1
+//!   (`dp-stream/1`, no answer) is refused.
 //! * **Backpressure** is the socket's: a writer blocks while the reader does not read.
 
 use std::collections::VecDeque;
@@ -24,9 +29,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The descriptor's first word.
-const MAGIC: &str = "dp-stream/1";
+const MAGIC: &str = "dp-stream/2";
 /// Bytes of the token.
 const TOKEN_BYTES: usize = 16;
+/// How long a source waits to connect to the sink.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a source waits for the sink's answer to its token.
+pub const ANSWER_WAIT: Duration = Duration::from_secs(30);
 /// How long a connection to a sink has, from its accept, to present the token.
 pub const TOKEN_DEADLINE: Duration = Duration::from_secs(5);
 /// The most connections a sink reads tokens from at once (a new one closes the oldest).
@@ -47,6 +56,7 @@ enum Listening {
 pub struct SinkListener {
     listening: Listening,
     token: [u8; TOKEN_BYTES],
+    answer: [u8; TOKEN_BYTES],
     descriptor: Vec<u8>,
 }
 
@@ -78,11 +88,12 @@ impl SinkListener {
     pub fn tcp(bind: &str) -> io::Result<SinkListener> {
         let listener = TcpListener::bind(bind)?;
         let at = listener.local_addr()?;
-        let token = token()?;
-        let descriptor = format!("{MAGIC} tcp {at} {}", hex(&token)).into_bytes();
+        let (token, answer) = (token()?, token()?);
+        let descriptor = format!("{MAGIC} tcp {at} {} {}", hex(&token), hex(&answer)).into_bytes();
         Ok(SinkListener {
             listening: Listening::Tcp(listener),
             token,
+            answer,
             descriptor,
         })
     }
@@ -91,17 +102,19 @@ impl SinkListener {
     /// removed when the listener drops.
     pub fn unix(path: &Path) -> io::Result<SinkListener> {
         let listener = UnixListener::bind(path)?;
-        let token = token()?;
+        let (token, answer) = (token()?, token()?);
         let shown = path.to_str().filter(|p| !p.contains(' ')).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "the socket path must be UTF-8 without spaces",
             )
         })?;
-        let descriptor = format!("{MAGIC} unix {shown} {}", hex(&token)).into_bytes();
+        let descriptor =
+            format!("{MAGIC} unix {shown} {} {}", hex(&token), hex(&answer)).into_bytes();
         Ok(SinkListener {
             listening: Listening::Unix(listener, path.to_owned()),
             token,
+            answer,
             descriptor,
         })
     }
@@ -158,9 +171,14 @@ impl SinkListener {
                             continue;
                         }
                         if same_token(presented, &self.token) {
-                            let (stream, _, _) = waiting.swap_remove_back(i).expect("present");
+                            let (mut stream, _, _) = waiting.swap_remove_back(i).expect("present");
                             stream.set_nonblocking(false)?;
-                            return Ok(stream);
+                            // The source sends nothing until it has this proof that we are
+                            // the sink its descriptor names.
+                            if stream.write_all(&self.answer).is_ok() {
+                                return Ok(stream);
+                            }
+                            continue;
                         }
                     }
                     Err(e)
@@ -233,13 +251,16 @@ pub enum SinkAddress {
     Unix(PathBuf),
 }
 
-/// A sink's descriptor, parsed: where it listens and the token a source presents.
+/// A sink's descriptor, parsed: where it listens, the token a source presents and the answer
+/// the sink gives it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SinkDescriptor {
     /// Where the sink listens.
     pub address: SinkAddress,
     /// The token to present.
     pub token: [u8; TOKEN_BYTES],
+    /// What the sink answers the token with.
+    pub answer: [u8; TOKEN_BYTES],
 }
 
 impl std::fmt::Debug for SinkDescriptor {
@@ -262,26 +283,11 @@ pub fn parse_sink_descriptor(sink_descriptor: &[u8]) -> io::Result<SinkDescripto
     };
     let text = std::str::from_utf8(sink_descriptor).map_err(|_| bad("not UTF-8"))?;
     let words: Vec<&str> = text.split(' ').collect();
-    let [magic, kind, at, token] = words.as_slice() else {
-        return Err(bad("not four words"));
+    let [magic, kind, at, token, answer] = words.as_slice() else {
+        return Err(bad("not five words"));
     };
     if *magic != MAGIC {
-        return Err(bad("not a reference transport descriptor"));
-    }
-    let token = token.as_bytes();
-    if token.len() != TOKEN_BYTES * 2 {
-        return Err(bad("a token of the wrong length"));
-    }
-    let nibble = |c: u8| {
-        char::from(c)
-            .to_digit(16)
-            .ok_or_else(|| bad("a token that is not hex"))
-    };
-    let mut raw = [0u8; TOKEN_BYTES];
-    for (byte, pair) in raw.iter_mut().zip(token.chunks_exact(2)) {
-        let high = u8::try_from(nibble(pair[0])?).map_err(|_| bad("a token that is not hex"))?;
-        let low = u8::try_from(nibble(pair[1])?).map_err(|_| bad("a token that is not hex"))?;
-        *byte = (high << 4) | low;
+        return Err(bad("not a reference transport descriptor of this version"));
     }
     let address = match *kind {
         "tcp" => SinkAddress::Tcp((*at).to_owned()),
@@ -290,23 +296,75 @@ pub fn parse_sink_descriptor(sink_descriptor: &[u8]) -> io::Result<SinkDescripto
     };
     Ok(SinkDescriptor {
         address,
-        token: raw,
+        token: hex_token(token).ok_or_else(|| bad("a token that is not 32 hex digits"))?,
+        answer: hex_token(answer).ok_or_else(|| bad("an answer that is not 32 hex digits"))?,
     })
 }
 
-/// The source's side: connects to the sink that `sink_descriptor` describes and presents its
-/// token.
+/// The bytes of `TOKEN_BYTES * 2` hex digits.
+fn hex_token(text: &str) -> Option<[u8; TOKEN_BYTES]> {
+    let text = text.as_bytes();
+    if text.len() != TOKEN_BYTES * 2 {
+        return None;
+    }
+    let nibble = |c: u8| {
+        char::from(c)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+    };
+    let mut raw = [0u8; TOKEN_BYTES];
+    for (byte, pair) in raw.iter_mut().zip(text.chunks_exact(2)) {
+        *byte = (nibble(pair[0])? << 4) | nibble(pair[1])?;
+    }
+    Some(raw)
+}
+
+/// The source's side: connects to the sink that `sink_descriptor` describes, presents its
+/// token and waits (at most [`ANSWER_WAIT`]) for the sink's answer before anything else is
+/// sent: an address that does not answer as the sink (a descriptor from a program that names
+/// someone else's socket) gets the token and nothing more.
 pub fn connect(sink_descriptor: &[u8]) -> io::Result<ByteStream> {
+    connect_within(sink_descriptor, ANSWER_WAIT)
+}
+
+fn connect_within(sink_descriptor: &[u8], answer_wait: Duration) -> io::Result<ByteStream> {
     let sink = parse_sink_descriptor(sink_descriptor)?;
     let mut stream = match &sink.address {
         SinkAddress::Tcp(at) => {
-            let s = TcpStream::connect(at.as_str())?;
+            let mut last = io::Error::new(io::ErrorKind::InvalidData, "no address");
+            let mut connected = None;
+            for address in std::net::ToSocketAddrs::to_socket_addrs(at.as_str())? {
+                match TcpStream::connect_timeout(&address, CONNECT_TIMEOUT) {
+                    Ok(s) => {
+                        connected = Some(s);
+                        break;
+                    }
+                    Err(e) => last = e,
+                }
+            }
+            let s = connected.ok_or(last)?;
             s.set_nodelay(true)?;
             ByteStream::Tcp(s)
         }
         SinkAddress::Unix(path) => ByteStream::Unix(UnixStream::connect(path)?),
     };
     stream.write_all(&sink.token)?;
+    stream.set_read_timeout(Some(answer_wait))?;
+    let mut answer = [0u8; TOKEN_BYTES];
+    let answered = stream.read_exact(&mut answer);
+    if answered.is_err() || !same_token(&answer, &sink.answer) {
+        let why = match answered {
+            Err(e) => e.to_string(),
+            Ok(()) => "a wrong answer".to_owned(),
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "the sink's address did not answer the token as the sink ({why}); nothing was sent"
+            ),
+        ));
+    }
+    stream.set_read_timeout(None)?;
     Ok(stream)
 }
 
@@ -378,11 +436,18 @@ mod tests {
         let payload: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
         let sent = payload.clone();
         let writer = std::thread::spawn(move || {
-            // A stranger first: dropped by the sink, which keeps waiting.
-            let mut stranger = descriptor.clone();
-            let last = stranger.len() - 1;
-            stranger[last] = if stranger[last] == b'0' { b'1' } else { b'0' };
-            let _ = connect(&stranger).map(|mut s| s.write_all(b"garbage"));
+            // A stranger first, with a wrong token (the descriptor's fourth word changed):
+            // dropped by the sink, which keeps waiting; it gets no answer.
+            let text = String::from_utf8(descriptor.clone()).unwrap();
+            let mut words: Vec<String> = text.split(' ').map(str::to_owned).collect();
+            let flipped = if words[3].ends_with('0') { '1' } else { '0' };
+            words[3].pop();
+            words[3].push(flipped);
+            let stranger = words.join(" ");
+            assert!(
+                connect(stranger.as_bytes()).is_err(),
+                "a wrong token is answered"
+            );
             let mut s = connect(&descriptor).unwrap();
             s.write_all(&sent).unwrap();
             s.finish().unwrap();
@@ -403,20 +468,29 @@ mod tests {
 
     #[test]
     fn bad_descriptors_are_refused() {
+        let zeros = "0".repeat(32);
         for bad in [
-            &b"\xff"[..],
-            b"dp-stream/1 source",
-            b"other tcp 1:2 00",
-            b"dp-stream/1 tcp 127.0.0.1:1 zz",
+            "\u{ff}".to_owned(),
+            "dp-stream/2 source".to_owned(),
+            format!("other tcp 1:2 {zeros} {zeros}"),
+            format!("dp-stream/2 tcp 127.0.0.1:1 zz {zeros}"),
+            format!("dp-stream/2 tcp 127.0.0.1:1 {zeros} zz"),
+            format!("dp-stream/2 udp 127.0.0.1:1 {zeros} {zeros}"),
+            // Version 1 had no answer.
+            format!("dp-stream/1 tcp 127.0.0.1:1 {zeros}"),
+            format!("dp-stream/1 tcp 127.0.0.1:1 {zeros} {zeros}"),
+            // Not hex, though 32 bytes long: multi-byte characters across a digit pair's
+            // boundary used to panic (a byte index inside a character).
+            format!(
+                "dp-stream/2 tcp 127.0.0.1:1 a\u{20ac}{} {zeros}",
+                "b".repeat(28)
+            ),
+            format!(
+                "dp-stream/2 tcp 127.0.0.1:1 {zeros} {}",
+                "\u{e9}".repeat(16)
+            ),
+            format!("dp-stream/2 tcp 127.0.0.1:1 +f{} {zeros}", "0".repeat(30)),
         ] {
-            assert!(connect(bad).is_err());
-        }
-        // Not hex, though 32 bytes long: multi-byte characters across a digit pair's
-        // boundary used to panic (a byte index inside a character).
-        let split = format!("dp-stream/1 tcp 127.0.0.1:1 a\u{20ac}{}", "b".repeat(28));
-        let accented = format!("dp-stream/1 tcp 127.0.0.1:1 {}", "\u{e9}".repeat(16));
-        let signed = format!("dp-stream/1 tcp 127.0.0.1:1 +f{}", "0".repeat(30));
-        for bad in [split, accented, signed] {
             assert_eq!(
                 parse_sink_descriptor(bad.as_bytes()).unwrap_err().kind(),
                 io::ErrorKind::InvalidData,
@@ -425,7 +499,7 @@ mod tests {
         }
         let sink = SinkListener::tcp("127.0.0.1:0").unwrap();
         let parsed = parse_sink_descriptor(sink.descriptor()).unwrap();
-        assert_eq!(parsed.token, sink.token);
+        assert_eq!((parsed.token, parsed.answer), (sink.token, sink.answer));
         assert!(matches!(parsed.address, SinkAddress::Tcp(_)));
         assert_eq!(
             sink.accept(Duration::from_millis(50)).unwrap_err().kind(),
@@ -490,12 +564,12 @@ mod tests {
             let _ = parse_sink_descriptor(&bytes);
             // 32 bytes of hex but for one character at a drawn place (multi-byte ones too).
             let long = format!("{}{odd}{}", "a".repeat(at), "b".repeat(32 - at - odd.len_utf8()));
-            let text = format!("{MAGIC} tcp 127.0.0.1:1 {long}");
+            let text = format!("{MAGIC} tcp 127.0.0.1:1 {long} {}", "c".repeat(32));
             proptest::prop_assert_eq!(parse_sink_descriptor(text.as_bytes()).is_ok(), odd == '0');
-            let text = format!("{MAGIC} unix /tmp/s {token}");
+            let text = format!("{MAGIC} unix /tmp/s {} {token}", "d".repeat(32));
             match parse_sink_descriptor(text.as_bytes()) {
                 Ok(parsed) => {
-                    proptest::prop_assert_eq!(hex(&parsed.token), token.to_ascii_lowercase());
+                    proptest::prop_assert_eq!(hex(&parsed.answer), token.to_ascii_lowercase());
                 }
                 Err(e) => {
                     proptest::prop_assert_eq!(e.kind(), io::ErrorKind::InvalidData);
@@ -503,6 +577,45 @@ mod tests {
                     proptest::prop_assert!(!hex_token, "refused a hex token: {}", e);
                 }
             }
+        }
+    }
+
+    /// Listens on TCP and, for one connection, writes `reply`, then keeps what it receives
+    /// until the connection ends (or 10 s pass).
+    fn impostor(reply: &'static [u8]) -> (String, std::thread::JoinHandle<Vec<u8>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = listener.local_addr().unwrap().to_string();
+        let received = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.write_all(reply).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut got = Vec::new();
+            let _ = s.read_to_end(&mut got);
+            got
+        });
+        (at, received)
+    }
+
+    #[test]
+    fn a_source_sends_nothing_past_its_token_to_an_address_that_does_not_answer_as_the_sink() {
+        let token = [0x5a; TOKEN_BYTES];
+        let answer = [0xa5; TOKEN_BYTES];
+        // A server that answers anything with its own greeting (as a database or an HTTP
+        // daemon named by a hostile descriptor would), and one that answers nothing.
+        for (reply, wait) in [
+            (&b"HTTP/1.1 400 Bad Request\r\n\r\n"[..], ANSWER_WAIT),
+            (&b""[..], Duration::from_millis(300)),
+        ] {
+            let (at, received) = impostor(reply);
+            let descriptor = format!("{MAGIC} tcp {at} {} {}", hex(&token), hex(&answer));
+            let refused = connect_within(descriptor.as_bytes(), wait)
+                .expect_err("an impostor is not taken for the sink");
+            assert_eq!(refused.kind(), io::ErrorKind::InvalidData, "{refused}");
+            assert_eq!(
+                received.join().unwrap(),
+                token,
+                "the impostor got the token only"
+            );
         }
     }
 }

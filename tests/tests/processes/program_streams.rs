@@ -207,3 +207,74 @@ fn strangers_at_a_readers_port_delay_no_writer() {
     );
     drop(strangers);
 }
+
+/// A program that opens the reading side with a descriptor naming someone else's socket (here
+/// a TCP server that answers anything with an HTTP error, as a database or daemon would) gets
+/// the writer to connect there, but the writer sends it the 16 bytes of the token and nothing
+/// else: it waits for the sink's answer first (`dp-stream/2`), and fails with exit 75. It used
+/// to send its whole input to whatever the descriptor named.
+#[test]
+fn a_writer_sends_nothing_to_a_socket_a_hostile_reader_names() {
+    use dataplane_core::wire::StreamRole;
+    use dataplane_io::child::{ChildSession, StreamOpen};
+    use std::io::{Read, Write};
+
+    let dir = TestDir::new("program-streams-impostor");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let a = HostProc::start(&dir, "host-a", &directory.listen, "4M");
+    let b = HostProc::start(&dir, "host-b", &directory.listen, "4M");
+    let victim = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = victim.local_addr().unwrap();
+    victim.set_nonblocking(true).unwrap();
+    let received = std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut s = loop {
+            match victim.accept() {
+                Ok((s, _)) => break s,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("nobody connected to the named socket: {e}"),
+            }
+        };
+        s.set_nonblocking(false).unwrap();
+        s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got);
+        got
+    });
+    let forged = format!(
+        "dp-stream/2 tcp {at} {} {}",
+        "ab".repeat(16),
+        "cd".repeat(16)
+    );
+    let socket_a = a.socket.clone();
+    let hostile = std::thread::spawn(move || {
+        let mut session = ChildSession::connect(&socket_a).expect("attach on A");
+        let stream = session
+            .open_stream(
+                "/data/impostor",
+                StreamRole::Sink,
+                forged.as_bytes(),
+                StreamOpen::default(),
+                Some(Duration::from_secs(30)),
+            )
+            .expect("the hostile reader is matched");
+        (session, stream)
+    });
+    wait_until(
+        "the hostile reader to wait",
+        Duration::from_secs(10),
+        || a.cli(&["stat", "/data/impostor"]).code == 0,
+    );
+    let secret = pattern(5, 100_000);
+    b.cli_stdin(
+        &["stream-send", "/data/impostor", "-", "--wait", "30"],
+        &secret,
+    )
+    .expect_code(TEMPFAIL, "a writer matched with a forged descriptor");
+    let got = received.join().unwrap();
+    assert_eq!(got, [0xab; 16], "the named socket got the token only");
+    drop(hostile.join().unwrap());
+}
