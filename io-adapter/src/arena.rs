@@ -223,9 +223,15 @@ impl SharedArena {
         }
         .footprint();
         let start = usize::try_from(offset).map_err(|_| io::Error::other("offset"))?;
-        let header = self
-            .map
-            .get(start..start + BLOB_HEADER_BYTES as usize)
+        // A lease the arena granted lies inside it, header and all.
+        let inside = usize::try_from(footprint)
+            .ok()
+            .and_then(|f| start.checked_add(f))
+            .is_some_and(|end| end <= self.map.len());
+        let header = start
+            .checked_add(BLOB_HEADER_BYTES as usize)
+            .and_then(|end| self.map.get(start..end))
+            .filter(|_| inside)
             .ok_or_else(|| io::Error::other("a lease outside the arena"))?;
         let spares = self.spare.entry(owner).or_default();
         let reuse = spares
@@ -237,7 +243,10 @@ impl SharedArena {
         let staged = match reuse {
             Some(i) => spares.swap_remove(i),
             None => {
-                let size = footprint.next_power_of_two().max(STAGING_BYTES_MIN);
+                let size = footprint
+                    .checked_next_power_of_two()
+                    .ok_or_else(|| io::Error::other("a lease larger than any arena"))?
+                    .max(STAGING_BYTES_MIN);
                 let file = memfd("dataplane-write")?;
                 file.set_len(size)?;
                 seal_size(&file)?;
@@ -943,6 +952,31 @@ mod tests {
                 ))
             );
         }
+    }
+
+    /// A lease that is not inside the arena gets no staging buffer and no panic, whatever
+    /// its offset and length (lengths near `u64::MAX` overflowed the buffer's size, offsets
+    /// near `usize::MAX` the header's end).
+    #[test]
+    fn a_lease_outside_the_arena_is_refused_a_staging_buffer() {
+        let mut arena = SharedArena::create("stage-refusals", 1 << 20).unwrap();
+        for (offset, length) in [
+            (0, u64::MAX),
+            (0, u64::MAX / 2),
+            (0, 1 << 20),
+            (u64::MAX - 10, 16),
+            (usize::MAX as u64 - 64, 1),
+            ((1 << 20) - 64, 64),
+            (1 << 20, 0),
+        ] {
+            assert!(
+                arena.stage_write(1, offset, length).is_err(),
+                "offset {offset} length {length}"
+            );
+        }
+        assert_eq!(arena.staged_count(), 0);
+        assert!(arena.stage_write(1, 0, (1 << 20) - 4096).is_ok());
+        assert_eq!(arena.staged_count(), 1);
     }
 
     #[test]

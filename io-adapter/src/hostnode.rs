@@ -105,6 +105,8 @@ pub const PROXY_ACTOR: u64 = 1;
 pub const FIRST_CHILD_ACTOR: u64 = 100;
 /// Host machine actors are numbered from here.
 pub const FIRST_HOST_ACTOR: u64 = 1 << 40;
+/// Frames from other nodes that only this host may send are logged at most this often.
+const FORGED_WARN_EVERY: Duration = Duration::from_secs(10);
 /// Transfer chunk size between hosts (the most a chunk frame may carry).
 pub const TRANSFER_CHUNK_BYTES: u32 = 256 * 1024;
 /// Chunks a transfer keeps in flight: 4 MiB. Over loopback a round trip crosses both hosts'
@@ -340,6 +342,9 @@ struct HostNode {
     refused: Option<String>,
     /// The directory welcomed this host under another identity (why); the node stops.
     unknown: Option<String>,
+    /// Frames from other nodes that only this host may send (see `deliver_remote`): when
+    /// last logged, and how many were dropped since.
+    forged: Option<(Instant, u64)>,
     /// Held for the life of the process: this host serves the socket.
     _lock: fs::File,
     /// With `--metrics-listen`: the metrics, when the gauges are next read, and the transfers
@@ -610,6 +615,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         children: BTreeMap::new(),
         child_by_address: BTreeMap::new(),
         next_child: FIRST_CHILD_ACTOR,
+        forged: None,
         next_session_generation: 1,
         proxy_timer: None,
         host_timer: None,
@@ -1055,6 +1061,39 @@ impl HostNode {
         }
     }
 
+    /// A frame another node sent (a peer host or the directory), for an actor of this one:
+    /// delivered unless no other node may send it. A child hears only its own host
+    /// (`ToChild`, from the local queue) and speaks only on its socket (`FromChild`), and no
+    /// connection speaks for this node: a peer that addressed a child could otherwise hand it
+    /// events its host never sent (a write grant of any offset and length, whose staging
+    /// buffer the host would make), and one that claimed this node's address could speak for
+    /// its children.
+    fn deliver_remote(&mut self, from: Address, to: Address, message: Message) {
+        let for_child = (FIRST_CHILD_ACTOR..FIRST_HOST_ACTOR).contains(&to.actor);
+        let child_frame = matches!(message, Message::ToChild(_) | Message::FromChild(_));
+        if from.node == self.node || for_child || child_frame {
+            let now = self.clock.now();
+            match &mut self.forged {
+                Some((logged, since)) if now.saturating_since(*logged) < FORGED_WARN_EVERY => {
+                    *since += 1;
+                }
+                forged => {
+                    let since = forged.map_or(0, |(_, since)| since);
+                    warn!(
+                        %from,
+                        %to,
+                        dropped_since_last_warning = since,
+                        "another node sent a frame only this host may send (to or for one of \
+                         its children): dropped"
+                    );
+                    *forged = Some((now, 0));
+                }
+            }
+            return;
+        }
+        self.deliver(from, to, message);
+    }
+
     /// A frame for an actor of this node.
     fn deliver(&mut self, from: Address, to: Address, message: Message) {
         let now = self.clock.now();
@@ -1328,7 +1367,7 @@ impl HostNode {
             }
             LinkHeard::Peers(peers) => self.set_peers(peers),
             LinkHeard::Envelope(envelope) => {
-                self.deliver(envelope.from, envelope.to, envelope.message);
+                self.deliver_remote(envelope.from, envelope.to, envelope.message);
             }
             LinkHeard::Refused(reason) => {
                 // The directory does not take our key or version, or cannot prove the key:
@@ -1366,7 +1405,7 @@ impl HostNode {
                 if let Message::Chunk { bytes, .. } = &envelope.message {
                     self.count_chunk("received", bytes.as_slice().len());
                 }
-                self.deliver(envelope.from, envelope.to, envelope.message);
+                self.deliver_remote(envelope.from, envelope.to, envelope.message);
             }
             PeerHeard::Protocol { conn, node } => warn!(
                 conn,

@@ -741,3 +741,108 @@ fn silent_and_trickling_metrics_clients_delay_no_scrape() {
     assert_eq!(scrape_status(&metrics), "HTTP/1.1 200 OK");
     put_succeeds(&host, &dir, "/data/metrics-loris/1");
 }
+
+/// Another node cannot speak to a host's children or for them. Without a cluster key anyone
+/// who reaches a host's port is a peer; a peer used to be able to address a child directly,
+/// and the host passed its `ToChild` events on: a forged write grant of length `u64::MAX`
+/// panicked a debug host (an overflow sizing the staging buffer), and forged grants at
+/// distinct offsets each cost the host a staging `memfd` for good. A peer claiming the host's
+/// own node id could also send a `FromChild` for a child. Now the host drops them all
+/// (logging it), the child hears nothing, and the host holds no new descriptor.
+#[test]
+fn another_node_cannot_speak_to_or_for_a_hosts_children() {
+    use dataplane_core::ids::{Address, NodeId};
+    use dataplane_core::kinds::{BlobAccess, DigestKind};
+    use dataplane_core::wire::{ChildEvent, ChildOp, ChildRequest, Envelope, LeaseView, Message};
+    use dataplane_io::frame::write_frame;
+    use dataplane_io::net::{Link, Who, prove_blocking};
+
+    let dir = TestDir::new("forged-child-frames");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let mut host = HostProc::start(&dir, "host", &directory.listen, "16M");
+    let (child, mut inbox, welcome, _arena) = attach_raw(&host);
+    let pid = host.proc.pid();
+    let before = usage(pid);
+    let grant = |offset: u64, length: u64| ChildEvent::WriteGranted {
+        op: ChildOp(offset),
+        lease: LeaseView {
+            offset,
+            length,
+            generation: 1,
+            digest: DigestKind::None,
+            access: BlobAccess::Writable,
+        },
+    };
+    // A stranger that says it is node 4242: grants of every size and offset to the child.
+    let stranger = TcpStream::connect(&host.listen).unwrap();
+    let from = Address::new(NodeId(4242), 1, 7);
+    prove_blocking(
+        &stranger,
+        Who::Peer {
+            node: from.node,
+            incarnation: 1,
+        },
+        None,
+    )
+    .expect("no key: any node id is admitted");
+    let mut forged = vec![grant(0, u64::MAX), grant(u64::MAX - 10, 16)];
+    forged.extend((0..300).map(|i| grant(i * 128, 16)));
+    for event in forged {
+        let envelope = Envelope {
+            from,
+            to: welcome.child,
+            message: Message::ToChild(event),
+        };
+        write_frame(&mut &stranger, &Link::Frame(envelope)).unwrap();
+    }
+    // One that says it is the host itself: a close, as if from the child.
+    let impostor = TcpStream::connect(&host.listen).unwrap();
+    let admitted = prove_blocking(
+        &impostor,
+        Who::Peer {
+            node: welcome.child.node,
+            incarnation: welcome.child.incarnation,
+        },
+        None,
+    );
+    if admitted.is_ok() {
+        let envelope = Envelope {
+            from: welcome.child,
+            to: welcome.session,
+            message: Message::FromChild(ChildRequest::Close),
+        };
+        let _ = write_frame(&mut &impostor, &Link::Frame(envelope));
+    }
+    // Time for the host to take the frames (they arrive on two connections of their own).
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        host.proc.try_wait().is_none(),
+        "the host died:\n{}",
+        host.proc.log_text()
+    );
+    // The child heard nothing, and its session is still open.
+    child
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    match inbox.next_frame::<ChildEvent>() {
+        Err(dataplane_io::child::ChildError::TimedOut) => {}
+        Err(e) => panic!("the child's connection broke: {e}"),
+        Ok(heard) => panic!("the child heard {:?}", heard.map(|(event, _)| event)),
+    }
+    let after = usage(pid);
+    assert!(
+        after.fds <= before.fds + 2,
+        "descriptors: {before:?} before, {after:?} after the forged frames"
+    );
+    put_succeeds(&host, &dir, "/data/forged/1");
+    wait_until(
+        "the host to say it dropped the forged frames",
+        Duration::from_secs(10),
+        || {
+            host.proc
+                .log_text()
+                .contains("another node sent a frame only this host may send")
+        },
+    );
+    drop((stranger, impostor, child));
+}
