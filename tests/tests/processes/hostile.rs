@@ -62,6 +62,48 @@ fn closed_by_peer(stream: &mut impl Read) -> bool {
     }
 }
 
+/// Every one of `streams` is closed by the host within [`HELLO_DEADLINE_SLACK`], and then the
+/// host holds no more descriptors than `before` (and a few).
+fn all_closed_and_let_go<S: Read + AsTimeout>(
+    host: &HostProc,
+    before: Usage,
+    mut streams: Vec<S>,
+    what: &str,
+) {
+    let deadline = Instant::now() + HELLO_DEADLINE_SLACK;
+    for (i, stream) in streams.iter_mut().enumerate() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        stream.read_timeout(left.max(Duration::from_millis(10)));
+        assert!(
+            closed_by_peer(stream),
+            "{what} {i} still open {HELLO_DEADLINE_SLACK:?} after it connected"
+        );
+    }
+    drop(streams);
+    wait_until(
+        &format!("the host to let go of each {what}'s descriptor"),
+        Duration::from_secs(10),
+        || usage(host.proc.pid()).fds <= before.fds + 4,
+    );
+}
+
+/// A socket whose reads can time out.
+trait AsTimeout {
+    fn read_timeout(&self, timeout: Duration);
+}
+
+impl AsTimeout for UnixStream {
+    fn read_timeout(&self, timeout: Duration) {
+        self.set_read_timeout(Some(timeout)).unwrap();
+    }
+}
+
+impl AsTimeout for TcpStream {
+    fn read_timeout(&self, timeout: Duration) {
+        self.set_read_timeout(Some(timeout)).unwrap();
+    }
+}
+
 fn put_succeeds(host: &HostProc, dir: &TestDir, path: &str) -> Duration {
     let input = dir.join("small.bin");
     std::fs::write(&input, b"still served").unwrap();
@@ -107,23 +149,7 @@ fn silent_child_connections_hold_no_session_and_are_closed() {
         "300 silent children: host before {before:?}, with them {peak:?}; a put took {took:?}"
     );
     // Each is closed once the attach deadline passed.
-    let deadline = Instant::now() + HELLO_DEADLINE_SLACK;
-    for (i, stream) in silent.iter_mut().enumerate() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        stream
-            .set_read_timeout(Some(left.max(Duration::from_millis(10))))
-            .unwrap();
-        assert!(
-            closed_by_peer(stream),
-            "silent child connection {i} still open {HELLO_DEADLINE_SLACK:?} after it connected"
-        );
-    }
-    drop(silent);
-    wait_until(
-        "the host to let go of the silent connections' descriptors",
-        Duration::from_secs(10),
-        || usage(host.proc.pid()).fds <= before.fds + 4,
-    );
+    all_closed_and_let_go(&host, before, silent, "silent child connection");
     eprintln!("after: {:?}", usage(host.proc.pid()));
     put_succeeds(&host, &dir, "/data/silent/2");
 }
@@ -686,7 +712,7 @@ fn silent_and_trickling_metrics_clients_delay_no_scrape() {
     let before = usage(host.proc.pid());
     // A listener that stops accepting fills the kernel's backlog: connecting then waits.
     let address: std::net::SocketAddr = metrics.parse().unwrap();
-    let mut silent: Vec<TcpStream> = (0..300)
+    let silent: Vec<TcpStream> = (0..300)
         .map(|i| {
             TcpStream::connect_timeout(&address, Duration::from_secs(5))
                 .unwrap_or_else(|e| panic!("silent metrics connection {i} not taken: {e}"))
@@ -721,23 +747,7 @@ fn silent_and_trickling_metrics_clients_delay_no_scrape() {
         "a trickling metrics client closed after {:?}; host before {before:?}, with 300 silent metrics connections {peak:?}",
         started.elapsed()
     );
-    let deadline = Instant::now() + HELLO_DEADLINE_SLACK;
-    for (i, stream) in silent.iter_mut().enumerate() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        stream
-            .set_read_timeout(Some(left.max(Duration::from_millis(10))))
-            .unwrap();
-        assert!(
-            closed_by_peer(stream),
-            "silent metrics connection {i} still open"
-        );
-    }
-    drop(silent);
-    wait_until(
-        "the host to let go of the metrics connections' descriptors",
-        Duration::from_secs(10),
-        || usage(host.proc.pid()).fds <= before.fds + 4,
-    );
+    all_closed_and_let_go(&host, before, silent, "silent metrics connection");
     assert_eq!(scrape_status(&metrics), "HTTP/1.1 200 OK");
     put_succeeds(&host, &dir, "/data/metrics-loris/1");
 }
