@@ -145,7 +145,12 @@ impl SinkListener {
                 ));
             }
             let mut progressed = false;
-            while let Some(stream) = self.accept_waiting()? {
+            // At most a table's worth per pass, so that a flood of connections does not keep
+            // the pass from reading the ones already taken.
+            for _ in 0..TOKEN_WAITERS_MAX {
+                let Some(stream) = self.accept_waiting()? else {
+                    break;
+                };
                 stream.set_nonblocking(true)?;
                 if waiting.len() >= TOKEN_WAITERS_MAX {
                     waiting.pop_front();
