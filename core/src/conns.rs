@@ -1275,6 +1275,12 @@ impl PeerLinks {
         }
         match self.incoming.frame(conn, payload, out) {
             Heard::Nothing => PeerHeard::Nothing,
+            // No connection speaks for this host: one that says it is this host (possible
+            // without a cluster key, where any node id is taken at its word) is closed.
+            Heard::Admitted(Who::Peer { node, .. }) if node == self.me => {
+                self.incoming.close(conn, Closing::Protocol, out);
+                PeerHeard::Protocol { conn, node }
+            }
             Heard::Admitted(Who::Peer { node, .. }) => {
                 self.from.insert(conn, node);
                 PeerHeard::Admitted { conn, node }

@@ -394,6 +394,52 @@ fn frames_for_another_host_wait_for_the_handshake_and_strangers_are_closed() {
 }
 
 #[test]
+fn a_connection_that_says_it_is_this_host_is_closed() {
+    // Without a key any node id is taken at its word, but not this host's own.
+    let peers = |me| {
+        let listener = Listener::new(None, Accepts::Peers, Duration::from_secs(5), 4, 4);
+        PeerLinks::new(NodeId(me), 1, None, listener)
+    };
+    for (claimed, admitted) in [(2, false), (1, true)] {
+        let (mut a, mut b) = (peers(claimed), peers(2));
+        let mut out = Vec::new();
+        let first = Link::Frame(Envelope {
+            from: Address::new(NodeId(claimed), 1, 1),
+            to: Address::new(NodeId(2), 1, 5),
+            message: Message::ProxyCancel {
+                reply_to: Address::new(NodeId(claimed), 1, 1),
+            },
+        });
+        a.connecting(t(0), NodeId(2), 7, first);
+        b.accepted(t(0), 7, [4; 32], &mut out);
+        a.connected(7, [3; 32], &mut out);
+        let mut heard = Vec::new();
+        for _ in 0..3 {
+            for action in std::mem::take(&mut out) {
+                let ConnAction::Send(7, link) = action else {
+                    continue;
+                };
+                if matches!(link, Link::Challenge { .. }) {
+                    a.frame(7, &bytes(&link), &mut out);
+                } else {
+                    heard.push(b.frame(7, &bytes(&link), &mut out));
+                }
+            }
+        }
+        let closed = PeerHeard::Protocol {
+            conn: 7,
+            node: NodeId(claimed),
+        };
+        assert_eq!(
+            heard.contains(&closed),
+            !admitted,
+            "claiming n{claimed}: {heard:?}"
+        );
+        assert_eq!(b.knows(7), admitted, "claiming n{claimed}");
+    }
+}
+
+#[test]
 fn a_silent_directory_or_host_cannot_hold_a_handshake() {
     use crate::conns::HANDSHAKE_DEADLINE;
     // The directory accepts and then says nothing: the attempt is closed at the deadline and
