@@ -273,11 +273,19 @@ impl SharedArena {
         self.spare.remove(&owner);
     }
 
+    /// Keeps `staged` as a spare of its owner, unless the owner is gone (its spares were
+    /// forgotten: a buffer kept for it then would be kept for ever) or has enough.
     fn give_back(&mut self, staged: Staged) {
-        let spares = self.spare.entry(staged.owner).or_default();
-        if spares.len() < SPARE_BUFFERS_MAX {
+        if let Some(spares) = self.spare.get_mut(&staged.owner)
+            && spares.len() < SPARE_BUFFERS_MAX
+        {
             spares.push(staged);
         }
+    }
+
+    /// Staging buffers kept, in progress and spare (a test's view of what the arena holds).
+    pub fn staging_buffers(&self) -> usize {
+        self.staging.len() + self.spare.values().map(Vec::len).sum::<usize>()
     }
 
     /// Writes in progress that have a staging buffer.
@@ -977,6 +985,29 @@ mod tests {
         assert_eq!(arena.staged_count(), 0);
         assert!(arena.stage_write(1, 0, (1 << 20) - 4096).is_ok());
         assert_eq!(arena.staged_count(), 1);
+    }
+
+    /// A write whose child died keeps no staging buffer: the host forgets the owner's spares
+    /// when its connection closes, and the lease is reclaimed after that (its session closes
+    /// on the child's behalf). The buffer used to go back to a spare list made anew for the
+    /// gone owner and stay for ever: one memfd and its pages per write a child died in.
+    #[test]
+    fn a_gone_owners_reclaimed_buffer_is_not_kept() {
+        let mut arena = SharedArena::create("gone-owner", 1 << 20).unwrap();
+        let lease = Lease {
+            ring: RingId(0),
+            offset: 0,
+            length: 100,
+        };
+        arena.stage_write(7, lease.offset, lease.length).unwrap();
+        assert_eq!(arena.staging_buffers(), 1);
+        arena.forget_owner(7);
+        arena.reclaim(&lease);
+        assert_eq!(arena.staging_buffers(), 0);
+        // A live owner keeps it as a spare.
+        arena.stage_write(8, lease.offset, lease.length).unwrap();
+        arena.reclaim(&lease);
+        assert_eq!(arena.staging_buffers(), 1);
     }
 
     #[test]

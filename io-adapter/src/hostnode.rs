@@ -1455,6 +1455,7 @@ impl HostNode {
                 warn!(conn, %reason, "control request refused");
                 self.net.send(conn, ControlReply::Refused(reason));
                 self.net.close_after_flush(conn);
+                self.controls.remove(&conn);
                 return;
             }
             Err(e) => {
@@ -1464,6 +1465,7 @@ impl HostNode {
                     ControlReply::Refused(format!("not a control request: {e}")),
                 );
                 self.net.close_after_flush(conn);
+                self.controls.remove(&conn);
                 return;
             }
         };
@@ -1508,7 +1510,10 @@ impl HostNode {
                     // a revoked child can do nothing more (its views are gone, Q24).
                     self.host_effects();
                     if let Some(conn) = child.and_then(|c| self.child_by_address.get(&c).copied()) {
+                        // Closed once `Revoked` is out; a connection closed so reports nothing,
+                        // so it is forgotten here (its admission slot, address and spares).
                         self.net.close_after_flush(conn);
+                        self.closed(conn);
                     }
                     ControlReply::Revoked
                 } else {

@@ -1147,6 +1147,7 @@ impl ReplicaNode {
                 );
                 self.net.send(conn, ReplicaReply::Refused(why));
                 self.net.close_after_flush(conn);
+                self.controls.remove(&conn);
                 return;
             }
             Err(e) => {
@@ -1156,6 +1157,7 @@ impl ReplicaNode {
                     ReplicaReply::Refused(format!("not a control request: {e}")),
                 );
                 self.net.close_after_flush(conn);
+                self.controls.remove(&conn);
                 return;
             }
         };

@@ -856,3 +856,88 @@ fn another_node_cannot_speak_to_or_for_a_hosts_children() {
     );
     drop((stranger, impostor, child));
 }
+
+/// Children that die in the middle of a write leave no staging buffer behind. The host forgot
+/// a gone child's spare buffers and then, as the child's session closed and its unsealed lease
+/// was reclaimed, put the lease's buffer back on a spare list made anew for the gone child:
+/// one `memfd` (sized to the write) kept for ever per write a child died in.
+#[test]
+fn children_that_die_mid_write_leave_no_staging_buffer() {
+    use dataplane_core::blob::DigestKind;
+    use dataplane_core::wire::ChildOp;
+
+    let dir = TestDir::new("dead-writers");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let host = HostProc::start(&dir, "host", &directory.listen, "16M");
+    let pid = host.proc.pid();
+    let before = usage(pid);
+    for i in 0..40 {
+        let (stream, mut inbox, _welcome, arena) = attach_raw(&host);
+        let path = format!("/data/dead-writer/{i}");
+        let (_lease, mut buffer, _) = open_write_raw(
+            &stream,
+            &mut inbox,
+            ChildOp(1),
+            &path,
+            1 << 20,
+            DigestKind::None,
+        );
+        buffer.as_mut_slice()[200..300].fill(0xab);
+        drop((stream, inbox, arena, buffer));
+    }
+    wait_until(
+        "the host to let go of the dead writers' descriptors",
+        Duration::from_secs(10),
+        || usage(pid).fds <= before.fds + 4,
+    );
+    eprintln!(
+        "40 writers died mid-write: host before {before:?}, after {:?}",
+        usage(pid)
+    );
+    put_succeeds(&host, &dir, "/data/dead-writer/after");
+}
+
+/// A refused control request gives back its place: its connection stayed counted among the
+/// control socket's 8, so after 8 refused requests `dataplane sessions` was refused for good.
+#[test]
+fn refused_control_requests_give_back_their_places() {
+    use dataplane_io::control::control_path;
+    use dataplane_io::frame::write_frame;
+
+    let dir = TestDir::new("control-places");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let host = HostProc::start(&dir, "host", &directory.listen, "16M");
+    for i in 0..12 {
+        let mut stream = UnixStream::connect(control_path(&host.socket)).unwrap();
+        write_frame(&mut &stream, &format!("garbage {i}")).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        assert!(
+            closed_by_peer(&mut stream),
+            "refused request {i} not closed"
+        );
+    }
+    host.cli(&["sessions"])
+        .expect_code(0, "sessions after 12 refused control requests");
+}
+
+/// A revoked session's child connection gives back its place: it stayed counted among the
+/// host's 256 admitted children, so after 256 revocations no child could attach.
+#[test]
+fn revoked_sessions_give_back_their_places() {
+    use dataplane_io::control::HostControl;
+
+    let dir = TestDir::new("revoked-places");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let host = HostProc::start(&dir, "host", &directory.listen, "16M");
+    let mut control = HostControl::connect(&host.socket).unwrap();
+    for i in 0..260 {
+        let (stream, _inbox, welcome, _arena) = attach_raw(&host);
+        control
+            .revoke(welcome.session)
+            .unwrap_or_else(|e| panic!("revoke {i}: {e}"));
+        drop(stream);
+    }
+    put_succeeds(&host, &dir, "/data/revoked-places/1");
+}
