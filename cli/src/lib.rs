@@ -108,8 +108,9 @@ impl Exit {
             }
             Exit::Temporary => {
                 "temporary: try again later. dataplane: the namespace or the blob's source is \
-                 unavailable, the host's arena is full, or the host is busy; dataplane-node: \
-                 another process holds the data directory or the socket"
+                 unavailable, the host's arena is full, the host is busy, or it did not attach \
+                 the client in time; dataplane-node: another process holds the data directory \
+                 or the socket"
             }
             Exit::Config => {
                 "configuration (dataplane-node): the cluster key file is unusable, the \

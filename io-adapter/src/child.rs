@@ -323,10 +323,16 @@ impl Stream {
 
 /// Staging buffers a session keeps mapped.
 const BUFFERS_KEPT: usize = 3;
+/// How long [`ChildSession::connect`] waits for the host's greeting and the attachment: a
+/// host that serves answers at once, but one that has bound its socket and is still waiting
+/// for the directory's first welcome (or is stopped) reads nothing.
+pub const ATTACH_WAIT: Duration = Duration::from_secs(10);
 
 impl ChildSession {
     /// Connects to the host's socket, attaches with the capability in `<socket>.cap`, and
     /// maps the arena (read-only) that the host hands over once the capability checked out.
+    /// A host that does not greet and attach within [`ATTACH_WAIT`] gets
+    /// [`ChildError::TimedOut`].
     pub fn connect(socket: &Path) -> Result<ChildSession, ChildError> {
         let connect = |what: &str, e: io::Error| ChildError::Connect(format!("{what}: {e}"));
         let cap_path = capability_path(socket);
@@ -336,6 +342,10 @@ impl ChildSession {
         })?;
         let stream =
             UnixStream::connect(socket).map_err(|e| connect(&socket.display().to_string(), e))?;
+        // Until attached (the descriptor's options are shared with the inbox's clone).
+        stream
+            .set_read_timeout(Some(ATTACH_WAIT))
+            .map_err(|e| protocol(e.to_string()))?;
         let mut writer = &stream;
         write_frame(&mut writer, &ChildHello::new(Capability(capability))).map_err(protocol)?;
         let mut inbox = Inbox::new(stream.try_clone().map_err(protocol)?);
@@ -364,7 +374,13 @@ impl ChildSession {
             displaced: BTreeSet::new(),
         };
         match session.next_event()?.0 {
-            ChildEvent::Attached { .. } => Ok(session),
+            ChildEvent::Attached { .. } => {
+                session
+                    .stream
+                    .set_read_timeout(None)
+                    .map_err(|e| protocol(e.to_string()))?;
+                Ok(session)
+            }
             ChildEvent::AttachFailed { error } => Err(ChildError::Failed(error)),
             other => Err(unexpected(&other, "at attach")),
         }

@@ -235,6 +235,17 @@ fn connect(socket: &Path) -> Result<ChildSession, Failure> {
             Err(ChildError::Connect(_)) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
+            Err(ChildError::TimedOut) => {
+                return Err((
+                    Exit::Temporary,
+                    format!(
+                        "{}: the host did not attach this client within {:?} (is it still \
+                         waiting for its directory, or stopped?)",
+                        socket.display(),
+                        dataplane_io::child::ATTACH_WAIT
+                    ),
+                ));
+            }
             other => return other.map_err(child),
         }
     }

@@ -941,3 +941,33 @@ fn revoked_sessions_give_back_their_places() {
     }
     put_succeeds(&host, &dir, "/data/revoked-places/1");
 }
+
+/// A host that has bound its child socket but is still waiting for its directory reads no
+/// child's hello; a client gives up after `ATTACH_WAIT` with a temporary failure that says so.
+/// It used to wait for ever (`dataplane stat` never returned while the directory was down).
+#[test]
+fn a_client_of_a_host_still_waiting_for_its_directory_gives_up() {
+    let dir = TestDir::new("attach-wait");
+    // Nobody listens at the directory's address.
+    let nowhere = dataplane_tests::free_address();
+    let host = HostProc::spawn_with(&dir, "host", &nowhere, "16M", &[]);
+    let cap = dataplane_io::hostnode::capability_path(&host.socket);
+    wait_until(
+        "the host to bind its child socket",
+        Duration::from_secs(10),
+        || host.socket.exists() && cap.exists(),
+    );
+    let started = Instant::now();
+    let out = host.cli(&["stat", "/data/anything"]);
+    out.expect_code(75, "a client of a host without its directory");
+    assert!(
+        out.stderr.contains("did not attach this client"),
+        "{}",
+        out.stderr
+    );
+    eprintln!(
+        "gave up after {:?}: {}",
+        started.elapsed(),
+        out.stderr.trim()
+    );
+}
