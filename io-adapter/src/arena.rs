@@ -222,17 +222,11 @@ impl SharedArena {
             length,
         }
         .footprint();
-        let start = usize::try_from(offset).map_err(|_| io::Error::other("offset"))?;
         // A lease the arena granted lies inside it, header and all.
-        let inside = usize::try_from(footprint)
-            .ok()
-            .and_then(|f| start.checked_add(f))
-            .is_some_and(|end| end <= self.map.len());
-        let header = start
-            .checked_add(BLOB_HEADER_BYTES as usize)
-            .and_then(|end| self.map.get(start..end))
-            .filter(|_| inside)
+        let (start, _) = self
+            .span(offset, footprint)
             .ok_or_else(|| io::Error::other("a lease outside the arena"))?;
+        let header = &self.map[start..start + BLOB_HEADER_BYTES as usize];
         let spares = self.spare.entry(owner).or_default();
         let reuse = spares
             .iter()
@@ -268,6 +262,13 @@ impl SharedArena {
         Ok(self.staging[&offset].file.as_fd())
     }
 
+    /// Where in the mapping the `footprint` bytes at `offset` lie, if all of them do.
+    fn span(&self, offset: u64, footprint: u64) -> Option<(usize, usize)> {
+        let start = usize::try_from(offset).ok()?;
+        let end = start.checked_add(usize::try_from(footprint).ok()?)?;
+        (end <= self.map.len()).then_some((start, end))
+    }
+
     /// `owner` is gone: its spare buffers are dropped.
     pub fn forget_owner(&mut self, owner: u64) {
         self.spare.remove(&owner);
@@ -283,8 +284,9 @@ impl SharedArena {
         }
     }
 
-    /// Staging buffers kept, in progress and spare (a test's view of what the arena holds).
-    pub fn staging_buffers(&self) -> usize {
+    /// Staging buffers kept, in progress and spare.
+    #[cfg(test)]
+    fn staging_buffers(&self) -> usize {
         self.staging.len() + self.spare.values().map(Vec::len).sum::<usize>()
     }
 
@@ -355,12 +357,8 @@ impl ArenaMemory for SharedArena {
                 "the write has no staging buffer".into(),
             ));
         };
-        let start =
-            usize::try_from(lease.offset).map_err(|_| MemoryFault::Freeze("offset".into()))?;
-        let end = usize::try_from(lease.footprint())
-            .ok()
-            .and_then(|len| start.checked_add(len))
-            .filter(|end| *end <= self.map.len())
+        let (start, end) = self
+            .span(lease.offset, lease.footprint())
             .ok_or_else(|| MemoryFault::Freeze("a lease outside the arena".into()))?;
         let frozen = match staged.map.get(..end - start) {
             Some(from) => {

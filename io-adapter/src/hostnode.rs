@@ -106,7 +106,7 @@ pub const FIRST_CHILD_ACTOR: u64 = 100;
 /// Host machine actors are numbered from here.
 pub const FIRST_HOST_ACTOR: u64 = 1 << 40;
 /// Frames from other nodes that only this host may send are logged at most this often.
-const FORGED_WARN_EVERY: Duration = Duration::from_secs(10);
+const FORGED_WARN_EVERY: StdDuration = StdDuration::from_secs(10);
 /// Transfer chunk size between hosts (the most a chunk frame may carry).
 pub const TRANSFER_CHUNK_BYTES: u32 = 256 * 1024;
 /// Chunks a transfer keeps in flight: 4 MiB. Over loopback a round trip crosses both hosts'
@@ -342,9 +342,9 @@ struct HostNode {
     refused: Option<String>,
     /// The directory welcomed this host under another identity (why); the node stops.
     unknown: Option<String>,
-    /// Frames from other nodes that only this host may send (see `deliver_remote`): when
-    /// last logged, and how many were dropped since.
-    forged: Option<(Instant, u64)>,
+    /// The warning about frames from other nodes that only this host may send (see
+    /// `deliver_remote`).
+    forged: crate::throttle::Throttle,
     /// Held for the life of the process: this host serves the socket.
     _lock: fs::File,
     /// With `--metrics-listen`: the metrics, when the gauges are next read, and the transfers
@@ -362,17 +362,6 @@ fn random_bytes<const N: usize>() -> Result<[u8; N], HostError> {
 
 fn resolve(address: &str) -> Option<SocketAddr> {
     address.to_socket_addrs().ok()?.next()
-}
-
-fn connect(address: &str, timeout: StdDuration) -> std::io::Result<TcpStream> {
-    let mut last = std::io::Error::other(format!("{address}: no address"));
-    for a in address.to_socket_addrs()? {
-        match TcpStream::connect_timeout(&a, timeout) {
-            Ok(s) => return Ok(s),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
 }
 
 /// What [`claim_socket`] makes: the held lock, the bound child socket, the bound control
@@ -615,7 +604,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         children: BTreeMap::new(),
         child_by_address: BTreeMap::new(),
         next_child: FIRST_CHILD_ACTOR,
-        forged: None,
+        forged: crate::throttle::Throttle::default(),
         next_session_generation: 1,
         proxy_timer: None,
         host_timer: None,
@@ -684,7 +673,7 @@ fn first_welcome(options: &HostOptions, who: &Who) -> Result<FirstWelcome, HostE
             });
         };
         debug!(directory = %address, attempts, "connecting to the directory");
-        let stream = match connect(address, FIRST_CONNECT_TIMEOUT) {
+        let stream = match crate::net::connect_tcp(address, FIRST_CONNECT_TIMEOUT) {
             Ok(stream) => stream,
             Err(e) => {
                 waiting(&e);
@@ -1072,22 +1061,17 @@ impl HostNode {
         let for_child = (FIRST_CHILD_ACTOR..FIRST_HOST_ACTOR).contains(&to.actor);
         let child_frame = matches!(message, Message::ToChild(_) | Message::FromChild(_));
         if from.node == self.node || for_child || child_frame {
-            let now = self.clock.now();
-            match &mut self.forged {
-                Some((logged, since)) if now.saturating_since(*logged) < FORGED_WARN_EVERY => {
-                    *since += 1;
-                }
-                forged => {
-                    let since = forged.map_or(0, |(_, since)| since);
-                    warn!(
-                        %from,
-                        %to,
-                        dropped_since_last_warning = since,
-                        "another node sent a frame only this host may send (to or for one of \
-                         its children): dropped"
-                    );
-                    *forged = Some((now, 0));
-                }
+            if let Some(since) = self
+                .forged
+                .occur(std::time::Instant::now(), FORGED_WARN_EVERY)
+            {
+                warn!(
+                    %from,
+                    %to,
+                    dropped_since_last_warning = since,
+                    "another node sent a frame only this host may send (to or for one of its \
+                     children): dropped"
+                );
             }
             return;
         }

@@ -49,4 +49,5 @@ pub mod replcontrol;
 pub mod replica_log;
 pub mod replnode;
 pub mod sys;
+mod throttle;
 pub mod transport;

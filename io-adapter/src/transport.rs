@@ -132,6 +132,10 @@ impl SinkListener {
     /// to present the token, and at most [`TOKEN_WAITERS_MAX`] are read at once (a new one
     /// closes the oldest).
     pub fn accept(&self, wait: Duration) -> io::Result<ByteStream> {
+        self.accept_within(wait, TOKEN_DEADLINE)
+    }
+
+    fn accept_within(&self, wait: Duration, token_deadline: Duration) -> io::Result<ByteStream> {
         let deadline = Instant::now() + wait;
         // Accepted connections presenting their token: what arrived of it, and until when.
         let mut waiting: VecDeque<(ByteStream, Vec<u8>, Instant)> = VecDeque::new();
@@ -158,7 +162,7 @@ impl SinkListener {
                 waiting.push_back((
                     stream,
                     Vec::with_capacity(TOKEN_BYTES),
-                    now + TOKEN_DEADLINE,
+                    now + token_deadline,
                 ));
                 progressed = true;
             }
@@ -336,18 +340,7 @@ fn connect_within(sink_descriptor: &[u8], answer_wait: Duration) -> io::Result<B
     let sink = parse_sink_descriptor(sink_descriptor)?;
     let mut stream = match &sink.address {
         SinkAddress::Tcp(at) => {
-            let mut last = io::Error::new(io::ErrorKind::InvalidData, "no address");
-            let mut connected = None;
-            for address in std::net::ToSocketAddrs::to_socket_addrs(at.as_str())? {
-                match TcpStream::connect_timeout(&address, CONNECT_TIMEOUT) {
-                    Ok(s) => {
-                        connected = Some(s);
-                        break;
-                    }
-                    Err(e) => last = e,
-                }
-            }
-            let s = connected.ok_or(last)?;
+            let s = crate::net::connect_tcp(at, CONNECT_TIMEOUT)?;
             s.set_nodelay(true)?;
             ByteStream::Tcp(s)
         }
@@ -622,5 +615,47 @@ mod tests {
                 "the impostor got the token only"
             );
         }
+    }
+
+    /// A stranger trickling bytes that never make a token is closed at its token deadline,
+    /// while the sink still waits.
+    #[test]
+    fn a_trickling_stranger_is_closed_at_its_token_deadline() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let sink = SinkListener::tcp("127.0.0.1:0").unwrap();
+        let text = String::from_utf8(sink.descriptor().to_vec()).unwrap();
+        let at = text.split(' ').nth(2).unwrap().to_owned();
+        let returned = Arc::new(AtomicBool::new(false));
+        let seen = Arc::clone(&returned);
+        let trickler = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(&at).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+            let mut byte = [0u8; 1];
+            // Fewer bytes than a token, one every 50 ms, until the sink closes the connection.
+            for _ in 0..(TOKEN_BYTES - 1) {
+                if s.write_all(b"x").is_err() {
+                    return Some(seen.load(Ordering::SeqCst));
+                }
+                match s.read(&mut byte) {
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        ) => {}
+                    _ => return Some(seen.load(Ordering::SeqCst)),
+                }
+            }
+            None
+        });
+        let waited = sink.accept_within(Duration::from_secs(3), Duration::from_millis(200));
+        returned.store(true, Ordering::SeqCst);
+        assert_eq!(waited.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        assert_eq!(
+            trickler.join().unwrap(),
+            Some(false),
+            "closed while the sink still waited (None: never closed; Some(true): only when it \
+             gave up)"
+        );
     }
 }

@@ -13,7 +13,7 @@
 //! up to 8 KiB of reads.)
 //!
 //! An `accept` that fails (out of descriptors) is tried again [`ACCEPT_RETRY`] later, and
-//! logged at most every [`ACCEPT_WARN_EVERY`].
+//! logged at most every 10 s, as the nodes' reactor does.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -24,16 +24,15 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use prometheus::{Registry, TextEncoder};
 
+use crate::net::reactor::{ACCEPT_FAILURE_LOG_EVERY, ACCEPT_RETRY};
+use crate::throttle::Throttle;
+
 /// How long a connection has, from its accept, to send its request and take the answer.
 pub const SCRAPE_DEADLINE: Duration = Duration::from_secs(2);
 /// The longest request head the listener reads.
 pub const REQUEST_BYTES_MAX: usize = 8 * 1024;
 /// The most connections open at once (a new one closes the oldest).
 pub const PENDING_MAX: usize = 64;
-/// How long after a failed `accept` the listener tries again.
-pub const ACCEPT_RETRY: Duration = Duration::from_millis(100);
-/// A failing `accept` is logged at most this often.
-pub const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(10);
 
 const LISTENER: Token = Token(usize::MAX);
 
@@ -55,7 +54,7 @@ pub fn serve(listen: &str, registry: Registry) -> io::Result<SocketAddr> {
         next: 0,
         behind: false,
         stalled: None,
-        failing: None,
+        failing: Throttle::default(),
     };
     std::thread::Builder::new()
         .name("metrics".to_owned())
@@ -91,8 +90,8 @@ struct Server {
     behind: bool,
     /// After a failed `accept`: when to try again.
     stalled: Option<Instant>,
-    /// While `accept` fails: when it was last logged and the failures since.
-    failing: Option<(Instant, u64)>,
+    /// While `accept` fails: its warning.
+    failing: Throttle,
 }
 
 impl Server {
@@ -154,7 +153,7 @@ impl Server {
         for _ in 0..PENDING_MAX {
             match self.listener.accept() {
                 Ok((mut stream, _)) => {
-                    self.failing = None;
+                    self.failing = Throttle::default();
                     let id = self.next;
                     self.next += 1;
                     let interest = Interest::READABLE | Interest::WRITABLE;
@@ -186,21 +185,12 @@ impl Server {
                 Err(e) => {
                     // EMFILE and the like: try again a little later.
                     self.stalled = Some(now + ACCEPT_RETRY);
-                    match &mut self.failing {
-                        Some((logged, since))
-                            if now.duration_since(*logged) < ACCEPT_WARN_EVERY =>
-                        {
-                            *since += 1;
-                        }
-                        failing => {
-                            let since = failing.map_or(0, |(_, since)| since);
-                            tracing::warn!(
-                                error = %e,
-                                failures_since_last_warning = since,
-                                "metrics: accept failed; trying again every {ACCEPT_RETRY:?}"
-                            );
-                            *failing = Some((now, 0));
-                        }
+                    if let Some(since) = self.failing.occur(now, ACCEPT_FAILURE_LOG_EVERY) {
+                        tracing::warn!(
+                            error = %e,
+                            failures_since_last_warning = since,
+                            "metrics: accept failed; trying again every {ACCEPT_RETRY:?}"
+                        );
                     }
                     return;
                 }

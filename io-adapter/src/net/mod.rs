@@ -24,6 +24,19 @@ use serde::Serialize;
 
 use crate::frame::{FrameReader, encode_frame, write_frame};
 
+/// A blocking TCP connection to `address` (`HOST:PORT`), trying each address it resolves to
+/// for at most `timeout`.
+pub fn connect_tcp(address: &str, timeout: std::time::Duration) -> io::Result<TcpStream> {
+    let mut last = io::Error::other(format!("{address}: no address"));
+    for a in std::net::ToSocketAddrs::to_socket_addrs(address)? {
+        match TcpStream::connect_timeout(&a, timeout) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 pub mod reactor;
 
 pub use reactor::{ConnId, Limits, ListenerId, NetEvent, Overflow, Reactor, Remote};

@@ -76,7 +76,7 @@ pub const ACCEPTS_PER_POLL: usize = 16;
 /// connections the kernel already holds would wait for a new connection to raise an event.
 pub const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// A listener's failing `accept` is logged at most this often.
-const ACCEPT_FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const ACCEPT_FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Who is at the other end of a connection, for the logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -270,7 +270,7 @@ pub struct Reactor {
     listeners_stalled: Vec<(ListenerId, std::time::Instant)>,
     /// Per listener whose `accept` failed: when that was last logged, and the failures since
     /// (logged at most every [`ACCEPT_FAILURE_LOG_EVERY`]).
-    accept_failures: BTreeMap<ListenerId, (std::time::Instant, u64)>,
+    accept_failures: BTreeMap<ListenerId, crate::throttle::Throttle>,
 }
 
 impl std::fmt::Debug for Reactor {
@@ -629,21 +629,14 @@ impl Reactor {
                 Err(e) => {
                     // EMFILE and the like: try again a little later (see `ACCEPT_RETRY`).
                     let now = std::time::Instant::now();
-                    match self.accept_failures.get(&listener).copied() {
-                        Some((logged, since))
-                            if now.duration_since(logged) < ACCEPT_FAILURE_LOG_EVERY =>
-                        {
-                            self.accept_failures.insert(listener, (logged, since + 1));
-                        }
-                        earlier => {
-                            tracing::warn!(
-                                listener,
-                                error = %e,
-                                failures_since_last_logged = earlier.map_or(0, |(_, since)| since),
-                                "accept failed; trying again every {ACCEPT_RETRY:?}"
-                            );
-                            self.accept_failures.insert(listener, (now, 0));
-                        }
+                    let throttle = self.accept_failures.entry(listener).or_default();
+                    if let Some(since) = throttle.occur(now, ACCEPT_FAILURE_LOG_EVERY) {
+                        tracing::warn!(
+                            listener,
+                            error = %e,
+                            failures_since_last_logged = since,
+                            "accept failed; trying again every {ACCEPT_RETRY:?}"
+                        );
                     }
                     if !self.listeners_stalled.iter().any(|(l, _)| *l == listener) {
                         let at = std::time::Instant::now() + ACCEPT_RETRY;
