@@ -32,8 +32,9 @@ use crate::wire::{Envelope, GoneScope, Message};
 /// Marks a hello of this protocol (the first value of every hello).
 pub const HANDSHAKE_MAGIC: u32 = 0x4450_4c4b;
 /// The protocol version this build speaks; a hello of another version is refused with a
-/// message that names both.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// message that names both. (2: hosts ask the directory where a peer listens instead of
+/// being sent the whole peer list on every admission.)
+pub const PROTOCOL_VERSION: u16 = 2;
 /// The largest frame a connection may send before it is admitted: a hello, a proof or a
 /// child's attach, with room to spare. A longer announced frame closes the connection before
 /// anything is read or reserved for it.
@@ -411,7 +412,7 @@ mod tests {
         let refusal = check_version(HANDSHAKE_MAGIC, 9).unwrap_err();
         assert_eq!(
             refusal.to_string(),
-            "protocol version 9 is not supported (this node speaks version 1)"
+            "protocol version 9 is not supported (this node speaks version 2)"
         );
     }
 

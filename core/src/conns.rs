@@ -14,11 +14,17 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::admission::{self, Accepted, Admission, HelloRefusal, Nonce};
 use crate::ids::{Address, AuthorityEpoch, NodeId};
 use crate::limits::FRAME_BYTES_MAX;
-use crate::link::{Acceptor, ClusterKey, Connector, Link, Peer, Who};
+use crate::link::{Acceptor, ClusterKey, Connector, Link, Who};
 use crate::log::LogRecord;
 use crate::membership::{Admitted, Membership};
 use crate::time::{Duration, Instant};
 use crate::wire::{Envelope, decode_value};
+
+mod book;
+pub use book::{
+    ASK_AGAIN, ASK_WAIT, BOOK_ASKING_MAX, BOOK_KNOWN_MAX, BOOK_PARKED_MAX, BOOK_PARKED_TOTAL_MAX,
+    Parked, PeerBook,
+};
 
 /// A connection, as the driver numbers it.
 pub type ConnId = u64;
@@ -439,17 +445,7 @@ impl DirectoryConns {
                         }
                         self.listener.close_handshakes_of(&listen, conn, out);
                         let m = admitted.member();
-                        self.attach(
-                            conn,
-                            m.node,
-                            m.incarnation,
-                            true,
-                            membership,
-                            directory,
-                            epoch,
-                            out,
-                        );
-                        self.broadcast_peers(membership, out);
+                        self.attach(conn, m.node, m.incarnation, true, directory, epoch, out);
                         DirHeard::Host {
                             conn,
                             listen,
@@ -471,7 +467,7 @@ impl DirectoryConns {
             Heard::Admitted(Who::Client) => {
                 let node = NodeId(self.next_transient);
                 self.next_transient += 1;
-                self.attach(conn, node, 1, false, membership, directory, epoch, out);
+                self.attach(conn, node, 1, false, directory, epoch, out);
                 DirHeard::Client { conn, node }
             }
             Heard::Admitted(Who::Peer { .. }) => {
@@ -487,6 +483,19 @@ impl DirectoryConns {
                 match link {
                     Link::Frame(envelope) if admission::speaks_for(node, &envelope) => {
                         DirHeard::Envelope(envelope)
+                    }
+                    // Only hosts connect to other hosts. One small answer per question: a
+                    // host that does not read fills only its own queue.
+                    Link::WhereIs(asked) if self.attached.get(&conn).is_some_and(|a| a.host) => {
+                        let listen = membership.listen_of(asked).map(str::to_owned);
+                        out.push(ConnAction::Send(
+                            conn,
+                            Link::Located {
+                                node: asked,
+                                listen,
+                            },
+                        ));
+                        DirHeard::Nothing
                     }
                     _ => {
                         self.close(conn, Closing::Protocol, out);
@@ -504,7 +513,6 @@ impl DirectoryConns {
         node: NodeId,
         incarnation: u64,
         host: bool,
-        membership: &Membership,
         directory: Address,
         epoch: AuthorityEpoch,
         out: &mut Vec<ConnAction>,
@@ -516,7 +524,6 @@ impl DirectoryConns {
             self.attached.remove(&old);
             self.listener.close(old, Closing::Replaced, out);
         }
-        let peers = self.peers(membership, Some(node));
         self.attached.insert(
             conn,
             Attached {
@@ -532,33 +539,8 @@ impl DirectoryConns {
                 incarnation,
                 directory,
                 epoch,
-                peers,
             },
         ));
-    }
-
-    /// The hosts connected now, but `except`.
-    fn peers(&self, membership: &Membership, except: Option<NodeId>) -> Vec<Peer> {
-        membership
-            .hosts()
-            .filter(|(_, m)| Some(m.node) != except && self.by_node.contains_key(&m.node))
-            .map(|(listen, m)| Peer {
-                node: m.node,
-                incarnation: m.incarnation,
-                listen: listen.to_owned(),
-            })
-            .collect()
-    }
-
-    fn broadcast_peers(&self, membership: &Membership, out: &mut Vec<ConnAction>) {
-        for (&conn, a) in &self.attached {
-            if a.host {
-                out.push(ConnAction::Send(
-                    conn,
-                    Link::Peers(self.peers(membership, Some(a.node))),
-                ));
-            }
-        }
     }
 
     /// Closes `conn`; returns the node that became unreachable with it, if any.
@@ -690,8 +672,6 @@ pub enum LinkHeard {
         directory: Address,
         /// Its authority epoch.
         epoch: AuthorityEpoch,
-        /// The other hosts.
-        peers: Vec<Peer>,
     },
     /// The directory welcomed this host as another node or incarnation than it runs as (the
     /// directory lost the records that named it, or another host uses its listen address):
@@ -703,8 +683,14 @@ pub enum LinkHeard {
         /// What the welcome said.
         incarnation: u64,
     },
-    /// The peer table changed.
-    Peers(Vec<Peer>),
+    /// The directory's answer to [`Link::WhereIs`]: where `node` listens (`None`: no host
+    /// has that node id). Hand it to the host's [`PeerBook::located`].
+    Located {
+        /// The node asked about.
+        node: NodeId,
+        /// Its listen address.
+        listen: Option<String>,
+    },
     /// A frame for this host.
     Envelope(Envelope),
     /// The directory refused this host, or could not prove the cluster key: a configuration
@@ -979,7 +965,6 @@ impl DirectoryLink {
                     incarnation,
                     directory,
                     epoch,
-                    peers,
                 } if self.identity.is_none_or(|id| id == (node, incarnation)) => {
                     self.identity = Some((node, incarnation));
                     LinkHeard::Welcomed {
@@ -987,7 +972,6 @@ impl DirectoryLink {
                         incarnation,
                         directory,
                         epoch,
-                        peers,
                     }
                 }
                 Link::Welcome {
@@ -1004,7 +988,7 @@ impl DirectoryLink {
                 }
             },
             LinkState::Up { .. } => match link {
-                Link::Peers(peers) => LinkHeard::Peers(peers),
+                Link::Located { node, listen } => LinkHeard::Located { node, listen },
                 Link::Frame(envelope)
                     if self
                         .identity

@@ -22,17 +22,6 @@ use crate::admission::{self, HANDSHAKE_MAGIC, HelloRefusal, Nonce, PROTOCOL_VERS
 use crate::ids::{Address, AuthorityEpoch, NodeId};
 use crate::wire::Envelope;
 
-/// A peer host as the directory node announces it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Peer {
-    /// Its node id.
-    pub node: NodeId,
-    /// Its current incarnation.
-    pub incarnation: u64,
-    /// Where it accepts connections from other hosts.
-    pub listen: String,
-}
-
 /// The shared secret of a cluster: a BLAKE3 hash of the secret (so the secret file may hold
 /// any bytes), the key of the handshake's proofs. It never travels.
 ///
@@ -114,7 +103,8 @@ pub enum Link {
         proof: Option<Proof>,
     },
     /// The directory node's answer to a host or client that proved itself: its node id and
-    /// incarnation, who serves, the peers.
+    /// incarnation, who serves. (No peer list: a host asks where another host listens when it
+    /// first needs to, with [`Link::WhereIs`].)
     Welcome {
         /// The host's node id.
         node: NodeId,
@@ -124,11 +114,11 @@ pub enum Link {
         directory: Address,
         /// Its authority epoch (replies from another epoch are not accepted).
         epoch: AuthorityEpoch,
-        /// Every other host.
-        peers: Vec<Peer>,
     },
-    /// The peer table changed.
-    Peers(Vec<Peer>),
+    /// A host asks the directory node where host `node` listens for other hosts. (In the
+    /// place of version 1's peer list, which every admission sent every host whole: keep
+    /// `Refused` and `Frame` where they are, so an older node still reads a refusal.)
+    WhereIs(NodeId),
     /// The answer to a hello that is not admitted (another version, a wrong key, a full
     /// node); the connection is closed right after it.
     Refused {
@@ -137,6 +127,15 @@ pub enum Link {
     },
     /// A core frame.
     Frame(Envelope),
+    /// The directory node's answer to [`Link::WhereIs`]: where `node` listens, or `None` if
+    /// no host has that node id. A node id keeps its listen address for good, so the answer
+    /// never goes stale.
+    Located {
+        /// The node asked about.
+        node: NodeId,
+        /// Its listen address.
+        listen: Option<String>,
+    },
 }
 
 impl Link {
@@ -147,9 +146,10 @@ impl Link {
             Link::Challenge { .. } => "Challenge",
             Link::Proof { .. } => "Proof",
             Link::Welcome { .. } => "Welcome",
-            Link::Peers(_) => "Peers",
+            Link::WhereIs(_) => "WhereIs",
             Link::Refused { .. } => "Refused",
             Link::Frame(_) => "Frame",
+            Link::Located { .. } => "Located",
         }
     }
 }
@@ -390,11 +390,11 @@ mod tests {
         let refusal = Acceptor::answer(&future, [0; 32], None).unwrap_err();
         assert_eq!(
             refusal.to_string(),
-            "protocol version 7 is not supported (this node speaks version 1)"
+            "protocol version 7 is not supported (this node speaks version 2)"
         );
         let refusal = Acceptor::answer(&[0xff, 0xff, 3], [0; 32], None).unwrap_err();
         assert_eq!(refusal, HelloRefusal::NotAHello);
-        let frame = postcard::to_allocvec(&Link::Peers(Vec::new())).unwrap();
+        let frame = postcard::to_allocvec(&Link::WhereIs(NodeId(1))).unwrap();
         assert_eq!(
             Acceptor::answer(&frame, [0; 32], None).unwrap_err(),
             HelloRefusal::NotAHello

@@ -235,6 +235,12 @@ impl Membership {
         self.hosts.iter().map(|(l, m)| (l.as_str(), m))
     }
 
+    /// Where host `node` listens, if it is a member (a node id keeps its listen address for
+    /// good).
+    pub fn listen_of(&self, node: NodeId) -> Option<&str> {
+        self.by_node.get(&node).map(String::as_str)
+    }
+
     /// The records that restate the table (for a compaction).
     pub fn snapshot_records(&self) -> Vec<LogRecord> {
         let mut records = Vec::with_capacity(1 + self.hosts.len());

@@ -90,11 +90,11 @@ use crate::files::{HostMemory, NodeFiles};
 use crate::metrics::{GaugeClock, HostMetrics, Refusal, gauge_value};
 use crate::net::{
     ClusterKey, ConnId, HandshakeError, Limits, Link, ListenerId, NetEvent, Outgoing, Overflow,
-    Peer, Performed, Reactor, Who, fresh_nonce, handshake_blocking, perform_conn_action,
+    Performed, Reactor, Who, fresh_nonce, handshake_blocking, perform_conn_action,
 };
 use dataplane_core::conns::{
     Accepts, Closing, ConnAction, DIRECTORY_CANDIDATES_MAX, DirectoryLink, HANDSHAKE_DEADLINE,
-    LinkHeard, Listener, PeerHeard, PeerLinks, RECONNECT_FIRST, Routed,
+    LinkHeard, Listener, Parked, PeerBook, PeerHeard, PeerLinks, RECONNECT_FIRST, Routed,
 };
 
 /// The node agent's actor number (gone reports).
@@ -328,7 +328,8 @@ struct HostNode {
     peer_links: PeerLinks,
     /// What the connection machines asked for, not yet done (a reused buffer).
     actions: Vec<ConnAction>,
-    peers: BTreeMap<NodeId, Peer>,
+    /// Where other hosts listen, as far as this host asked the directory.
+    book: PeerBook,
     children: BTreeMap<ConnId, ChildConn>,
     child_by_address: BTreeMap<Address, ConnId>,
     next_child: u64,
@@ -498,7 +499,6 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         incarnation,
         directory,
         epoch,
-        peers,
     } = welcome
     else {
         return Err(HostError::Setup(format!(
@@ -512,7 +512,6 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         directory = %options.directories[candidate],
         directory_address = %directory,
         epoch = epoch.0,
-        peers = peers.len(),
         "welcomed by the directory{}",
         if incarnation > 1 {
             " (a restart: reporting the earlier incarnations gone)"
@@ -600,7 +599,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
             ),
         ),
         actions: Vec::new(),
-        peers: BTreeMap::new(),
+        book: PeerBook::new(),
         children: BTreeMap::new(),
         child_by_address: BTreeMap::new(),
         next_child: FIRST_CHILD_ACTOR,
@@ -621,7 +620,6 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         metrics.directory_connected.set(1);
     }
     host.execute_boot_effects(agent_boot);
-    host.set_peers(peers);
     host.discovered(Some(Discovered {
         address: directory,
         epoch,
@@ -751,6 +749,7 @@ impl HostNode {
                 self.agent_timer,
                 retry,
                 self.peer_links.next_deadline(),
+                self.book.next_deadline(),
                 self.child_admission.next_deadline(),
             ]
             .into_iter()
@@ -859,6 +858,14 @@ impl HostNode {
     fn timers(&mut self) {
         let now = self.clock.now();
         self.peer_links.expire(now, &mut self.actions);
+        let dropped = self.book.expire(now);
+        if dropped > 0 {
+            debug!(
+                dropped,
+                "frames waited too long for their peer's address: dropped"
+            );
+        }
+        self.ask_peers(now);
         let tried = self.directory_address().to_owned();
         if self.directory.expire(now, &mut self.actions) {
             warn!(
@@ -993,21 +1000,44 @@ impl HostNode {
             }
             return;
         }
-        match self.peer_links.route(to.node, frame, &mut self.actions) {
+        self.send_to_peer(to.node, frame);
+    }
+
+    /// Sends `frame` to host `node`: on its connection, queued for its handshake, or waiting
+    /// for the directory to say where it listens.
+    fn send_to_peer(&mut self, node: NodeId, frame: Link) {
+        match self.peer_links.route(node, frame, &mut self.actions) {
             Ok(Routed::Sent | Routed::Queued) => self.conn_actions(),
             // Lost as the network may lose it: transfers ask again on their timeout.
-            Ok(Routed::Dropped) => debug!(node = %to.node, "peer backlog full: frame dropped"),
-            Err(frame) => self.connect_peer(to.node, frame),
+            Ok(Routed::Dropped) => debug!(%node, "peer backlog full: frame dropped"),
+            Err(frame) => self.connect_peer(node, frame),
         }
     }
 
-    /// Starts this host's connection to `node`; `first` waits for its handshake.
+    /// Starts this host's connection to `node`; `first` waits for its handshake. If the host
+    /// does not know where `node` listens, `first` waits in the book for the directory's
+    /// answer to a `WhereIs`.
     fn connect_peer(&mut self, node: NodeId, first: Link) {
-        let conn = self
-            .peers
-            .get(&node)
-            .and_then(|peer| resolve(&peer.listen))
-            .and_then(|address| self.net.connect(address, Limits::peer()).ok());
+        let Some(listen) = self.book.listen(node) else {
+            let link = self.directory.up();
+            match self
+                .book
+                .park(self.clock.now(), node, first, link.is_some())
+            {
+                Parked::Ask => {
+                    if let Some(conn) = link {
+                        let _ = self.net.send(conn, Link::WhereIs(node));
+                    }
+                }
+                Parked::Waiting => {}
+                Parked::Dropped => {
+                    debug!(%node, "too many frames wait for peers' addresses: frame dropped");
+                }
+            }
+            return;
+        };
+        let conn =
+            resolve(listen).and_then(|address| self.net.connect(address, Limits::peer()).ok());
         match conn {
             Some(conn) => self
                 .peer_links
@@ -1324,7 +1354,6 @@ impl HostNode {
             LinkHeard::Welcomed {
                 directory: address,
                 epoch,
-                peers,
                 ..
             } => {
                 info!(
@@ -1336,7 +1365,7 @@ impl HostNode {
                 if let Some(metrics) = &self.metrics {
                     metrics.directory_connected.set(1);
                 }
-                self.set_peers(peers);
+                self.ask_peers(now);
                 self.discovered(Some(Discovered { address, epoch }));
             }
             LinkHeard::Misnamed { node, incarnation } => {
@@ -1349,7 +1378,16 @@ impl HostNode {
                     self.node, self.incarnation
                 ));
             }
-            LinkHeard::Peers(peers) => self.set_peers(peers),
+            LinkHeard::Located { node, listen } => match self.book.located(node, listen) {
+                Ok(frames) => {
+                    for frame in frames {
+                        self.send_to_peer(node, frame);
+                    }
+                }
+                Err(dropped) => {
+                    warn!(%node, dropped, "the directory knows no host with this node id: its frames were dropped");
+                }
+            },
             LinkHeard::Envelope(envelope) => {
                 self.deliver_remote(envelope.from, envelope.to, envelope.message);
             }
@@ -1369,8 +1407,20 @@ impl HostNode {
         }
     }
 
+    /// Asks the directory where the hosts that frames wait for listen (those not asked since
+    /// the link was lost, or not answered within a second).
+    fn ask_peers(&mut self, now: Instant) {
+        let Some(conn) = self.directory.up() else {
+            return;
+        };
+        for node in self.book.to_ask(now) {
+            let _ = self.net.send(conn, Link::WhereIs(node));
+        }
+    }
+
     /// The link to the directory was up and is lost: nobody serves until it is welcomed again.
     fn lost_directory(&mut self) {
+        self.book.link_lost();
         if let Some(metrics) = &self.metrics {
             metrics.directory_connected.set(0);
         }
@@ -1620,9 +1670,5 @@ impl HostNode {
         }
         // `Attached`, after the welcome.
         self.host_effects();
-    }
-
-    fn set_peers(&mut self, peers: Vec<Peer>) {
-        self.peers = peers.into_iter().map(|p| (p.node, p)).collect();
     }
 }

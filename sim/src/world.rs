@@ -204,6 +204,12 @@ enum EventKind {
     DirConnsExpire {
         boot: u64,
     },
+    /// A host's book of peer addresses asks again or drops what waited too long (its process
+    /// by boot nonce).
+    BookTick {
+        host: usize,
+        nonce: u64,
+    },
 }
 
 /// A scheduled event of a simulated world: its kind `K` happens at `at`; events at one instant
@@ -911,6 +917,7 @@ impl World {
             EventKind::ConnClosed { conn, to_acceptor } => self.conn_closed(conn, to_acceptor),
             EventKind::LinkRetry { host, nonce } => self.link_retry(host, nonce),
             EventKind::DirConnsExpire { boot } => self.dir_conns_expire(boot),
+            EventKind::BookTick { host, nonce } => self.book_tick(host, nonce),
             EventKind::HostSend {
                 host,
                 incarnation,

@@ -735,3 +735,97 @@ fn a_dead_boots_late_proof_does_not_restart_the_node_again() {
     );
     dir.check_invariants().unwrap();
 }
+
+#[test]
+fn a_host_asks_where_another_listens_and_admissions_tell_nobody_else() {
+    let (mut dir, mut membership) = (directory(None), Membership::default());
+    let mut a = host_link(None, 1);
+    let (heard, _) = handshake(&mut dir, &mut membership, &mut a, 1, t(0));
+    assert_welcomed(&heard, NodeId(1), 1);
+    let mut b = DirectoryLink::new(
+        Who::Host {
+            listen: "h2:2".to_owned(),
+            boot_nonce: 2,
+        },
+        None,
+        t(0),
+    );
+    let (heard, out) = handshake(&mut dir, &mut membership, &mut b, 2, t(10));
+    assert_welcomed(&heard, NodeId(2), 1);
+    // Version 1 sent every host the peer list here; now the others hear nothing of it.
+    assert_eq!(sent(&out, 1), Vec::<Link>::new(), "{out:?}");
+
+    let ask = |dir: &mut DirectoryConns, membership: &mut Membership, conn, node| {
+        let mut out = Vec::new();
+        let heard = dir.frame(
+            conn,
+            &bytes(&Link::WhereIs(node)),
+            membership,
+            DIRECTORY,
+            AuthorityEpoch(1),
+            &mut out,
+        );
+        (heard, out)
+    };
+    let (heard, out) = ask(&mut dir, &mut membership, 1, NodeId(2));
+    assert_eq!(heard, DirHeard::Nothing);
+    let answer = Link::Located {
+        node: NodeId(2),
+        listen: Some("h2:2".to_owned()),
+    };
+    assert_eq!(out, vec![ConnAction::Send(1, answer.clone())]);
+    let mut to_dir = Vec::new();
+    assert_eq!(
+        a.frame(t(20), 1, &bytes(&answer), &mut to_dir),
+        LinkHeard::Located {
+            node: NodeId(2),
+            listen: Some("h2:2".to_owned())
+        }
+    );
+    // A node id no host has: no address.
+    let (_, out) = ask(&mut dir, &mut membership, 2, NodeId(40));
+    assert_eq!(
+        out,
+        vec![ConnAction::Send(
+            2,
+            Link::Located {
+                node: NodeId(40),
+                listen: None
+            }
+        )]
+    );
+
+    // A client has no business with hosts' addresses: out of protocol.
+    let mut out = Vec::new();
+    dir.accepted(t(30), 3, [3; 32], &mut out);
+    let (connector, hello) = Connector::new(Who::Client, [4; 32], None);
+    dir.frame(
+        3,
+        &bytes(&hello),
+        &mut membership,
+        DIRECTORY,
+        AuthorityEpoch(1),
+        &mut out,
+    );
+    let challenge = sent(&out, 3).pop().unwrap();
+    let proof = connector.answer(&challenge).unwrap();
+    dir.frame(
+        3,
+        &bytes(&proof),
+        &mut membership,
+        DIRECTORY,
+        AuthorityEpoch(1),
+        &mut out,
+    );
+    assert!(
+        matches!(sent(&out, 3).last(), Some(Link::Welcome { .. })),
+        "{out:?}"
+    );
+    let (heard, out) = ask(&mut dir, &mut membership, 3, NodeId(2));
+    assert!(
+        matches!(heard, DirHeard::Protocol { conn: 3, .. }),
+        "{heard:?}"
+    );
+    assert_eq!(out, vec![ConnAction::Close(3, Closing::Protocol)]);
+    dir.check_invariants().unwrap();
+}

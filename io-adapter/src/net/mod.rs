@@ -15,8 +15,7 @@ use std::path::{Path, PathBuf};
 use dataplane_core::admission::Nonce;
 use dataplane_core::conns::Closing;
 pub use dataplane_core::link::{
-    Acceptor, ClusterKey, Connector, HandshakeFailure, Link, Peer, SecretTooShort, Who,
-    hello_version,
+    Acceptor, ClusterKey, Connector, HandshakeFailure, Link, SecretTooShort, Who, hello_version,
 };
 use dataplane_core::log::LogRecord;
 use dataplane_core::wire::Envelope;

@@ -18,6 +18,7 @@
 use dataplane_core::admission::Nonce;
 use dataplane_core::conns::{
     Accepts, ConnAction, ConnId, DirHeard, DirectoryConns, DirectoryLink, LinkHeard, Listener,
+    PeerBook,
 };
 use dataplane_core::link::{ClusterKey, Connector, Link, Who};
 use dataplane_core::membership::Admitted;
@@ -132,6 +133,10 @@ pub(super) struct HostLink {
     pub boot_nonce: u64,
     /// The last hello and proof this host sent (what a replaying stranger sends).
     pub recorded: Option<(Link, Link)>,
+    /// Where the other hosts listen, as far as this process asked the directory.
+    pub book: PeerBook,
+    /// When the book's next `BookTick` is scheduled, if one is.
+    pub book_tick: Option<Instant>,
 }
 
 impl World {
@@ -175,6 +180,8 @@ impl World {
             link,
             boot_nonce: h.boot_nonce,
             recorded: None,
+            book: PeerBook::new(),
+            book_tick: None,
         });
         self.link_step(host);
     }
@@ -548,6 +555,7 @@ impl World {
         if hl.link.conn() == Some(conn) {
             if hl.link.closed(now, conn) == LinkHeard::Lost {
                 self.checker.coverage.hit("conns.lost_directory");
+                hl.book.link_lost();
             }
             self.link_step(host);
         }
@@ -725,10 +733,14 @@ impl World {
         }
         self.host_conn_actions(host, actions);
         match heard {
-            LinkHeard::Nothing | LinkHeard::Peers(_) => {}
+            LinkHeard::Nothing => {}
+            LinkHeard::Located { node, listen } => self.located(host, node, listen),
             LinkHeard::Welcomed {
                 node, incarnation, ..
-            } => self.host_welcomed(host, node, incarnation),
+            } => {
+                self.host_welcomed(host, node, incarnation);
+                self.book_tick(host, self.hosts[host].boot_nonce);
+            }
             other => self.checker.fail(
                 self.now,
                 format!(

@@ -5,11 +5,19 @@
 //! (ordered, lossless, broken by a crash or a partition); the envelopes a link lets go travel
 //! the faulty network as before.
 //!
-//! Checked (restated, never asked of `PeerLinks`): no envelope leaves on a connection before
-//! its proof did, and a host keeps at most one outgoing connection per other host.
+//! A host learns where another host listens by asking the directory (`Link::WhereIs`; core's
+//! [`PeerBook`](dataplane_core::conns::PeerBook) on the host, `DirectoryConns` answering), as
+//! `dataplane-node` does: the frame that needed the address waits in the book until the
+//! answer comes, a bounded number for a bounded time.
+//!
+//! Checked (restated, never asked of `PeerLinks` or the book): no envelope leaves on a
+//! connection before its proof did, a host keeps at most one outgoing connection per other
+//! host, the directory names the address each host says hello with (and knows every host it
+//! durably admitted), and a host connects only to that address.
 
 use dataplane_core::conns::{
-    Accepts, ConnAction, ConnId, Listener, PEER_BACKLOG_MAX, PeerHeard, PeerLinks, Routed,
+    ASK_AGAIN, Accepts, ConnAction, ConnId, Listener, PEER_BACKLOG_MAX, Parked, PeerHeard,
+    PeerLinks, Routed,
 };
 use dataplane_core::link::Link;
 
@@ -105,11 +113,158 @@ impl World {
                 None
             }
             Err(Link::Frame(envelope)) => {
-                // No connection yet: open one; the frame waits for its handshake.
-                self.open_peer_conn(from, to, envelope);
+                // No connection yet: open one (the frame waits for its handshake), or ask
+                // where the other host listens first.
+                self.connect_or_ask(from, to, envelope);
                 None
             }
             Err(_) => None,
+        }
+    }
+
+    /// `from` has no connection to `to`: it opens one if its book knows where `to` listens;
+    /// else the frame waits in the book, and the directory is asked.
+    fn connect_or_ask(&mut self, from: usize, to: usize, envelope: Envelope) {
+        let node = self.hosts[to].node;
+        let now = self.host_now(from);
+        let Some(hl) = self.links[from].as_mut() else {
+            return;
+        };
+        if let Some(listen) = hl.book.listen(node) {
+            // Restated: only to the address that host says hello with.
+            if listen != host_listen(node) {
+                let listen = listen.to_owned();
+                self.checker.fail(
+                    self.now,
+                    format!(
+                        "peers: host {} connects to node {node} at {listen:?}, not at {:?}",
+                        self.hosts[from].node,
+                        host_listen(node)
+                    ),
+                );
+                return;
+            }
+            self.open_peer_conn(from, to, envelope);
+            return;
+        }
+        let up = hl.link.up();
+        match hl.book.park(now, node, Link::Frame(envelope), up.is_some()) {
+            Parked::Ask => {
+                self.checker.coverage.hit("peers.asked_where");
+                if let Some(conn) = up {
+                    self.send_conn(conn, true, &Link::WhereIs(node));
+                }
+            }
+            Parked::Waiting => self.checker.coverage.hit("peers.waited_for_address"),
+            Parked::Dropped => self.checker.coverage.hit("peers.address_wait_full"),
+        }
+        self.arm_book(from);
+    }
+
+    /// The directory answered `host`'s question about `node`.
+    pub(super) fn located(&mut self, host: usize, node: NodeId, listen: Option<String>) {
+        let to = self.host_index(node);
+        // Restated from the world's own account: every host the directory durably admitted is
+        // known to it, at the address that host says hello with; no other node id is.
+        let admitted = to.is_some_and(|to| self.directory.admitted[to].is_some());
+        let right = match (&listen, to) {
+            (Some(listen), Some(_)) => *listen == host_listen(node),
+            (None, _) => !admitted,
+            (Some(_), None) => false,
+        };
+        if !right {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "peers: the directory told host {} that node {node} listens at {listen:?}                      (durably admitted: {admitted})",
+                    self.hosts[host].node
+                ),
+            );
+            return;
+        }
+        let Some(hl) = self.links[host].as_mut() else {
+            return;
+        };
+        let Ok(frames) = hl.book.located(node, listen) else {
+            self.checker.coverage.hit("peers.located_nobody");
+            return;
+        };
+        self.checker.coverage.hit("peers.located");
+        let Some(to) = to else {
+            return;
+        };
+        for frame in frames {
+            if let Link::Frame(envelope) = frame
+                && let Some(Envelope { from, to, message }) = self.peer_gate(host, to, envelope)
+            {
+                self.send_net(from, to, message);
+            }
+        }
+        self.check_book(host);
+    }
+
+    /// Schedules `host`'s next `BookTick` if frames wait in its book.
+    fn arm_book(&mut self, host: usize) {
+        let now = self.host_now(host);
+        let Some(hl) = self.links[host].as_mut() else {
+            return;
+        };
+        let Some(deadline) = hl.book.next_deadline() else {
+            return;
+        };
+        let at = deadline.min(now.saturating_add(ASK_AGAIN));
+        if hl.book_tick.is_some_and(|armed| armed <= at) {
+            return;
+        }
+        hl.book_tick = Some(at);
+        let nonce = hl.boot_nonce;
+        let at = self.host_at(host, at);
+        self.schedule(at, EventKind::BookTick { host, nonce });
+    }
+
+    /// `host`'s book drops the frames that waited too long and asks again what is due (also
+    /// right after a welcome).
+    pub(super) fn book_tick(&mut self, host: usize, nonce: u64) {
+        let now = self.host_now(host);
+        let Some(hl) = self.links[host]
+            .as_mut()
+            .filter(|hl| hl.boot_nonce == nonce)
+        else {
+            return;
+        };
+        if hl.book_tick.is_some_and(|at| at <= now) {
+            hl.book_tick = None;
+        }
+        if hl.book.expire(now) > 0 {
+            self.checker.coverage.hit("peers.address_wait_expired");
+        }
+        let asks = match hl.link.up() {
+            Some(conn) => hl
+                .book
+                .to_ask(now)
+                .into_iter()
+                .map(|node| (conn, node))
+                .collect(),
+            None => Vec::new(),
+        };
+        for (conn, node) in asks {
+            self.checker.coverage.hit("peers.asked_again");
+            self.send_conn(conn, true, &Link::WhereIs(node));
+        }
+        self.check_book(host);
+        self.arm_book(host);
+    }
+
+    /// Core's own account of the book's bounds.
+    fn check_book(&mut self, host: usize) {
+        if let Some(Err(e)) = self.links[host]
+            .as_ref()
+            .map(|hl| hl.book.check_invariants())
+        {
+            self.checker.fail(
+                self.now,
+                format!("peers: host {}'s book: {e}", self.hosts[host].node),
+            );
         }
     }
 

@@ -172,7 +172,6 @@ fn garbage_frames_close_the_connection_and_nothing_else() {
         incarnation: 1,
         directory: Address::new(NodeId(0), 1, 0),
         epoch: AuthorityEpoch(1),
-        peers: Vec::new(),
     });
     let to_child = frame(&Connector::new(Who::Client, [0; 32], None).1);
 

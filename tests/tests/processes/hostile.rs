@@ -971,3 +971,58 @@ fn a_client_of_a_host_still_waiting_for_its_directory_gives_up() {
         out.stderr.trim()
     );
 }
+
+/// Hosts that say hello to the directory and then read nothing: each admission used to send
+/// every connected host the whole peer list, so N such hosts held N² peer entries in the
+/// directory's queues (250 took it from 5 MB to 1.9 GB). Now nobody is told of another host
+/// unless it asks for that one host's address, so each costs the directory its welcome.
+#[test]
+fn hosts_that_never_read_cost_the_directory_little() {
+    use dataplane_io::net::{Who, handshake_blocking};
+
+    const FAKES: usize = 250;
+    let dir = TestDir::new("non-reading-hosts");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let a = HostProc::start(&dir, "host-a", &directory.listen, "4M");
+    let b = HostProc::start(&dir, "host-b", &directory.listen, "4M");
+    put_succeeds(&a, &dir, "/data/before");
+    let pid = directory.proc.pid();
+    let before = usage(pid);
+    let mut fakes = Vec::new();
+    let mut peak = before;
+    for i in 0..FAKES {
+        let stream = TcpStream::connect(&directory.listen).unwrap();
+        // Listen strings near the longest a directory takes: the peer list is mostly them.
+        let who = Who::Host {
+            listen: format!("fake-{i:0>480}.example:1"),
+            boot_nonce: i as u64 + 1,
+        };
+        handshake_blocking(&stream, who, None).expect("no key: any host is admitted");
+        fakes.push(stream);
+        if i % 25 == 24 {
+            let now = usage(pid);
+            if now.rss_kib > peak.rss_kib {
+                peak = now;
+            }
+        }
+    }
+    // What the directory queued for them is written by now.
+    std::thread::sleep(Duration::from_secs(2));
+    let after = usage(pid);
+    eprintln!("directory: before {before:?}, peak {peak:?}, after {FAKES} fakes {after:?}");
+    let grew = after
+        .rss_kib
+        .max(peak.rss_kib)
+        .saturating_sub(before.rss_kib);
+    assert!(
+        grew < 64 * 1024,
+        "{FAKES} hosts that read nothing grew the directory by {grew} KiB"
+    );
+    // The real hosts still find each other: B reads A's blob (B asks the directory where A
+    // listens).
+    let got = b.cli(&["get", "/data/before"]);
+    got.expect_code(0, "a remote get while the fakes sit");
+    assert_eq!(got.stdout, b"still served");
+    put_succeeds(&b, &dir, "/data/after");
+    drop(fakes);
+}

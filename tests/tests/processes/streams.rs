@@ -203,20 +203,22 @@ fn source_through_one_host_sink_through_another_get_the_same_match() {
         node,
         incarnation,
         epoch,
-        peers,
         ..
     } = welcome
     else {
         panic!("no Welcome: {welcome:?}");
     };
+    // Who the hosts are: the membership records in the directory's log.
+    let membership = dataplane_core::membership::Membership::recover(&directory.log_records())
+        .expect("the log's membership records agree");
     let proxy_of = |host: &HostProc| {
-        let peer = peers
-            .iter()
-            .find(|p| p.listen == host.listen)
-            .unwrap_or_else(|| panic!("{} is not among the peers {peers:?}", host.listen));
+        let (listen, member) = membership
+            .hosts()
+            .find(|(l, _)| *l == host.listen)
+            .unwrap_or_else(|| panic!("{} is not a member", host.listen));
         (
-            peer.listen.clone(),
-            Address::new(peer.node, peer.incarnation, PROXY_ACTOR),
+            listen.to_owned(),
+            Address::new(member.node, member.incarnation, PROXY_ACTOR),
         )
     };
     let me = |actor| Address::new(node, incarnation, actor);
