@@ -109,7 +109,7 @@ impl Exit {
             Exit::Temporary => {
                 "temporary: try again later. dataplane: the namespace or the blob's source is \
                  unavailable, the host's arena is full, the host is busy, or it did not attach \
-                 the client in time; dataplane-node: another process holds the data directory \
+                 the client or answer a call in time (--timeout); dataplane-node: another process holds the data directory \
                  or the socket"
             }
             Exit::Config => {

@@ -266,6 +266,8 @@ pub struct ChildSession {
     hash_in_child: bool,
     /// Streams the host said were displaced while we waited for something else.
     displaced: BTreeSet<ChildOp>,
+    /// How long a call waits for the host's answer (`None`: for ever).
+    call_wait: Option<Duration>,
 }
 
 /// How a stream open treats what is at its path (SPEC §4.6).
@@ -327,6 +329,12 @@ const BUFFERS_KEPT: usize = 3;
 /// host that serves answers at once, but one that has bound its socket and is still waiting
 /// for the directory's first welcome (or is stopped) reads nothing.
 pub const ATTACH_WAIT: Duration = Duration::from_secs(10);
+/// How long a call waits for the host's answer by default (see
+/// [`ChildSession::set_call_wait`]): longer than a live host takes to answer anything (it
+/// gives up a read's arena allocation after 60 s, its transfer after 60 s, a directory call
+/// after its proxy deadline), so only a stopped or wedged host reaches it. A stream open's
+/// wait for its peer is its own (`open_stream`'s `wait`).
+pub const CALL_WAIT: Duration = Duration::from_secs(300);
 
 impl ChildSession {
     /// Connects to the host's socket, attaches with the capability in `<socket>.cap`, and
@@ -372,6 +380,7 @@ impl ChildSession {
             digest: DigestKind::Blake3,
             hash_in_child: false,
             displaced: BTreeSet::new(),
+            call_wait: Some(CALL_WAIT),
         };
         match session.next_event()?.0 {
             ChildEvent::Attached { .. } => {
@@ -404,6 +413,14 @@ impl ChildSession {
     /// froze hash the same: an end-to-end check from this process's memory, for a second pass.
     pub fn set_hash_in_child(&mut self, on: bool) {
         self.hash_in_child = on;
+    }
+
+    /// How long each call waits for the host's answer ([`CALL_WAIT`] by default; `None`: for
+    /// ever). Past it the call returns [`ChildError::TimedOut`]; the host may still carry the
+    /// operation out (a late answer is skipped), so a timed-out write or rename may have
+    /// happened. A stream open's wait for its peer is not bounded by it.
+    pub fn set_call_wait(&mut self, wait: Option<Duration>) {
+        self.call_wait = wait;
     }
 
     fn send(&mut self, request: &ChildRequest) -> Result<(), ChildError> {
@@ -445,9 +462,42 @@ impl ChildSession {
         self.wait_with_fd(op).map(|(event, _)| event)
     }
 
-    /// [`wait`](Self::wait), with the descriptor that came with the event.
+    /// [`wait`](Self::wait), with the descriptor that came with the event: at most the
+    /// session's call wait.
     fn wait_with_fd(&mut self, op: ChildOp) -> Result<(ChildEvent, Option<OwnedFd>), ChildError> {
+        let deadline = self.call_wait.map(|wait| Instant::now() + wait);
+        self.wait_with_fd_until(op, deadline)
+    }
+
+    /// The next event about `op`, until `deadline` (`None`: for ever): [`ChildError::TimedOut`]
+    /// past it.
+    fn wait_with_fd_until(
+        &mut self,
+        op: ChildOp,
+        deadline: Option<Instant>,
+    ) -> Result<(ChildEvent, Option<OwnedFd>), ChildError> {
+        let result = self.wait_for(op, deadline);
+        if deadline.is_some() {
+            let _ = self.stream.set_read_timeout(None);
+        }
+        result
+    }
+
+    fn wait_for(
+        &mut self,
+        op: ChildOp,
+        deadline: Option<Instant>,
+    ) -> Result<(ChildEvent, Option<OwnedFd>), ChildError> {
         loop {
+            if let Some(deadline) = deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(ChildError::TimedOut);
+                }
+                self.stream
+                    .set_read_timeout(Some(left))
+                    .map_err(|e| protocol(e.to_string()))?;
+            }
             let (event, fd) = self.next_event()?;
             let about = match &event {
                 ChildEvent::ReadGranted { op, .. }
@@ -817,31 +867,15 @@ impl ChildSession {
         }
     }
 
-    /// [`wait`](Self::wait) until `deadline` (`None`: for ever): [`ChildError::TimedOut`]
-    /// past it.
+    /// [`wait`](Self::wait) until `deadline` (`None`: for ever, whatever the call wait):
+    /// [`ChildError::TimedOut`] past it.
     fn wait_until(
         &mut self,
         op: ChildOp,
         deadline: Option<Instant>,
     ) -> Result<ChildEvent, ChildError> {
-        let Some(deadline) = deadline else {
-            return self.wait(op);
-        };
-        let result = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break Err(ChildError::TimedOut);
-            }
-            self.stream
-                .set_read_timeout(Some(left))
-                .map_err(|e| protocol(e.to_string()))?;
-            match self.wait(op) {
-                Err(ChildError::TimedOut) => continue,
-                other => break other,
-            }
-        };
-        let _ = self.stream.set_read_timeout(None);
-        result
+        self.wait_with_fd_until(op, deadline)
+            .map(|(event, _)| event)
     }
 
     /// Unlinks `path` (if it still has `expected_revision`, when given).

@@ -496,6 +496,10 @@ impl DirectoryNode {
         metrics
             .conns
             .set("nodes", listener.pending_count(), listener.admitted_count());
+        metrics
+            .conns
+            .send_queued
+            .set(gauge_value(self.net.queued_total()));
     }
 
     fn count_refusal(&self, kind: Refusal) {

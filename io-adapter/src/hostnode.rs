@@ -346,6 +346,8 @@ struct HostNode {
     /// The warning about frames from other nodes that only this host may send (see
     /// `deliver_remote`).
     forged: crate::throttle::Throttle,
+    /// When frames for a node the directory does not know were last logged.
+    unlocated: crate::throttle::Throttle,
     /// Held for the life of the process: this host serves the socket.
     _lock: fs::File,
     /// With `--metrics-listen`: the metrics, when the gauges are next read, and the transfers
@@ -604,6 +606,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         child_by_address: BTreeMap::new(),
         next_child: FIRST_CHILD_ACTOR,
         forged: crate::throttle::Throttle::default(),
+        unlocated: crate::throttle::Throttle::default(),
         next_session_generation: 1,
         proxy_timer: None,
         host_timer: None,
@@ -827,6 +830,10 @@ impl HostNode {
             self.child_admission.pending_count(),
             self.child_admission.admitted_count(),
         );
+        metrics
+            .conns
+            .send_queued
+            .set(gauge_value(self.net.queued_total()));
         // Transfers that are over are forgotten (a binding's address is never reused).
         self.transfers.retain(|t| {
             machine
@@ -1385,7 +1392,19 @@ impl HostNode {
                     }
                 }
                 Err(dropped) => {
-                    warn!(%node, dropped, "the directory knows no host with this node id: its frames were dropped");
+                    // A peer may name any node in a reply address: said at most every 10 s.
+                    if let Some(since) = self
+                        .unlocated
+                        .occur(std::time::Instant::now(), FORGED_WARN_EVERY)
+                    {
+                        warn!(
+                            %node,
+                            dropped,
+                            unlogged_since_last_warning = since,
+                            "the directory knows no host with this node id: the frames for it \
+                             were dropped"
+                        );
+                    }
                 }
             },
             LinkHeard::Envelope(envelope) => {

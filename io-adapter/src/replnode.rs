@@ -508,6 +508,9 @@ impl ReplicaNode {
                 .as_ref()
                 .map_or(0, |s| s.conns.hosts_connected()),
         ));
+        d.conns
+            .send_queued
+            .set(gauge_value(self.net.queued_total()));
         let replica = self.machine.replica();
         metrics.term.set(gauge_value(replica.term()));
         metrics

@@ -21,6 +21,8 @@ use dataplane_io::child::{ChildError, ChildSession, StreamOpen};
 use dataplane_io::control::{ControlError, HostControl, parse_session};
 use dataplane_io::transport;
 
+/// `--timeout`'s default: [`dataplane_io::child::CALL_WAIT`].
+const DEFAULT_TIMEOUT_SECS: u64 = dataplane_io::child::CALL_WAIT.as_secs();
 /// The socket when neither `--socket` nor `$DATAPLANE_SOCKET` names one.
 const DEFAULT_SOCKET: &str = "/tmp/dataplane.sock";
 
@@ -48,6 +50,12 @@ struct Cli {
     #[arg(long, global = true, env = "DATAPLANE_SOCKET", default_value = DEFAULT_SOCKET,
           value_name = "PATH")]
     socket: PathBuf,
+    /// Give up (exit 75) when the host has not answered a call within this many seconds (a
+    /// stopped or wedged host: a live one answers everything sooner). Waiting for a stream's
+    /// peer is --wait's.
+    #[arg(long, global = true, value_name = "SECS", default_value_t = DEFAULT_TIMEOUT_SECS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    timeout: u64,
     #[command(subcommand)]
     command: Command,
 }
@@ -147,7 +155,11 @@ type Failure = (Exit, String);
 
 fn main() -> ExitCode {
     let cli: Cli = dataplane_cli::parse("dataplane");
-    match run(&cli.socket, cli.command) {
+    let host = Host {
+        socket: &cli.socket,
+        call_wait: std::time::Duration::from_secs(cli.timeout),
+    };
+    match run(&host, cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err((code, message)) => fail(code, &message),
     }
@@ -227,8 +239,10 @@ fn exit_code(error: &ChildError) -> Exit {
     }
 }
 
-/// Connects, waiting up to 3 s for a host that is still starting (its socket not there yet).
-fn connect(socket: &Path) -> Result<ChildSession, Failure> {
+/// Connects, waiting up to 3 s for a host that is still starting (its socket not there yet);
+/// each call of the session then waits at most `host.call_wait` for the host's answer.
+fn connect(host: &Host<'_>) -> Result<ChildSession, Failure> {
+    let socket = host.socket;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
     loop {
         match ChildSession::connect(socket) {
@@ -246,13 +260,29 @@ fn connect(socket: &Path) -> Result<ChildSession, Failure> {
                     ),
                 ));
             }
-            other => return other.map_err(child),
+            Ok(mut session) => {
+                session.set_call_wait(Some(host.call_wait));
+                return Ok(session);
+            }
+            Err(e) => return Err(child(e)),
         }
     }
 }
 
+/// The host this invocation talks to.
+struct Host<'a> {
+    /// Its child socket.
+    socket: &'a Path,
+    /// How long a call waits for its answer (`--timeout`).
+    call_wait: std::time::Duration,
+}
+
 fn child(e: ChildError) -> Failure {
-    (exit_code(&e), e.to_string())
+    let message = match &e {
+        ChildError::TimedOut => format!("{e} (--timeout: is the host stopped?)"),
+        _ => e.to_string(),
+    };
+    (exit_code(&e), message)
 }
 
 fn io_error(what: &OsStr, e: io::Error) -> Failure {
@@ -288,10 +318,10 @@ fn control(error: ControlError) -> Failure {
     (code, error.to_string())
 }
 
-fn run(socket: &Path, command: Command) -> Result<(), Failure> {
+fn run(host: &Host<'_>, command: Command) -> Result<(), Failure> {
     match command {
         Command::Sessions => {
-            let sessions = HostControl::connect(socket)
+            let sessions = HostControl::connect(host.socket)
                 .and_then(|mut c| c.sessions())
                 .map_err(control)?;
             for s in &sessions {
@@ -309,14 +339,14 @@ fn run(socket: &Path, command: Command) -> Result<(), Failure> {
         }
         Command::Revoke { session } => {
             let address = parse_session(&session).map_err(|e| (Exit::Invalid, e))?;
-            HostControl::connect(socket)
+            HostControl::connect(host.socket)
                 .and_then(|mut c| c.revoke(address))
                 .map_err(control)?;
             eprintln!("{address}: revoked");
             Ok(())
         }
         Command::Arena => {
-            let s = HostControl::connect(socket)
+            let s = HostControl::connect(host.socket)
                 .and_then(|mut c| c.arena_stats())
                 .map_err(control)?;
             dataplane_cli::outln!(
@@ -333,7 +363,7 @@ fn run(socket: &Path, command: Command) -> Result<(), Failure> {
         }
         Command::Put { path, file } => {
             let path = data_path(&path)?;
-            let mut session = connect(socket)?;
+            let mut session = connect(host)?;
             let revision = if file == "-" {
                 let mut bytes = Vec::new();
                 io::stdin()
@@ -357,11 +387,11 @@ fn run(socket: &Path, command: Command) -> Result<(), Failure> {
         }
         Command::Get { path, file } => {
             let target = file.filter(|f| f != "-");
-            get(socket, &path, target.as_deref())
+            get(host, &path, target.as_deref())
         }
         Command::Stat { path } => {
             let path = data_path(&path)?;
-            let mut session = connect(socket)?;
+            let mut session = connect(host)?;
             let stat = session.stat(path).map_err(child)?;
             let revision = stat.revision;
             match (stat.kind, stat.length) {
@@ -375,13 +405,13 @@ fn run(socket: &Path, command: Command) -> Result<(), Failure> {
             }
             session.close().map_err(child)
         }
-        Command::Mv { src, dst, replace } => mv(socket, &src, &dst, replace),
+        Command::Mv { src, dst, replace } => mv(host, &src, &dst, replace),
         Command::StreamSend {
             path,
             file,
             replace,
             wait,
-        } => stream_send(socket, &path, file.filter(|f| f != "-"), replace, wait),
+        } => stream_send(host, &path, file.filter(|f| f != "-"), replace, wait),
         Command::StreamRecv {
             path,
             file,
@@ -389,7 +419,7 @@ fn run(socket: &Path, command: Command) -> Result<(), Failure> {
             replace,
             wait,
         } => stream_recv(
-            socket,
+            host,
             &path,
             file.filter(|f| f != "-"),
             &listen,
@@ -398,7 +428,7 @@ fn run(socket: &Path, command: Command) -> Result<(), Failure> {
         ),
         Command::Publish { path, file } => {
             let path = data_path(&path)?;
-            let mut session = connect(socket)?;
+            let mut session = connect(host)?;
             let revision = session.publish_file(path, &file).map_err(child)?;
             session.close().map_err(child)?;
             eprintln!("{path}: published from the host's file {file} at {revision}");
@@ -406,7 +436,7 @@ fn run(socket: &Path, command: Command) -> Result<(), Failure> {
         }
         Command::Rm { path } => {
             let path = data_path(&path)?;
-            let mut session = connect(socket)?;
+            let mut session = connect(host)?;
             session.remove(path, None).map_err(child)?;
             session.close().map_err(child)
         }
@@ -428,7 +458,7 @@ fn no_peer(path: &str, peer: &str, error: ChildError) -> Failure {
 }
 
 fn stream_send(
-    socket: &Path,
+    host: &Host<'_>,
     path: &OsStr,
     file: Option<OsString>,
     replace: bool,
@@ -439,7 +469,7 @@ fn stream_send(
         Some(name) => Box::new(File::open(name).map_err(|e| io_error(name, e))?),
         None => Box::new(io::stdin()),
     };
-    let mut session = connect(socket)?;
+    let mut session = connect(host)?;
     let how = StreamOpen {
         replace,
         ..StreamOpen::default()
@@ -475,7 +505,7 @@ fn stream_send(
 }
 
 fn stream_recv(
-    socket: &Path,
+    host: &Host<'_>,
     path: &OsStr,
     file: Option<OsString>,
     listen: &str,
@@ -495,7 +525,7 @@ fn stream_recv(
     };
     let listener = transport::SinkListener::tcp(listen)
         .map_err(|e| (Exit::Invalid, format!("--listen {listen}: {e}")))?;
-    let mut session = connect(socket)?;
+    let mut session = connect(host)?;
     let how = StreamOpen {
         replace,
         ..StreamOpen::default()
@@ -514,9 +544,9 @@ fn stream_recv(
     Ok(())
 }
 
-fn get(socket: &Path, path: &OsStr, target: Option<&OsStr>) -> Result<(), Failure> {
+fn get(host: &Host<'_>, path: &OsStr, target: Option<&OsStr>) -> Result<(), Failure> {
     let path = data_path(path)?;
-    let mut session = connect(socket)?;
+    let mut session = connect(host)?;
     {
         let view = session.read(path).map_err(child)?;
         match target {
@@ -536,9 +566,9 @@ fn get(socket: &Path, path: &OsStr, target: Option<&OsStr>) -> Result<(), Failur
     session.close().map_err(child)
 }
 
-fn mv(socket: &Path, from: &OsStr, to: &OsStr, replace: bool) -> Result<(), Failure> {
+fn mv(host: &Host<'_>, from: &OsStr, to: &OsStr, replace: bool) -> Result<(), Failure> {
     let (from, to) = (data_path(from)?, data_path(to)?);
-    let mut session = connect(socket)?;
+    let mut session = connect(host)?;
     session.rename(from, to, replace).map_err(child)?;
     session.close().map_err(child)
 }

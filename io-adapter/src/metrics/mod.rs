@@ -102,6 +102,9 @@ pub struct ConnectionMetrics {
     /// `dataplane_refusals_total{kind}`: connections refused or closed before or after
     /// admission, by why (see [`Refusal`]).
     pub refusals: IntCounterVec,
+    /// `dataplane_send_queued_bytes`: bytes queued for all connections together (past
+    /// [`crate::net::SEND_BUDGET_BYTES`] the longest queue's connection is closed).
+    pub send_queued: IntGauge,
 }
 
 impl ConnectionMetrics {
@@ -118,6 +121,11 @@ impl ConnectionMetrics {
                 "dataplane_refusals_total",
                 "Connections refused or closed by the node, by kind.",
                 &["kind"],
+            ),
+            send_queued: gauge(
+                registry,
+                "dataplane_send_queued_bytes",
+                "Bytes queued for all connections together (past the node's send budget, 256 MiB, the connection with the longest queue is closed).",
             ),
         };
         // Every kind is there from the start, at 0: a rate needs a first sample.

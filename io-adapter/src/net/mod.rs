@@ -38,7 +38,9 @@ pub fn connect_tcp(address: &str, timeout: std::time::Duration) -> io::Result<Tc
 
 pub mod reactor;
 
-pub use reactor::{ConnId, Limits, ListenerId, NetEvent, Overflow, Reactor, Remote};
+pub use reactor::{
+    ConnId, Limits, ListenerId, NetEvent, Overflow, Reactor, Remote, SEND_BUDGET_BYTES,
+};
 
 /// The key for the secret in the file at `path`.
 pub fn read_cluster_key(path: &Path) -> Result<ClusterKey, KeyError> {

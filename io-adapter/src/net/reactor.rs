@@ -34,7 +34,10 @@
 //! (`writev`, chunk payloads from where they are: see [`super::Outgoing`]). Each queue has a
 //! byte bound; what does not fit is dropped (peers: every protocol between nodes re-sends) or
 //! closes the connection (children: a child that does not read its events is broken, and its
-//! session closes on its behalf).
+//! session closes on its behalf). All queues share one budget ([`SEND_BUDGET_BYTES`]): a frame
+//! that would take them past it closes the connection whose queue is the longest (reported as
+//! broken), until the frame fits. (Per-connection bounds alone let 32 hosts that asked the
+//! directory questions and never read the answers hold 2 GiB of it.)
 //!
 //! **Closing.** A connection the driver closes is gone at once and reports nothing; one the
 //! peer closes, or that breaks (an I/O error, a malformed prefix), is reported once as
@@ -54,6 +57,10 @@ use mio::{Events, Interest, Poll, Token};
 use crate::frame::LENGTH_PREFIX_BYTES;
 
 use super::Outgoing;
+
+/// The most bytes a reactor queues for all its connections together (see the module doc).
+/// Room for 64 transfer windows of 4 MiB; a directory's replies are small.
+pub const SEND_BUDGET_BYTES: usize = 256 << 20;
 
 /// A connection's number (unique within a reactor, never reused).
 pub type ConnId = u64;
@@ -271,6 +278,9 @@ pub struct Reactor {
     /// Per listener whose `accept` failed: when that was last logged, and the failures since
     /// (logged at most every [`ACCEPT_FAILURE_LOG_EVERY`]).
     accept_failures: BTreeMap<ListenerId, crate::throttle::Throttle>,
+    /// Bytes queued for all connections, and the most there may be.
+    queued: usize,
+    send_budget: usize,
 }
 
 impl std::fmt::Debug for Reactor {
@@ -300,7 +310,20 @@ impl Reactor {
             listeners_behind: Vec::new(),
             listeners_stalled: Vec::new(),
             accept_failures: BTreeMap::new(),
+            queued: 0,
+            send_budget: SEND_BUDGET_BYTES,
         })
+    }
+
+    /// Sets the budget of bytes queued for all connections together (by default
+    /// [`SEND_BUDGET_BYTES`]).
+    pub fn set_send_budget(&mut self, bytes: usize) {
+        self.send_budget = bytes;
+    }
+
+    /// Bytes queued for all connections.
+    pub fn queued_total(&self) -> usize {
+        self.queued
     }
 
     fn allocate(&mut self) -> u64 {
@@ -497,14 +520,53 @@ impl Reactor {
             }
             return false;
         }
-        c.queued += len;
-        c.queue.extend(pieces);
-        if !c.connecting
-            && let Err(e) = flush(c)
-        {
-            self.drop_conn(conn);
-            self.broken.push((conn, format!("write: {e}")));
+        if !self.make_room(conn, len) {
             return false;
+        }
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return false;
+        };
+        c.queued += len;
+        self.queued += len;
+        c.queue.extend(pieces);
+        if !c.connecting {
+            let before = c.queued;
+            let flushed = flush(c);
+            self.queued -= before - c.queued;
+            if let Err(e) = flushed {
+                self.drop_conn(conn);
+                self.broken.push((conn, format!("write: {e}")));
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Closes the connections with the longest queues until `len` more bytes fit the send
+    /// budget; false if they do not fit even so, or if `conn` itself was closed.
+    fn make_room(&mut self, conn: ConnId, len: usize) -> bool {
+        while self.queued + len > self.send_budget {
+            let Some((&longest, queued)) = self
+                .conns
+                .iter()
+                .map(|(id, c)| (id, c.queued))
+                .max_by_key(|&(_, queued)| queued)
+                .filter(|&(_, queued)| queued > 0)
+            else {
+                return false;
+            };
+            self.drop_conn(longest);
+            self.broken.push((
+                longest,
+                format!(
+                    "the peer does not read what is sent to it: the node's send budget of {} \
+                     MiB is spent and its {queued} queued bytes were the most",
+                    self.send_budget >> 20
+                ),
+            ));
+            if longest == conn {
+                return false;
+            }
         }
         true
     }
@@ -528,6 +590,7 @@ impl Reactor {
 
     fn drop_conn(&mut self, conn: ConnId) {
         if let Some(mut c) = self.conns.remove(&conn) {
+            self.queued -= c.queued;
             let _ = self.poll.registry().deregister(c.stream.source());
         }
     }
@@ -682,7 +745,10 @@ impl Reactor {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
-        match flush(c) {
+        let before = c.queued;
+        let flushed = flush(c);
+        self.queued -= before - c.queued;
+        match flushed {
             Ok(()) => {
                 if c.closing && c.queue.is_empty() {
                     self.drop_conn(id);
@@ -762,6 +828,19 @@ impl Reactor {
 
     /// Checks the reactor's bookkeeping (for tests).
     pub fn check_invariants(&self) -> Result<(), String> {
+        let queued: usize = self.conns.values().map(|c| c.queued).sum();
+        if queued != self.queued {
+            return Err(format!(
+                "{} bytes counted as queued; the connections hold {queued}",
+                self.queued
+            ));
+        }
+        if self.queued > self.send_budget {
+            return Err(format!(
+                "{} bytes queued, over the budget of {}",
+                self.queued, self.send_budget
+            ));
+        }
         for (id, c) in &self.conns {
             let queued: usize = c.queue.iter().map(Piece::remaining).sum();
             if queued != c.queued {
@@ -1114,6 +1193,67 @@ mod tests {
             matches!(&events[..], [NetEvent::Closed(c, _)] if *c == id),
             "and reports it: {events:?}"
         );
+    }
+
+    #[test]
+    fn queues_share_one_budget_and_the_longest_makes_room() {
+        const BUDGET: usize = 8 << 20;
+        let mut reactor = Reactor::new().unwrap();
+        reactor.set_send_budget(BUDGET);
+        // Three peers that read nothing, each allowed more than the whole budget.
+        let (a, _ta) = pair(&mut reactor, Limits::peer());
+        let (b, _tb) = pair(&mut reactor, Limits::peer());
+        let (c, tc) = pair(&mut reactor, Limits::peer());
+        let big = Link::Refused {
+            reason: "x".repeat(100_000),
+        };
+        // A fills its socket buffers, then its queue, up to the budget.
+        let mut sent = 0;
+        while reactor.queued_total() + 100_100 <= BUDGET {
+            assert!(reactor.send(a, big.clone()));
+            sent += 1;
+            assert!(sent < 10_000, "the queue never filled");
+        }
+        reactor.check_invariants().unwrap();
+        let longest = reactor.queued_bytes(a);
+        assert!(longest > BUDGET / 2, "{longest}");
+        // B's frames need room: A, the longest queue, is closed for it and reported.
+        for _ in 0..10 {
+            assert!(reactor.send(b, big.clone()));
+        }
+        assert!(!reactor.is_open(a));
+        assert!(reactor.is_open(b));
+        reactor.check_invariants().unwrap();
+        let mut events = Vec::new();
+        reactor.poll(Some(Duration::ZERO), &mut events).unwrap();
+        assert!(
+            events.iter().any(
+                |e| matches!(e, NetEvent::Closed(id, why) if *id == a && why.contains("budget"))
+            ),
+            "{events:?}"
+        );
+        // A frame larger than the budget goes nowhere: every queue that holds bytes is closed
+        // trying to make room, but C, which holds none, is not.
+        reactor.set_send_budget(1_000);
+        assert!(!reactor.send(c, big.clone()));
+        assert!(reactor.is_open(c));
+        assert_eq!(reactor.queued_total(), 0);
+        reactor.set_send_budget(BUDGET);
+        reactor.check_invariants().unwrap();
+        // What C's peer reads is written and counted off the total.
+        let reader = std::thread::spawn(move || {
+            let mut r = crate::frame::FrameReader::new(tc);
+            r.read_frame::<Link>().unwrap().unwrap()
+        });
+        assert!(reactor.send(c, big.clone()));
+        while reactor.queued_bytes(c) > 0 {
+            reactor
+                .poll(Some(Duration::from_millis(20)), &mut events)
+                .unwrap();
+        }
+        assert_eq!(reader.join().unwrap(), big);
+        assert_eq!(reactor.queued_total(), 0);
+        reactor.check_invariants().unwrap();
     }
 }
 

@@ -1026,3 +1026,134 @@ fn hosts_that_never_read_cost_the_directory_little() {
     put_succeeds(&b, &dir, "/data/after");
     drop(fakes);
 }
+
+/// Hosts that ask where another host listens, again and again, and never read the answers:
+/// each connection's queue is bounded (64 MiB; what does not fit is dropped), but 32 of them
+/// held 2.3 GB of the directory (16 here: 1 GiB). The node's queues share one budget
+/// (`SEND_BUDGET_BYTES`, 256 MiB): past it the connection holding the most is closed.
+#[test]
+fn hosts_that_ask_and_never_read_cost_the_directory_a_bounded_queue() {
+    use std::io::BufWriter;
+
+    use dataplane_core::link::Link;
+    use dataplane_io::frame::write_frame;
+    use dataplane_io::net::{Who, handshake_blocking};
+
+    const ASKERS: usize = 16;
+    const ASKS: usize = 150_000;
+    let dir = TestDir::new("asking-hosts");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let a = HostProc::start(&dir, "host-a", &directory.listen, "4M");
+    let b = HostProc::start(&dir, "host-b", &directory.listen, "4M");
+    put_succeeds(&a, &dir, "/data/before");
+    let host = |i: usize| {
+        let stream = TcpStream::connect(&directory.listen).unwrap();
+        let who = Who::Host {
+            listen: format!("asker-{i:0>480}.example:1"),
+            boot_nonce: i as u64 + 1,
+        };
+        let (welcome, _) = handshake_blocking(&stream, who, None).expect("no key: admitted");
+        let Link::Welcome { node, .. } = welcome else {
+            panic!("{welcome:?}");
+        };
+        (stream, node)
+    };
+    // The host asked about: one with a long listen address, so each answer is ~500 bytes.
+    let (_asked_stream, asked) = host(0);
+    let pid = directory.proc.pid();
+    let before = usage(pid);
+    let askers: Vec<_> = (1..=ASKERS)
+        .map(|i| {
+            let (stream, _) = host(i);
+            std::thread::spawn(move || {
+                let mut out = BufWriter::with_capacity(1 << 16, &stream);
+                for _ in 0..ASKS {
+                    if write_frame(&mut out, &Link::WhereIs(asked)).is_err() {
+                        break; // Closed by the directory: fine.
+                    }
+                }
+                let _ = out.flush();
+                drop(out);
+                stream
+            })
+        })
+        .collect();
+    let mut peak = before;
+    let streams: Vec<TcpStream> = askers
+        .into_iter()
+        .map(|t| {
+            let now = usage(pid);
+            if now.rss_kib > peak.rss_kib {
+                peak = now;
+            }
+            t.join().unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let after = usage(pid);
+    eprintln!("directory: before {before:?}, peak {peak:?}, after {ASKERS} askers {after:?}");
+    let grew = after
+        .rss_kib
+        .max(peak.rss_kib)
+        .saturating_sub(before.rss_kib);
+    assert!(
+        grew < 512 * 1024,
+        "{ASKERS} hosts that ask and read nothing grew the directory by {grew} KiB"
+    );
+    let got = b.cli(&["get", "/data/before"]);
+    got.expect_code(0, "a remote get after the askers");
+    assert_eq!(got.stdout, b"still served");
+    put_succeeds(&b, &dir, "/data/after");
+    drop(streams);
+}
+
+/// A host stopped after it attached a client held that client for ever: a call waited for
+/// an answer nobody would send. Each call now waits at most the session's call wait
+/// (`CALL_WAIT`, 300 s; the CLI's `--timeout`), and a late answer is skipped by the next call.
+#[test]
+fn a_stopped_host_holds_no_client_past_its_call_wait() {
+    use dataplane_io::child::{ChildError, ChildSession};
+
+    let dir = TestDir::new("stopped-host-client");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let mut host = HostProc::start(&dir, "host", &directory.listen, "4M");
+    put_succeeds(&host, &dir, "/data/x");
+    let mut session = ChildSession::connect(&host.socket).expect("attached");
+    session.set_call_wait(Some(Duration::from_secs(2)));
+    host.proc.signal("STOP");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let caller = std::thread::spawn(move || {
+        let started = Instant::now();
+        let result = session.stat("/data/x").map(|_| ());
+        tx.send((result, started.elapsed())).unwrap();
+        session
+    });
+    let outcome = rx.recv_timeout(Duration::from_secs(20));
+    host.proc.signal("CONT");
+    let (result, took) = outcome.expect("the call did not return within 20 s of a stopped host");
+    assert!(matches!(result, Err(ChildError::TimedOut)), "{result:?}");
+    assert!(took >= Duration::from_millis(1_900), "{took:?}");
+    // The host answers the stat late; the next call skips that answer and gets its own.
+    let mut session = caller.join().unwrap();
+    session.set_call_wait(Some(Duration::from_secs(20)));
+    let stat = session
+        .stat("/data/x")
+        .expect("a stat once the host runs again");
+    assert!(format!("{stat:?}").contains("Blob"), "{stat:?}");
+    session.close().expect("closed");
+
+    // The CLI's --timeout: a directory that answers nothing holds the host's call (the host
+    // gives up only at its proxy deadline); the client gives up first.
+    directory.proc.signal("STOP");
+    let started = Instant::now();
+    let out = host.cli(&["--timeout", "2", "stat", "/data/y"]);
+    let took = started.elapsed();
+    directory.proc.signal("CONT");
+    out.expect_code(75, "a stat with a stopped directory and --timeout 2");
+    assert!(out.stderr.contains("--timeout"), "{}", out.stderr);
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    host.cli(&["--timeout", "0", "stat", "/data/y"])
+        .expect_code(64, "--timeout 0 is refused (a usage error)");
+    put_succeeds(&host, &dir, "/data/after");
+    host.proc.assert_running();
+}
