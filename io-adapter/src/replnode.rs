@@ -528,6 +528,9 @@ impl ReplicaNode {
             .peers_connected
             .set(gauge_value(self.peers.values().filter(|p| p.up).count()));
         metrics.joining.set(i64::from(replica.is_joining()));
+        metrics
+            .host_connections
+            .set(gauge_value(self.host_conns.len()));
     }
 
     /// The next time something is due: a tick, a peer to connect, a deadline, the timer.
@@ -744,6 +747,10 @@ impl ReplicaNode {
                     }
                 }
                 Held::Conn(action) => {
+                    // A connection the machine closes reports no close: forgotten here.
+                    if let ConnAction::Close(conn, _) | ConnAction::Refuse { conn, .. } = &action {
+                        self.host_conns.remove(conn);
+                    }
                     // A `Persist` is never held: `conn_actions` proposes it at once.
                     match perform_conn_action!(&mut self.net, action, "connection") {
                         Performed::Done => {}
@@ -771,6 +778,7 @@ impl ReplicaNode {
             let Some(serving) = &mut self.serving else {
                 if let ConnAction::Close(conn, _) | ConnAction::Refuse { conn, .. } = action {
                     self.net.close(conn);
+                    self.host_conns.remove(&conn);
                 }
                 continue;
             };

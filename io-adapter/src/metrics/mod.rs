@@ -399,6 +399,9 @@ pub struct ReplicaMetrics {
     pub peers_connected: IntGauge,
     /// `dataplane_replica_joining`: 1 while it catches up after `--join`.
     pub joining: IntGauge,
+    /// `dataplane_replica_host_connections`: connections on its host port it holds open
+    /// (admitted or in their handshake; a follower closes them at once).
+    pub host_connections: IntGauge,
 }
 
 impl ReplicaMetrics {
@@ -437,6 +440,11 @@ impl ReplicaMetrics {
                 r,
                 "dataplane_replica_peers_connected",
                 "Peer replicas this replica's own connections reach.",
+            ),
+            host_connections: gauge(
+                r,
+                "dataplane_replica_host_connections",
+                "Connections on the host port this replica holds open (a follower closes them at once).",
             ),
             joining: gauge(
                 r,

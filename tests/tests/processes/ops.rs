@@ -337,3 +337,37 @@ fn replicas_serve_their_metrics_and_say_which_one_leads() {
         "the term is the epoch clients see"
     );
 }
+
+/// A connection the leader's connection machine refused (not a hello) or expired (silent past
+/// the admission deadline) reports no close, and the replica kept it in its table of host
+/// connections until the leadership changed: a slow leak any stranger could drive.
+#[test]
+fn a_leader_forgets_the_host_connections_it_refused_or_expired() {
+    let dir = TestDir::new("ops-replica-refused");
+    let metrics: Vec<String> = (0..3).map(|_| free_address()).collect();
+    let mut group = ReplicaGroup::start_with(&dir, "replica", 3, |i| with_metrics(&metrics[i]));
+    let leader = group.serving(Duration::from_secs(20));
+    let listen = group.replicas[leader].listen.clone();
+    // Frames of a sensible size that are no hello: refused at once.
+    let mut garbage = Vec::new();
+    for _ in 0..40 {
+        let mut s = TcpStream::connect(&listen).unwrap();
+        s.write_all(&3u32.to_le_bytes()).unwrap();
+        s.write_all(&[0xff, 0xff, 3]).unwrap();
+        garbage.push(s);
+    }
+    // Silent ones: closed at the admission deadline (5 s).
+    let silent: Vec<TcpStream> = (0..40)
+        .map(|_| TcpStream::connect(&listen).unwrap())
+        .collect();
+    wait_until(
+        "the leader to hold no host connection once the strangers are refused and expired",
+        Duration::from_secs(20),
+        || {
+            let body = scrape(&metrics[leader]);
+            value(&body, "dataplane_replica_leader") == 1.0
+                && value(&body, "dataplane_replica_host_connections") == 0.0
+        },
+    );
+    drop((garbage, silent));
+}
