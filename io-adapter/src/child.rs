@@ -465,8 +465,13 @@ impl ChildSession {
     /// [`wait`](Self::wait), with the descriptor that came with the event: at most the
     /// session's call wait.
     fn wait_with_fd(&mut self, op: ChildOp) -> Result<(ChildEvent, Option<OwnedFd>), ChildError> {
-        let deadline = self.call_wait.map(|wait| Instant::now() + wait);
-        self.wait_with_fd_until(op, deadline)
+        self.wait_with_fd_until(op, self.call_deadline())
+    }
+
+    /// When a call made now stops waiting (`None`: never; a wait too long to add is for ever).
+    fn call_deadline(&self) -> Option<Instant> {
+        self.call_wait
+            .and_then(|wait| Instant::now().checked_add(wait))
     }
 
     /// The next event about `op`, until `deadline` (`None`: for ever): [`ChildError::TimedOut`]
@@ -807,7 +812,7 @@ impl ChildSession {
             ensure: how.ensure,
             expected_revision: how.expected_revision,
         })?;
-        let deadline = wait.map(|w| Instant::now() + w);
+        let deadline = wait.and_then(|w| Instant::now().checked_add(w));
         let event = match self.wait_until(op, deadline) {
             Err(ChildError::TimedOut) => {
                 self.send(&ChildRequest::Cancel { op })?;
@@ -901,14 +906,29 @@ impl ChildSession {
         }
     }
 
-    /// Closes the session (published blobs stay).
+    /// Closes the session (published blobs stay); waits at most the call wait for the host's
+    /// answer, like every call.
     pub fn close(mut self) -> Result<(), ChildError> {
         self.send(&ChildRequest::Close)?;
-        loop {
-            if let (ChildEvent::Closed, _) = self.next_event()? {
-                return Ok(());
+        let deadline = self.call_deadline();
+        let result = loop {
+            if let Some(deadline) = deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break Err(ChildError::TimedOut);
+                }
+                self.stream
+                    .set_read_timeout(Some(left))
+                    .map_err(|e| protocol(e.to_string()))?;
             }
-        }
+            match self.next_event() {
+                Ok((ChildEvent::Closed, _)) => break Ok(()),
+                Ok(_) => {}
+                Err(e) => break Err(e),
+            }
+        };
+        let _ = self.stream.set_read_timeout(None);
+        result
     }
 }
 

@@ -1049,7 +1049,10 @@ impl HostNode {
             Some(conn) => self
                 .peer_links
                 .connecting(self.clock.now(), node, conn, first),
-            None => debug!(%node, "no connection to the peer: frame dropped"),
+            None => {
+                self.book.forget(node);
+                debug!(%node, "no connection to the peer: frame dropped");
+            }
         }
     }
 
@@ -1341,6 +1344,11 @@ impl HostNode {
             }
             return;
         }
+        // A connection to another host that closed: ask where it listens before the next one
+        // (the answer may have gone stale with records a directory lost).
+        if let Some(node) = self.peer_links.outgoing_node(conn) {
+            self.book.forget(node);
+        }
         self.peer_links.closed(conn);
     }
 
@@ -1354,6 +1362,7 @@ impl HostNode {
         let now = self.clock.now();
         // The address this frame came from: a failure moves the link on to the next one.
         let directory = self.directory_address().to_owned();
+        let was_up = self.directory.up().is_some();
         let heard = self.directory.frame(now, conn, payload, &mut self.actions);
         self.conn_actions();
         match heard {
@@ -1391,6 +1400,8 @@ impl HostNode {
                         self.send_to_peer(node, frame);
                     }
                 }
+                // (Nothing waited: a question asked again, answered twice.)
+                Err(0) => {}
                 Err(dropped) => {
                     // A peer may name any node in a reply address: said at most every 10 s.
                     if let Some(since) = self
@@ -1418,6 +1429,9 @@ impl HostNode {
             }
             LinkHeard::Protocol => {
                 warn!(%directory, "the directory answered out of protocol; reconnecting");
+                if was_up {
+                    self.lost_directory();
+                }
             }
             LinkHeard::Lost => {
                 warn!(%directory, "the directory sent a frame out of protocol; reconnecting");
@@ -1467,11 +1481,14 @@ impl HostNode {
             ),
             // Its frames are dropped (the protocols re-send; the next frame tries a new
             // connection).
-            PeerHeard::Failed { conn, node } => info!(
-                conn,
-                %node,
-                "a host refused this host's connection, or failed its handshake"
-            ),
+            PeerHeard::Failed { conn, node } => {
+                self.book.forget(node);
+                info!(
+                    conn,
+                    %node,
+                    "a host refused this host's connection, or failed its handshake"
+                );
+            }
         }
     }
 

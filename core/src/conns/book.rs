@@ -6,9 +6,10 @@
 //! (Protocol version 1 sent every host the whole peer list on every admission: N hosts cost
 //! the directory N² entries, and hosts that did not read kept them queued.)
 //!
-//! A node id keeps its listen address for good (membership never hands one out twice), so a
-//! known address never goes stale and the book never asks twice about a host it knows. It
-//! forgets only to stay within [`BOOK_KNOWN_MAX`], and asks again if it needs the host later.
+//! A node id keeps its listen address for good (membership never hands one out twice, unless
+//! a directory lost the records that named it), so the book asks once per host; it forgets an
+//! address when a connection to it fails or closes (the next frame asks again, which also
+//! corrects an answer that went stale with lost records), and past [`BOOK_KNOWN_MAX`].
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
@@ -141,6 +142,14 @@ impl PeerBook {
             }
             _ => Err(frames.len()),
         }
+    }
+
+    /// Forgets where `node` listens: its connection failed or closed, so the next frame asks
+    /// again. (A node id keeps its address for good, unless a directory lost the records that
+    /// named it and handed the id out again: an answer kept past that would send the node's
+    /// frames to another host for ever.)
+    pub fn forget(&mut self, node: NodeId) {
+        self.known.remove(&node);
     }
 
     /// The directory link is lost: questions in flight may be lost with it (they go out again
@@ -294,6 +303,21 @@ mod tests {
         assert_eq!(book.expire(at(4999)), 0);
         assert_eq!(book.expire(at(5000)), BOOK_PARKED_TOTAL_MAX);
         assert_eq!((book.parked(), book.next_deadline()), (0, None));
+        book.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_forgotten_address_is_asked_again() {
+        let mut book = PeerBook::new();
+        book.located(NodeId(4), Some("old:1".into())).unwrap();
+        book.forget(NodeId(4));
+        assert_eq!(book.listen(NodeId(4)), None);
+        assert_eq!(book.park(at(0), NodeId(4), frame(1), true), Parked::Ask);
+        assert_eq!(
+            book.located(NodeId(4), Some("new:1".into())),
+            Ok(vec![frame(1)])
+        );
+        assert_eq!(book.listen(NodeId(4)), Some("new:1"));
         book.check_invariants().unwrap();
     }
 

@@ -546,16 +546,20 @@ impl Reactor {
     /// budget; false if they do not fit even so, or if `conn` itself was closed.
     fn make_room(&mut self, conn: ConnId, len: usize) -> bool {
         while self.queued + len > self.send_budget {
-            let Some((&longest, queued)) = self
+            let Some((&longest, queued, closing)) = self
                 .conns
                 .iter()
-                .map(|(id, c)| (id, c.queued))
-                .max_by_key(|&(_, queued)| queued)
-                .filter(|&(_, queued)| queued > 0)
+                .map(|(id, c)| (id, c.queued, c.closing))
+                .max_by_key(|&(_, queued, _)| queued)
+                .filter(|&(_, queued, _)| queued > 0)
             else {
                 return false;
             };
             self.drop_conn(longest);
+            if closing {
+                // The driver let go of it already (`close_after_flush`): nothing to report.
+                continue;
+            }
             self.broken.push((
                 longest,
                 format!(
@@ -1193,6 +1197,39 @@ mod tests {
             matches!(&events[..], [NetEvent::Closed(c, _)] if *c == id),
             "and reports it: {events:?}"
         );
+    }
+
+    /// A connection the driver let go of (`close_after_flush`) but that still holds bytes
+    /// makes room like any other, and is not reported: the driver forgot it already.
+    #[test]
+    fn a_connection_let_go_makes_room_without_a_report() {
+        const BUDGET: usize = 4 << 20;
+        let mut reactor = Reactor::new().unwrap();
+        reactor.set_send_budget(BUDGET);
+        let (a, _ta) = pair(&mut reactor, Limits::peer());
+        let (b, _tb) = pair(&mut reactor, Limits::peer());
+        let big = Link::Refused {
+            reason: "x".repeat(100_000),
+        };
+        while reactor.queued_total() + 100_100 <= BUDGET {
+            assert!(reactor.send(a, big.clone()));
+        }
+        assert!(reactor.queued_bytes(a) > 0);
+        reactor.close_after_flush(a);
+        assert!(!reactor.is_open(a));
+        for _ in 0..10 {
+            assert!(reactor.send(b, big.clone()));
+        }
+        let mut events = Vec::new();
+        reactor.poll(Some(Duration::ZERO), &mut events).unwrap();
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, NetEvent::Closed(id, _) if *id == a)),
+            "{events:?}"
+        );
+        assert_eq!(reactor.queued_bytes(a), 0);
+        reactor.check_invariants().unwrap();
     }
 
     #[test]

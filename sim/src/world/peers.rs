@@ -386,9 +386,15 @@ impl World {
         }
     }
 
-    /// `host` learns that `conn` closed.
+    /// `host` learns that `conn` closed. An outgoing one's address is forgotten, as
+    /// `dataplane-node` forgets it: the next frame asks the directory again.
     pub(super) fn peer_learns_closed(&mut self, host: usize, conn: ConnId) {
         if let Some(links) = self.peers[host].as_mut() {
+            if let Some(node) = links.outgoing_node(conn)
+                && let Some(hl) = self.links[host].as_mut()
+            {
+                hl.book.forget(node);
+            }
             links.closed(conn);
         }
     }

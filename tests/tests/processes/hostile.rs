@@ -1140,7 +1140,15 @@ fn a_stopped_host_holds_no_client_past_its_call_wait() {
         .stat("/data/x")
         .expect("a stat once the host runs again");
     assert!(format!("{stat:?}").contains("Blob"), "{stat:?}");
-    session.close().expect("closed");
+    // The close waits no longer than a call either (every CLI command ends with one).
+    session.set_call_wait(Some(Duration::from_secs(2)));
+    host.proc.signal("STOP");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(session.close()).unwrap());
+    let closed = rx.recv_timeout(Duration::from_secs(20));
+    host.proc.signal("CONT");
+    let closed = closed.expect("the close did not return within 20 s of a stopped host");
+    assert!(matches!(closed, Err(ChildError::TimedOut)), "{closed:?}");
 
     // The CLI's --timeout: a directory that answers nothing holds the host's call (the host
     // gives up only at its proxy deadline); the client gives up first.
