@@ -230,6 +230,11 @@ impl Membership {
         })
     }
 
+    /// How many hosts it knows (at most [`MEMBERS_MAX`]: past it every new host is refused).
+    pub fn len(&self) -> usize {
+        self.hosts.len()
+    }
+
     /// The known hosts, by listen address.
     pub fn hosts(&self) -> impl Iterator<Item = (&str, &Member)> {
         self.hosts.iter().map(|(l, m)| (l.as_str(), m))

@@ -492,6 +492,7 @@ impl DirectoryNode {
         metrics
             .hosts_connected
             .set(gauge_value(self.conns.hosts_connected()));
+        metrics.members.set(gauge_value(self.membership.len()));
         let listener = self.conns.listener();
         metrics
             .conns

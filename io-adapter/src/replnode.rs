@@ -508,6 +508,7 @@ impl ReplicaNode {
                 .as_ref()
                 .map_or(0, |s| s.conns.hosts_connected()),
         ));
+        d.members.set(gauge_value(self.machine.members().len()));
         d.conns
             .send_queued
             .set(gauge_value(self.net.queued_total()));

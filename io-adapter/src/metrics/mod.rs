@@ -269,6 +269,9 @@ pub struct DirectoryMetrics {
     pub obligations: IntGauge,
     /// `dataplane_directory_hosts_connected`: hosts with an admitted connection.
     pub hosts_connected: IntGauge,
+    /// `dataplane_directory_members`: hosts the membership knows (at most
+    /// [`dataplane_core::limits::MEMBERS_MAX`]; past it every new listen address is refused).
+    pub members: IntGauge,
     /// Connections and refusals.
     pub conns: ConnectionMetrics,
 }
@@ -341,6 +344,11 @@ impl DirectoryMetrics {
                 r,
                 "dataplane_directory_hosts_connected",
                 "Hosts with an admitted connection.",
+            ),
+            members: gauge(
+                r,
+                "dataplane_directory_members",
+                "Hosts the membership knows, by listen address (at most 4096: past it every new listen address is refused).",
             ),
             conns: ConnectionMetrics::new(r),
             registry,

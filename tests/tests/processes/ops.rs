@@ -194,6 +194,8 @@ fn nodes_log_and_serve_metrics_while_a_blob_moves() {
         1.0,
         "{d}"
     );
+    // Both hosts are members.
+    assert_eq!(value(&d, "dataplane_directory_members"), 2.0, "{d}");
     // Served, and far below the send budget on a quiet node.
     let queued = value(&d, "dataplane_send_queued_bytes");
     assert!((0.0..(1 << 20) as f64).contains(&queued), "{d}");
