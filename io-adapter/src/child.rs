@@ -445,6 +445,24 @@ impl ChildSession {
         }
     }
 
+    /// [`next_event`](Self::next_event), [`ChildError::TimedOut`] past `deadline` (`None`:
+    /// none). It leaves the socket's read timeout set: the caller clears it when done.
+    fn next_event_by(
+        &mut self,
+        deadline: Option<Instant>,
+    ) -> Result<(ChildEvent, Option<OwnedFd>), ChildError> {
+        if let Some(deadline) = deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ChildError::TimedOut);
+            }
+            self.stream
+                .set_read_timeout(Some(left))
+                .map_err(|e| protocol(e.to_string()))?;
+        }
+        self.next_event()
+    }
+
     fn next_event(&mut self) -> Result<(ChildEvent, Option<OwnedFd>), ChildError> {
         self.inbox
             .next_frame::<ChildEvent>()?
@@ -494,16 +512,7 @@ impl ChildSession {
         deadline: Option<Instant>,
     ) -> Result<(ChildEvent, Option<OwnedFd>), ChildError> {
         loop {
-            if let Some(deadline) = deadline {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(ChildError::TimedOut);
-                }
-                self.stream
-                    .set_read_timeout(Some(left))
-                    .map_err(|e| protocol(e.to_string()))?;
-            }
-            let (event, fd) = self.next_event()?;
+            let (event, fd) = self.next_event_by(deadline)?;
             let about = match &event {
                 ChildEvent::ReadGranted { op, .. }
                 | ChildEvent::WriteGranted { op, .. }
@@ -912,16 +921,7 @@ impl ChildSession {
         self.send(&ChildRequest::Close)?;
         let deadline = self.call_deadline();
         let result = loop {
-            if let Some(deadline) = deadline {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break Err(ChildError::TimedOut);
-                }
-                self.stream
-                    .set_read_timeout(Some(left))
-                    .map_err(|e| protocol(e.to_string()))?;
-            }
-            match self.next_event() {
+            match self.next_event_by(deadline) {
                 Ok((ChildEvent::Closed, _)) => break Ok(()),
                 Ok(_) => {}
                 Err(e) => break Err(e),

@@ -972,14 +972,61 @@ fn a_client_of_a_host_still_waiting_for_its_directory_gives_up() {
     );
 }
 
+/// A fake host: says hello to the directory at `directory` as `listen` (no key), reads its
+/// welcome and nothing after. Listen strings near the longest a directory takes make every
+/// answer that names them large.
+fn fake_host(
+    directory: &str,
+    listen: String,
+    boot_nonce: u64,
+) -> (TcpStream, dataplane_core::ids::NodeId) {
+    use dataplane_core::link::Link;
+    use dataplane_io::net::{Who, handshake_blocking};
+
+    let stream = TcpStream::connect(directory).unwrap();
+    let who = Who::Host { listen, boot_nonce };
+    let (welcome, _) =
+        handshake_blocking(&stream, who, None).expect("no key: any host is admitted");
+    let Link::Welcome { node, .. } = welcome else {
+        panic!("{welcome:?}");
+    };
+    (stream, node)
+}
+
+/// Waits for what the directory queued to be written, then checks that it grew by less than
+/// `limit_kib` from `before` (at its `peak` or now).
+fn assert_directory_grew_less_than(
+    pid: u32,
+    before: Usage,
+    peak: Usage,
+    what: &str,
+    limit_kib: u64,
+) {
+    std::thread::sleep(Duration::from_secs(2));
+    let after = usage(pid);
+    eprintln!("directory: before {before:?}, peak {peak:?}, after {what} {after:?}");
+    let grew = after
+        .rss_kib
+        .max(peak.rss_kib)
+        .saturating_sub(before.rss_kib);
+    assert!(grew < limit_kib, "{what} grew the directory by {grew} KiB");
+}
+
+/// Host B still reads the blob A put at `/data/before` (it asks the directory where A
+/// listens), and puts.
+fn hosts_still_reach_each_other(b: &HostProc, dir: &TestDir) {
+    let got = b.cli(&["get", "/data/before"]);
+    got.expect_code(0, "a remote get after the fake hosts");
+    assert_eq!(got.stdout, b"still served");
+    put_succeeds(b, dir, "/data/after");
+}
+
 /// Hosts that say hello to the directory and then read nothing: each admission used to send
 /// every connected host the whole peer list, so N such hosts held N² peer entries in the
 /// directory's queues (250 took it from 5 MB to 1.9 GB). Now nobody is told of another host
 /// unless it asks for that one host's address, so each costs the directory its welcome.
 #[test]
 fn hosts_that_never_read_cost_the_directory_little() {
-    use dataplane_io::net::{Who, handshake_blocking};
-
     const FAKES: usize = 250;
     let dir = TestDir::new("non-reading-hosts");
     let directory = DirectoryProc::start(&dir, "directory");
@@ -991,14 +1038,9 @@ fn hosts_that_never_read_cost_the_directory_little() {
     let mut fakes = Vec::new();
     let mut peak = before;
     for i in 0..FAKES {
-        let stream = TcpStream::connect(&directory.listen).unwrap();
-        // Listen strings near the longest a directory takes: the peer list is mostly them.
-        let who = Who::Host {
-            listen: format!("fake-{i:0>480}.example:1"),
-            boot_nonce: i as u64 + 1,
-        };
-        handshake_blocking(&stream, who, None).expect("no key: any host is admitted");
-        fakes.push(stream);
+        // The peer list was mostly their listen strings.
+        let listen = format!("fake-{i:0>480}.example:1");
+        fakes.push(fake_host(&directory.listen, listen, i as u64 + 1).0);
         if i % 25 == 24 {
             let now = usage(pid);
             if now.rss_kib > peak.rss_kib {
@@ -1006,24 +1048,9 @@ fn hosts_that_never_read_cost_the_directory_little() {
             }
         }
     }
-    // What the directory queued for them is written by now.
-    std::thread::sleep(Duration::from_secs(2));
-    let after = usage(pid);
-    eprintln!("directory: before {before:?}, peak {peak:?}, after {FAKES} fakes {after:?}");
-    let grew = after
-        .rss_kib
-        .max(peak.rss_kib)
-        .saturating_sub(before.rss_kib);
-    assert!(
-        grew < 64 * 1024,
-        "{FAKES} hosts that read nothing grew the directory by {grew} KiB"
-    );
-    // The real hosts still find each other: B reads A's blob (B asks the directory where A
-    // listens).
-    let got = b.cli(&["get", "/data/before"]);
-    got.expect_code(0, "a remote get while the fakes sit");
-    assert_eq!(got.stdout, b"still served");
-    put_succeeds(&b, &dir, "/data/after");
+    let what = format!("{FAKES} hosts that read nothing");
+    assert_directory_grew_less_than(pid, before, peak, &what, 64 * 1024);
+    hosts_still_reach_each_other(&b, &dir);
     drop(fakes);
 }
 
@@ -1037,7 +1064,6 @@ fn hosts_that_ask_and_never_read_cost_the_directory_a_bounded_queue() {
 
     use dataplane_core::link::Link;
     use dataplane_io::frame::write_frame;
-    use dataplane_io::net::{Who, handshake_blocking};
 
     const ASKERS: usize = 16;
     const ASKS: usize = 150_000;
@@ -1047,16 +1073,8 @@ fn hosts_that_ask_and_never_read_cost_the_directory_a_bounded_queue() {
     let b = HostProc::start(&dir, "host-b", &directory.listen, "4M");
     put_succeeds(&a, &dir, "/data/before");
     let host = |i: usize| {
-        let stream = TcpStream::connect(&directory.listen).unwrap();
-        let who = Who::Host {
-            listen: format!("asker-{i:0>480}.example:1"),
-            boot_nonce: i as u64 + 1,
-        };
-        let (welcome, _) = handshake_blocking(&stream, who, None).expect("no key: admitted");
-        let Link::Welcome { node, .. } = welcome else {
-            panic!("{welcome:?}");
-        };
-        (stream, node)
+        let listen = format!("asker-{i:0>480}.example:1");
+        fake_host(&directory.listen, listen, i as u64 + 1)
     };
     // The host asked about: one with a long listen address, so each answer is ~500 bytes.
     let (_asked_stream, asked) = host(0);
@@ -1089,21 +1107,9 @@ fn hosts_that_ask_and_never_read_cost_the_directory_a_bounded_queue() {
             t.join().unwrap()
         })
         .collect();
-    std::thread::sleep(Duration::from_secs(2));
-    let after = usage(pid);
-    eprintln!("directory: before {before:?}, peak {peak:?}, after {ASKERS} askers {after:?}");
-    let grew = after
-        .rss_kib
-        .max(peak.rss_kib)
-        .saturating_sub(before.rss_kib);
-    assert!(
-        grew < 512 * 1024,
-        "{ASKERS} hosts that ask and read nothing grew the directory by {grew} KiB"
-    );
-    let got = b.cli(&["get", "/data/before"]);
-    got.expect_code(0, "a remote get after the askers");
-    assert_eq!(got.stdout, b"still served");
-    put_succeeds(&b, &dir, "/data/after");
+    let what = format!("{ASKERS} hosts that ask and read nothing");
+    assert_directory_grew_less_than(pid, before, peak, &what, 512 * 1024);
+    hosts_still_reach_each_other(&b, &dir);
     drop(streams);
 }
 
