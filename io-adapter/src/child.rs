@@ -268,7 +268,13 @@ pub struct ChildSession {
     displaced: BTreeSet<ChildOp>,
     /// How long a call waits for the host's answer (`None`: for ever).
     call_wait: Option<Duration>,
+    /// Operations whose call gave up waiting (at most [`ABANDONED_MAX`]): a grant that comes
+    /// for one later is released as it is heard.
+    abandoned: BTreeSet<ChildOp>,
 }
+
+/// Most operations a session remembers as given up on (the oldest is forgotten past it).
+const ABANDONED_MAX: usize = 1024;
 
 /// How a stream open treats what is at its path (SPEC §4.6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -381,6 +387,7 @@ impl ChildSession {
             hash_in_child: false,
             displaced: BTreeSet::new(),
             call_wait: Some(CALL_WAIT),
+            abandoned: BTreeSet::new(),
         };
         match session.next_event()?.0 {
             ChildEvent::Attached { .. } => {
@@ -417,8 +424,10 @@ impl ChildSession {
 
     /// How long each call waits for the host's answer ([`CALL_WAIT`] by default; `None`: for
     /// ever). Past it the call returns [`ChildError::TimedOut`]; the host may still carry the
-    /// operation out (a late answer is skipped), so a timed-out write or rename may have
-    /// happened. A stream open's wait for its peer is not bounded by it.
+    /// operation out, so a timed-out rename or remove (or a write whose seal was sent) may
+    /// have happened. A late answer is skipped by the next call, and a late grant released
+    /// as it is heard (an unsealed write so abandoned). A stream open's wait for its peer is
+    /// not bounded by it.
     pub fn set_call_wait(&mut self, wait: Option<Duration>) {
         self.call_wait = wait;
     }
@@ -503,6 +512,13 @@ impl ChildSession {
         if deadline.is_some() {
             let _ = self.stream.set_read_timeout(None);
         }
+        if matches!(result, Err(ChildError::TimedOut)) {
+            // The host may still grant it: released when heard (see `wait_for`).
+            if self.abandoned.len() >= ABANDONED_MAX {
+                self.abandoned.pop_first();
+            }
+            self.abandoned.insert(op);
+        }
         result
     }
 
@@ -528,7 +544,12 @@ impl ChildSession {
                 _ => None,
             };
             if about == Some(op) {
+                // (Waited for again after giving up once: a stream open's cancel.)
+                self.abandoned.remove(&op);
                 return Ok((event, fd));
+            }
+            if let Some(late) = about.filter(|late| self.abandoned.contains(late)) {
+                self.abandoned_heard(late, &event)?;
             }
             if let ChildEvent::StreamDisplaced { op } = event {
                 // About a stream we are not waiting on: remembered for `displaced`.
@@ -536,6 +557,30 @@ impl ChildSession {
             }
             if matches!(event, ChildEvent::Revoked | ChildEvent::Closed) {
                 return Err(ChildError::Revoked);
+            }
+        }
+    }
+
+    /// An answer about `late`, an operation whose call gave up: a grant (or a publication: a
+    /// seal that was carried out after all) holds a lease, which is released (an unsealed
+    /// write is so abandoned, nothing published); a final answer ends it.
+    fn abandoned_heard(&mut self, late: ChildOp, event: &ChildEvent) -> Result<(), ChildError> {
+        match event {
+            ChildEvent::ReadGranted { .. }
+            | ChildEvent::WriteGranted { .. }
+            | ChildEvent::Published { .. } => {
+                self.abandoned.remove(&late);
+                self.send(&ChildRequest::Release { op: late })
+            }
+            ChildEvent::StreamMatched { .. } => {
+                // A stream open that matched after its caller gave up: closed at once.
+                self.abandoned.remove(&late);
+                self.send(&ChildRequest::CloseStream { op: late })
+            }
+            ChildEvent::Aborted { .. } | ChildEvent::StreamDisplaced { .. } => Ok(()),
+            _ => {
+                self.abandoned.remove(&late);
+                Ok(())
             }
         }
     }

@@ -1171,3 +1171,48 @@ fn a_stopped_host_holds_no_client_past_its_call_wait() {
     put_succeeds(&host, &dir, "/data/after");
     host.proc.assert_running();
 }
+
+/// A call that timed out may still be carried out by the host: a write granted after its
+/// client gave up held its lease until the session ended (a long-lived library session could
+/// fill the arena so). The session releases what it learns was granted to a call it gave up.
+#[test]
+fn a_grant_that_comes_after_its_call_gave_up_is_released() {
+    use dataplane_io::child::{ChildError, ChildSession};
+
+    let dir = TestDir::new("late-grant");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let host = HostProc::start(&dir, "host", &directory.listen, "4M");
+    let leases = || {
+        let out = host.cli(&["arena"]);
+        out.expect_code(0, "arena stats");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.split_whitespace()
+            .find_map(|f| f.strip_prefix("leases="))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no leases= in {text:?}"))
+    };
+    let mut session = ChildSession::connect(&host.socket).expect("attached");
+    session.put("/data/first", b"one").expect("a put");
+    let before = leases();
+    session.set_call_wait(Some(Duration::from_secs(2)));
+    host.proc.signal("STOP");
+    let gave_up = session.put("/data/late", &[7u8; 100_000]);
+    host.proc.signal("CONT");
+    assert!(matches!(gave_up, Err(ChildError::TimedOut)), "{gave_up:?}");
+    // The host grants the write once it runs again; the next call hears the grant and
+    // releases it (an unsealed write: aborted, nothing published).
+    session.set_call_wait(Some(Duration::from_secs(20)));
+    std::thread::sleep(Duration::from_millis(500));
+    session.stat("/data/first").expect("a stat");
+    wait_until(
+        "the late grant's lease to be released",
+        Duration::from_secs(10),
+        || leases() == before,
+    );
+    let late = host.cli(&["stat", "/data/late"]);
+    late.expect_code(2, "the abandoned write published nothing (not found)");
+    session
+        .put("/data/after", b"two")
+        .expect("the session still writes");
+    session.close().expect("closed");
+}
