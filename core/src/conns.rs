@@ -476,7 +476,7 @@ impl DirectoryConns {
                 DirHeard::Nothing
             }
             Heard::Link(link) => {
-                let Some(&Attached { node, .. }) = self.attached.get(&conn) else {
+                let Some(&Attached { node, host, .. }) = self.attached.get(&conn) else {
                     self.listener.close(conn, Closing::Protocol, out);
                     return DirHeard::Nothing;
                 };
@@ -486,7 +486,7 @@ impl DirectoryConns {
                     }
                     // Only hosts connect to other hosts. One small answer per question: a
                     // host that does not read fills only its own queue.
-                    Link::WhereIs(asked) if self.attached.get(&conn).is_some_and(|a| a.host) => {
+                    Link::WhereIs(asked) if host => {
                         let listen = membership.listen_of(asked).map(str::to_owned);
                         out.push(ConnAction::Send(
                             conn,

@@ -128,8 +128,9 @@ pub enum Link {
     /// A core frame.
     Frame(Envelope),
     /// The directory node's answer to [`Link::WhereIs`]: where `node` listens, or `None` if
-    /// no host has that node id. A node id keeps its listen address for good, so the answer
-    /// never goes stale.
+    /// no host has that node id. A node id keeps its listen address for good, unless a
+    /// directory lost the records that named it and hands the id out again (a host forgets
+    /// the answer when a connection to that address fails or closes).
     Located {
         /// The node asked about.
         node: NodeId,

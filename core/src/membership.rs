@@ -241,7 +241,7 @@ impl Membership {
     }
 
     /// Where host `node` listens, if it is a member (a node id keeps its listen address for
-    /// good).
+    /// good, unless lost records let it be handed out again: see [`Membership::recover`]).
     pub fn listen_of(&self, node: NodeId) -> Option<&str> {
         self.by_node.get(&node).map(String::as_str)
     }

@@ -736,6 +736,24 @@ fn a_dead_boots_late_proof_does_not_restart_the_node_again() {
     dir.check_invariants().unwrap();
 }
 
+/// `link` arrives at the directory on `conn`.
+fn dir_frame(
+    dir: &mut DirectoryConns,
+    membership: &mut Membership,
+    conn: ConnId,
+    link: &Link,
+    out: &mut Vec<ConnAction>,
+) -> DirHeard {
+    dir.frame(
+        conn,
+        &bytes(link),
+        membership,
+        DIRECTORY,
+        AuthorityEpoch(1),
+        out,
+    )
+}
+
 #[test]
 fn a_host_asks_where_another_listens_and_admissions_tell_nobody_else() {
     let (mut dir, mut membership) = (directory(None), Membership::default());
@@ -757,14 +775,7 @@ fn a_host_asks_where_another_listens_and_admissions_tell_nobody_else() {
 
     let ask = |dir: &mut DirectoryConns, membership: &mut Membership, conn, node| {
         let mut out = Vec::new();
-        let heard = dir.frame(
-            conn,
-            &bytes(&Link::WhereIs(node)),
-            membership,
-            DIRECTORY,
-            AuthorityEpoch(1),
-            &mut out,
-        );
+        let heard = dir_frame(dir, membership, conn, &Link::WhereIs(node), &mut out);
         (heard, out)
     };
     let (heard, out) = ask(&mut dir, &mut membership, 1, NodeId(2));
@@ -799,24 +810,10 @@ fn a_host_asks_where_another_listens_and_admissions_tell_nobody_else() {
     let mut out = Vec::new();
     dir.accepted(t(30), 3, [3; 32], &mut out);
     let (connector, hello) = Connector::new(Who::Client, [4; 32], None);
-    dir.frame(
-        3,
-        &bytes(&hello),
-        &mut membership,
-        DIRECTORY,
-        AuthorityEpoch(1),
-        &mut out,
-    );
+    dir_frame(&mut dir, &mut membership, 3, &hello, &mut out);
     let challenge = sent(&out, 3).pop().unwrap();
     let proof = connector.answer(&challenge).unwrap();
-    dir.frame(
-        3,
-        &bytes(&proof),
-        &mut membership,
-        DIRECTORY,
-        AuthorityEpoch(1),
-        &mut out,
-    );
+    dir_frame(&mut dir, &mut membership, 3, &proof, &mut out);
     assert!(
         matches!(sent(&out, 3).last(), Some(Link::Welcome { .. })),
         "{out:?}"

@@ -529,15 +529,12 @@ impl Reactor {
         c.queued += len;
         self.queued += len;
         c.queue.extend(pieces);
-        if !c.connecting {
-            let before = c.queued;
-            let flushed = flush(c);
-            self.queued -= before - c.queued;
-            if let Err(e) = flushed {
-                self.drop_conn(conn);
-                self.broken.push((conn, format!("write: {e}")));
-                return false;
-            }
+        if !c.connecting
+            && let Err(e) = flush(c, &mut self.queued)
+        {
+            self.drop_conn(conn);
+            self.broken.push((conn, format!("write: {e}")));
+            return false;
         }
         true
     }
@@ -749,10 +746,7 @@ impl Reactor {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
-        let before = c.queued;
-        let flushed = flush(c);
-        self.queued -= before - c.queued;
-        match flushed {
+        match flush(c, &mut self.queued) {
             Ok(()) => {
                 if c.closing && c.queue.is_empty() {
                     self.drop_conn(id);
@@ -980,8 +974,9 @@ fn take_input(stream: &mut Stream, pending: &mut Vec<u8>, buf: &mut [u8]) -> io:
     Ok(n)
 }
 
-/// Writes the queue until it is empty or the socket would block.
-fn flush(c: &mut Conn) -> io::Result<()> {
+/// Writes the queue until it is empty or the socket would block; what is written comes off
+/// `total`, the node's count of queued bytes, too.
+fn flush(c: &mut Conn, total: &mut usize) -> io::Result<()> {
     while let Some(front) = c.queue.front() {
         if let Piece::WithFd { .. } = front {
             let Some(Piece::WithFd { bytes, fd }) = c.queue.pop_front() else {
@@ -996,6 +991,7 @@ fn flush(c: &mut Conn) -> io::Result<()> {
                 Err(e) => return Err(e),
             };
             c.queued -= sent;
+            *total -= sent;
             if sent < bytes.len() {
                 c.queue.push_front(Piece::Bytes { bytes, at: sent });
             }
@@ -1016,6 +1012,7 @@ fn flush(c: &mut Conn) -> io::Result<()> {
             Err(e) => return Err(e),
         };
         c.queued -= written;
+        *total -= written;
         let mut left = written;
         while left > 0 {
             let Some(Piece::Bytes { bytes, at }) = c.queue.front_mut() else {
