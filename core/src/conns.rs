@@ -893,6 +893,14 @@ impl DirectoryLink {
         self.state = LinkState::Connecting { conn, backoff };
     }
 
+    /// While down, the next attempt is due at `now` (the driver learned something that makes
+    /// it worth trying before the back-off ends: an address it was waiting for).
+    pub fn retry_now(&mut self, now: Instant) {
+        if let LinkState::Down { retry_at, .. } = &mut self.state {
+            *retry_at = (*retry_at).min(now);
+        }
+    }
+
     /// The driver could not even start a connection to address [`Self::candidate`]: try the
     /// next address after the back-off.
     pub fn connect_failed(&mut self, now: Instant) {

@@ -56,7 +56,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::fs;
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -72,7 +72,9 @@ use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::error::AttachmentFailure;
 use dataplane_core::host::{Host, HostConfig, Phase, SessionConfig, SessionState};
 use dataplane_core::ids::{Address, NodeId};
-use dataplane_core::limits::{FRAME_BYTES_MAX, HOST_SESSIONS_MAX, PROXY_PENDING_MAX};
+use dataplane_core::limits::{
+    FRAME_BYTES_MAX, HOST_SESSIONS_MAX, LISTEN_BYTES_MAX, PROXY_PENDING_MAX,
+};
 use dataplane_core::path::{DataPath, JobContext};
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
 use dataplane_core::time::{Duration, Instant};
@@ -92,6 +94,7 @@ use crate::net::{
     ClusterKey, ConnId, HandshakeError, Limits, Link, ListenerId, NetEvent, Outgoing, Overflow,
     Performed, Reactor, Who, fresh_nonce, handshake_blocking, perform_conn_action,
 };
+use crate::resolve::{Addresses, Resolver, Started, literal, system_lookup};
 use dataplane_core::conns::{
     Accepts, Closing, ConnAction, DIRECTORY_CANDIDATES_MAX, DirectoryLink, HANDSHAKE_DEADLINE,
     LinkHeard, Listener, Parked, PeerBook, PeerHeard, PeerLinks, RECONNECT_FIRST, Routed,
@@ -348,6 +351,22 @@ struct HostNode {
     forged: crate::throttle::Throttle,
     /// When frames for a node the directory does not know were last logged.
     unlocated: crate::throttle::Throttle,
+    /// Name lookups (a peer's listen name, a directory's address) on threads of their own: a
+    /// slow DNS, or a host that names a slow name as its listen address, must not stall the
+    /// loop that serves every child.
+    peer_names: Resolver<NodeId>,
+    /// The directory's addresses (`--directory`, by index) on a resolver of their own, so
+    /// strangers' slow names never delay them.
+    directory_names: Resolver<usize>,
+    /// What each directory address resolved to last: an attempt connects there (to each in
+    /// turn) while a fresh lookup runs.
+    directory_resolved: Vec<Addresses>,
+    /// The current address's attempt found no address yet: its lookup's answer makes the
+    /// link try at once.
+    directory_waits_for_name: bool,
+    /// When a failed lookup of a peer's name, and of a directory address, was last logged.
+    unresolved_peers: crate::throttle::Throttle,
+    unresolved_directory: crate::throttle::Throttle,
     /// Held for the life of the process: this host serves the socket.
     _lock: fs::File,
     /// With `--metrics-listen`: the metrics, when the gauges are next read, and the transfers
@@ -363,9 +382,10 @@ fn random_bytes<const N: usize>() -> Result<[u8; N], HostError> {
     Ok(bytes)
 }
 
-fn resolve(address: &str) -> Option<SocketAddr> {
-    address.to_socket_addrs().ok()?.next()
-}
+/// Threads looking up the listen names of other hosts (any host may name any listen name).
+const PEER_LOOKUP_THREADS: usize = 4;
+/// Threads looking up the directory's addresses (the operator's names).
+const DIRECTORY_LOOKUP_THREADS: usize = 1;
 
 /// What [`claim_socket`] makes: the held lock, the bound child socket, the bound control
 /// socket and the capability.
@@ -522,6 +542,8 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         }
     );
     let _ = stream.set_read_timeout(None);
+    // Where the welcoming address resolved to: the link's next attempts start there.
+    let welcomed_at = stream.peer_addr().ok();
     let directory_conn = net
         .adopt_tcp(stream, Limits::peer(), received)
         .map_err(|e| err("directory connection", &e))?;
@@ -563,6 +585,22 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     );
     let key = options.cluster_key;
     let candidates = options.directories.len();
+    let waker = net.waker().map_err(|e| err("poll", &e))?;
+    let threads = |e: std::io::Error| err("the name-lookup threads", &e);
+    let peer_names =
+        Resolver::new(PEER_LOOKUP_THREADS, waker.clone(), system_lookup).map_err(threads)?;
+    let mut directory_names =
+        Resolver::new(DIRECTORY_LOOKUP_THREADS, waker, system_lookup).map_err(threads)?;
+    let mut directory_resolved = vec![Addresses::default(); candidates];
+    if let Some(address) = welcomed_at {
+        directory_resolved[candidate] = Addresses::of(address);
+    }
+    // Every other address is looked up now, so a failover finds it resolved.
+    for (i, address) in options.directories.iter().enumerate() {
+        if i != candidate && literal(address).is_none() {
+            directory_names.start(clock.now(), i, address);
+        }
+    }
     let mut host = HostNode {
         options,
         clock,
@@ -607,6 +645,12 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         next_child: FIRST_CHILD_ACTOR,
         forged: crate::throttle::Throttle::default(),
         unlocated: crate::throttle::Throttle::default(),
+        peer_names,
+        directory_names,
+        directory_resolved,
+        directory_waits_for_name: false,
+        unresolved_peers: crate::throttle::Throttle::default(),
+        unresolved_directory: crate::throttle::Throttle::default(),
         next_session_generation: 1,
         proxy_timer: None,
         host_timer: None,
@@ -753,6 +797,8 @@ impl HostNode {
                 retry,
                 self.peer_links.next_deadline(),
                 self.book.next_deadline(),
+                self.peer_names.next_deadline(),
+                self.directory_names.next_deadline(),
                 self.child_admission.next_deadline(),
             ]
             .into_iter()
@@ -767,6 +813,8 @@ impl HostNode {
                 self.handle(event);
                 self.drain_local();
             }
+            self.lookups_answered();
+            self.drain_local();
             self.timers();
             self.drain_local();
             self.sample_gauges();
@@ -864,6 +912,13 @@ impl HostNode {
 
     fn timers(&mut self) {
         let now = self.clock.now();
+        let why = format!("no answer within {}", crate::resolve::LOOKUP_WAIT);
+        for (node, name) in self.peer_names.expire(now) {
+            self.unresolved_peer(node, &name, &why);
+        }
+        for (_, name) in self.directory_names.expire(now) {
+            self.unresolved_directory(&name, &why);
+        }
         self.peer_links.expire(now, &mut self.actions);
         let dropped = self.book.expire(now);
         if dropped > 0 {
@@ -1043,8 +1098,9 @@ impl HostNode {
             }
             return;
         };
+        // The book holds literal addresses: names were looked up before they went in.
         let conn =
-            resolve(listen).and_then(|address| self.net.connect(address, Limits::peer()).ok());
+            literal(listen).and_then(|address| self.net.connect(address, Limits::peer()).ok());
         match conn {
             Some(conn) => self
                 .peer_links
@@ -1053,6 +1109,80 @@ impl HostNode {
                 self.book.forget(node);
                 debug!(%node, "no connection to the peer: frame dropped");
             }
+        }
+    }
+
+    /// Takes the answers of the name lookups: a peer's address goes into the book (its frames
+    /// go out), a directory's is where the link's next attempt goes.
+    fn lookups_answered(&mut self) {
+        for answer in self.peer_names.answers() {
+            let node = answer.key;
+            match answer.addresses {
+                Ok(addresses) => {
+                    // The first: the book keeps one address per host (a connection that fails
+                    // makes it ask, and look up, again).
+                    let address = addresses[0];
+                    debug!(%node, listen = %answer.name, %address, "peer's name looked up");
+                    if let Ok(frames) = self.book.located(node, Some(address.to_string())) {
+                        for frame in frames {
+                            self.send_to_peer(node, frame);
+                        }
+                    }
+                }
+                Err(why) => self.unresolved_peer(node, &answer.name, &why),
+            }
+        }
+        for answer in self.directory_names.answers() {
+            match answer.addresses {
+                Ok(addresses) => {
+                    if let Some(slot) = self.directory_resolved.get_mut(answer.key) {
+                        slot.answered(addresses);
+                    }
+                    if self.directory_waits_for_name {
+                        // The attempt that found no address is made again now (at the address
+                        // the link moved on to: they are looked up from the start).
+                        self.directory_waits_for_name = false;
+                        self.directory.retry_now(self.clock.now());
+                    }
+                }
+                Err(why) => self.unresolved_directory(&answer.name, &why),
+            }
+        }
+    }
+
+    /// `node`'s listen name did not resolve (`why`): the frames that waited for it are
+    /// dropped (every protocol between hosts asks again). Logged at most every 10 s: any host
+    /// may name any listen address.
+    fn unresolved_peer(&mut self, node: NodeId, name: &str, why: &str) {
+        let dropped = self.book.located(node, None).err().unwrap_or(0);
+        if let Some(since) = self
+            .unresolved_peers
+            .occur(std::time::Instant::now(), FORGED_WARN_EVERY)
+        {
+            warn!(
+                %node,
+                listen = %name,
+                reason = %why,
+                dropped,
+                unlogged_since_last_warning = since,
+                "a peer's listen address does not resolve: the frames for it were dropped"
+            );
+        }
+    }
+
+    /// A directory address did not resolve (`why`): its attempts go where it resolved last,
+    /// if anywhere, and it is looked up again at the next attempt.
+    fn unresolved_directory(&mut self, name: &str, why: &str) {
+        if let Some(since) = self
+            .unresolved_directory
+            .occur(std::time::Instant::now(), FORGED_WARN_EVERY)
+        {
+            warn!(
+                directory = %name,
+                reason = %why,
+                unlogged_since_last_warning = since,
+                "a directory address does not resolve"
+            );
         }
     }
 
@@ -1065,12 +1195,24 @@ impl HostNode {
     /// one if it fails).
     fn connect_directory(&mut self, now: Instant) {
         let address = self.directory_address().to_owned();
-        let conn = match resolve(&address) {
+        let candidate = self.directory.candidate();
+        // A name is looked up again at every attempt, off this thread; the attempt goes to
+        // what it resolved to last (the first attempt waits for the first answer).
+        let resolved = literal(&address).or_else(|| {
+            if self.directory_names.start(now, candidate, &address) == Started::Full {
+                // (At most 16 addresses: unreachable with the 64 the resolver takes.)
+                self.unresolved_directory(&address, "too many names are being looked up");
+            }
+            let next = self.directory_resolved.get_mut(candidate)?.next_address();
+            self.directory_waits_for_name = next.is_none();
+            next
+        });
+        let conn = match resolved {
             Some(resolved) => self
                 .net
                 .connect(resolved, Limits::peer())
                 .map_err(|e| e.to_string()),
-            None => Err("the address does not resolve".to_owned()),
+            None => Err("its name is being looked up".to_owned()),
         };
         match conn {
             Ok(conn) => {
@@ -1393,6 +1535,20 @@ impl HostNode {
                      e.g. to a --repair-log cut, or another host uses this listen address)",
                     self.node, self.incarnation
                 ));
+            }
+            LinkHeard::Located {
+                node,
+                listen: Some(name),
+            } if literal(&name).is_none() && !name.is_empty() && name.len() <= LISTEN_BYTES_MAX => {
+                // A name: looked up off this thread while the frames wait in the book (the
+                // book's wait bounds both). An answer nothing waits for any more (asked again,
+                // answered twice) starts no lookup.
+                if self.book.is_asking(node) {
+                    let now = self.clock.now();
+                    if self.peer_names.start(now, node, &name) == Started::Full {
+                        self.unresolved_peer(node, &name, "too many names are being looked up");
+                    }
+                }
             }
             LinkHeard::Located { node, listen } => match self.book.located(node, listen) {
                 Ok(frames) => {

@@ -16,6 +16,8 @@
 //!   ([`alloc::tune_allocator`], called by `dataplane-node`; process-wide, so opt-in).
 //! * [`net`] — one poll loop per node ([`net::Reactor`], on `mio`) with per-connection frame
 //!   limits, and the nodes' link protocol with its challenge-response handshake.
+//! * [`resolve`] — name lookups on threads of their own, so a slow DNS never stalls a node's
+//!   poll loop.
 //! * [`dirnode`], [`hostnode`] — the two node drivers; [`child`] — the library a child links.
 //! * [`replica_log`] — a replica of the replicated directory's log on disk: its hard state and
 //!   entries as records of the same durable log ([`log`]), so the same recovery and compaction.
@@ -48,6 +50,7 @@ pub mod net;
 pub mod replcontrol;
 pub mod replica_log;
 pub mod replnode;
+pub mod resolve;
 pub mod sys;
 mod throttle;
 pub mod transport;

@@ -42,7 +42,7 @@
 //! cut: [`ReplicaLog`]), membership changes of the group, read-index reads.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::net::TcpListener;
 
 use dataplane_core::admission::{
     ADMISSION_DEADLINE, Nonce, PENDING_CONNECTIONS_MAX, Proof, connector_proof, proofs_match,
@@ -75,6 +75,7 @@ use crate::replcontrol::{
     ReplicaCommand, ReplicaReply, ReplicaRequest, ReplicaStatus, replica_control_path,
 };
 use crate::replica_log::{ReplicaLog, ReplicaLogError};
+use crate::resolve::{Addresses, Resolver, Started, literal, system_lookup};
 
 /// One tick of the engine's clock.
 pub const TICK: std::time::Duration = std::time::Duration::from_millis(100);
@@ -93,6 +94,8 @@ pub const PEER_QUEUE_BYTES: usize = 16 << 20;
 /// Most peer connections waiting for their hello.
 pub const PEER_PENDING_MAX: usize = 16;
 /// How long after a failed connection to a peer replica the next attempt starts.
+/// Threads looking up the other replicas' names (the operator's).
+const PEER_LOOKUP_THREADS: usize = 2;
 const PEER_RETRY: Duration = Duration::from_millis(200);
 /// Most admitted host and client connections.
 const ADMITTED_CONNECTIONS_MAX: usize = 4096;
@@ -213,6 +216,9 @@ const CONTROL_LIMITS: Limits = Limits {
 /// The connection this replica sends on to one peer.
 struct PeerOut {
     address: String,
+    /// What `address` resolved to last, if it is a name (looked up off the driver thread at
+    /// every attempt; the attempt goes to these, in turn, meanwhile).
+    resolved: Addresses,
     conn: Option<ConnId>,
     /// The hello went out: messages may follow.
     up: bool,
@@ -279,6 +285,11 @@ struct ReplicaNode {
     refusals_logged: BTreeSet<ReplicaId>,
     /// What `conns` asked for, not yet done (a reused buffer).
     actions: Vec<ConnAction>,
+    /// Peers' names looked up on threads of their own: a slow DNS must not stall the loop
+    /// that keeps the leader's heartbeats going.
+    resolver: Resolver<ReplicaId>,
+    /// When a failed lookup was last logged.
+    unresolved: crate::throttle::Throttle,
     /// With `--metrics-listen`: the metrics, and when the gauges are next read.
     metrics: Option<ReplicaMetrics>,
     gauges: GaugeClock,
@@ -408,6 +419,7 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
                 *id,
                 PeerOut {
                     address: address.clone(),
+                    resolved: Addresses::default(),
                     conn: None,
                     up: false,
                     retry_at: now,
@@ -427,6 +439,12 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
         join = options.join,
         "directory replica started"
     );
+    let resolver = Resolver::new(
+        PEER_LOOKUP_THREADS,
+        net.waker().map_err(|e| io("poll", e))?,
+        system_lookup,
+    )
+    .map_err(|e| io("the name-lookup threads", e))?;
     let mut node = ReplicaNode {
         clock,
         id: options.id,
@@ -448,6 +466,8 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
         incoming: BTreeMap::new(),
         refusals_logged: BTreeSet::new(),
         actions: Vec::new(),
+        resolver,
+        unresolved: crate::throttle::Throttle::default(),
         metrics,
         gauges: GaugeClock::default(),
     };
@@ -471,6 +491,7 @@ impl ReplicaNode {
                 self.handle(event)?;
             }
             let now = self.clock.now();
+            self.lookups(now);
             if now >= self.next_tick {
                 self.machine.tick();
                 self.next_tick = now.saturating_add(Duration::from_millis(TICK.as_millis() as u64));
@@ -541,6 +562,9 @@ impl ReplicaNode {
             if peer.conn.is_none() {
                 next = next.min(peer.retry_at);
             }
+        }
+        if let Some(at) = self.resolver.next_deadline() {
+            next = next.min(at);
         }
         for pending in self.incoming.values() {
             if pending.from.is_none() {
@@ -970,17 +994,62 @@ impl ReplicaNode {
             if peer.conn.is_some() || peer.retry_at > now {
                 continue;
             }
-            let address: Option<SocketAddr> = peer
-                .address
-                .to_socket_addrs()
-                .ok()
-                .and_then(|mut a| a.next());
+            let address = literal(&peer.address).or_else(|| {
+                if self.resolver.start(now, *id, &peer.address) == Started::Full {
+                    debug!(peer = id, "too many names looked up: not looked up again");
+                }
+                peer.resolved.next_address()
+            });
             match address.map(|a| self.net.connect(a, Limits::pending())) {
                 Some(Ok(conn)) => {
                     debug!(peer = id, conn, address = %peer.address, "connecting to a peer replica");
                     peer.conn = Some(conn);
                 }
                 _ => peer.retry_at = now.saturating_add(PEER_RETRY),
+            }
+        }
+    }
+
+    /// Takes the answers of the peers' name lookups, and gives up those that take too long.
+    fn lookups(&mut self, now: Instant) {
+        let mut failed = Vec::new();
+        for answer in self.resolver.answers() {
+            // Only for the peer's address as it is now (a peer removed, or given another
+            // address, no longer wants it).
+            let Some(peer) = self
+                .peers
+                .get_mut(&answer.key)
+                .filter(|p| p.address == answer.name)
+            else {
+                continue;
+            };
+            match answer.addresses {
+                Ok(addresses) => {
+                    // The first attempt, made before any answer, found no address: now.
+                    if peer.conn.is_none() && peer.resolved == Addresses::default() {
+                        peer.retry_at = peer.retry_at.min(now);
+                    }
+                    peer.resolved.answered(addresses);
+                }
+                Err(why) => failed.push((answer.key, answer.name, why)),
+            }
+        }
+        for (id, name) in self.resolver.expire(now) {
+            let why = format!("no answer within {}", crate::resolve::LOOKUP_WAIT);
+            failed.push((id, name, why));
+        }
+        for (id, name, why) in failed {
+            if let Some(since) = self.unresolved.occur(
+                std::time::Instant::now(),
+                std::time::Duration::from_secs(10),
+            ) {
+                warn!(
+                    peer = id,
+                    address = %name,
+                    reason = %why,
+                    unlogged_since_last_warning = since,
+                    "a peer replica's address does not resolve"
+                );
             }
         }
     }
@@ -1218,12 +1287,10 @@ impl ReplicaNode {
                     "replica {id} cannot be added: it is a voter (or 0)"
                 ));
             }
-            if address.is_empty()
-                || address.len() > 256
-                || address
-                    .to_socket_addrs()
-                    .map_or(true, |mut a| a.next().is_none())
-            {
+            // Checked for its form only: a lookup here would stall the loop (and the name
+            // may not be in the DNS yet); a name that does not resolve is logged as the new
+            // voter's connection is tried.
+            if address.is_empty() || address.len() > 256 || !host_port(address) {
                 return refuse(format!(
                     "replica {id}'s address {address:?} is not HOST:PORT"
                 ));
@@ -1279,6 +1346,7 @@ impl ReplicaNode {
                 *id,
                 PeerOut {
                     address,
+                    resolved: Addresses::default(),
                     conn: None,
                     up: false,
                     retry_at: now,
@@ -1325,4 +1393,46 @@ fn remove_mark(path: &std::path::Path) -> std::io::Result<()> {
         std::fs::File::open(dir)?.sync_all()?;
     }
     Ok(())
+}
+
+/// Whether `address` has the form `HOST:PORT` (a literal socket address, or a name and a
+/// port), without looking it up.
+fn host_port(address: &str) -> bool {
+    if literal(address).is_some() {
+        return true;
+    }
+    address.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty()
+            && port.parse::<u16>().is_ok()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_port;
+
+    #[test]
+    fn a_new_voters_address_is_checked_for_its_form_without_a_lookup() {
+        for good in [
+            "10.0.0.1:7100",
+            "[::1]:7100",
+            "replica-4.svc.cluster.local:7100",
+        ] {
+            assert!(host_port(good), "{good}");
+        }
+        for bad in [
+            "",
+            "10.0.0.1",
+            "name:",
+            ":7100",
+            "name:70000",
+            "a b:1",
+            "name:port",
+        ] {
+            assert!(!host_port(bad), "{bad}");
+        }
+    }
 }

@@ -192,6 +192,8 @@ pub struct Proc {
     name: String,
     program: PathBuf,
     args: Vec<OsString>,
+    /// Environment variables set for it (besides the test's own).
+    env: Vec<(OsString, OsString)>,
     log: PathBuf,
     child: Option<Child>,
 }
@@ -199,10 +201,22 @@ pub struct Proc {
 impl Proc {
     /// Starts `program args`, logging to `log`.
     pub fn spawn(name: &str, program: &Path, args: Vec<OsString>, log: PathBuf) -> Proc {
+        Proc::spawn_env(name, program, args, Vec::new(), log)
+    }
+
+    /// [`spawn`](Self::spawn) with environment variables `env` set (on every restart too).
+    pub fn spawn_env(
+        name: &str,
+        program: &Path,
+        args: Vec<OsString>,
+        env: Vec<(OsString, OsString)>,
+        log: PathBuf,
+    ) -> Proc {
         let mut proc = Proc {
             name: name.to_owned(),
             program: program.to_path_buf(),
             args,
+            env,
             log,
             child: None,
         };
@@ -230,6 +244,7 @@ impl Proc {
         let err = out.try_clone().expect("clone the log file");
         let child = Command::new(&self.program)
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -407,14 +422,25 @@ impl DirectoryProc {
 
     /// [`start`](Self::start), with `extra` options on its command line.
     pub fn start_with(dir: &TestDir, name: &str, extra: &[OsString]) -> DirectoryProc {
+        DirectoryProc::start_env(dir, name, extra, Vec::new())
+    }
+
+    /// [`start_with`](Self::start_with), with environment variables `env`.
+    pub fn start_env(
+        dir: &TestDir,
+        name: &str,
+        extra: &[OsString],
+        env: Vec<(OsString, OsString)>,
+    ) -> DirectoryProc {
         let listen = free_address();
         let data_dir = dir.join(name);
         let mut args = directory_args(&listen, &data_dir);
         args.extend_from_slice(extra);
-        let proc = Proc::spawn(
+        let proc = Proc::spawn_env(
             name,
             &binaries().node,
             args,
+            env,
             dir.join(&format!("{name}.log")),
         );
         let mut node = DirectoryProc {
@@ -472,6 +498,16 @@ impl DirectoryProc {
     }
 }
 
+/// A `--replicas` value: replica `i + 1` at `peers[i]`.
+pub fn replicas_option(peers: &[String]) -> String {
+    peers
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}={a}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// A replicated directory (issue 19): `dataplane-node directory --replica-id N --replicas ...`
 /// processes on loopback, each with its own data directory, host port and peer port.
 #[derive(Debug)]
@@ -496,12 +532,7 @@ impl ReplicaGroup {
         extra: impl Fn(usize) -> Vec<OsString>,
     ) -> ReplicaGroup {
         let peers: Vec<String> = (0..count).map(|_| free_address()).collect();
-        let list = peers
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("{}={a}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",");
+        let list = replicas_option(&peers);
         let replicas = (0..count)
             .map(|i| {
                 let mut args: Vec<OsString> = vec![
@@ -599,7 +630,27 @@ impl HostProc {
         arena: &str,
         extra: &[OsString],
     ) -> HostProc {
-        let listen = free_address();
+        HostProc::spawn_env(
+            dir,
+            name,
+            directory,
+            free_address(),
+            arena,
+            extra,
+            Vec::new(),
+        )
+    }
+
+    /// [`spawn_with`](Self::spawn_with) at `listen`, with environment variables `env`.
+    pub fn spawn_env(
+        dir: &TestDir,
+        name: &str,
+        directory: &str,
+        listen: String,
+        arena: &str,
+        extra: &[OsString],
+        env: Vec<(OsString, OsString)>,
+    ) -> HostProc {
         let socket = dir.join(&format!("{name}.sock"));
         let mut args: Vec<OsString> = vec![
             "host".into(),
@@ -613,10 +664,11 @@ impl HostProc {
             arena.into(),
         ];
         args.extend_from_slice(extra);
-        let proc = Proc::spawn(
+        let proc = Proc::spawn_env(
             name,
             &binaries().node,
             args,
+            env,
             dir.join(&format!("{name}.log")),
         );
         HostProc {

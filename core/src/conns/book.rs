@@ -74,6 +74,11 @@ impl PeerBook {
         self.known.get(&node).map(String::as_str)
     }
 
+    /// Whether frames wait for `node`'s address.
+    pub fn is_asking(&self, node: NodeId) -> bool {
+        self.asking.contains_key(&node)
+    }
+
     /// `frame` is for `node`, whose address the book does not know (see [`Self::listen`]): it
     /// waits for the directory's answer. `can_ask`: the directory link is up.
     pub fn park(&mut self, now: Instant, node: NodeId, frame: Link, can_ask: bool) -> Parked {

@@ -101,7 +101,8 @@ enum ReplicasCommand {
     /// started empty with `--join`; the change goes through joint consensus. Prints the index
     /// of the change's entry; `status` shows when it is applied.
     Change {
-        /// A replica to add, as ID=HOST:PORT (where it listens for the others); repeatable.
+        /// A replica to add, as ID=HOST:PORT (where it listens for the others; a name must
+        /// resolve here); repeatable.
         #[arg(long, value_name = "ID=HOST:PORT", value_parser = parse_replica)]
         add: Vec<(u64, String)>,
         /// A replica to remove; repeatable.
@@ -399,6 +400,26 @@ fn replicas(args: ReplicasArgs) -> Result<(), Failure> {
             }
         }
         ReplicasCommand::Change { add, remove } => {
+            // The replica checks only an address's form (it never waits on DNS in its loop):
+            // a name that does not resolve here (a typo, a record not made yet) would become a
+            // voter nobody can reach, and a group of one would then need it for every commit.
+            for (id, address) in &add {
+                match std::net::ToSocketAddrs::to_socket_addrs(address.as_str()) {
+                    Ok(found) if found.len() > 0 => {}
+                    Ok(_) => {
+                        return Err((
+                            Exit::Invalid,
+                            format!("replica {id}'s address {address} has no address"),
+                        ));
+                    }
+                    Err(e) => {
+                        return Err((
+                            Exit::Invalid,
+                            format!("replica {id}'s address {address} does not resolve: {e}"),
+                        ));
+                    }
+                }
+            }
             let index = control.change(add, remove).map_err(failed)?;
             dataplane_cli::outln!("proposed at index {index}");
         }

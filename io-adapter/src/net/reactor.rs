@@ -54,6 +54,10 @@ use dataplane_core::limits::FRAME_BYTES_MAX;
 use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::{Events, Interest, Poll, Token};
 
+/// The token of the reactor's waker ([`Reactor::waker`]): connection and listener ids start
+/// at 1.
+const WAKE: Token = Token(0);
+
 use crate::frame::LENGTH_PREFIX_BYTES;
 
 use super::Outgoing;
@@ -281,6 +285,8 @@ pub struct Reactor {
     /// Bytes queued for all connections, and the most there may be.
     queued: usize,
     send_budget: usize,
+    /// The waker handed out by [`Reactor::waker`], once asked for.
+    waker: Option<std::sync::Arc<mio::Waker>>,
 }
 
 impl std::fmt::Debug for Reactor {
@@ -312,7 +318,19 @@ impl Reactor {
             accept_failures: BTreeMap::new(),
             queued: 0,
             send_budget: SEND_BUDGET_BYTES,
+            waker: None,
         })
+    }
+
+    /// A waker for this reactor's [`Self::poll`] (threads that hand the driver work call it;
+    /// the poll then returns). Every call hands out the same one (`mio` allows one per poll).
+    pub fn waker(&mut self) -> io::Result<std::sync::Arc<mio::Waker>> {
+        if let Some(waker) = &self.waker {
+            return Ok(waker.clone());
+        }
+        let waker = std::sync::Arc::new(mio::Waker::new(self.poll.registry(), WAKE)?);
+        self.waker = Some(waker.clone());
+        Ok(waker)
     }
 
     /// Sets the budget of bytes queued for all connections together (by default
@@ -625,6 +643,7 @@ impl Reactor {
         let mut ready: Vec<(u64, bool, bool, bool)> = self
             .events
             .iter()
+            .filter(|e| e.token() != WAKE)
             .map(|e| {
                 (
                     e.token().0 as u64,

@@ -15,6 +15,7 @@ mod kill_replicas;
 mod lease;
 mod log_damage;
 mod membership;
+mod names;
 mod ops;
 mod overload;
 mod program_streams;
