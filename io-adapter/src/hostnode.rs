@@ -852,6 +852,13 @@ impl HostNode {
         metrics
             .retractions_pending
             .set(gauge_value(machine.handovers_pending()));
+        metrics.peer_addresses.set(gauge_value(self.book.known()));
+        metrics
+            .frames_waiting_for_address
+            .set(gauge_value(self.book.parked()));
+        metrics.name_lookups.set(gauge_value(
+            self.peer_names.waiting() + self.directory_names.waiting(),
+        ));
         // One consistent sample of the arena.
         let arena = machine.arena_stats();
         metrics

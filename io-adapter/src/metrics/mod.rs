@@ -489,6 +489,15 @@ pub struct HostMetrics {
     /// binding ended (a stream's cancel or close, a reservation's release) and no directory
     /// answered yet; it keeps offering them (see `core/src/host/handover.rs`).
     pub retractions_pending: IntGauge,
+    /// `dataplane_host_peer_addresses`: other hosts' addresses the host learned from the
+    /// directory (`Link::WhereIs`) and keeps.
+    pub peer_addresses: IntGauge,
+    /// `dataplane_host_frames_waiting_for_address`: frames for other hosts waiting for the
+    /// directory to say where they listen (or for their names' lookups).
+    pub frames_waiting_for_address: IntGauge,
+    /// `dataplane_host_name_lookups`: name lookups under way (peers' listen names and the
+    /// directory's addresses, on the lookup threads).
+    pub name_lookups: IntGauge,
     /// `dataplane_host_arena_bytes{state}`: the arena's bytes, `used` (leased) and `free`.
     pub arena_bytes: IntGaugeVec,
     /// `dataplane_host_arena_largest_free_bytes`: the largest free range (the largest lease
@@ -546,6 +555,21 @@ impl HostMetrics {
                 r,
                 "dataplane_host_retractions_pending",
                 "Retractions handed to the proxy that no directory answered yet.",
+            ),
+            peer_addresses: gauge(
+                r,
+                "dataplane_host_peer_addresses",
+                "Other hosts' addresses learned from the directory and kept.",
+            ),
+            frames_waiting_for_address: gauge(
+                r,
+                "dataplane_host_frames_waiting_for_address",
+                "Frames for other hosts waiting for their address or its lookup.",
+            ),
+            name_lookups: gauge(
+                r,
+                "dataplane_host_name_lookups",
+                "Name lookups under way on the lookup threads.",
             ),
             arena_bytes: gauge_vec(
                 r,

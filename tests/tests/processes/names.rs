@@ -88,8 +88,9 @@ fn host(
     directory: &str,
     listen: String,
     env: Vec<(OsString, OsString)>,
+    extra: &[OsString],
 ) -> HostProc {
-    let mut host = HostProc::spawn_env(dir, name, directory, listen, "8M", &[], env);
+    let mut host = HostProc::spawn_env(dir, name, directory, listen, "8M", extra, env);
     host.wait_ready();
     host
 }
@@ -120,7 +121,9 @@ fn a_peer_whose_name_resolves_slowly_stalls_no_child() {
         &directory.listen,
         c_listen,
         slow_env(&shim, 0),
+        &[],
     );
+    let metrics = dataplane_tests::free_address();
     let a_listen = format!("127.0.0.1:{}", free_port());
     let a = host(
         &dir,
@@ -128,6 +131,7 @@ fn a_peer_whose_name_resolves_slowly_stalls_no_child() {
         &directory.listen,
         a_listen,
         slow_env(&shim, SLOW_MS),
+        &["--metrics-listen".into(), metrics.clone().into()],
     );
     let input = dir.join("remote.bin");
     std::fs::write(&input, b"served by a host with a slow name").unwrap();
@@ -145,8 +149,17 @@ fn a_peer_whose_name_resolves_slowly_stalls_no_child() {
             )
         })
     };
-    // The get is at A's lookup of C's name by now.
-    std::thread::sleep(Duration::from_millis(500));
+    // The get waits for A's lookup of C's name (the gauges are read at least every second).
+    wait_until("A's lookup of C's name", Duration::from_secs(3), || {
+        crate::ops::sample(&crate::ops::scrape(&metrics), "dataplane_host_name_lookups")
+            == Some(1.0)
+    });
+    let gauges = crate::ops::scrape(&metrics);
+    assert!(
+        crate::ops::sample(&gauges, "dataplane_host_frames_waiting_for_address")
+            .is_some_and(|v| v >= 1.0),
+        "{gauges}"
+    );
     let mut slowest = Duration::ZERO;
     for i in 0..3 {
         slowest = slowest.max(local_calls(&a, &dir, &format!("/data/local-{i}")));
@@ -192,6 +205,7 @@ fn a_directory_name_that_resolves_slowly_stalls_no_child() {
         &name,
         format!("127.0.0.1:{}", free_port()),
         slow_env(&shim, SLOW_MS),
+        &[],
     );
     directory.kill9();
     let started = Instant::now();

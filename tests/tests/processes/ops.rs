@@ -19,7 +19,7 @@ use dataplane_tests::{
 mod child_session_example;
 
 /// `GET /metrics` at `address`: the body of a 200 answer (panics otherwise).
-fn scrape(address: &str) -> String {
+pub(crate) fn scrape(address: &str) -> String {
     let mut stream = TcpStream::connect(address).unwrap_or_else(|e| panic!("{address}: {e}"));
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -39,7 +39,7 @@ fn scrape(address: &str) -> String {
 }
 
 /// The value of the sample `name` (with its labels, as printed) in a scrape, if present.
-fn sample(body: &str, name: &str) -> Option<f64> {
+pub(crate) fn sample(body: &str, name: &str) -> Option<f64> {
     body.lines()
         .filter(|l| !l.starts_with('#'))
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
@@ -222,6 +222,17 @@ fn nodes_log_and_serve_metrics_while_a_blob_moves() {
             "dataplane_host_transfer_chunks_total{direction=\"received\"}"
         ) >= 4.0
     );
+    // B asked the directory where A listens, once; nothing waits for an address, and the
+    // literal addresses needed no lookup (read a second after the transfer: fresh gauges).
+    std::thread::sleep(Duration::from_millis(1_100));
+    let bm = scraped(&b_metrics, "dataplane_host_peer_addresses", 1.0);
+    assert_eq!(value(&bm, "dataplane_host_peer_addresses"), 1.0, "{bm}");
+    assert_eq!(
+        value(&bm, "dataplane_host_frames_waiting_for_address"),
+        0.0,
+        "{bm}"
+    );
+    assert_eq!(value(&bm, "dataplane_host_name_lookups"), 0.0, "{bm}");
     assert_eq!(
         value(&bm, "dataplane_host_directory_connected"),
         1.0,
@@ -233,6 +244,8 @@ fn nodes_log_and_serve_metrics_while_a_blob_moves() {
         "dataplane_host_bindings",
         "dataplane_host_operations_in_progress",
         "dataplane_host_retractions_pending",
+        "dataplane_host_frames_waiting_for_address",
+        "dataplane_host_name_lookups",
         "dataplane_host_transfers_in_progress",
         "dataplane_host_arena_queued_requests",
         "dataplane_connections{listener=\"children\",state=\"admitted\"}",
