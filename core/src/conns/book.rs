@@ -326,6 +326,67 @@ mod tests {
         book.check_invariants().unwrap();
     }
 
+    /// Its self-check finds each way the book can be broken (the simulator calls it after
+    /// every host step; a weakened check would pass a broken book).
+    #[test]
+    fn the_self_check_finds_each_broken_bound() {
+        let asking = |frames: usize| Asking {
+            since: at(0),
+            asked: None,
+            frames: (0..frames as u64).map(frame).collect(),
+        };
+        let mut miscounted = PeerBook::new();
+        miscounted.asking.insert(NodeId(1), asking(2));
+        miscounted.parked = 1;
+        assert!(miscounted.check_invariants().is_err());
+        let mut known = PeerBook::new();
+        for n in 0..=BOOK_KNOWN_MAX as u64 {
+            known.known.insert(NodeId(n), "h:1".into());
+        }
+        assert!(known.check_invariants().is_err(), "known past its bound");
+        let mut hosts = PeerBook::new();
+        for n in 0..=BOOK_ASKING_MAX as u64 {
+            hosts.asking.insert(NodeId(n), asking(1));
+        }
+        hosts.parked = BOOK_ASKING_MAX + 1;
+        assert!(hosts.check_invariants().is_err(), "asking past its bound");
+        let mut total = PeerBook::new();
+        for n in 0..=(BOOK_PARKED_TOTAL_MAX / BOOK_PARKED_MAX) as u64 {
+            total.asking.insert(NodeId(n), asking(BOOK_PARKED_MAX));
+        }
+        total.parked = total.asking.len() * BOOK_PARKED_MAX;
+        assert!(total.check_invariants().is_err(), "frames past the total");
+        let mut one = PeerBook::new();
+        one.asking.insert(NodeId(1), asking(BOOK_PARKED_MAX + 1));
+        one.parked = BOOK_PARKED_MAX + 1;
+        assert!(
+            one.check_invariants().is_err(),
+            "one host's frames past its bound"
+        );
+        let mut both = PeerBook::new();
+        both.asking.insert(NodeId(1), asking(1));
+        both.parked = 1;
+        both.known.insert(NodeId(1), "h:1".into());
+        assert!(both.check_invariants().is_err(), "asked and known");
+        both.known.clear();
+        both.check_invariants().unwrap();
+    }
+
+    /// The host asks the book whether anything still waits before it looks a name up.
+    #[test]
+    fn the_book_says_whose_frames_wait() {
+        let mut book = PeerBook::new();
+        assert!(!book.is_asking(NodeId(4)));
+        assert_eq!(book.park(at(0), NodeId(4), frame(1), true), Parked::Ask);
+        assert!(book.is_asking(NodeId(4)));
+        assert!(!book.is_asking(NodeId(5)));
+        book.located(NodeId(4), Some("h4:1".into())).unwrap();
+        assert!(!book.is_asking(NodeId(4)), "answered");
+        assert_eq!(book.park(at(0), NodeId(6), frame(2), true), Parked::Ask);
+        assert_eq!(book.expire(at(0).saturating_add(ASK_WAIT)), 1);
+        assert!(!book.is_asking(NodeId(6)), "given up");
+    }
+
     #[test]
     fn the_book_forgets_the_lowest_node_past_its_bound() {
         let mut book = PeerBook::new();

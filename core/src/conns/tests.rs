@@ -327,6 +327,31 @@ fn a_welcome_for_another_identity_is_closed_and_retried_with_a_growing_backoff()
     );
 }
 
+/// A driver that was waiting for an address (a name's lookup) makes the next attempt at
+/// once, without losing the back-off it reached; an attempt under way is left alone.
+#[test]
+fn a_down_link_can_be_made_due_at_once() {
+    let mut link = host_link(None, 7);
+    for _ in 0..4 {
+        link.connect_failed(t(0));
+    }
+    let waited = link.next_deadline().unwrap();
+    assert!(waited > t(50), "{waited:?}");
+    assert!(!link.due(t(50)));
+    link.retry_now(t(50));
+    assert!(link.due(t(50)));
+    assert_eq!(link.next_deadline(), Some(t(50)));
+    link.retry_now(t(60));
+    assert_eq!(link.next_deadline(), Some(t(50)), "never later");
+    link.connecting(t(50), 9);
+    link.retry_now(t(70));
+    assert!(!link.due(t(70)), "an attempt is under way");
+    // The back-off the failures reached is kept for the next failure.
+    link.closed(t(80), 9);
+    let next = link.next_deadline().unwrap();
+    assert!(next > t(80).saturating_add(RECONNECT_FIRST), "{next:?}");
+}
+
 #[test]
 fn frames_for_another_host_wait_for_the_handshake_and_strangers_are_closed() {
     let key = ClusterKey::from_secret(b"a cluster secret here").ok();
