@@ -762,6 +762,21 @@ fn a_dead_boots_late_proof_does_not_restart_the_node_again() {
 }
 
 /// `link` arrives at the directory on `conn`.
+/// A client's handshake on `conn`, to its welcome: the transient node id it was given.
+fn client_handshake(dir: &mut DirectoryConns, membership: &mut Membership, conn: ConnId) -> NodeId {
+    let mut out = Vec::new();
+    dir.accepted(t(30), conn, [3; 32], &mut out);
+    let (connector, hello) = Connector::new(Who::Client, [4; 32], None);
+    dir_frame(dir, membership, conn, &hello, &mut out);
+    let challenge = sent(&out, conn).pop().unwrap();
+    let proof = connector.answer(&challenge).unwrap();
+    dir_frame(dir, membership, conn, &proof, &mut out);
+    match sent(&out, conn).last() {
+        Some(Link::Welcome { node, .. }) => *node,
+        other => panic!("{other:?} in {out:?}"),
+    }
+}
+
 fn dir_frame(
     dir: &mut DirectoryConns,
     membership: &mut Membership,
@@ -832,17 +847,7 @@ fn a_host_asks_where_another_listens_and_admissions_tell_nobody_else() {
     );
 
     // A client has no business with hosts' addresses: out of protocol.
-    let mut out = Vec::new();
-    dir.accepted(t(30), 3, [3; 32], &mut out);
-    let (connector, hello) = Connector::new(Who::Client, [4; 32], None);
-    dir_frame(&mut dir, &mut membership, 3, &hello, &mut out);
-    let challenge = sent(&out, 3).pop().unwrap();
-    let proof = connector.answer(&challenge).unwrap();
-    dir_frame(&mut dir, &mut membership, 3, &proof, &mut out);
-    assert!(
-        matches!(sent(&out, 3).last(), Some(Link::Welcome { .. })),
-        "{out:?}"
-    );
+    client_handshake(&mut dir, &mut membership, 3);
     let (heard, out) = ask(&mut dir, &mut membership, 3, NodeId(2));
     assert!(
         matches!(heard, DirHeard::Protocol { conn: 3, .. }),
@@ -850,4 +855,111 @@ fn a_host_asks_where_another_listens_and_admissions_tell_nobody_else() {
     );
     assert_eq!(out, vec![ConnAction::Close(3, Closing::Protocol)]);
     dir.check_invariants().unwrap();
+}
+
+/// What the drivers ask the machines about their connections, and the directory's self-check
+/// of who each connection speaks for (found by a mutation run over `conns.rs`: each answered
+/// wrong, or the check weakened, passed every other test).
+#[test]
+fn each_connection_is_known_for_whom_it_speaks() {
+    let (mut dir, mut membership) = (directory(None), Membership::default());
+    let mut link = host_link(None, 5);
+    assert_eq!(link.identity(), None);
+    let (heard, _) = handshake(&mut dir, &mut membership, &mut link, 1, t(0));
+    assert_welcomed(&heard, NodeId(1), 1);
+    assert_eq!(link.identity(), Some((NodeId(1), 1)));
+    assert_eq!(
+        dir.attached(1),
+        Some(&Attached {
+            node: NodeId(1),
+            incarnation: 1,
+            host: true
+        })
+    );
+    assert_eq!(dir.attached(9), None);
+    // Clients get transient node ids of their own.
+    let (c3, c4) = (
+        client_handshake(&mut dir, &mut membership, 3),
+        client_handshake(&mut dir, &mut membership, 4),
+    );
+    assert_ne!(c3, c4);
+    assert_eq!(dir.attached(3).map(|a| (a.node, a.host)), Some((c3, false)));
+    assert_eq!(dir.attached(4).map(|a| (a.node, a.host)), Some((c4, false)));
+    // Connections not yet admitted.
+    assert_eq!(dir.listener().pending_count(), 0);
+    let mut out = Vec::new();
+    dir.accepted(t(40), 6, [6; 32], &mut out);
+    dir.accepted(t(40), 7, [7; 32], &mut out);
+    assert_eq!(dir.listener().pending_count(), 2);
+    dir.check_invariants().unwrap();
+
+    // The welcomed host takes frames for itself from the directory, and no others.
+    let to = |node| {
+        Link::Frame(Envelope {
+            from: DIRECTORY,
+            to: Address::new(NodeId(node), 1, 5),
+            message: Message::ProxyCancel {
+                reply_to: DIRECTORY,
+            },
+        })
+    };
+    let mut back = Vec::new();
+    assert!(matches!(
+        link.frame(t(50), 1, &bytes(&to(1)), &mut back),
+        LinkHeard::Envelope(_)
+    ));
+    // (Out of protocol while up: the link is lost, and tried again.)
+    assert_eq!(
+        link.frame(t(50), 1, &bytes(&to(2)), &mut back),
+        LinkHeard::Lost
+    );
+
+    // The self-check finds a connection indexed under a node it does not speak for.
+    dir.attached.get_mut(&1).unwrap().node = NodeId(99);
+    assert!(dir.check_invariants().is_err());
+}
+
+/// A connection being made holds at most `PEER_BACKLOG_MAX` frames (its first included), and
+/// an admitted peer's connection is known by its node.
+#[test]
+fn a_peer_backlog_holds_its_bound_exactly() {
+    let peers = |me| {
+        let listener = Listener::new(None, Accepts::Peers, Duration::from_secs(5), 4, 4);
+        PeerLinks::new(NodeId(me), 1, None, listener)
+    };
+    let frame = Link::Frame(Envelope {
+        from: Address::new(NodeId(1), 1, 1),
+        to: Address::new(NodeId(2), 1, 5),
+        message: Message::ProxyCancel {
+            reply_to: Address::new(NodeId(1), 1, 1),
+        },
+    });
+    let (mut a, mut b) = (peers(1), peers(2));
+    let mut out = Vec::new();
+    a.connecting(t(0), NodeId(2), 7, frame.clone());
+    let mut held = 1;
+    while a.route(NodeId(2), frame.clone(), &mut out) == Ok(Routed::Queued) {
+        held += 1;
+        assert!(held <= PEER_BACKLOG_MAX + 1, "no bound");
+    }
+    assert_eq!(held, PEER_BACKLOG_MAX);
+    assert_eq!(a.route(NodeId(2), frame, &mut out), Ok(Routed::Dropped));
+    // b admits a's connection: it knows it as node 1.
+    b.accepted(t(0), 7, [4; 32], &mut out);
+    a.connected(7, [3; 32], &mut out);
+    assert_eq!(b.incoming_node(7), None, "not yet proved");
+    for _ in 0..3 {
+        for action in std::mem::take(&mut out) {
+            let ConnAction::Send(7, link) = action else {
+                continue;
+            };
+            if matches!(link, Link::Challenge { .. }) {
+                a.frame(7, &bytes(&link), &mut out);
+            } else {
+                b.frame(7, &bytes(&link), &mut out);
+            }
+        }
+    }
+    assert_eq!(b.incoming_node(7), Some(NodeId(1)));
+    assert_eq!(b.incoming_node(8), None);
 }
