@@ -963,3 +963,62 @@ fn a_peer_backlog_holds_its_bound_exactly() {
     assert_eq!(b.incoming_node(7), Some(NodeId(1)));
     assert_eq!(b.incoming_node(8), None);
 }
+
+/// A listener takes only the hellos of its kind (a peer's hello at the directory, a host's or
+/// a client's at a host's peer port, is refused as not a hello), and says which connections
+/// it admitted (found by a mutation run over `conns.rs`: `takes` answering yes to all, and
+/// both accessors answering wrong, passed every other test).
+#[test]
+fn a_listener_takes_only_the_hellos_of_its_kind() {
+    let peer = Who::Peer {
+        node: NodeId(3),
+        incarnation: 1,
+    };
+    let host = Who::Host {
+        listen: "h3:1".into(),
+        boot_nonce: 1,
+    };
+    let cases = [
+        (Accepts::HostsAndClients, host.clone(), true),
+        (Accepts::HostsAndClients, Who::Client, true),
+        (Accepts::HostsAndClients, peer.clone(), false),
+        (Accepts::Peers, peer, true),
+        (Accepts::Peers, host, false),
+        (Accepts::Peers, Who::Client, false),
+    ];
+    for (accepts, who, taken) in cases {
+        let mut listener = Listener::new(None, accepts, Duration::from_secs(5), 4, 4);
+        let mut out = Vec::new();
+        listener.accepted(t(0), 1, [1; 32], &mut out);
+        let (connector, hello) = Connector::new(who.clone(), [2; 32], None);
+        out.clear();
+        listener.frame(1, &bytes(&hello), &mut out);
+        let Some(challenge) = sent(&out, 1)
+            .into_iter()
+            .find(|l| matches!(l, Link::Challenge { .. }))
+        else {
+            assert!(!taken, "{accepts:?} refused {who:?}: {out:?}");
+            let refused = out.iter().any(|a| {
+                matches!(
+                    a,
+                    ConnAction::Refuse {
+                        conn: 1,
+                        why: Closing::NotAHello,
+                        ..
+                    }
+                )
+            });
+            assert!(refused, "{accepts:?} {who:?}: {out:?}");
+            assert!(!listener.is_admitted(1));
+            assert_eq!(listener.admitted_count(), 0);
+            continue;
+        };
+        assert!(taken, "{accepts:?} took {who:?}");
+        assert!(!listener.is_admitted(1), "not before its proof");
+        let proof = connector.answer(&challenge).unwrap();
+        listener.frame(1, &bytes(&proof), &mut out);
+        assert!(listener.is_admitted(1), "{accepts:?} {who:?}: {out:?}");
+        assert!(!listener.is_admitted(2));
+        assert_eq!(listener.admitted_count(), 1);
+    }
+}
