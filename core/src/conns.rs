@@ -9,14 +9,14 @@
 //! `dataplane-io` runs them over TCP; the simulator runs the same machines over simulated
 //! connections, so hellos, proofs, admission, the waiting room and reconnects are simulated.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::admission::{self, Accepted, Admission, HelloRefusal, Nonce};
 use crate::ids::{Address, AuthorityEpoch, NodeId};
 use crate::limits::FRAME_BYTES_MAX;
 use crate::link::{Acceptor, ClusterKey, Connector, Link, Who};
 use crate::log::LogRecord;
-use crate::membership::{Admitted, Membership};
+use crate::membership::{Admitted, Forgotten, Membership};
 use crate::time::{Duration, Instant};
 use crate::wire::{Envelope, decode_value};
 
@@ -363,6 +363,8 @@ pub enum DirHeard {
         listen: String,
         /// New, restarted or reconnected, with its identity.
         admitted: Admitted,
+        /// The member forgotten to make room for it, if the table was full.
+        forgot: Option<Forgotten>,
     },
     /// A host proved itself but membership refused it (the reason went out to it).
     HostRefused {
@@ -394,23 +396,73 @@ pub enum DirHeard {
 /// The directory node's connections: the listener, the node each admitted connection speaks
 /// for, membership's answer to every host hello (durable before the `Welcome`), the peer table
 /// it announces, and "a connection speaks only for its own node" on every frame.
+///
+/// It also decides which member a full membership may forget ([`Membership::admit_forgetting`]):
+/// only a host that is not connected, has been away for at least the node's
+/// [`DirectoryConns::forget_away_after`] (counted from when its connection closed, or from
+/// when these connections started for a host not seen since), and that the namespace does not
+/// name.
 #[derive(Clone, Debug)]
 pub struct DirectoryConns {
     listener: Listener,
     attached: BTreeMap<ConnId, Attached>,
     by_node: BTreeMap<NodeId, ConnId>,
     next_transient: u64,
+    /// When these connections started: "away since" for a member not seen since.
+    started: Instant,
+    /// When each host that was connected and is no longer lost its connection (at most one
+    /// row per member: a row goes when its host connects again or is forgotten).
+    away_since: BTreeMap<NodeId, Instant>,
+    /// How long a host must have been away before a full membership may forget it.
+    forget_after: Duration,
 }
 
+/// How long a host must have been away before a full membership may forget it, unless the
+/// node sets another ([`DirectoryConns::set_forget_away_after`]).
+pub const FORGET_AWAY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
+
 impl DirectoryConns {
-    /// Connections of a directory node whose clients get node ids from `first_transient` on.
-    pub fn new(listener: Listener, first_transient: u64) -> DirectoryConns {
+    /// Connections of a directory node whose clients get node ids from `first_transient` on,
+    /// started at `now`.
+    pub fn new(listener: Listener, first_transient: u64, now: Instant) -> DirectoryConns {
         DirectoryConns {
             listener,
             attached: BTreeMap::new(),
             by_node: BTreeMap::new(),
             next_transient: first_transient,
+            started: now,
+            away_since: BTreeMap::new(),
+            forget_after: FORGET_AWAY_AFTER,
         }
+    }
+
+    /// Sets how long a host must have been away before a full membership may forget it.
+    pub fn set_forget_away_after(&mut self, after: Duration) {
+        self.forget_after = after;
+    }
+
+    /// How long a host must have been away before a full membership may forget it.
+    pub fn forget_away_after(&self) -> Duration {
+        self.forget_after
+    }
+
+    /// Whether a full membership may forget `node` at `now`, given the nodes the namespace
+    /// names (asked for at most once per hello, and only when the membership is full).
+    fn may_forget(
+        &self,
+        node: NodeId,
+        now: Instant,
+        named: &mut Option<BTreeSet<NodeId>>,
+        namespace: &mut dyn FnMut() -> BTreeSet<NodeId>,
+    ) -> bool {
+        if self.by_node.contains_key(&node) {
+            return false;
+        }
+        let since = self.away_since.get(&node).copied().unwrap_or(self.started);
+        if now.saturating_since(since) < self.forget_after {
+            return false;
+        }
+        !named.get_or_insert_with(namespace).contains(&node)
     }
 
     /// A connection was accepted (see [`Listener::accepted`]).
@@ -424,13 +476,17 @@ impl DirectoryConns {
         self.listener.accepted(now, conn, nonce, out);
     }
 
-    /// A frame arrived on `conn`. `membership` answers host hellos; `directory` and `epoch`
-    /// go into the welcome.
+    /// A frame arrived on `conn` at `now`. `membership` answers host hellos (making room when
+    /// it is full: `namespace` gives the nodes the namespace names, see
+    /// [`DirectoryConns::forget_away_after`]); `directory` and `epoch` go into the welcome.
+    #[allow(clippy::too_many_arguments)]
     pub fn frame(
         &mut self,
+        now: Instant,
         conn: ConnId,
         payload: &[u8],
         membership: &mut Membership,
+        namespace: &mut dyn FnMut() -> BTreeSet<NodeId>,
         directory: Address,
         epoch: AuthorityEpoch,
         out: &mut Vec<ConnAction>,
@@ -438,10 +494,17 @@ impl DirectoryConns {
         match self.listener.frame(conn, payload, out) {
             Heard::Nothing => DirHeard::Nothing,
             Heard::Admitted(Who::Host { listen, boot_nonce }) => {
-                match membership.admit(&listen, boot_nonce) {
-                    Ok((admitted, record)) => {
-                        if let Some(record) = record {
-                            out.push(ConnAction::Persist(vec![record]));
+                let mut named = None;
+                let admitted = membership.admit_forgetting(&listen, boot_nonce, |node| {
+                    self.may_forget(node, now, &mut named, namespace)
+                });
+                match admitted {
+                    Ok((admitted, records, forgot)) => {
+                        if !records.is_empty() {
+                            out.push(ConnAction::Persist(records));
+                        }
+                        if let Some(f) = &forgot {
+                            self.away_since.remove(&f.member.node);
                         }
                         self.listener.close_handshakes_of(&listen, conn, out);
                         let m = admitted.member();
@@ -450,6 +513,7 @@ impl DirectoryConns {
                             conn,
                             listen,
                             admitted,
+                            forgot,
                         }
                     }
                     Err(e) => {
@@ -498,7 +562,7 @@ impl DirectoryConns {
                         DirHeard::Nothing
                     }
                     _ => {
-                        self.close(conn, Closing::Protocol, out);
+                        self.close(now, conn, Closing::Protocol, out);
                         DirHeard::Protocol { conn, node }
                     }
                 }
@@ -517,6 +581,9 @@ impl DirectoryConns {
         epoch: AuthorityEpoch,
         out: &mut Vec<ConnAction>,
     ) {
+        if host {
+            self.away_since.remove(&node);
+        }
         if let Some(old) = self.by_node.insert(node, conn)
             && old != conn
         {
@@ -543,29 +610,40 @@ impl DirectoryConns {
         ));
     }
 
-    /// Closes `conn`; returns the node that became unreachable with it, if any.
+    /// Closes `conn` at `now`; returns the node that became unreachable with it, if any.
     pub fn close(
         &mut self,
+        now: Instant,
         conn: ConnId,
         why: Closing,
         out: &mut Vec<ConnAction>,
     ) -> Option<NodeId> {
         self.listener.close(conn, why, out);
-        self.detach(conn)
+        self.detach(now, conn)
     }
 
-    /// The connection is gone; returns the node that became unreachable with it, if any.
-    pub fn closed(&mut self, conn: ConnId) -> Option<NodeId> {
+    /// The connection is gone (noticed at `now`); returns the node that became unreachable
+    /// with it, if any.
+    pub fn closed(&mut self, now: Instant, conn: ConnId) -> Option<NodeId> {
         self.listener.closed(conn);
-        self.detach(conn)
+        self.detach(now, conn)
     }
 
-    fn detach(&mut self, conn: ConnId) -> Option<NodeId> {
+    fn detach(&mut self, now: Instant, conn: ConnId) -> Option<NodeId> {
         let a = self.attached.remove(&conn)?;
         (self.by_node.get(&a.node) == Some(&conn)).then(|| {
             self.by_node.remove(&a.node);
+            if a.host {
+                self.away_since.insert(a.node, now);
+            }
             a.node
         })
+    }
+
+    /// When `node`'s host lost its connection, if it was connected since these connections
+    /// started and is not now.
+    pub fn away_since(&self, node: NodeId) -> Option<Instant> {
+        self.away_since.get(&node).copied()
     }
 
     /// Closes every connection not admitted within the deadline.
@@ -613,6 +691,13 @@ impl DirectoryConns {
         }
         if self.attached.len() != self.by_node.len() {
             return Err("an admitted connection is nobody's".to_owned());
+        }
+        if let Some(node) = self
+            .away_since
+            .keys()
+            .find(|n| self.by_node.contains_key(n))
+        {
+            return Err(format!("node {node} is connected and counted as away"));
         }
         Ok(())
     }

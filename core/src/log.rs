@@ -653,6 +653,21 @@ pub enum MemberRecord {
         /// The boot nonce of the process that has this incarnation.
         boot_nonce: u64,
     },
+    /// The host listening on `listen`, node `node`, is no longer a member: forgotten to make
+    /// room for a new host (see `dataplane_core::membership`). Its node id is never handed out
+    /// again.
+    Forgot {
+        /// Where it listened.
+        listen: String,
+        /// Its node id.
+        node: NodeId,
+    },
+    /// Node ids below `next` have been handed out (a compaction's restatement, so that the
+    /// ids of forgotten hosts are not handed out again after it).
+    NodesIssued {
+        /// The next node id to hand out.
+        next: NodeId,
+    },
 }
 
 /// Appends `record` framed (length, CRC-32C, postcard body) to `buf`; returns the frame size.

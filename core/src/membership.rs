@@ -10,6 +10,15 @@
 //! ids are never handed out twice and an incarnation never goes back. The directory's boot
 //! count rises the same way before the directory's address (which carries it) is used.
 //!
+//! The table has a limit ([`MEMBERS_MAX`], or a smaller capacity a node sets) and an owner who
+//! frees it: when it is full, a new host's hello makes room by *forgetting* one member the
+//! caller says may go ([`Membership::admit_forgetting`]: the directory node forgets only a host
+//! that has been away for long and that nothing in the namespace names). The `Forgot` record
+//! goes with the new host's record, durable before the welcome; the forgotten id is never handed
+//! out again (a compaction restates the next id with `NodesIssued`), and the forgotten host, if
+//! it ever comes back, is welcomed under a new id (its old process stops on that welcome; a new
+//! one is a new member).
+//!
 //! The directory machine ignores these records; [`Membership::recover`] reads them back, and
 //! [`Membership::snapshot_records`] restates the table for a compaction.
 
@@ -30,6 +39,15 @@ pub struct Member {
     pub incarnation: u64,
     /// The boot nonce of the process that has this incarnation.
     pub boot_nonce: u64,
+}
+
+/// A member forgotten to make room for a new host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Forgotten {
+    /// Where it listened.
+    pub listen: String,
+    /// Its identity when it was forgotten.
+    pub member: Member,
 }
 
 /// What a host hello changed.
@@ -55,7 +73,7 @@ impl Admitted {
 /// Why a host hello was refused (nothing changed).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MembershipError {
-    /// [`MEMBERS_MAX`] hosts are known already.
+    /// The table is at its capacity (at most [`MEMBERS_MAX`]) and no member may be forgotten.
     Full,
     /// The listen address is longer than [`LISTEN_BYTES_MAX`].
     ListenTooLong,
@@ -66,7 +84,11 @@ pub enum MembershipError {
 impl fmt::Display for MembershipError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            MembershipError::Full => write!(f, "the directory knows {MEMBERS_MAX} hosts already"),
+            MembershipError::Full => write!(
+                f,
+                "{FULL_REFUSAL}, and no member may be forgotten to make room (each is connected, \
+                 not away for long enough, or has something in the namespace on it)"
+            ),
             MembershipError::ListenTooLong => {
                 write!(f, "a listen address longer than {LISTEN_BYTES_MAX} bytes")
             }
@@ -77,8 +99,18 @@ impl fmt::Display for MembershipError {
 
 impl std::error::Error for MembershipError {}
 
+/// How the reason of a [`MembershipError::Full`] refusal begins, as a host reads it: a full
+/// membership is a passing state (a member may be forgotten later), so the host tries again
+/// rather than stop.
+pub const FULL_REFUSAL: &str = "the directory's membership is full";
+
+/// Whether a hello's refusal `reason` is a full membership's ([`FULL_REFUSAL`]).
+pub fn is_full_refusal(reason: &str) -> bool {
+    reason.starts_with(FULL_REFUSAL)
+}
+
 /// The membership table. See the module documentation.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Membership {
     boots: u64,
     /// The next node id to hand out (ids start at 1; 0 is the directory's node).
@@ -86,6 +118,21 @@ pub struct Membership {
     hosts: BTreeMap<String, Member>,
     /// Which listen address each node id belongs to.
     by_node: BTreeMap<NodeId, String>,
+    /// Most members before a new host needs room (at most [`MEMBERS_MAX`]; a node's setting,
+    /// not recorded).
+    capacity: usize,
+}
+
+impl Default for Membership {
+    fn default() -> Membership {
+        Membership {
+            boots: 0,
+            next_node: 0,
+            hosts: BTreeMap::new(),
+            by_node: BTreeMap::new(),
+            capacity: MEMBERS_MAX,
+        }
+    }
 }
 
 impl Membership {
@@ -152,8 +199,42 @@ impl Membership {
                 self.by_node.insert(*node, listen.clone());
                 self.next_node = self.next_node.max(node.0 + 1);
             }
+            MemberRecord::Forgot { listen, node } => {
+                match self.hosts.get(listen) {
+                    Some(known) if known.node == *node => {}
+                    _ => {
+                        return Err(format!(
+                            "host {listen} recorded as forgotten as {node}, which it was not"
+                        ));
+                    }
+                }
+                self.hosts.remove(listen);
+                self.by_node.remove(node);
+                self.next_node = self.next_node.max(node.0 + 1);
+            }
+            MemberRecord::NodesIssued { next } => {
+                if next.0 == 0 || next.0 < self.next_node {
+                    return Err(format!(
+                        "node ids below {next} recorded as issued after ids below {}",
+                        self.next_node
+                    ));
+                }
+                self.next_node = next.0;
+            }
         }
         Ok(())
+    }
+
+    /// Sets the most members before a new host needs room (clamped to 1..=[`MEMBERS_MAX`]).
+    /// A table recovered with more members keeps them (each new host then makes room for
+    /// itself: the table does not grow).
+    pub fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity.clamp(1, MEMBERS_MAX);
+    }
+
+    /// The most members before a new host needs room.
+    pub fn capacity(&self) -> usize {
+        self.capacity
     }
 
     /// The directory boots: the boot count rises. The record must be durable before the
@@ -182,17 +263,35 @@ impl Membership {
 
     /// A host listening on `listen`, started with `boot_nonce`, said hello. A change comes back
     /// with the record that must be durable before the host hears it; a refusal changes
-    /// nothing.
+    /// nothing. A full table refuses a new host ([`Membership::admit_forgetting`] makes room).
     pub fn admit(
         &mut self,
         listen: &str,
         boot_nonce: u64,
     ) -> Result<(Admitted, Option<LogRecord>), MembershipError> {
+        let (admitted, mut records, _) = self.admit_forgetting(listen, boot_nonce, |_| false)?;
+        Ok((admitted, records.pop()))
+    }
+
+    /// [`Membership::admit`], but a new host that finds the table full makes room: the member
+    /// with the lowest node id (the longest known) for which `may_forget` says yes is forgotten.
+    /// `may_forget` is asked only then, once per member at most, in node id order. The records
+    /// (the `Forgot`, if any, then the new host's) must be durable together before the host
+    /// hears its welcome.
+    pub fn admit_forgetting(
+        &mut self,
+        listen: &str,
+        boot_nonce: u64,
+        mut may_forget: impl FnMut(NodeId) -> bool,
+    ) -> Result<(Admitted, Vec<LogRecord>, Option<Forgotten>), MembershipError> {
         if listen.len() > LISTEN_BYTES_MAX {
             return Err(MembershipError::ListenTooLong);
         }
+        let mut forgotten = None;
         let admitted = match self.hosts.get(listen) {
-            Some(m) if m.boot_nonce == boot_nonce => return Ok((Admitted::Reconnected(*m), None)),
+            Some(m) if m.boot_nonce == boot_nonce => {
+                return Ok((Admitted::Reconnected(*m), Vec::new(), None));
+            }
             Some(m) => Admitted::Restarted(Member {
                 node: m.node,
                 incarnation: m
@@ -201,11 +300,21 @@ impl Membership {
                     .ok_or(MembershipError::Exhausted)?,
                 boot_nonce,
             }),
-            None if self.hosts.len() >= MEMBERS_MAX => return Err(MembershipError::Full),
             None => {
                 let node = self.next_node.max(1);
                 if node == u64::MAX {
                     return Err(MembershipError::Exhausted);
+                }
+                if self.hosts.len() >= self.capacity {
+                    let victim = self
+                        .by_node
+                        .keys()
+                        .copied()
+                        .find(|n| may_forget(*n))
+                        .ok_or(MembershipError::Full)?;
+                    let listen = self.by_node.remove(&victim).unwrap_or_default();
+                    let member = self.hosts.remove(&listen).ok_or(MembershipError::Full)?;
+                    forgotten = Some(Forgotten { listen, member });
                 }
                 self.next_node = node + 1;
                 Admitted::New(Member {
@@ -218,7 +327,15 @@ impl Membership {
         let m = admitted.member();
         self.hosts.insert(listen.to_owned(), m);
         self.by_node.insert(m.node, listen.to_owned());
-        Ok((admitted, Some(Self::host_record(listen, &m))))
+        let mut records = Vec::with_capacity(2);
+        if let Some(f) = &forgotten {
+            records.push(LogRecord::Member(MemberRecord::Forgot {
+                listen: f.listen.clone(),
+                node: f.member.node,
+            }));
+        }
+        records.push(Self::host_record(listen, &m));
+        Ok((admitted, records, forgotten))
     }
 
     fn host_record(listen: &str, m: &Member) -> LogRecord {
@@ -246,13 +363,20 @@ impl Membership {
         self.by_node.get(&node).map(String::as_str)
     }
 
-    /// The records that restate the table (for a compaction).
+    /// The records that restate the table (for a compaction): with the next node id when the
+    /// members do not imply it (the highest ids were forgotten).
     pub fn snapshot_records(&self) -> Vec<LogRecord> {
-        let mut records = Vec::with_capacity(1 + self.hosts.len());
+        let mut records = Vec::with_capacity(2 + self.hosts.len());
         records.push(LogRecord::Member(MemberRecord::Booted {
             boots: self.boots,
         }));
         records.extend(self.hosts.iter().map(|(l, m)| Self::host_record(l, m)));
+        let implied = self.by_node.keys().next_back().map_or(1, |n| n.0 + 1);
+        if self.next_node > implied {
+            records.push(LogRecord::Member(MemberRecord::NodesIssued {
+                next: NodeId(self.next_node),
+            }));
+        }
         records
     }
 }
@@ -363,6 +487,131 @@ mod tests {
     }
 
     #[test]
+    fn a_full_table_forgets_the_longest_known_member_it_may_and_never_hands_its_id_out_again() {
+        let mut log = Vec::new();
+        let mut m = Membership::recover(&log).unwrap();
+        m.set_capacity(2);
+        log.push(m.boot());
+        for listen in ["a:1", "b:1"] {
+            let (_, records, forgot) = m.admit_forgetting(listen, 1, |_| panic!("room")).unwrap();
+            assert_eq!(forgot, None);
+            log.extend(records);
+        }
+        // Full: a known host still gets in without anyone asked about.
+        let (again, records, _) = m.admit_forgetting("a:1", 2, |_| panic!("known")).unwrap();
+        assert!(matches!(again, Admitted::Restarted(_)));
+        log.extend(records);
+        // A new one: nobody may go, so it is refused and nothing changes.
+        let before = m.clone();
+        let mut asked = Vec::new();
+        let refused = m.admit_forgetting("c:1", 1, |n| {
+            asked.push(n);
+            false
+        });
+        assert_eq!(refused, Err(MembershipError::Full));
+        assert_eq!(
+            asked,
+            vec![NodeId(1), NodeId(2)],
+            "each member once, in id order"
+        );
+        assert_eq!(m, before);
+        // Node 2 may go: it is forgotten, and the new host is node 3.
+        let (c, records, forgot) = m.admit_forgetting("c:1", 1, |n| n == NodeId(2)).unwrap();
+        assert_eq!(c.member().node, NodeId(3));
+        assert_eq!(
+            forgot,
+            Some(Forgotten {
+                listen: "b:1".to_owned(),
+                member: Member {
+                    node: NodeId(2),
+                    incarnation: 1,
+                    boot_nonce: 1
+                }
+            })
+        );
+        assert_eq!(
+            records,
+            vec![
+                LogRecord::Member(MemberRecord::Forgot {
+                    listen: "b:1".to_owned(),
+                    node: NodeId(2)
+                }),
+                Membership::host_record("c:1", &c.member()),
+            ]
+        );
+        log.extend(records);
+        assert_eq!(m.listen_of(NodeId(2)), None);
+        assert_eq!(m.len(), 2);
+        // The forgotten host comes back: a new member, under a new id (making room again).
+        let (b, records, forgot) = m.admit_forgetting("b:1", 1, |n| n == NodeId(1)).unwrap();
+        assert_eq!(
+            b,
+            Admitted::New(Member {
+                node: NodeId(4),
+                incarnation: 1,
+                boot_nonce: 1
+            })
+        );
+        assert_eq!(forgot.map(|f| f.member.node), Some(NodeId(1)));
+        log.extend(records);
+        // Recovery reads the same table, capacity aside (a node's setting).
+        let mut r = Membership::recover(&log).unwrap();
+        assert_eq!(r.capacity(), MEMBERS_MAX);
+        r.set_capacity(2);
+        assert_eq!(r, m);
+        // A crash between the two records of a room-making hello (a torn batch): the forgotten
+        // id stays handed out, through recovery and a compaction's restatement.
+        let mut torn = log.clone();
+        torn.push(LogRecord::Member(MemberRecord::Forgot {
+            listen: "b:1".to_owned(),
+            node: NodeId(4),
+        }));
+        let r = Membership::recover(&torn).unwrap();
+        let snapshot = r.snapshot_records();
+        assert_eq!(
+            snapshot.last(),
+            Some(&LogRecord::Member(MemberRecord::NodesIssued {
+                next: NodeId(5)
+            }))
+        );
+        let mut compacted = Membership::recover(&snapshot).unwrap();
+        assert_eq!(compacted, r);
+        let (d, _) = compacted.admit("d:1", 1).unwrap();
+        assert_eq!(d.member().node, NodeId(5));
+        // Without forgotten ids past the members, the restatement is what it always was.
+        assert!(
+            !m.snapshot_records()
+                .iter()
+                .any(|r| matches!(r, LogRecord::Member(MemberRecord::NodesIssued { .. })))
+        );
+    }
+
+    #[test]
+    fn a_table_recovered_above_its_capacity_does_not_grow() {
+        let mut m = Membership::recover(&[]).unwrap();
+        for listen in ["a:1", "b:1", "c:1"] {
+            m.admit(listen, 1).unwrap();
+        }
+        m.set_capacity(1);
+        assert_eq!(m.admit("d:1", 1), Err(MembershipError::Full));
+        let (_, _, forgot) = m.admit_forgetting("d:1", 1, |_| true).unwrap();
+        assert_eq!(forgot.map(|f| f.member.node), Some(NodeId(1)));
+        assert_eq!(m.len(), 3);
+        m.set_capacity(0);
+        assert_eq!(m.capacity(), 1);
+        m.set_capacity(usize::MAX);
+        assert_eq!(m.capacity(), MEMBERS_MAX);
+    }
+
+    #[test]
+    fn only_a_full_membership_reads_as_a_full_refusal() {
+        assert!(is_full_refusal(&MembershipError::Full.to_string()));
+        for other in [MembershipError::ListenTooLong, MembershipError::Exhausted] {
+            assert!(!is_full_refusal(&other.to_string()));
+        }
+    }
+
+    #[test]
     fn empty_only_before_the_first_boot_or_host() {
         let fresh = Membership::recover(&[]).unwrap();
         assert!(fresh.is_empty());
@@ -391,6 +640,20 @@ mod tests {
         let booted = |boots| LogRecord::Member(MemberRecord::Booted { boots });
         assert!(Membership::recover(&[booted(3), booted(2)]).is_err());
         assert!(Membership::recover(&[booted(2), host("a", 5, 1), booted(3)]).is_ok());
+        let forgot = |listen: &str, node| {
+            LogRecord::Member(MemberRecord::Forgot {
+                listen: listen.to_owned(),
+                node: NodeId(node),
+            })
+        };
+        assert!(Membership::recover(&[forgot("a", 1)]).is_err());
+        assert!(Membership::recover(&[host("a", 1, 1), forgot("a", 2)]).is_err());
+        assert!(Membership::recover(&[host("a", 1, 1), forgot("b", 1)]).is_err());
+        assert!(Membership::recover(&[host("a", 1, 1), forgot("a", 1)]).is_ok());
+        let issued = |next| LogRecord::Member(MemberRecord::NodesIssued { next: NodeId(next) });
+        assert!(Membership::recover(&[host("a", 5, 1), issued(5)]).is_err());
+        assert!(Membership::recover(&[issued(0)]).is_err());
+        assert!(Membership::recover(&[host("a", 5, 1), issued(6), issued(9)]).is_ok());
     }
 
     #[test]

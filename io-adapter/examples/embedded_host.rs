@@ -51,6 +51,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cluster_key: None,
         repair_log: false,
         metrics_listen: None,
+        members_max: dataplane_core::limits::MEMBERS_MAX,
+        forget_hosts_away_for: dataplane_core::conns::FORGET_AWAY_AFTER,
     };
     let host = HostOptions {
         directories: vec![directory.listen.clone()],

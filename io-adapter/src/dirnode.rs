@@ -98,6 +98,12 @@ pub struct DirectoryOptions {
     pub repair_log: bool,
     /// Serve [`DirectoryMetrics`] at `http://ADDR/metrics` (`host:port`).
     pub metrics_listen: Option<String>,
+    /// Most hosts the membership keeps (1 to [`MEMBERS_MAX`](dataplane_core::limits::MEMBERS_MAX)); past it a new host makes room
+    /// by the forgetting of one that has been away for `forget_hosts_away_for` and that the
+    /// namespace does not name, or is refused (`dataplane_core::membership`).
+    pub members_max: usize,
+    /// How long a host must have been away before a full membership may forget it.
+    pub forget_hosts_away_for: Duration,
 }
 
 /// Why a directory node stopped.
@@ -365,8 +371,12 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         retry_ms = options.retry_period.as_millis(),
         cluster_key = options.cluster_key.is_some(),
         repair_log = options.repair_log,
+        members = membership.len(),
+        members_max = options.members_max,
+        forget_hosts_away_for_s = options.forget_hosts_away_for.as_secs_f64(),
         "directory started"
     );
+    membership.set_capacity(options.members_max);
     let log_synced = log.synced();
     let mut node = DirectoryNode {
         clock,
@@ -384,6 +394,7 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
                 ADMITTED_CONNECTIONS_MAX,
             ),
             TRANSIENT_NODE_BASE,
+            clock.now(),
         ),
         actions: Vec::new(),
         timer: None,
@@ -395,6 +406,8 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         gauges: GaugeClock::default(),
         awaiting_sync: Vec::new(),
     };
+    node.conns
+        .set_forget_away_after(options.forget_hosts_away_for);
     let effects = outbox.take();
     let started = node.execute(effects).and_then(|()| {
         // The recovery's records (the new epoch first) are durable before anyone is welcomed
@@ -690,7 +703,7 @@ impl DirectoryNode {
             }
             NetEvent::Closed(conn, reason) => {
                 self.log_closed(conn, &reason);
-                if let Some(node) = self.conns.closed(conn) {
+                if let Some(node) = self.conns.closed(self.clock.now(), conn) {
                     self.routes.disconnected(node);
                 }
             }
@@ -702,10 +715,13 @@ impl DirectoryNode {
 
     fn frame(&mut self, conn: ConnId, payload: &[u8]) -> Result<(), NodeError> {
         let epoch = self.machine.epoch();
+        let machine = &self.machine;
         let heard = self.conns.frame(
+            self.clock.now(),
             conn,
             payload,
             &mut self.membership,
+            &mut || machine.durable().named_nodes(),
             self.address,
             epoch,
             &mut self.actions,
@@ -717,7 +733,21 @@ impl DirectoryNode {
                 conn,
                 listen,
                 admitted,
+                forgot,
             } => {
+                if let Some(f) = forgot {
+                    warn!(
+                        node = %f.member.node,
+                        listen = %f.listen,
+                        members = self.membership.len(),
+                        "host forgotten to make room for a new one: the membership is full, and \
+                         this one has been away for longer than --forget-hosts-away-for with \
+                         nothing in the namespace on it; if it comes back, it is a new member"
+                    );
+                    if let Some(metrics) = &self.metrics {
+                        metrics.members_forgotten.inc();
+                    }
+                }
                 let m = admitted.member();
                 info!(
                     conn,

@@ -97,8 +97,10 @@ use crate::net::{
 use crate::resolve::{Addresses, Resolver, Started, literal, system_lookup};
 use dataplane_core::conns::{
     Accepts, Closing, ConnAction, DIRECTORY_CANDIDATES_MAX, DirectoryLink, HANDSHAKE_DEADLINE,
-    LinkHeard, Listener, Parked, PeerBook, PeerHeard, PeerLinks, RECONNECT_FIRST, Routed,
+    LinkHeard, Listener, Parked, PeerBook, PeerHeard, PeerLinks, RECONNECT_FIRST, RECONNECT_MAX,
+    Routed,
 };
+use dataplane_core::membership::is_full_refusal;
 
 /// The node agent's actor number (gone reports).
 pub const AGENT_ACTOR: u64 = 0;
@@ -731,6 +733,12 @@ fn first_welcome(options: &HostOptions, who: &Who) -> Result<FirstWelcome, HostE
             Ok((welcome, reader)) => {
                 let (_, received) = reader.into_parts();
                 return Ok((candidate, stream, welcome, received));
+            }
+            Err(HandshakeError::Refused(reason)) if is_full_refusal(&reason) => {
+                // Passing: a member long away may be forgotten to make room. Asked again at
+                // the slowest reconnect pace, not the first round's.
+                waiting(&reason);
+                std::thread::sleep(StdDuration::from_nanos(RECONNECT_MAX.as_nanos()));
             }
             Err(HandshakeError::Refused(reason)) => {
                 error!(directory = %address, %reason, "the directory refused this host");
@@ -1583,6 +1591,14 @@ impl HostNode {
             },
             LinkHeard::Envelope(envelope) => {
                 self.deliver_remote(envelope.from, envelope.to, envelope.message);
+            }
+            LinkHeard::Refused(reason) if is_full_refusal(&reason) => {
+                // Passing (a member long away may be forgotten to make room): the link tries
+                // again after its back-off.
+                warn!(%directory, %reason, "the directory has no room for this host yet");
+                if was_up {
+                    self.lost_directory();
+                }
             }
             LinkHeard::Refused(reason) => {
                 // The directory does not take our key or version, or cannot prove the key:

@@ -259,6 +259,9 @@ struct ReplicaNode {
     clock: Clock,
     id: ReplicaId,
     key: Option<ClusterKey>,
+    /// `--members-max` and `--forget-hosts-away-for`, for the membership while serving.
+    members_max: usize,
+    forget_hosts_away_for: Duration,
     machine: ReplicatedDirectory<ActorSources>,
     log: ReplicaLog,
     net: Reactor,
@@ -449,6 +452,8 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
         clock,
         id: options.id,
         key: options.directory.cluster_key,
+        members_max: options.directory.members_max,
+        forget_hosts_away_for: options.directory.forget_hosts_away_for,
         machine,
         log,
         net,
@@ -676,21 +681,28 @@ impl ReplicaNode {
             hosts = self.machine.members().hosts().count(),
             "serving: this replica leads"
         );
+        let mut membership = self.machine.members().clone();
+        membership.set_capacity(self.members_max);
+        // Who has been away since when is not replicated: a new leader counts every host not
+        // connected as away since it started serving.
+        let mut conns = DirectoryConns::new(
+            Listener::new(
+                self.key,
+                Accepts::HostsAndClients,
+                ADMISSION_DEADLINE,
+                PENDING_CONNECTIONS_MAX,
+                ADMITTED_CONNECTIONS_MAX,
+            ),
+            TRANSIENT_NODE_BASE,
+            self.clock.now(),
+        );
+        conns.set_forget_away_after(self.forget_hosts_away_for);
         self.serving = Some(Serving {
             term,
             address,
             epoch,
-            membership: self.machine.members().clone(),
-            conns: DirectoryConns::new(
-                Listener::new(
-                    self.key,
-                    Accepts::HostsAndClients,
-                    ADMISSION_DEADLINE,
-                    PENDING_CONNECTIONS_MAX,
-                    ADMITTED_CONNECTIONS_MAX,
-                ),
-                TRANSIENT_NODE_BASE,
-            ),
+            membership,
+            conns,
             routes: Routes::new(),
             timer: None,
             held: VecDeque::new(),
@@ -887,10 +899,13 @@ impl ReplicaNode {
             self.net.close(conn);
             return Ok(());
         };
+        let machine = &self.machine;
         let heard = serving.conns.frame(
+            self.clock.now(),
             conn,
             payload,
             &mut serving.membership,
+            &mut || machine.committed().named_nodes(),
             serving.address,
             serving.epoch,
             &mut self.actions,
@@ -898,8 +913,24 @@ impl ReplicaNode {
         match heard {
             DirHeard::Nothing | DirHeard::HostRefused { .. } => {}
             DirHeard::Host {
-                listen, admitted, ..
+                listen,
+                admitted,
+                forgot,
+                ..
             } => {
+                if let Some(f) = forgot {
+                    warn!(
+                        node = %f.member.node,
+                        listen = %f.listen,
+                        members = serving.membership.len(),
+                        "host forgotten to make room for a new one: the membership is full, and \
+                         this one has been away for longer than --forget-hosts-away-for with \
+                         nothing in the namespace on it; if it comes back, it is a new member"
+                    );
+                    if let Some(metrics) = &self.metrics {
+                        metrics.directory.members_forgotten.inc();
+                    }
+                }
                 let m = admitted.member();
                 info!(
                     conn,
@@ -950,7 +981,7 @@ impl ReplicaNode {
         }
         self.host_conns.remove(&conn);
         if let Some(serving) = &mut self.serving
-            && let Some(node) = serving.conns.closed(conn)
+            && let Some(node) = serving.conns.closed(self.clock.now(), conn)
         {
             serving.routes.disconnected(node);
         }

@@ -12,13 +12,18 @@ fn t(ms: u64) -> Instant {
     Instant::from_nanos(ms * 1_000_000)
 }
 
+/// A namespace that names no node.
+fn nobody() -> BTreeSet<NodeId> {
+    BTreeSet::new()
+}
+
 fn bytes(link: &Link) -> Vec<u8> {
     postcard::to_allocvec(link).unwrap()
 }
 
 fn directory(key: Option<ClusterKey>) -> DirectoryConns {
     let listener = Listener::new(key, Accepts::HostsAndClients, Duration::from_secs(5), 2, 16);
-    DirectoryConns::new(listener, 1 << 40)
+    DirectoryConns::new(listener, 1 << 40, t(0))
 }
 
 fn host_link(key: Option<ClusterKey>, boot_nonce: u64) -> DirectoryLink {
@@ -48,6 +53,18 @@ fn handshake(
     conn: ConnId,
     now: Instant,
 ) -> (LinkHeard, Vec<ConnAction>) {
+    handshake_naming(dir, membership, link, conn, now, &mut nobody)
+}
+
+/// [`handshake`] with a directory whose namespace names the nodes `namespace` gives.
+fn handshake_naming(
+    dir: &mut DirectoryConns,
+    membership: &mut Membership,
+    link: &mut DirectoryLink,
+    conn: ConnId,
+    now: Instant,
+    namespace: &mut dyn FnMut() -> BTreeSet<NodeId>,
+) -> (LinkHeard, Vec<ConnAction>) {
     let (mut to_dir, mut dir_out) = (Vec::new(), Vec::new());
     assert!(link.due(now));
     link.connecting(now, conn);
@@ -63,9 +80,11 @@ fn handshake(
         let mark = dir_out.len();
         for f in frames {
             dir.frame(
+                now,
                 conn,
                 &bytes(&f),
                 membership,
+                namespace,
                 DIRECTORY,
                 AuthorityEpoch(1),
                 &mut dir_out,
@@ -120,7 +139,7 @@ fn a_host_is_welcomed_after_its_identity_is_durable_and_keeps_it_across_reconnec
 
     // The connection breaks: the link backs off from the start, then reconnects as the same
     // node and incarnation, and nothing is persisted.
-    assert_eq!(dir.closed(1), Some(NodeId(1)));
+    assert_eq!(dir.closed(t(10), 1), Some(NodeId(1)));
     assert_eq!(link.closed(t(10), 1), LinkHeard::Lost);
     assert!(!link.due(t(10)));
     assert_eq!(
@@ -187,17 +206,21 @@ fn a_wrong_key_is_never_admitted_and_the_host_hears_why() {
     let (_, hello) = Connector::new(who, [5; 32], None);
     dir.accepted(t(0), 3, [6; 32], &mut out);
     dir.frame(
+        t(0),
         3,
         &bytes(&hello),
         &mut membership,
+        &mut nobody,
         DIRECTORY,
         AuthorityEpoch(1),
         &mut out,
     );
     let heard = dir.frame(
+        t(0),
         3,
         &bytes(&Link::Proof { proof: None }),
         &mut membership,
+        &mut nobody,
         DIRECTORY,
         AuthorityEpoch(1),
         &mut out,
@@ -254,9 +277,11 @@ fn a_connection_that_speaks_for_another_node_is_closed_and_its_node_unroutable()
         },
     };
     let heard = dir.frame(
+        t(0),
         1,
         &bytes(&Link::Frame(own.clone())),
         &mut membership,
+        &mut nobody,
         DIRECTORY,
         AuthorityEpoch(1),
         &mut out,
@@ -270,9 +295,11 @@ fn a_connection_that_speaks_for_another_node_is_closed_and_its_node_unroutable()
         },
     };
     let heard = dir.frame(
+        t(0),
         1,
         &bytes(&Link::Frame(foreign)),
         &mut membership,
+        &mut nobody,
         DIRECTORY,
         AuthorityEpoch(1),
         &mut out,
@@ -698,7 +725,7 @@ fn a_dead_boots_late_proof_does_not_restart_the_node_again() {
 
     // The connection breaks; the process tries again and is challenged, answers, and dies
     // with its proof still on the way.
-    assert_eq!(dir.closed(1), Some(NodeId(1)));
+    assert_eq!(dir.closed(t(10), 1), Some(NodeId(1)));
     old.closed(t(10), 1);
     let at = old.next_deadline().unwrap();
     let (mut to_dir, mut dir_out) = (Vec::new(), Vec::new());
@@ -707,9 +734,11 @@ fn a_dead_boots_late_proof_does_not_restart_the_node_again() {
     old.connected(2, [9; 32], &mut to_dir);
     for f in sent(&to_dir, 2) {
         let heard = dir.frame(
+            t(0),
             2,
             &bytes(&f),
             &mut membership,
+            &mut nobody,
             DIRECTORY,
             AuthorityEpoch(1),
             &mut dir_out,
@@ -737,9 +766,11 @@ fn a_dead_boots_late_proof_does_not_restart_the_node_again() {
     // The dead boot's proof arrives: nothing is admitted, persisted or replaced.
     let mut out = Vec::new();
     let heard = dir.frame(
+        t(0),
         2,
         &bytes(&proof[0]),
         &mut membership,
+        &mut nobody,
         DIRECTORY,
         AuthorityEpoch(1),
         &mut out,
@@ -785,9 +816,11 @@ fn dir_frame(
     out: &mut Vec<ConnAction>,
 ) -> DirHeard {
     dir.frame(
+        t(0),
         conn,
         &bytes(link),
         membership,
+        &mut nobody,
         DIRECTORY,
         AuthorityEpoch(1),
         out,
@@ -1021,4 +1054,104 @@ fn a_listener_takes_only_the_hellos_of_its_kind() {
         assert!(!listener.is_admitted(2));
         assert_eq!(listener.admitted_count(), 1);
     }
+}
+
+/// A host link for the host listening on `listen`.
+fn host_link_at(listen: &str, boot_nonce: u64) -> DirectoryLink {
+    let who = Who::Host {
+        listen: listen.to_owned(),
+        boot_nonce,
+    };
+    DirectoryLink::new(who, None, t(0))
+}
+
+#[test]
+fn a_full_membership_forgets_only_a_host_long_away_that_the_namespace_does_not_name() {
+    let (mut dir, mut membership) = (directory(None), Membership::default());
+    membership.set_capacity(1);
+    let away = Duration::from_secs(60);
+    dir.set_forget_away_after(away);
+    assert_eq!(dir.forget_away_after(), away);
+    let mut a = host_link(None, 1);
+    let (heard, _) = handshake(&mut dir, &mut membership, &mut a, 1, t(0));
+    assert_welcomed(&heard, NodeId(1), 1);
+    let refused = |out: &[ConnAction], conn| {
+        out.iter().any(
+            |a| matches!(a, ConnAction::Refuse { conn: c, why: Closing::Full, .. } if *c == conn),
+        ) && !out.iter().any(|a| matches!(a, ConnAction::Persist(_)))
+    };
+    let named = |nodes: &[u64]| {
+        let nodes: BTreeSet<NodeId> = nodes.iter().map(|n| NodeId(*n)).collect();
+        move || nodes.clone()
+    };
+
+    // The table is full and its one host is connected: a new host is refused, whatever the
+    // time and the namespace.
+    let late = t(3_600_000);
+    let mut b = host_link_at("h2:1", 1);
+    let (heard, out) =
+        handshake_naming(&mut dir, &mut membership, &mut b, 2, late, &mut named(&[]));
+    assert!(!matches!(heard, LinkHeard::Welcomed { .. }), "{heard:?}");
+    assert!(refused(&out, 2), "{out:?}");
+
+    // Its connection closes: away from then on, not yet for long enough.
+    let gone = t(4_000_000);
+    assert_eq!(dir.closed(gone, 1), Some(NodeId(1)));
+    a.closed(gone, 1);
+    assert_eq!(dir.away_since(NodeId(1)), Some(gone));
+    dir.check_invariants().unwrap();
+    let soon = gone.saturating_add(Duration::from_millis(59_999));
+    let mut b = host_link_at("h2:1", 2);
+    let (_, out) = handshake_naming(&mut dir, &mut membership, &mut b, 3, soon, &mut named(&[]));
+    assert!(refused(&out, 3), "{out:?}");
+
+    // Long enough, but the namespace names it (a blob on it): refused.
+    let then = gone.saturating_add(away);
+    let mut b = host_link_at("h2:1", 3);
+    let (_, out) = handshake_naming(&mut dir, &mut membership, &mut b, 4, then, &mut named(&[1]));
+    assert!(refused(&out, 4), "{out:?}");
+
+    // Nothing names it: forgotten, in the same durable batch as the new host, before the
+    // welcome; nobody is told where node 1 listens any more.
+    let mut b = host_link_at("h2:1", 4);
+    let (heard, out) =
+        handshake_naming(&mut dir, &mut membership, &mut b, 5, then, &mut named(&[7]));
+    assert_welcomed(&heard, NodeId(2), 1);
+    let persisted = out.iter().position(|a| {
+        a == &ConnAction::Persist(vec![
+            LogRecord::Member(crate::membership::MemberRecord::Forgot {
+                listen: "h1:1".to_owned(),
+                node: NodeId(1),
+            }),
+            LogRecord::Member(crate::membership::MemberRecord::Host {
+                listen: "h2:1".to_owned(),
+                node: NodeId(2),
+                incarnation: 1,
+                boot_nonce: 4,
+            }),
+        ])
+    });
+    let welcomed = out
+        .iter()
+        .position(|a| matches!(a, ConnAction::Send(5, Link::Welcome { .. })));
+    assert!(persisted.is_some() && persisted < welcomed, "{out:?}");
+    assert_eq!(dir.away_since(NodeId(1)), None);
+    assert_eq!(membership.listen_of(NodeId(1)), None);
+    dir.check_invariants().unwrap();
+
+    // The forgotten host comes back (its old process): a new host to a table full with a
+    // connected one, so refused (with room it would be welcomed under a new id, and the old
+    // process would stop on that welcome).
+    let (heard, out) =
+        handshake_naming(&mut dir, &mut membership, &mut a, 6, then, &mut named(&[]));
+    assert!(!matches!(heard, LinkHeard::Welcomed { .. }), "{heard:?}");
+    assert!(refused(&out, 6), "{out:?}");
+    // A host not seen since the directory started is away since then.
+    let (mut fresh, mut m2) = (directory(None), membership.clone());
+    fresh.set_forget_away_after(away);
+    let mut c = host_link_at("h3:1", 1);
+    let (_, out) = handshake_naming(&mut fresh, &mut m2, &mut c, 1, soon, &mut named(&[]));
+    assert!(!refused(&out, 1), "{out:?}");
+    assert_eq!(m2.listen_of(NodeId(2)), None);
+    assert_eq!(m2.listen_of(NodeId(3)), Some("h3:1"));
 }

@@ -16,6 +16,7 @@ use crate::log::{
     SnapshotRecordRef,
 };
 use crate::path::DataPath;
+use crate::wire::SourceRecovery;
 
 /// One outstanding obligation toward an address (SPEC §4.8, §4.6.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -148,6 +149,36 @@ impl DurableState {
     /// Every entry, by path.
     pub fn entries(&self) -> impl Iterator<Item = (&DataPath, &Entry)> {
         self.entries.iter()
+    }
+
+    /// Every node the namespace names: the nodes of blob sources (and their owners), of
+    /// reservations' owners and of obligations' targets. A member the namespace names is
+    /// never forgotten (`dataplane_core::membership`): its blobs would be lost with its id.
+    /// One walk over the tables; called only when the membership is full.
+    pub fn named_nodes(&self) -> BTreeSet<NodeId> {
+        let mut named = BTreeSet::new();
+        for entry in self.entries.values() {
+            match entry {
+                Entry::Blob {
+                    recovery: SourceRecovery::Actor { actor, node, owner },
+                    ..
+                } => {
+                    named.insert(actor.node);
+                    named.insert(*node);
+                    named.extend(owner.map(|o| o.node));
+                }
+                Entry::Blob {
+                    recovery: SourceRecovery::File { source, .. },
+                    ..
+                } => {
+                    named.insert(source.node);
+                }
+                Entry::Stream { .. } => {}
+            }
+        }
+        named.extend(self.reservations.values().map(|r| r.owner.node));
+        named.extend(self.obligations.keys().map(|k| k.target().node));
+        named
     }
 
     /// How many entries exist.
@@ -898,6 +929,54 @@ mod tests {
             },
         );
         state.issuers.entry(op.issuer()).or_default().records += 1;
+    }
+
+    #[test]
+    fn the_named_nodes_are_those_of_sources_owners_reservations_and_obligations() {
+        let a = |node| Address::new(NodeId(node), 1, 7);
+        let path = |p: &str| DataPath::new(p).unwrap();
+        let mut state = DurableState::default();
+        assert!(state.named_nodes().is_empty());
+        let blob = |recovery| Entry::Blob {
+            length: 1,
+            revision: Revision(1),
+            recovery,
+        };
+        state.entries.insert(
+            path("/actor"),
+            blob(SourceRecovery::Actor {
+                actor: a(1),
+                node: NodeId(2),
+                owner: Some(a(3)),
+            }),
+        );
+        state.entries.insert(
+            path("/file"),
+            blob(SourceRecovery::File {
+                path: crate::wire::FileRef::new("f").unwrap(),
+                source: a(4),
+            }),
+        );
+        state.entries.insert(
+            path("/stream"),
+            Entry::Stream {
+                revision: Revision(2),
+            },
+        );
+        state.reservations.insert(
+            path("/reserved"),
+            Reservation {
+                operation: issuer().op(1),
+                owner: a(5),
+            },
+        );
+        state.add_obligation(ObligationKey::Retire(a(6)), None);
+        state.add_obligation(
+            ObligationKey::Displace(a(8), StreamIncarnation::MAX),
+            Some(path("/fenced")),
+        );
+        let named: Vec<u64> = state.named_nodes().iter().map(|n| n.0).collect();
+        assert_eq!(named, vec![1, 2, 3, 4, 5, 6, 8]);
     }
 
     #[test]

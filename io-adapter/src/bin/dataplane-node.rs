@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use dataplane_cli::Exit;
 use dataplane_core::conns::DIRECTORY_CANDIDATES_MAX;
+use dataplane_core::limits::MEMBERS_MAX;
 use dataplane_core::path::DataPath;
 use dataplane_core::time::Duration;
 use dataplane_io::dirnode::{DirectoryOptions, run_directory};
@@ -143,6 +144,20 @@ struct DirectoryArgs {
     /// Acknowledged records after the damage are lost.
     #[arg(long)]
     repair_log: bool,
+    /// The most hosts (listen addresses) the membership keeps, up to 4096. Past it, a new
+    /// host makes room by forgetting the longest-known host that has been away for longer
+    /// than --forget-hosts-away-for and that nothing in the namespace names (no blob source,
+    /// reservation or pending retirement on it); if there is none it is refused, and tries
+    /// again. A forgotten host's node id is never handed out again; if it comes back, its old
+    /// process stops and a new one joins as a new member.
+    #[arg(long, value_name = "N", default_value_t = MEMBERS_MAX,
+          value_parser = members_max)]
+    members_max: usize,
+    /// How long a host must have been away (its connection closed, or not seen since this
+    /// directory started) before a full membership may forget it, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 86_400,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    forget_hosts_away_for: u64,
     /// Run as replica N of a replicated directory (one of --replicas).
     #[arg(long, value_name = "N", requires = "replicas",
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -166,6 +181,14 @@ struct DirectoryArgs {
     snapshot_every: u64,
     #[command(flatten)]
     common: Common,
+}
+
+/// `--members-max`: 1 to [`MEMBERS_MAX`].
+fn members_max(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=MEMBERS_MAX).contains(&n) => Ok(n),
+        _ => Err(format!("not a number from 1 to {MEMBERS_MAX}")),
+    }
 }
 
 /// One `ID=HOST:PORT` of `--replicas` (the list is comma-separated: `value_delimiter`).
@@ -315,6 +338,8 @@ fn run(role: Role) -> Result<(), Failure> {
                 cluster_key: cluster_key(args.common.cluster_key_file.as_deref())?,
                 repair_log: args.repair_log,
                 metrics_listen: args.common.metrics_listen,
+                members_max: args.members_max,
+                forget_hosts_away_for: Duration::from_secs(args.forget_hosts_away_for),
             };
             match args.replica_id {
                 None => run_directory(&options).map_err(|e| (e.exit_code(), e.to_string())),

@@ -269,9 +269,13 @@ pub struct DirectoryMetrics {
     pub obligations: IntGauge,
     /// `dataplane_directory_hosts_connected`: hosts with an admitted connection.
     pub hosts_connected: IntGauge,
-    /// `dataplane_directory_members`: hosts the membership knows (at most
-    /// [`dataplane_core::limits::MEMBERS_MAX`]; past it every new listen address is refused).
+    /// `dataplane_directory_members`: hosts the membership knows (at most `--members-max`;
+    /// past it a new listen address makes room by forgetting a host long away, or is refused).
     pub members: IntGauge,
+    /// `dataplane_directory_members_forgotten_total`: hosts forgotten to make room for new
+    /// ones (each away for longer than `--forget-hosts-away-for`, with nothing in the
+    /// namespace on it).
+    pub members_forgotten: IntCounter,
     /// Connections and refusals.
     pub conns: ConnectionMetrics,
 }
@@ -348,7 +352,12 @@ impl DirectoryMetrics {
             members: gauge(
                 r,
                 "dataplane_directory_members",
-                "Hosts the membership knows, by listen address (at most 4096: past it every new listen address is refused).",
+                "Hosts the membership knows, by listen address (at most --members-max: past it a new listen address makes room by forgetting a host long away, or is refused).",
+            ),
+            members_forgotten: counter(
+                r,
+                "dataplane_directory_members_forgotten_total",
+                "Hosts forgotten to make room for new ones (away for longer than --forget-hosts-away-for, nothing in the namespace on them).",
             ),
             conns: ConnectionMetrics::new(r),
             registry,

@@ -151,6 +151,7 @@ impl World {
                 64,
             ),
             SIM_TRANSIENT_BASE,
+            self.now,
         )
     }
 
@@ -520,7 +521,7 @@ impl World {
         if c.boot == self.directory.boot
             && let Some(dc) = self.directory.conns.as_mut()
         {
-            dc.closed(conn);
+            dc.closed(self.now, conn);
         }
         if c.stranger.is_none() {
             self.host_learns_closed(c.host, conn);
@@ -540,7 +541,7 @@ impl World {
             if c.boot == self.directory.boot
                 && let Some(dc) = self.directory.conns.as_mut()
             {
-                dc.closed(conn);
+                dc.closed(self.now, conn);
             }
         } else if c.stranger.is_none() {
             self.host_learns_closed(c.host, conn);
@@ -616,9 +617,11 @@ impl World {
         let epoch = machine.epoch();
         let mut actions = Vec::new();
         let heard = dc.frame(
+            self.now,
             conn,
             bytes,
             &mut self.directory.membership,
+            &mut || machine.durable().named_nodes(),
             address,
             epoch,
             &mut actions,
@@ -653,6 +656,17 @@ impl World {
         }
         match heard {
             DirHeard::Nothing => {}
+            // The simulated membership never fills (a handful of hosts, each with its own
+            // listen address for good): a forgotten member is a forgetting out of turn.
+            DirHeard::Host {
+                forgot: Some(f), ..
+            } => self.checker.fail(
+                self.now,
+                format!(
+                    "membership: {} (node {}) was forgotten though the table has room",
+                    f.listen, f.member.node
+                ),
+            ),
             DirHeard::Host { admitted, .. } => self.host_admitted(host, nonce, admitted),
             other => self.checker.fail(
                 self.now,

@@ -193,3 +193,80 @@ fn three_replicas_grow_to_five_and_shrink_to_three_under_load() {
         host.cli(&["get", path, "-"]).expect_code(0, path);
     }
 }
+
+/// The node id in a host's "welcomed by the directory node=nN" line.
+fn welcomed_as(host: &HostProc) -> u64 {
+    let log = host.proc.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("welcomed by the directory") && l.contains(" node=n"))
+        .unwrap_or_else(|| panic!("{} was not welcomed:\n{log}", host.proc.name()));
+    let id = line.split(" node=n").nth(1).unwrap();
+    id[..id.find(' ').unwrap_or(id.len())].parse().unwrap()
+}
+
+/// A replicated directory's full membership (`--members-max 1`) makes room like a single
+/// node's: the forgetting is a committed record, so a new leader neither knows the forgotten
+/// host nor hands its id out again, and the host that took its place reconnects to it as
+/// itself.
+#[test]
+fn a_replicated_membership_forgets_through_the_log_and_a_new_leader_keeps_it_so() {
+    let dir = TestDir::new("replica-members-full");
+    let mut group = ReplicaGroup::start_with(&dir, "replica", 3, |_| {
+        ["--members-max", "1", "--forget-hosts-away-for", "3"]
+            .iter()
+            .map(OsString::from)
+            .collect()
+    });
+    let directories = group.listens();
+    let mut a = HostProc::start(&dir, "host-a", &directories, "4M");
+    let a_node = welcomed_as(&a);
+    a.proc.kill9();
+    let gone = std::time::Instant::now();
+    // B waits until A has been away for 3 s, then takes its place.
+    let mut b = HostProc::spawn_with(&dir, "host-b", &directories, "4M", &[]);
+    b.wait_ready();
+    assert!(
+        gone.elapsed() >= Duration::from_secs(3),
+        "{:?}",
+        gone.elapsed()
+    );
+    let b_node = welcomed_as(&b);
+    assert!(b_node > a_node);
+    let leader = group.serving(TIMEOUT);
+    wait_until("the leader to log the forgetting", TIMEOUT, || {
+        group.replicas[leader]
+            .proc
+            .log_text()
+            .contains("host forgotten to make room")
+    });
+
+    // The leader dies: the next one's committed membership has B only, and B reconnects to
+    // it as itself (a welcome as anyone else would stop it).
+    group.replicas[leader].proc.kill9();
+    let next = group.serving_except(TIMEOUT, Some(leader));
+    wait_until("B to be welcomed by the new leader", TIMEOUT, || {
+        b.proc
+            .log_text()
+            .contains("welcomed by the directory again")
+    });
+    b.proc.assert_running();
+    let serving_line = group.replicas[next]
+        .proc
+        .log_text()
+        .lines()
+        .rev()
+        .find(|l| l.contains("serving: this replica leads"))
+        .map(str::to_owned)
+        .expect("the new leader says it serves");
+    assert!(serving_line.contains("hosts=1"), "{serving_line}");
+
+    // B goes away too: C takes its place under an id neither A nor B had.
+    b.proc.kill9();
+    let c = HostProc::start(&dir, "host-c", &directories, "4M");
+    let c_node = welcomed_as(&c);
+    assert!(
+        c_node > b_node,
+        "C is n{c_node}: n{a_node} and n{b_node} were handed out"
+    );
+}
