@@ -21,6 +21,7 @@ use dataplane_core::conns::{
     PeerBook,
 };
 use dataplane_core::link::{ClusterKey, Connector, Link, Who};
+use dataplane_core::log::MemberRecord;
 use dataplane_core::membership::Admitted;
 
 use super::*;
@@ -813,9 +814,19 @@ impl World {
 
     /// Does what the directory's connection machine asked; `false` if the node stopped.
     fn dir_conn_actions(&mut self, actions: Vec<ConnAction>) -> bool {
+        // The host admissions these actions made durable so far, in order.
+        let mut durable: Vec<(NodeId, u64)> = Vec::new();
         for action in actions {
             match action {
-                ConnAction::Send(conn, link) => self.send_conn(conn, false, &link),
+                ConnAction::Send(conn, link) => {
+                    if let Link::Welcome {
+                        node, incarnation, ..
+                    } = link
+                    {
+                        self.check_welcome_durable(conn, node, incarnation, &durable);
+                    }
+                    self.send_conn(conn, false, &link);
+                }
                 ConnAction::Resume(_) | ConnAction::Admitted(_) => {}
                 ConnAction::Refuse { conn, why, reason } => {
                     self.checker.coverage.hit(match why {
@@ -843,10 +854,51 @@ impl World {
                     if !self.persist_members(&records) {
                         return false;
                     }
+                    durable.extend(records.iter().filter_map(|r| match r {
+                        LogRecord::Member(MemberRecord::Host {
+                            node, incarnation, ..
+                        }) => Some((*node, *incarnation)),
+                        _ => None,
+                    }));
                 }
             }
         }
         true
+    }
+
+    /// A welcome leaves only after the admission it announces is durable: made durable by an
+    /// earlier action of the same step, or already the host's (a reconnection of the boot that
+    /// opened the connection, durably admitted before, or maybe so when a storage failure cut
+    /// the step that wrote it). The rule, restated where the frame leaves: the host's own check
+    /// on arrival sees only welcomes that outrun a crash.
+    fn check_welcome_durable(
+        &mut self,
+        conn: ConnId,
+        node: NodeId,
+        incarnation: u64,
+        durable: &[(NodeId, u64)],
+    ) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        if c.acceptor.is_some() || c.stranger.is_some() {
+            return;
+        }
+        let (host, nonce) = (c.host, c.nonce);
+        let before = |known: Option<(u64, u64)>| known == Some((incarnation, nonce));
+        let known = node == self.hosts[host].node
+            && (before(self.directory.admitted[host])
+                || before(self.directory.maybe_admitted[host]));
+        if !known && !durable.contains(&(node, incarnation)) {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "conns: host {} (boot nonce {nonce}) was welcomed as node {node} incarnation \
+                     {incarnation} before that admission was durable",
+                    self.hosts[host].node
+                ),
+            );
+        }
     }
 
     fn host_conn_actions(&mut self, host: usize, actions: Vec<ConnAction>) {
