@@ -208,9 +208,9 @@ impl Membership {
                         ));
                     }
                 }
+                // Its Host record raised the next id past it already.
                 self.hosts.remove(listen);
                 self.by_node.remove(node);
-                self.next_node = self.next_node.max(node.0 + 1);
             }
             MemberRecord::NodesIssued { next } => {
                 if next.0 == 0 || next.0 < self.next_node {
@@ -637,8 +637,12 @@ mod tests {
         assert!(Membership::recover(&[host("a", 1, 2), host("a", 1, 1)]).is_err());
         assert!(Membership::recover(&[host("a", 1, 1), host("b", 1, 1)]).is_err());
         assert!(Membership::recover(&[host("a", 0, 1)]).is_err());
+        // The same incarnation again (a restatement) is no contradiction.
+        assert!(Membership::recover(&[host("a", 1, 1), host("a", 1, 1)]).is_ok());
         let booted = |boots| LogRecord::Member(MemberRecord::Booted { boots });
         assert!(Membership::recover(&[booted(3), booted(2)]).is_err());
+        // The same count again (a restatement) is no contradiction.
+        assert!(Membership::recover(&[booted(3), booted(3)]).is_ok());
         assert!(Membership::recover(&[booted(2), host("a", 5, 1), booted(3)]).is_ok());
         let forgot = |listen: &str, node| {
             LogRecord::Member(MemberRecord::Forgot {

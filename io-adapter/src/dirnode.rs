@@ -64,7 +64,7 @@ use crate::net::{
     perform_conn_action,
 };
 use dataplane_core::barrier::Barrier;
-use dataplane_core::membership::{Admitted, MemberRecord, Membership};
+use dataplane_core::membership::{Admitted, Forgotten, MemberRecord, Membership};
 use dataplane_core::routes::Routes;
 use dataplane_core::storage::Compacted;
 
@@ -235,6 +235,22 @@ struct DirectoryNode {
 /// A file in the data directory whose presence says its log was created (so a data directory
 /// whose log is gone is refused, not started empty). It holds the data directory's id.
 const CREATED_MARK: &str = "created";
+
+/// A host forgotten to make room for a new one (a `WARN` line and the counter); the
+/// replicated directory's leader says it the same way.
+pub(crate) fn log_forgotten(f: &Forgotten, members: usize, metrics: Option<&DirectoryMetrics>) {
+    warn!(
+        node = %f.member.node,
+        listen = %f.listen,
+        members,
+        "host forgotten to make room for a new one: the membership is full, and this one has \
+         been away for longer than --forget-hosts-away-for with nothing in the namespace on \
+         it; if it comes back, it is a new member"
+    );
+    if let Some(metrics) = metrics {
+        metrics.members_forgotten.inc();
+    }
+}
 
 /// The records that restate an earlier version's membership file.
 fn import_legacy(legacy: &LegacyMembership) -> Vec<LogRecord> {
@@ -736,17 +752,7 @@ impl DirectoryNode {
                 forgot,
             } => {
                 if let Some(f) = forgot {
-                    warn!(
-                        node = %f.member.node,
-                        listen = %f.listen,
-                        members = self.membership.len(),
-                        "host forgotten to make room for a new one: the membership is full, and \
-                         this one has been away for longer than --forget-hosts-away-for with \
-                         nothing in the namespace on it; if it comes back, it is a new member"
-                    );
-                    if let Some(metrics) = &self.metrics {
-                        metrics.members_forgotten.inc();
-                    }
+                    log_forgotten(&f, self.membership.len(), self.metrics.as_ref());
                 }
                 let m = admitted.member();
                 info!(

@@ -919,17 +919,11 @@ impl ReplicaNode {
                 ..
             } => {
                 if let Some(f) = forgot {
-                    warn!(
-                        node = %f.member.node,
-                        listen = %f.listen,
-                        members = serving.membership.len(),
-                        "host forgotten to make room for a new one: the membership is full, and \
-                         this one has been away for longer than --forget-hosts-away-for with \
-                         nothing in the namespace on it; if it comes back, it is a new member"
+                    crate::dirnode::log_forgotten(
+                        &f,
+                        serving.membership.len(),
+                        self.metrics.as_ref().map(|m| &m.directory),
                     );
-                    if let Some(metrics) = &self.metrics {
-                        metrics.directory.members_forgotten.inc();
-                    }
                 }
                 let m = admitted.member();
                 info!(

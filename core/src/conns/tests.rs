@@ -915,7 +915,8 @@ fn each_connection_is_known_for_whom_it_speaks() {
         client_handshake(&mut dir, &mut membership, 3),
         client_handshake(&mut dir, &mut membership, 4),
     );
-    assert_ne!(c3, c4);
+    // From the first transient id up, away from the hosts' ids below it.
+    assert_eq!((c3.0, c4.0), (1 << 40, (1 << 40) + 1));
     assert_eq!(dir.attached(3).map(|a| (a.node, a.host)), Some((c3, false)));
     assert_eq!(dir.attached(4).map(|a| (a.node, a.host)), Some((c4, false)));
     // Connections not yet admitted.
