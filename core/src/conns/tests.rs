@@ -1156,3 +1156,287 @@ fn a_full_membership_forgets_only_a_host_long_away_that_the_namespace_does_not_n
     assert_eq!(m2.listen_of(NodeId(2)), None);
     assert_eq!(m2.listen_of(NodeId(3)), Some("h3:1"));
 }
+
+/// The membership's forgetting, driven through the directory's connections by random hellos,
+/// closes, restarts of hosts and of the directory, time and namespace changes, against a
+/// restatement of the rules that calls neither `Membership` nor `DirectoryConns`: a new host
+/// finding the table full takes the place of the member with the lowest node id that is not
+/// connected, has been away (since its connection closed, or since the directory started) for
+/// at least the threshold, and that the namespace does not name; otherwise it is refused and
+/// nothing changes. Node ids are never handed out twice, and the durable records rebuild the
+/// table the directory serves from.
+mod forgetting_against_a_model {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::membership::MemberRecord;
+
+    const CAPACITY: usize = 3;
+    const AWAY: Duration = Duration::from_secs(60);
+    const HOSTS: usize = 6;
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        /// Host `h` says hello, from a new process if `restart`.
+        Hello { h: usize, restart: bool },
+        /// Host `h`'s connection closes.
+        Close { h: usize },
+        /// Time passes.
+        Wait { ms: u64 },
+        /// The namespace starts or stops naming node `node`.
+        Name { node: u64, on: bool },
+        /// The directory restarts from its records (compacted first: the table restated).
+        Reboot { compact: bool },
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => (0..HOSTS, any::<bool>()).prop_map(|(h, restart)| Step::Hello { h, restart }),
+            3 => (0..HOSTS).prop_map(|h| Step::Close { h }),
+            3 => prop_oneof![
+                0u64..90_000,
+                // Exactly the threshold, and just under it.
+                Just(AWAY.as_millis()),
+                Just(AWAY.as_millis() - 1),
+                Just(1),
+            ]
+            .prop_map(|ms| Step::Wait { ms }),
+            2 => (1u64..12, any::<bool>()).prop_map(|(node, on)| Step::Name { node, on }),
+            1 => any::<bool>().prop_map(|compact| Step::Reboot { compact }),
+        ]
+    }
+
+    /// What the rules say the directory holds.
+    #[derive(Default)]
+    struct Expected {
+        /// listen → (node, incarnation, boot nonce).
+        members: BTreeMap<String, (u64, u64, u64)>,
+        next_node: u64,
+        /// listen → the connection it is attached on.
+        attached: BTreeMap<String, ConnId>,
+        /// node → when its connection closed (since the directory started).
+        away: BTreeMap<u64, Instant>,
+        started: Instant,
+        named: BTreeSet<u64>,
+        issued: BTreeSet<u64>,
+    }
+
+    impl Expected {
+        fn forgettable(&self, now: Instant) -> Option<(String, u64)> {
+            let mut by_node: Vec<(u64, &String)> =
+                self.members.iter().map(|(l, m)| (m.0, l)).collect();
+            by_node.sort();
+            by_node
+                .into_iter()
+                .find(|(node, listen)| {
+                    let since = self.away.get(node).copied().unwrap_or(self.started);
+                    !self.attached.contains_key(*listen)
+                        && now.saturating_since(since) >= AWAY
+                        && !self.named.contains(node)
+                })
+                .map(|(node, listen)| (listen.clone(), node))
+        }
+    }
+
+    fn fresh_conns(now: Instant) -> DirectoryConns {
+        let listener = Listener::new(
+            None,
+            Accepts::HostsAndClients,
+            Duration::from_secs(5),
+            2,
+            16,
+        );
+        let mut dir = DirectoryConns::new(listener, 1 << 40, now);
+        dir.set_forget_away_after(AWAY);
+        dir
+    }
+
+    fn host_record(listen: &str, m: (u64, u64, u64)) -> LogRecord {
+        LogRecord::Member(MemberRecord::Host {
+            listen: listen.to_owned(),
+            node: NodeId(m.0),
+            incarnation: m.1,
+            boot_nonce: m.2,
+        })
+    }
+
+    fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
+        let mut now = t(0);
+        let mut dir = fresh_conns(now);
+        let mut membership = Membership::default();
+        membership.set_capacity(CAPACITY);
+        let mut log: Vec<LogRecord> = Vec::new();
+        let mut want = Expected {
+            next_node: 1,
+            started: now,
+            ..Expected::default()
+        };
+        let mut nonces = [1u64; HOSTS];
+        let mut next_conn: ConnId = 1;
+        for step in steps {
+            match step {
+                Step::Hello { h, restart } => {
+                    if restart {
+                        nonces[h] += 1;
+                    }
+                    let listen = format!("h{h}:1");
+                    let nonce = (h as u64) * 1_000 + nonces[h];
+                    let conn = next_conn;
+                    next_conn += 1;
+                    let mut link = DirectoryLink::new(
+                        Who::Host {
+                            listen: listen.clone(),
+                            boot_nonce: nonce,
+                        },
+                        None,
+                        now,
+                    );
+                    let named: BTreeSet<NodeId> = want.named.iter().map(|n| NodeId(*n)).collect();
+                    let (heard, out) = handshake_naming(
+                        &mut dir,
+                        &mut membership,
+                        &mut link,
+                        conn,
+                        now,
+                        &mut || named.clone(),
+                    );
+                    let persisted: Vec<LogRecord> = out
+                        .iter()
+                        .filter_map(|a| match a {
+                            ConnAction::Persist(records) => Some(records.clone()),
+                            _ => None,
+                        })
+                        .flatten()
+                        .collect();
+                    // The rules' answer.
+                    let (expect_records, welcome) = match want.members.get(&listen).copied() {
+                        Some(m) if m.2 == nonce => (Vec::new(), Some((m.0, m.1))),
+                        Some(m) => {
+                            let m2 = (m.0, m.1 + 1, nonce);
+                            want.members.insert(listen.clone(), m2);
+                            (vec![host_record(&listen, m2)], Some((m2.0, m2.1)))
+                        }
+                        None => {
+                            let mut records = Vec::new();
+                            let room = if want.members.len() < CAPACITY {
+                                true
+                            } else if let Some((gone, node)) = want.forgettable(now) {
+                                want.members.remove(&gone);
+                                want.away.remove(&node);
+                                records.push(LogRecord::Member(MemberRecord::Forgot {
+                                    listen: gone,
+                                    node: NodeId(node),
+                                }));
+                                true
+                            } else {
+                                false
+                            };
+                            if room {
+                                let m = (want.next_node, 1, nonce);
+                                prop_assert!(want.issued.insert(m.0), "node {} twice", m.0);
+                                want.next_node += 1;
+                                want.members.insert(listen.clone(), m);
+                                records.push(host_record(&listen, m));
+                                (records, Some((m.0, 1)))
+                            } else {
+                                (records, None)
+                            }
+                        }
+                    };
+                    prop_assert_eq!(&persisted, &expect_records, "hello from {}", listen);
+                    match welcome {
+                        Some((node, incarnation)) => {
+                            prop_assert!(
+                                matches!(heard, LinkHeard::Welcomed { node: n, incarnation: i, .. }
+                                    if n == NodeId(node) && i == incarnation),
+                                "{listen} expected welcome as {node}/{incarnation}: {heard:?}"
+                            );
+                            want.attached.insert(listen.clone(), conn);
+                            want.away.remove(&node);
+                        }
+                        None => {
+                            prop_assert!(
+                                out.iter().any(|a| matches!(a,
+                                    ConnAction::Refuse { conn: c, why: Closing::Full, .. } if *c == conn)),
+                                "{listen} expected a full refusal: {out:?}"
+                            );
+                            dir.closed(now, conn);
+                        }
+                    }
+                    log.extend(persisted);
+                }
+                Step::Close { h } => {
+                    let listen = format!("h{h}:1");
+                    let Some(conn) = want.attached.remove(&listen) else {
+                        continue;
+                    };
+                    let gone = dir.closed(now, conn);
+                    let node = want.members.get(&listen).map(|m| m.0);
+                    prop_assert_eq!(gone.map(|n| n.0), node, "close of {}", listen);
+                    if let Some(node) = node {
+                        want.away.insert(node, now);
+                    }
+                }
+                Step::Wait { ms } => now = now.saturating_add(Duration::from_millis(ms)),
+                Step::Name { node, on } => {
+                    if on {
+                        want.named.insert(node);
+                    } else {
+                        want.named.remove(&node);
+                    }
+                }
+                Step::Reboot { compact } => {
+                    if compact {
+                        log = membership.snapshot_records();
+                    }
+                    membership = Membership::recover(&log)
+                        .map_err(|e| TestCaseError::fail(format!("recovery: {e}")))?;
+                    membership.set_capacity(CAPACITY);
+                    dir = fresh_conns(now);
+                    want.attached.clear();
+                    want.away.clear();
+                    want.started = now;
+                }
+            }
+            // The table served is the one the rules say, and the records rebuild it.
+            let served: BTreeMap<String, (u64, u64, u64)> = membership
+                .hosts()
+                .map(|(l, m)| (l.to_owned(), (m.node.0, m.incarnation, m.boot_nonce)))
+                .collect();
+            prop_assert_eq!(&served, &want.members);
+            let rebuilt = Membership::recover(&log)
+                .map_err(|e| TestCaseError::fail(format!("recovery: {e}")))?;
+            prop_assert!(rebuilt.hosts().eq(membership.hosts()));
+            for (listen, m) in &want.members {
+                prop_assert_eq!(membership.listen_of(NodeId(m.0)), Some(listen.as_str()));
+                let connected = want.attached.contains_key(listen);
+                prop_assert_eq!(dir.conn_of(NodeId(m.0)).is_some(), connected);
+                prop_assert_eq!(dir.away_since(NodeId(m.0)), want.away.get(&m.0).copied());
+            }
+            // A forgotten node leaves nothing behind.
+            for node in want
+                .issued
+                .iter()
+                .filter(|n| membership.listen_of(NodeId(**n)).is_none())
+            {
+                prop_assert_eq!(
+                    dir.away_since(NodeId(*node)),
+                    None,
+                    "forgotten node {}",
+                    node
+                );
+                prop_assert_eq!(dir.conn_of(NodeId(*node)), None, "forgotten node {}", node);
+            }
+            dir.check_invariants().map_err(TestCaseError::fail)?;
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn a_full_membership_forgets_by_the_rules(steps in proptest::collection::vec(step(), 1..80)) {
+            run(steps)?;
+        }
+    }
+}
