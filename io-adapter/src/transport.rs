@@ -398,6 +398,15 @@ impl ByteStream {
             ByteStream::Unix(s) => s.set_read_timeout(timeout),
         }
     }
+
+    /// Writes time out after `timeout` (`None`: never): a peer that stops reading blocks a
+    /// writer once the sockets' buffers are full.
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            ByteStream::Tcp(s) => s.set_write_timeout(timeout),
+            ByteStream::Unix(s) => s.set_write_timeout(timeout),
+        }
+    }
 }
 
 impl Read for ByteStream {

@@ -114,6 +114,10 @@ enum Command {
         /// Give up (exit 75) if no reader came within this many seconds.
         #[arg(long, value_name = "SECS")]
         wait: Option<u64>,
+        /// Give up (exit 75) once the reader has taken no byte for this many seconds (it
+        /// stopped reading); without it, wait for as long as the reader holds the stream.
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+        idle: Option<u64>,
     },
     /// Open the reading side of the stream at PATH, wait for its writer, and write what it
     /// sends to FILE (or stdout, `-` or none); the stream is closed at the end.
@@ -132,6 +136,10 @@ enum Command {
         /// Give up (exit 75) if no writer came within this many seconds.
         #[arg(long, value_name = "SECS")]
         wait: Option<u64>,
+        /// Give up (exit 75) once the writer has sent nothing for this many seconds (a stream
+        /// may pause: without it, wait for as long as the writer holds the stream).
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+        idle: Option<u64>,
     },
     /// Remove PATH.
     Rm {
@@ -411,13 +419,15 @@ fn run(host: &Host<'_>, command: Command) -> Result<(), Failure> {
             file,
             replace,
             wait,
-        } => stream_send(host, &path, file.filter(|f| f != "-"), replace, wait),
+            idle,
+        } => stream_send(host, &path, file.filter(|f| f != "-"), replace, wait, idle),
         Command::StreamRecv {
             path,
             file,
             listen,
             replace,
             wait,
+            idle,
         } => stream_recv(
             host,
             &path,
@@ -425,6 +435,7 @@ fn run(host: &Host<'_>, command: Command) -> Result<(), Failure> {
             &listen,
             replace,
             wait,
+            idle,
         ),
         Command::Publish { path, file } => {
             let path = data_path(&path)?;
@@ -463,6 +474,7 @@ fn stream_send(
     file: Option<OsString>,
     replace: bool,
     wait: Option<u64>,
+    idle: Option<u64>,
 ) -> Result<(), Failure> {
     let path = data_path(path)?;
     let mut input: Box<dyn Read> = match &file {
@@ -491,7 +503,11 @@ fn stream_send(
         )
     };
     let mut peer = transport::connect(stream.peer_descriptor()).map_err(transport_error)?;
-    let sent = io::copy(&mut input, &mut peer).map_err(transport_error)?;
+    peer.set_write_timeout(idle.map(std::time::Duration::from_secs))
+        .map_err(transport_error)?;
+    // Only the peer's socket has a timeout: a timed-out copy is a reader that stopped reading.
+    let sent = io::copy(&mut input, &mut peer)
+        .map_err(|e| idle_or(e, idle, path, "the reader took nothing", transport_error))?;
     peer.finish().map_err(transport_error)?;
     // The reader closes once it has everything (our close then finds the stream closed, or
     // closes it); a reader that never does is not waited for past CONNECT_WAIT.
@@ -511,6 +527,7 @@ fn stream_recv(
     listen: &str,
     replace: bool,
     wait: Option<u64>,
+    idle: Option<u64>,
 ) -> Result<(), Failure> {
     let path = data_path(path)?;
     let mut output: Box<dyn Write> = match &file {
@@ -535,13 +552,42 @@ fn stream_recv(
         .open_stream(path, StreamRole::Sink, listener.descriptor(), how, wait)
         .map_err(|e| no_peer(path, "writer", e))?;
     let mut peer = listener.accept(CONNECT_WAIT).map_err(transport_error)?;
-    let received = io::copy(&mut peer, &mut output).map_err(transport_error)?;
+    peer.set_read_timeout(idle.map(std::time::Duration::from_secs))
+        .map_err(transport_error)?;
+    // Only the peer's socket has a timeout: a timed-out copy is a writer that sent nothing.
+    let received = io::copy(&mut peer, &mut output)
+        .map_err(|e| idle_or(e, idle, path, "the writer sent nothing", transport_error))?;
     output.flush().map_err(transport_error)?;
     let _ = peer.finish();
     session.close_stream(stream).map_err(child)?;
     session.close().map_err(child)?;
     eprintln!("{path}: received {received} bytes");
     Ok(())
+}
+
+/// A stream copy's error: with `--idle`, a socket timeout is the peer's silence (exit 75, in
+/// words), anything else the transport's.
+fn idle_or(
+    e: io::Error,
+    idle: Option<u64>,
+    path: &str,
+    silence: &str,
+    transport_error: impl Fn(io::Error) -> Failure,
+) -> Failure {
+    match idle {
+        Some(secs)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            (
+                Exit::Temporary,
+                format!("{path}: {silence} for {secs} s (--idle)"),
+            )
+        }
+        _ => transport_error(e),
+    }
 }
 
 fn get(host: &Host<'_>, path: &OsStr, target: Option<&OsStr>) -> Result<(), Failure> {

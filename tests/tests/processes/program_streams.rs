@@ -278,3 +278,113 @@ fn a_writer_sends_nothing_to_a_socket_a_hostile_reader_names() {
     assert_eq!(got, [0xab; 16], "the named socket got the token only");
     drop(hostile.join().unwrap());
 }
+
+/// `--idle`: once matched, a reader gives up on a writer that sends nothing, and a writer on a
+/// reader that takes nothing, each after the seconds given (exit 75, one line); without it
+/// they wait as long as the peer holds the stream (a stream may pause).
+#[test]
+fn a_stream_peer_that_goes_silent_is_given_up_after_idle() {
+    use std::io::Write;
+    use std::time::Instant;
+
+    use dataplane_core::wire::StreamRole;
+    use dataplane_io::child::{ChildSession, StreamOpen};
+    use dataplane_io::transport;
+
+    let dir = TestDir::new("stream-idle");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let a = HostProc::start(&dir, "host-a", &directory.listen, "4M");
+    let b = HostProc::start(&dir, "host-b", &directory.listen, "4M");
+
+    // A writer (the library, on B) that sends a little and then holds the stream silent.
+    let mut reader = Proc::spawn(
+        "recv-idle",
+        &binaries().cli,
+        vec![
+            "--socket".into(),
+            a.socket.clone().into(),
+            "stream-recv".into(),
+            "/data/quiet".into(),
+            dir.join("quiet.out").into(),
+            "--wait".into(),
+            "30".into(),
+            "--idle".into(),
+            "1".into(),
+        ],
+        dir.join("recv-idle.log"),
+    );
+    let mut source = ChildSession::connect(&b.socket).expect("attach on B");
+    let stream = source
+        .open_stream(
+            "/data/quiet",
+            StreamRole::Source,
+            &transport::source_descriptor(),
+            StreamOpen::default(),
+            Some(Duration::from_secs(30)),
+        )
+        .expect("the source is matched");
+    let mut peer = transport::connect(stream.peer_descriptor()).expect("connect to the reader");
+    peer.write_all(b"a little").unwrap();
+    let silent = Instant::now();
+    let status = reader.wait_exit(Duration::from_secs(20));
+    let waited = silent.elapsed();
+    assert_eq!(status.code(), Some(TEMPFAIL), "{}", reader.log_text());
+    assert!(
+        reader
+            .log_text()
+            .contains("dataplane: /data/quiet: the writer sent nothing for 1 s (--idle)"),
+        "{}",
+        reader.log_text()
+    );
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+    assert_eq!(fs::read(dir.join("quiet.out")).unwrap(), b"a little");
+    drop(peer);
+
+    // A reader (the library, on A) that accepts the writer and never reads.
+    let socket_a = a.socket.clone();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let sink = std::thread::spawn(move || {
+        let listener = transport::SinkListener::tcp("127.0.0.1:0").expect("listen");
+        let mut session = ChildSession::connect(&socket_a).expect("attach on A");
+        let _stream = session
+            .open_stream(
+                "/data/stuck",
+                StreamRole::Sink,
+                listener.descriptor(),
+                StreamOpen::default(),
+                Some(Duration::from_secs(30)),
+            )
+            .expect("the sink is matched");
+        let held = listener
+            .accept(Duration::from_secs(30))
+            .expect("the writer connects");
+        // Hold it, unread, until the test is done.
+        let _ = held_rx.recv_timeout(Duration::from_secs(60));
+        drop(held);
+    });
+    fs::write(dir.join("big.bin"), pattern(5, 64 << 20)).unwrap();
+    let big = dir.join("big.bin").to_string_lossy().into_owned();
+    let started = Instant::now();
+    b.cli(&[
+        "stream-send",
+        "/data/stuck",
+        &big,
+        "--wait",
+        "30",
+        "--idle",
+        "1",
+    ])
+    .expect_code(TEMPFAIL, "a writer whose reader reads nothing")
+    .expect_stderr_line("dataplane: /data/stuck: the reader took nothing for 1 s (--idle)");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    held_tx.send(()).unwrap();
+    sink.join().unwrap();
+    // The reader that gave up and the library's sink hold nothing on A afterwards.
+    wait_until("A's sessions to end", Duration::from_secs(10), || {
+        a.cli(&["sessions"]).stderr.contains("0 live session(s)")
+    });
+}
