@@ -13,18 +13,32 @@ use dataplane_tests::{DirectoryProc, HostProc, Proc, TestDir, binaries, pattern,
 const TEMPFAIL: i32 = 75;
 
 fn recv(dir: &TestDir, host: &HostProc, name: &str, path: &str, out: &str) -> Proc {
+    recv_with(dir, host, name, path, out, &[])
+}
+
+/// [`recv`] with `extra` options after `--wait 30`.
+fn recv_with(
+    dir: &TestDir,
+    host: &HostProc,
+    name: &str,
+    path: &str,
+    out: &str,
+    extra: &[&str],
+) -> Proc {
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "--socket".into(),
+        host.socket.clone().into(),
+        "stream-recv".into(),
+        path.into(),
+        dir.join(out).into(),
+        "--wait".into(),
+        "30".into(),
+    ];
+    args.extend(extra.iter().map(Into::into));
     Proc::spawn(
         name,
         &binaries().cli,
-        vec![
-            "--socket".into(),
-            host.socket.clone().into(),
-            "stream-recv".into(),
-            path.into(),
-            dir.join(out).into(),
-            "--wait".into(),
-            "30".into(),
-        ],
+        args,
         dir.join(&format!("{name}.log")),
     )
 }
@@ -169,21 +183,13 @@ fn strangers_at_a_readers_port_delay_no_writer() {
     let a = HostProc::start(&dir, "host-a", &directory.listen, "8M");
     let b = HostProc::start(&dir, "host-b", &directory.listen, "8M");
     let listen = dataplane_tests::free_address();
-    let mut reader = Proc::spawn(
+    let mut reader = recv_with(
+        &dir,
+        &a,
         "recv-strangers",
-        &binaries().cli,
-        vec![
-            "--socket".into(),
-            a.socket.clone().into(),
-            "stream-recv".into(),
-            "/data/strangers".into(),
-            dir.join("out-strangers.bin").into(),
-            "--listen".into(),
-            listen.clone().into(),
-            "--wait".into(),
-            "30".into(),
-        ],
-        dir.join("recv-strangers.log"),
+        "/data/strangers",
+        "out-strangers.bin",
+        &["--listen", &listen],
     );
     wait_until("the reader to wait", Duration::from_secs(10), || {
         a.cli(&["stat", "/data/strangers"]).code == 0
@@ -297,21 +303,13 @@ fn a_stream_peer_that_goes_silent_is_given_up_after_idle() {
     let b = HostProc::start(&dir, "host-b", &directory.listen, "4M");
 
     // A writer (the library, on B) that sends a little and then holds the stream silent.
-    let mut reader = Proc::spawn(
+    let mut reader = recv_with(
+        &dir,
+        &a,
         "recv-idle",
-        &binaries().cli,
-        vec![
-            "--socket".into(),
-            a.socket.clone().into(),
-            "stream-recv".into(),
-            "/data/quiet".into(),
-            dir.join("quiet.out").into(),
-            "--wait".into(),
-            "30".into(),
-            "--idle".into(),
-            "1".into(),
-        ],
-        dir.join("recv-idle.log"),
+        "/data/quiet",
+        "quiet.out",
+        &["--idle", "1"],
     );
     let mut source = ChildSession::connect(&b.socket).expect("attach on B");
     let stream = source
