@@ -279,6 +279,11 @@ pub struct Options {
     /// length, or removed): a file blob published from it must never be served again
     /// (issue 17).
     pub file_changes: Option<Recurring>,
+    /// Silent stalls: the directory's process paused (stopped, as by SIGSTOP: what it is sent
+    /// waits, its connections stay open, its clock runs on), or a host's connection to the
+    /// directory that stays open and delivers nothing, in one direction or both. A host must
+    /// leave a silent directory within a bound (`check` restates it).
+    pub stalls: Option<Recurring>,
     /// The route registrar's manner.
     pub registrar: RegistrarOptions,
     /// Per mille of discovery answers a proxy is told twice (0 in half the seeds).
@@ -599,6 +604,9 @@ impl Options {
         }
         // Drawn last (issue 17), so that every other draw of a seed stays.
         let file_changes = recurring(&mut rng, ratio(2, 5), (2_000, 30_000), (0, 0));
+        // Drawn last (issue 52), so that every other draw of a seed stays. Up to 20 s: longer
+        // than every timeout of a host's link, so a host that never gives up is seen.
+        let stalls = recurring(&mut rng, ratio(1, 3), (2_000, 30_000), (200, 20_000));
         Options {
             seed,
             options_draws: rng.take_record(),
@@ -635,6 +643,7 @@ impl Options {
             spoofs,
             long_life,
             file_changes,
+            stalls,
             registrar,
             discovery_repeat_permille,
             clocks,
@@ -674,7 +683,7 @@ impl Options {
         );
         let _ = writeln!(
             s,
-            "# faults: partitions={} directory_crashes={} host_crashes={} route_flaps={} actor_deaths={} proxy_restarts={} authority_outages={} revocations={} spoofs={} file_changes={}",
+            "# faults: partitions={} directory_crashes={} host_crashes={} route_flaps={} actor_deaths={} proxy_restarts={} authority_outages={} revocations={} spoofs={} file_changes={} stalls={}",
             on(&self.partitions),
             on(&self.directory_crashes),
             on(&self.host_crashes),
@@ -685,6 +694,7 @@ impl Options {
             on(&self.revocations),
             on(&self.spoofs),
             on(&self.file_changes),
+            on(&self.stalls),
         );
         let p = &self.proxy;
         let _ = writeln!(

@@ -61,11 +61,13 @@ pub enum FaultKind {
     DiscoveryRepeats,
     /// Node clocks with their own origin and rate (exact instead).
     Clocks,
+    /// Silent stalls: a paused directory, connections that deliver nothing.
+    Stalls,
 }
 
 impl FaultKind {
     /// Every kind, with its command-line name.
-    pub const ALL: [(FaultKind, &'static str); 23] = [
+    pub const ALL: [(FaultKind, &'static str); 24] = [
         (FaultKind::Loss, "loss"),
         (FaultKind::Duplication, "duplication"),
         (FaultKind::Reordering, "reordering"),
@@ -89,6 +91,7 @@ impl FaultKind {
         (FaultKind::Registrar, "registrar"),
         (FaultKind::DiscoveryRepeats, "discovery-repeats"),
         (FaultKind::Clocks, "clocks"),
+        (FaultKind::Stalls, "stalls"),
     ];
 
     fn name(self) -> &'static str {
@@ -299,6 +302,7 @@ impl Overrides {
                 FaultKind::Revocations => options.revocations = None,
                 FaultKind::Spoofs => options.spoofs = None,
                 FaultKind::FileChanges => options.file_changes = None,
+                FaultKind::Stalls => options.stalls = None,
                 FaultKind::FsyncFailures => options.disk.fsync_failure = Ratio::ZERO,
                 FaultKind::CompactionCrashes => options.disk.compaction_crash = Ratio::ZERO,
                 FaultKind::FullDisk => options.disk.full_disk = None,

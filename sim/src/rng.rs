@@ -50,11 +50,13 @@ pub enum Stream {
     Conns = 9,
     /// Host processes that die while they boot, and how soon they are started again.
     Boots = 10,
+    /// Silent stalls: a node paused, a connection that stays open and delivers nothing.
+    Stalls = 11,
 }
 
 impl Stream {
     /// Every stream, in number order.
-    pub const ALL: [Stream; 10] = [
+    pub const ALL: [Stream; 11] = [
         Stream::Options,
         Stream::Network,
         Stream::Faults,
@@ -65,6 +67,7 @@ impl Stream {
         Stream::Environment,
         Stream::Conns,
         Stream::Boots,
+        Stream::Stalls,
     ];
 
     fn index(self) -> usize {
@@ -84,6 +87,7 @@ impl Stream {
             Stream::Environment => "environment",
             Stream::Conns => "conns",
             Stream::Boots => "boots",
+            Stream::Stalls => "stalls",
         }
     }
 }
@@ -146,7 +150,7 @@ pub struct Tape {
     streams: [Vec<u64>; Stream::ALL.len()],
 }
 
-const TAPE_MAGIC: &[u8; 8] = b"DPTAPE2\n";
+const TAPE_MAGIC: &[u8; 8] = b"DPTAPE3\n";
 /// The most raw draws a tape file may claim per stream (a bad file is refused, not allocated).
 const TAPE_STREAM_MAX: u64 = 1 << 28;
 

@@ -43,6 +43,7 @@ use crate::worker::{HOST_FIRST_ACTOR, Worker, WorkerIo, WorkerOut, WorkerState};
 
 mod conns;
 mod peers;
+mod stalls;
 
 /// The directory's node.
 pub const DIRECTORY_NODE: NodeId = NodeId(0);
@@ -209,6 +210,18 @@ enum EventKind {
     BookTick {
         host: usize,
         nonce: u64,
+    },
+    /// A silent stall starts (`stalls`): the directory pauses or a connection stalls.
+    StallStart,
+    /// It ends.
+    StallEnd {
+        episode: u64,
+    },
+    /// Whether `host` left connection `conn`, silent since stall `episode` began.
+    SilenceCheck {
+        host: usize,
+        conn: ConnId,
+        episode: u64,
     },
 }
 
@@ -421,6 +434,10 @@ struct DirectoryNode {
     conns: Option<DirectoryConns>,
     /// When its admission deadline is armed.
     expiry_armed: Option<Instant>,
+    /// The stall that pauses its process, if one does (`stalls`).
+    paused: Option<u64>,
+    /// What it was sent while paused, in the order it arrived.
+    deferred: Vec<EventKind>,
 }
 
 impl DirectoryNode {
@@ -461,6 +478,10 @@ pub struct World {
     /// Boot crashes (a stream of their own: seeds without host crashes draw nothing, and
     /// the other streams' schedules stay as they were).
     boot_rng: SimRng,
+    /// Silent stalls (a stream of their own, for the same reason).
+    stall_rng: SimRng,
+    /// Stalls started so far (each is numbered).
+    stall_episodes: u64,
     /// The cluster key every node of the run has.
     cluster_key: ClusterKey,
     /// Whether strangers connect during the fault phase (drawn from the conns stream).
@@ -593,6 +614,8 @@ impl World {
         World {
             conn_rng,
             boot_rng: options.entropy.rng(Stream::Boots),
+            stall_rng: options.entropy.rng(Stream::Stalls),
+            stall_episodes: 0,
             cluster_key: ClusterKey::from_bytes(key),
             strangers,
             stalled_welcomes,
@@ -641,6 +664,8 @@ impl World {
                 newest_admitted: vec![0; options.clients_per_host.len()],
                 conns: None,
                 expiry_armed: None,
+                paused: None,
+                deferred: Vec::new(),
             },
             hosts,
             blocked: BTreeSet::new(),
@@ -685,6 +710,7 @@ impl World {
         tape.set_stream(Stream::Storage, self.directory.fs.take_record());
         tape.set_stream(Stream::Conns, self.conn_rng.take_record());
         tape.set_stream(Stream::Boots, self.boot_rng.take_record());
+        tape.set_stream(Stream::Stalls, self.stall_rng.take_record());
         tape
     }
 
@@ -796,6 +822,7 @@ impl World {
         if let Some(every) = self.options.registrar.resync {
             self.schedule_in(every, EventKind::RouteResync);
         }
+        self.schedule_next_stall();
         self.schedule(self.heal_at, EventKind::Heal);
         self.schedule(self.end_at, EventKind::End);
     }
@@ -809,6 +836,11 @@ impl World {
     }
 
     fn handle(&mut self, kind: EventKind) {
+        if self.directory.paused.is_some() && self.for_directory_process(&kind) {
+            // In its sockets, its timer or its fsync's completion: taken when it resumes.
+            self.directory.deferred.push(kind);
+            return;
+        }
         match kind {
             EventKind::Deliver(envelope) => self.deliver(*envelope),
             EventKind::DirTimer { boot, generation } => {
@@ -1204,6 +1236,13 @@ impl World {
                     self.publish_discovery();
                 }
             }
+            EventKind::StallStart => self.start_stall(),
+            EventKind::StallEnd { episode } => self.end_stall(episode),
+            EventKind::SilenceCheck {
+                host,
+                conn,
+                episode,
+            } => self.check_silence(host, conn, episode),
             EventKind::Heal => self.heal(),
             EventKind::End if self.now < self.drained_by() => {
                 // S25: a rotation reaches every obligation within ⌈N/batch⌉ retry ticks, N the
@@ -1287,6 +1326,13 @@ impl World {
             return;
         }
         let mut delay = self.latency();
+        // A stalled connection holds the frames it carries until the stall ends.
+        if let Some(until) = self
+            .envelope_conn(from.node, to.node)
+            .and_then(|(conn, to_directory)| self.stall_holds(conn, to_directory))
+        {
+            delay = until.saturating_since(self.now).saturating_add(delay);
+        }
         if faulty && self.net_rng.chance(self.options.net.reorder) {
             self.stats.reordered += 1;
             self.checker.coverage.hit("fault.frame_reordered");
@@ -2235,6 +2281,9 @@ impl World {
     }
 
     fn crash_directory(&mut self) {
+        // Killed while paused: what waited for it is handed to the dead instance (and dropped
+        // or refused there, as a crashed process's sockets are).
+        self.resume_directory();
         self.stats.directory_crashes += 1;
         self.checker.coverage.hit("fault.directory_crash");
         self.break_dir_conns();
@@ -3152,6 +3201,7 @@ impl World {
         self.phase = Phase::Healed;
         self.checker.healed(self.now);
         self.blocked.clear();
+        self.heal_stalls();
         for target in std::mem::take(&mut self.flapped) {
             self.directory.routes.set_lost(target, false);
         }

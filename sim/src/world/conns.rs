@@ -74,6 +74,8 @@ pub(super) struct SimConn {
     /// Nothing the directory sends on it reaches the host any more (its `Welcome` stalled):
     /// only the host's handshake deadline ends it.
     pub stalled: bool,
+    /// A silent stall (`stalls`): frames sent the ways it holds arrive only once it ends.
+    pub stall: Option<stalls::ConnStall>,
     /// Between hosts: frames waiting in the connector's backlog for the proof (the world's
     /// own count).
     pub queued: usize,
@@ -116,6 +118,7 @@ impl SimConn {
             closing: false,
             silent: false,
             stalled: false,
+            stall: None,
             queued: 0,
             accepted_at: None,
             admitted: false,
@@ -442,6 +445,7 @@ impl World {
 
     fn send_bytes(&mut self, conn: ConnId, to_acceptor: bool, bytes: Vec<u8>) {
         let delay = self.conn_latency();
+        let held = self.stall_holds(conn, to_acceptor);
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -453,7 +457,8 @@ impl World {
         } else {
             &mut c.last_to_host
         };
-        let at = self.now.saturating_add(delay).max(*last);
+        let sent = held.unwrap_or(self.now);
+        let at = sent.saturating_add(delay).max(*last);
         *last = at;
         self.schedule(
             at,
@@ -469,6 +474,8 @@ impl World {
     /// already on their way.
     pub(super) fn close_conn(&mut self, conn: ConnId, by_acceptor: bool) {
         let delay = self.conn_latency();
+        // A stall holds the close too: it follows the bytes on their way.
+        let sent = self.stall_holds(conn, !by_acceptor).unwrap_or(self.now);
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -485,7 +492,7 @@ impl World {
         } else {
             c.last_to_acceptor
         };
-        let at = self.now.saturating_add(delay).max(last);
+        let at = sent.saturating_add(delay).max(last);
         self.schedule(
             at,
             EventKind::ConnClosed {
