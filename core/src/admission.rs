@@ -33,8 +33,9 @@ use crate::wire::{Envelope, GoneScope, Message};
 pub const HANDSHAKE_MAGIC: u32 = 0x4450_4c4b;
 /// The protocol version this build speaks; a hello of another version is refused with a
 /// message that names both. (2: hosts ask the directory where a peer listens instead of
-/// being sent the whole peer list on every admission.)
-pub const PROTOCOL_VERSION: u16 = 2;
+/// being sent the whole peer list on every admission. 3: a node pings the connections it made
+/// and gives up one that answers nothing, `Link::Ping` and `Link::Pong`.)
+pub const PROTOCOL_VERSION: u16 = 3;
 /// The largest frame a connection may send before it is admitted: a hello, a proof or a
 /// child's attach, with room to spare. A longer announced frame closes the connection before
 /// anything is read or reserved for it.
@@ -412,7 +413,7 @@ mod tests {
         let refusal = check_version(HANDSHAKE_MAGIC, 9).unwrap_err();
         assert_eq!(
             refusal.to_string(),
-            "protocol version 9 is not supported (this node speaks version 2)"
+            "protocol version 9 is not supported (this node speaks version 3)"
         );
     }
 

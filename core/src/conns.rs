@@ -21,9 +21,14 @@ use crate::time::{Duration, Instant};
 use crate::wire::{Envelope, decode_value};
 
 mod book;
+mod liveness;
 pub use book::{
     ASK_AGAIN, ASK_WAIT, BOOK_ASKING_MAX, BOOK_KNOWN_MAX, BOOK_PARKED_MAX, BOOK_PARKED_TOTAL_MAX,
     Parked, PeerBook,
+};
+pub use liveness::{
+    HOST_SILENCE_DEFAULT, PINGS_PER_SILENCE, Ping, Pinger, SILENCE_DEFAULT, SILENCE_MAX,
+    SILENCE_MIN,
 };
 
 /// A connection, as the driver numbers it.
@@ -51,6 +56,9 @@ pub enum Closing {
     /// still in its handshake when the same host was admitted on another one: a dead boot's
     /// late proof must not restart the node under the live one.
     Replaced,
+    /// The other end answered nothing for the silence bound (a stopped process, a partition
+    /// that drops without closing): see [`Pinger`].
+    Silent,
 }
 
 impl Closing {
@@ -415,6 +423,14 @@ pub struct DirectoryConns {
     away_since: BTreeMap<NodeId, Instant>,
     /// How long a host must have been away before a full membership may forget it.
     forget_after: Duration,
+    /// How long a host's connection may carry nothing before it is closed.
+    host_silence: Duration,
+    /// When each admitted host connection last carried a frame, and the deadline under which
+    /// it waits in `silence_queue`.
+    heard: BTreeMap<ConnId, (Instant, Instant)>,
+    /// Host connections by a deadline at which they may have gone silent (the real deadline
+    /// is their last frame's; a connection found heard since is queued again).
+    silence_queue: BTreeSet<(Instant, ConnId)>,
 }
 
 /// How long a host must have been away before a full membership may forget it, unless the
@@ -433,7 +449,21 @@ impl DirectoryConns {
             started: now,
             away_since: BTreeMap::new(),
             forget_after: FORGET_AWAY_AFTER,
+            host_silence: HOST_SILENCE_DEFAULT,
+            heard: BTreeMap::new(),
+            silence_queue: BTreeSet::new(),
         }
+    }
+
+    /// Sets how long a host's connection may carry nothing before it is closed (hosts ping
+    /// every quarter of their own silence bound, at most [`SILENCE_MAX`]).
+    pub fn set_host_silence(&mut self, silence: Duration) {
+        self.host_silence = silence;
+    }
+
+    /// How long a host's connection may carry nothing before it is closed.
+    pub fn host_silence(&self) -> Duration {
+        self.host_silence
     }
 
     /// Sets how long a host must have been away before a full membership may forget it.
@@ -508,7 +538,16 @@ impl DirectoryConns {
                         }
                         self.listener.close_handshakes_of(&listen, conn, out);
                         let m = admitted.member();
-                        self.attach(conn, m.node, m.incarnation, true, directory, epoch, out);
+                        self.attach(
+                            now,
+                            conn,
+                            m.node,
+                            m.incarnation,
+                            true,
+                            directory,
+                            epoch,
+                            out,
+                        );
                         DirHeard::Host {
                             conn,
                             listen,
@@ -531,7 +570,7 @@ impl DirectoryConns {
             Heard::Admitted(Who::Client) => {
                 let node = NodeId(self.next_transient);
                 self.next_transient += 1;
-                self.attach(conn, node, 1, false, directory, epoch, out);
+                self.attach(now, conn, node, 1, false, directory, epoch, out);
                 DirHeard::Client { conn, node }
             }
             Heard::Admitted(Who::Peer { .. }) => {
@@ -544,7 +583,15 @@ impl DirectoryConns {
                     self.listener.close(conn, Closing::Protocol, out);
                     return DirHeard::Nothing;
                 };
+                if let Some((heard, _)) = self.heard.get_mut(&conn) {
+                    *heard = now;
+                }
                 match link {
+                    // Whatever else is going on: the host judges this node by it.
+                    Link::Ping { seq } => {
+                        out.push(ConnAction::Send(conn, Link::Pong { seq }));
+                        DirHeard::Nothing
+                    }
                     Link::Frame(envelope) if admission::speaks_for(node, &envelope) => {
                         DirHeard::Envelope(envelope)
                     }
@@ -573,6 +620,7 @@ impl DirectoryConns {
     #[allow(clippy::too_many_arguments)]
     fn attach(
         &mut self,
+        now: Instant,
         conn: ConnId,
         node: NodeId,
         incarnation: u64,
@@ -583,12 +631,16 @@ impl DirectoryConns {
     ) {
         if host {
             self.away_since.remove(&node);
+            let at = now.saturating_add(self.host_silence);
+            self.heard.insert(conn, (now, at));
+            self.silence_queue.insert((at, conn));
         }
         if let Some(old) = self.by_node.insert(node, conn)
             && old != conn
         {
             // The node's earlier connection: the new one replaces it.
             self.attached.remove(&old);
+            self.unqueue(old);
             self.listener.close(old, Closing::Replaced, out);
         }
         self.attached.insert(
@@ -629,7 +681,15 @@ impl DirectoryConns {
         self.detach(now, conn)
     }
 
+    /// `conn` no longer waits for its silence.
+    fn unqueue(&mut self, conn: ConnId) {
+        if let Some((_, at)) = self.heard.remove(&conn) {
+            self.silence_queue.remove(&(at, conn));
+        }
+    }
+
     fn detach(&mut self, now: Instant, conn: ConnId) -> Option<NodeId> {
+        self.unqueue(conn);
         let a = self.attached.remove(&conn)?;
         (self.by_node.get(&a.node) == Some(&conn)).then(|| {
             self.by_node.remove(&a.node);
@@ -646,14 +706,39 @@ impl DirectoryConns {
         self.away_since.get(&node).copied()
     }
 
-    /// Closes every connection not admitted within the deadline.
-    pub fn expire(&mut self, now: Instant, out: &mut Vec<ConnAction>) {
+    /// Closes every connection not admitted within the deadline, and every host connection
+    /// that carried nothing for the host silence bound (a stopped host, or one cut off by a
+    /// partition that drops without closing: hosts ping). Returns the nodes that became
+    /// unreachable with those (the driver reports them to its routes).
+    pub fn expire(&mut self, now: Instant, out: &mut Vec<ConnAction>) -> Vec<NodeId> {
         self.listener.expire(now, out);
+        let mut silent = Vec::new();
+        while let Some(&(at, conn)) = self.silence_queue.first()
+            && at <= now
+        {
+            self.silence_queue.pop_first();
+            let Some(&(heard, _)) = self.heard.get(&conn) else {
+                continue;
+            };
+            let due = heard.saturating_add(self.host_silence);
+            if due > now {
+                self.heard.insert(conn, (heard, due));
+                self.silence_queue.insert((due, conn));
+            } else if let Some(node) = self.close(now, conn, Closing::Silent, out) {
+                silent.push(node);
+            }
+        }
+        silent
     }
 
-    /// When the oldest waiting connection's deadline passes.
+    /// When something next expires: the oldest waiting connection's deadline, or a host
+    /// connection's silence (perhaps early: see [`Self::expire`]).
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.listener.next_deadline()
+        let silence = self.silence_queue.first().map(|&(at, _)| at);
+        match (self.listener.next_deadline(), silence) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The connection to `node`, if it is connected.
@@ -691,6 +776,18 @@ impl DirectoryConns {
         }
         if self.attached.len() != self.by_node.len() {
             return Err("an admitted connection is nobody's".to_owned());
+        }
+        let hosts = self.attached.iter().filter(|(_, a)| a.host).map(|(c, _)| c);
+        if !hosts.eq(self.heard.keys()) {
+            return Err("the admitted host connections and those judged for silence differ".into());
+        }
+        if self.heard.len() != self.silence_queue.len()
+            || self
+                .heard
+                .iter()
+                .any(|(conn, &(_, at))| !self.silence_queue.contains(&(at, *conn)))
+        {
+            return Err("a host connection is not queued for its silence".to_owned());
         }
         if let Some(node) = self
             .away_since
@@ -736,8 +833,21 @@ enum LinkState {
     },
     /// The proof went out; the `Welcome` is awaited.
     Welcoming { conn: ConnId, backoff: Duration },
-    /// Welcomed. Left when the connection is lost or breaks the protocol.
-    Up { conn: ConnId },
+    /// Welcomed. Left when the connection is lost, breaks the protocol or goes silent.
+    Up { conn: ConnId, pinger: Pinger },
+}
+
+/// What [`DirectoryLink::expire`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkExpired {
+    /// Nothing was due, or a ping went out.
+    Nothing,
+    /// The attempt under way did not finish its handshake in time: closed, and the next
+    /// attempt backs off.
+    Attempt,
+    /// The welcomed directory answered none of the pings sent within the silence bound:
+    /// closed, and the link is lost (as [`LinkHeard::Lost`]).
+    Silent,
 }
 
 /// What a host's link to the directory heard, beyond the actions.
@@ -800,6 +910,15 @@ pub enum LinkHeard {
 /// full round, so a leader behind two dead replicas is reached within a few round trips and a
 /// group that is down entirely is tried as slowly as one directory is. With one address (the
 /// default) every failure ends a round: the back-off is exactly the single directory's.
+///
+/// **Liveness.** A welcomed link pings the directory ([`Pinger`]) and is given up, as lost,
+/// once none of the pings sent within its silence bound ([`SILENCE_DEFAULT`], or
+/// [`Self::with_silence`]) was answered: a stopped directory or leader, or a partition that
+/// drops without closing, would otherwise hold the host for as long as TCP keeps the
+/// connection (minutes). An attempt whose address says nothing (no challenge) within that
+/// bound is given up too, so that a stopped replica costs a rotation one bound, not the whole
+/// [`HANDSHAKE_DEADLINE`]; and an address given up for silence is skipped by the rotation for
+/// [`SILENT_ADDRESS_SKIPPED_FOR`] bounds while another address remains.
 #[derive(Clone, Debug)]
 pub struct DirectoryLink {
     who: Who,
@@ -817,7 +936,16 @@ pub struct DirectoryLink {
     /// Attempts that failed since the current round of the addresses began (below
     /// `candidates`: the failure that ends a round starts the next one).
     failed_in_round: usize,
+    /// How long the directory may answer nothing (see the liveness paragraph above).
+    silence: Duration,
+    /// The address last given up for silence, and until when the rotation skips it.
+    skipped: Option<(usize, Instant)>,
 }
+
+/// How many silence bounds the rotation skips an address that went silent (while another
+/// address remains): long enough for the rest of the group to elect a leader without the host
+/// trying the stopped one again.
+pub const SILENT_ADDRESS_SKIPPED_FOR: u64 = 4;
 
 /// How long a connection of this host's (to the directory, or to another host) may take to
 /// be made and finish its handshake: past it, the connection is closed and tried again, so a
@@ -840,28 +968,60 @@ impl DirectoryLink {
             candidates: 1,
             candidate: 0,
             failed_in_round: 0,
+            silence: SILENCE_DEFAULT,
+            skipped: None,
         }
     }
 
     /// A link already welcomed on `conn` as `node` at `incarnation` (by a blocking first
-    /// handshake).
+    /// handshake that ended at `now`).
     pub fn welcomed(
         who: Who,
         key: Option<ClusterKey>,
         conn: ConnId,
         node: NodeId,
         incarnation: u64,
+        now: Instant,
     ) -> DirectoryLink {
         DirectoryLink {
             who,
             key,
             identity: Some((node, incarnation)),
-            state: LinkState::Up { conn },
-            attempt_since: Instant::ZERO,
+            state: LinkState::Up {
+                conn,
+                pinger: Pinger::new(now, SILENCE_DEFAULT),
+            },
+            attempt_since: now,
             candidates: 1,
             candidate: 0,
             failed_in_round: 0,
+            silence: SILENCE_DEFAULT,
+            skipped: None,
         }
+    }
+
+    /// The same link with another silence bound (see the liveness paragraph above).
+    ///
+    /// # Panics
+    ///
+    /// If `silence` is outside [`SILENCE_MIN`]..=[`SILENCE_MAX`]: the driver checks its
+    /// settings first.
+    #[must_use]
+    pub fn with_silence(mut self, silence: Duration) -> DirectoryLink {
+        assert!(
+            (SILENCE_MIN..=SILENCE_MAX).contains(&silence),
+            "a silence bound of {silence}: {SILENCE_MIN} to {SILENCE_MAX} are allowed"
+        );
+        self.silence = silence;
+        if let LinkState::Up { pinger, .. } = &mut self.state {
+            *pinger = Pinger::new(self.attempt_since, silence);
+        }
+        self
+    }
+
+    /// The silence bound.
+    pub fn silence(&self) -> Duration {
+        self.silence
     }
 
     /// The same link following a directory at `candidates` addresses, its current attempt
@@ -916,12 +1076,13 @@ impl DirectoryLink {
     /// becomes `doubled` (the callers keep the single directory's order of the two).
     fn next_candidate(
         &mut self,
+        now: Instant,
         base: Duration,
         ended: Duration,
         doubled: Duration,
     ) -> (Duration, Duration) {
-        self.candidate = (self.candidate + 1) % self.candidates;
         self.failed_in_round += 1;
+        self.failed_in_round += self.step_candidate(now);
         if self.failed_in_round < self.candidates {
             (RECONNECT_FIRST, base)
         } else {
@@ -930,41 +1091,97 @@ impl DirectoryLink {
         }
     }
 
+    /// Moves on to the next address, past one given up for silence a short while ago (if
+    /// another remains). Returns how many addresses it skipped (they count as tried in the
+    /// round).
+    fn step_candidate(&mut self, now: Instant) -> usize {
+        self.candidate = (self.candidate + 1) % self.candidates;
+        match self.skipped {
+            Some((silent, until))
+                if self.candidates > 1 && silent == self.candidate && now < until =>
+            {
+                self.candidate = (self.candidate + 1) % self.candidates;
+                1
+            }
+            _ => 0,
+        }
+    }
+
+    /// The current address answered nothing: the rotation skips it for a while.
+    fn skip_current(&mut self, now: Instant) {
+        let bounds = self.silence.saturating_mul(SILENT_ADDRESS_SKIPPED_FOR);
+        self.skipped = Some((self.candidate, now.saturating_add(bounds)));
+    }
+
+    /// How long an attempt may wait for the address's first answer (its challenge).
+    fn first_answer_by(&self) -> Instant {
+        self.attempt_since
+            .saturating_add(HANDSHAKE_DEADLINE.min(self.silence))
+    }
+
     /// Whether a connection attempt is due at `now`.
     pub fn due(&self, now: Instant) -> bool {
         matches!(self.state, LinkState::Down { retry_at, .. } if retry_at <= now)
     }
 
-    /// When the next attempt is due while down, or the attempt under way must have finished
-    /// its handshake.
+    /// When [`Self::expire`] next has something to do: the next attempt while down, the
+    /// attempt's deadline, or the welcomed link's next ping or silence.
     pub fn next_deadline(&self) -> Option<Instant> {
-        match self.state {
-            LinkState::Down { retry_at, .. } => Some(retry_at),
-            LinkState::Connecting { .. }
-            | LinkState::Proving { .. }
-            | LinkState::Welcoming { .. } => {
+        match &self.state {
+            LinkState::Down { retry_at, .. } => Some(*retry_at),
+            LinkState::Connecting { .. } | LinkState::Proving { .. } => {
+                Some(self.first_answer_by())
+            }
+            LinkState::Welcoming { .. } => {
                 Some(self.attempt_since.saturating_add(HANDSHAKE_DEADLINE))
             }
-            LinkState::Up { .. } => None,
+            LinkState::Up { pinger, .. } => pinger.deadline(),
         }
     }
 
-    /// Gives up an attempt whose handshake did not finish within [`HANDSHAKE_DEADLINE`]:
-    /// closes its connection and backs off. Returns whether it did.
-    pub fn expire(&mut self, now: Instant, out: &mut Vec<ConnAction>) -> bool {
-        let waiting = matches!(
-            self.state,
-            LinkState::Connecting { .. } | LinkState::Proving { .. } | LinkState::Welcoming { .. }
-        );
-        let Some(conn) = self.conn().filter(|_| waiting) else {
-            return false;
+    /// What is due at `now`: gives up an attempt whose address said nothing within the
+    /// silence bound, or whose handshake did not finish within [`HANDSHAKE_DEADLINE`]
+    /// (closes it and backs off); on a welcomed link, sends the ping that is due or gives the
+    /// link up as silent.
+    pub fn expire(&mut self, now: Instant, out: &mut Vec<ConnAction>) -> LinkExpired {
+        let (conn, expired, silent) = match &mut self.state {
+            LinkState::Down { .. } => return LinkExpired::Nothing,
+            LinkState::Up { conn, pinger } => match pinger.poll(now) {
+                Ping::Nothing => return LinkExpired::Nothing,
+                Ping::Send(seq) => {
+                    out.push(ConnAction::Send(*conn, Link::Ping { seq }));
+                    return LinkExpired::Nothing;
+                }
+                Ping::Silent => (*conn, LinkExpired::Silent, true),
+            },
+            LinkState::Connecting { conn, .. } | LinkState::Proving { conn, .. } => {
+                if now
+                    < self
+                        .attempt_since
+                        .saturating_add(HANDSHAKE_DEADLINE.min(self.silence))
+                {
+                    return LinkExpired::Nothing;
+                }
+                (*conn, LinkExpired::Attempt, true)
+            }
+            LinkState::Welcoming { conn, .. } => {
+                if now < self.attempt_since.saturating_add(HANDSHAKE_DEADLINE) {
+                    return LinkExpired::Nothing;
+                }
+                (*conn, LinkExpired::Attempt, false)
+            }
         };
-        if now < self.attempt_since.saturating_add(HANDSHAKE_DEADLINE) {
-            return false;
+        let why = if expired == LinkExpired::Silent {
+            Closing::Silent
+        } else {
+            Closing::Expired
+        };
+        out.push(ConnAction::Close(conn, why));
+        if silent {
+            self.skip_current(now);
         }
-        out.push(ConnAction::Close(conn, Closing::Expired));
         self.closed(now, conn);
-        true
+        expired
     }
 
     /// The driver started connection `conn` to address [`Self::candidate`] at `now` (it
@@ -995,7 +1212,7 @@ impl DirectoryLink {
         };
         // A round that ends here waits its back-off, then doubles it.
         let twice = self.doubled(base);
-        let (wait, backoff) = self.next_candidate(base, base, twice);
+        let (wait, backoff) = self.next_candidate(now, base, base, twice);
         self.state = LinkState::Down {
             retry_at: now.saturating_add(wait),
             backoff,
@@ -1036,7 +1253,31 @@ impl DirectoryLink {
             // The directory does not take our key or version: a configuration error.
             return LinkHeard::Refused(reason);
         }
-        let state = std::mem::replace(&mut self.state, LinkState::Up { conn });
+        if let LinkState::Up { pinger, .. } = &mut self.state {
+            return match link {
+                Link::Pong { seq } => {
+                    pinger.pong(seq);
+                    LinkHeard::Nothing
+                }
+                Link::Located { node, listen } => LinkHeard::Located { node, listen },
+                Link::Frame(envelope)
+                    if self
+                        .identity
+                        .is_some_and(|(node, _)| envelope.to.node == node) =>
+                {
+                    LinkHeard::Envelope(envelope)
+                }
+                _ => {
+                    self.give_up(now, conn, out);
+                    LinkHeard::Lost
+                }
+            };
+        }
+        let placeholder = LinkState::Down {
+            retry_at: now,
+            backoff: RECONNECT_FIRST,
+        };
+        let state = std::mem::replace(&mut self.state, placeholder);
         match state {
             LinkState::Proving {
                 connector, backoff, ..
@@ -1060,6 +1301,10 @@ impl DirectoryLink {
                     epoch,
                 } if self.identity.is_none_or(|id| id == (node, incarnation)) => {
                     self.identity = Some((node, incarnation));
+                    self.state = LinkState::Up {
+                        conn,
+                        pinger: Pinger::new(now, self.silence),
+                    };
                     LinkHeard::Welcomed {
                         node,
                         incarnation,
@@ -1078,20 +1323,6 @@ impl DirectoryLink {
                     self.state = LinkState::Welcoming { conn, backoff };
                     self.give_up(now, conn, out);
                     LinkHeard::Protocol
-                }
-            },
-            LinkState::Up { .. } => match link {
-                Link::Located { node, listen } => LinkHeard::Located { node, listen },
-                Link::Frame(envelope)
-                    if self
-                        .identity
-                        .is_some_and(|(node, _)| envelope.to.node == node) =>
-                {
-                    LinkHeard::Envelope(envelope)
-                }
-                _ => {
-                    self.give_up(now, conn, out);
-                    LinkHeard::Lost
                 }
             },
             other => {
@@ -1120,13 +1351,12 @@ impl DirectoryLink {
             | LinkState::Welcoming { backoff, .. } => {
                 // A round that ends here doubles its back-off, then waits it.
                 let twice = self.doubled(backoff);
-                (self.next_candidate(backoff, twice, twice), false)
+                (self.next_candidate(now, backoff, twice, twice), false)
             }
             LinkState::Up { .. } | LinkState::Down { .. } => {
                 // The directory that served is gone (a replica may have taken over
                 // elsewhere): the next address soon, and a fresh round from it.
-                self.candidate = (self.candidate + 1) % self.candidates;
-                self.failed_in_round = 0;
+                self.failed_in_round = self.step_candidate(now);
                 ((RECONNECT_FIRST, RECONNECT_FIRST), true)
             }
         };
@@ -1148,14 +1378,14 @@ impl DirectoryLink {
             LinkState::Connecting { conn, .. }
             | LinkState::Proving { conn, .. }
             | LinkState::Welcoming { conn, .. }
-            | LinkState::Up { conn } => Some(*conn),
+            | LinkState::Up { conn, .. } => Some(*conn),
         }
     }
 
     /// The connection, if the link is welcomed.
     pub fn up(&self) -> Option<ConnId> {
-        match self.state {
-            LinkState::Up { conn } => Some(conn),
+        match &self.state {
+            LinkState::Up { conn, .. } => Some(*conn),
             _ => None,
         }
     }
@@ -1178,6 +1408,8 @@ struct OutgoingLink {
     backlog: VecDeque<Link>,
     /// When it was started (its handshake must end by [`HANDSHAKE_DEADLINE`] after it).
     since: Instant,
+    /// Once proved: its pings (the other host answers them, or the connection is given up).
+    pinger: Option<Pinger>,
 }
 
 /// Where a frame for another host went.
@@ -1237,6 +1469,8 @@ pub struct PeerLinks {
     from: BTreeMap<ConnId, NodeId>,
     outgoing: BTreeMap<ConnId, OutgoingLink>,
     to: BTreeMap<NodeId, ConnId>,
+    /// How long an outgoing connection may answer nothing.
+    silence: Duration,
 }
 
 impl PeerLinks {
@@ -1255,15 +1489,34 @@ impl PeerLinks {
             from: BTreeMap::new(),
             outgoing: BTreeMap::new(),
             to: BTreeMap::new(),
+            silence: SILENCE_DEFAULT,
         }
     }
 
-    /// Sends `link` to host `node`: on its connection, or queued for it. When there is none,
+    /// The same links with another silence bound for the connections this host makes (see
+    /// [`Pinger`]).
+    ///
+    /// # Panics
+    ///
+    /// If `silence` is outside [`SILENCE_MIN`]..=[`SILENCE_MAX`].
+    #[must_use]
+    pub fn with_silence(mut self, silence: Duration) -> PeerLinks {
+        assert!(
+            (SILENCE_MIN..=SILENCE_MAX).contains(&silence),
+            "a silence bound of {silence}: {SILENCE_MIN} to {SILENCE_MAX} are allowed"
+        );
+        self.silence = silence;
+        self
+    }
+
+    /// Sends `link` to host `node` at `now`: on its connection (which then counts as in use,
+    /// and is pinged: see [`Pinger::while_used`]), or queued for it. When there is none,
     /// the link comes back: the caller starts one with [`Self::connecting`], giving it the link.
     /// (By value, not boxed: an allocation per frame for the rare first one's sake.)
     #[allow(clippy::result_large_err)]
     pub fn route(
         &mut self,
+        now: Instant,
         node: NodeId,
         link: Link,
         out: &mut Vec<ConnAction>,
@@ -1275,6 +1528,9 @@ impl PeerLinks {
             return Ok(Routed::Dropped);
         };
         Ok(if o.proved {
+            if let Some(pinger) = &mut o.pinger {
+                pinger.used(now);
+            }
             out.push(ConnAction::Send(conn, link));
             Routed::Sent
         } else if o.backlog.len() < PEER_BACKLOG_MAX {
@@ -1297,6 +1553,7 @@ impl PeerLinks {
                 proved: false,
                 backlog,
                 since: now,
+                pinger: None,
             },
         );
         self.to.insert(node, conn);
@@ -1326,11 +1583,23 @@ impl PeerLinks {
         self.incoming.accepted(now, conn, nonce, out);
     }
 
-    /// A frame arrived on a peer connection.
-    pub fn frame(&mut self, conn: ConnId, payload: &[u8], out: &mut Vec<ConnAction>) -> PeerHeard {
+    /// A frame arrived on a peer connection at `now`.
+    pub fn frame(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        payload: &[u8],
+        out: &mut Vec<ConnAction>,
+    ) -> PeerHeard {
         if let Some(o) = self.outgoing.get_mut(&conn) {
             let node = o.node;
             if o.proved {
+                if let Ok(Link::Pong { seq }) = decode_value::<Link>(payload, FRAME_BYTES_MAX) {
+                    if let Some(pinger) = &mut o.pinger {
+                        pinger.pong(seq);
+                    }
+                    return PeerHeard::Nothing;
+                }
                 return self.core_frame(conn, node, payload, out);
             }
             let answer = decode_value::<Link>(payload, FRAME_BYTES_MAX)
@@ -1348,6 +1617,7 @@ impl PeerLinks {
             out.extend(o.backlog.drain(..).map(|link| ConnAction::Send(conn, link)));
             o.connector = None;
             o.proved = true;
+            o.pinger = Some(Pinger::while_used(now, self.silence));
             return PeerHeard::Nothing;
         }
         match self.incoming.frame(conn, payload, out) {
@@ -1402,6 +1672,11 @@ impl PeerLinks {
             Link::Frame(envelope) if envelope.from.node == node && envelope.to.node == self.me => {
                 PeerHeard::Envelope(envelope)
             }
+            // Another host asks whether this one still answers (on a connection it made).
+            Link::Ping { seq } if self.from.contains_key(&conn) => {
+                out.push(ConnAction::Send(conn, Link::Pong { seq }));
+                PeerHeard::Nothing
+            }
             _ => self.protocol(conn, node, out),
         }
     }
@@ -1429,29 +1704,49 @@ impl PeerLinks {
 
     /// Closes every incoming connection not admitted within the deadline, and every outgoing
     /// one whose handshake did not finish within [`HANDSHAKE_DEADLINE`] (its backlog is
-    /// dropped: every protocol between hosts re-sends, and the next frame tries again).
-    pub fn expire(&mut self, now: Instant, out: &mut Vec<ConnAction>) {
+    /// dropped: every protocol between hosts re-sends, and the next frame tries again); sends
+    /// the pings that are due on outgoing connections and closes those that went silent.
+    /// Returns the hosts whose connection it closed for silence (their address may be stale:
+    /// the driver asks again).
+    pub fn expire(&mut self, now: Instant, out: &mut Vec<ConnAction>) -> Vec<NodeId> {
         self.incoming.expire(now, out);
-        let late: Vec<ConnId> = self
-            .outgoing
-            .iter()
-            .filter(|(_, o)| !o.proved && now >= o.since.saturating_add(HANDSHAKE_DEADLINE))
-            .map(|(conn, _)| *conn)
-            .collect();
+        let mut late = Vec::new();
+        let mut silent = Vec::new();
+        for (&conn, o) in &mut self.outgoing {
+            match &mut o.pinger {
+                None if now >= o.since.saturating_add(HANDSHAKE_DEADLINE) => late.push(conn),
+                None => {}
+                Some(pinger) => match pinger.poll(now) {
+                    Ping::Nothing => {}
+                    Ping::Send(seq) => out.push(ConnAction::Send(conn, Link::Ping { seq })),
+                    Ping::Silent => silent.push((conn, o.node)),
+                },
+            }
+        }
         for conn in late {
             out.push(ConnAction::Close(conn, Closing::Expired));
             self.forget_outgoing(conn);
         }
+        silent
+            .into_iter()
+            .map(|(conn, node)| {
+                out.push(ConnAction::Close(conn, Closing::Silent));
+                self.forget_outgoing(conn);
+                node
+            })
+            .collect()
     }
 
-    /// When the next deadline passes: the oldest waiting incoming connection's, or an
-    /// outgoing handshake's.
+    /// When the next deadline passes: the oldest waiting incoming connection's, an outgoing
+    /// handshake's, or an outgoing connection's next ping or silence.
     pub fn next_deadline(&self) -> Option<Instant> {
         let outgoing = self
             .outgoing
             .values()
-            .filter(|o| !o.proved)
-            .map(|o| o.since.saturating_add(HANDSHAKE_DEADLINE))
+            .filter_map(|o| match &o.pinger {
+                Some(pinger) => pinger.deadline(),
+                None => Some(o.since.saturating_add(HANDSHAKE_DEADLINE)),
+            })
             .min();
         match (self.incoming.next_deadline(), outgoing) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -137,6 +137,18 @@ pub enum Link {
         /// Its listen address.
         listen: Option<String>,
     },
+    /// A node that made a connection asks whether the other end still answers (see
+    /// [`crate::conns::Pinger`]): a connection can stay open and deliver nothing (a stopped
+    /// process, a partition that drops without closing), which only an answer tells apart.
+    Ping {
+        /// The asker's number for this ping.
+        seq: u64,
+    },
+    /// The answer to [`Link::Ping`], at once and whatever else the node is doing.
+    Pong {
+        /// The ping's number.
+        seq: u64,
+    },
 }
 
 impl Link {
@@ -151,6 +163,8 @@ impl Link {
             Link::Refused { .. } => "Refused",
             Link::Frame(_) => "Frame",
             Link::Located { .. } => "Located",
+            Link::Ping { .. } => "Ping",
+            Link::Pong { .. } => "Pong",
         }
     }
 }
@@ -391,7 +405,7 @@ mod tests {
         let refusal = Acceptor::answer(&future, [0; 32], None).unwrap_err();
         assert_eq!(
             refusal.to_string(),
-            "protocol version 7 is not supported (this node speaks version 2)"
+            "protocol version 7 is not supported (this node speaks version 3)"
         );
         let refusal = Acceptor::answer(&[0xff, 0xff, 3], [0; 32], None).unwrap_err();
         assert_eq!(refusal, HelloRefusal::NotAHello);

@@ -53,6 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         metrics_listen: None,
         members_max: dataplane_core::limits::MEMBERS_MAX,
         forget_hosts_away_for: dataplane_core::conns::FORGET_AWAY_AFTER,
+        host_silence: dataplane_core::conns::HOST_SILENCE_DEFAULT,
     };
     let host = HostOptions {
         directories: vec![directory.listen.clone()],
@@ -63,6 +64,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         arena_file: None,
         allow: vec![DataPath::new("/data")?],
         deadline: Duration::from_secs(80),
+        silence: dataplane_core::conns::SILENCE_DEFAULT,
         cluster_key: None,
         metrics_listen: None,
         files: None,

@@ -104,6 +104,8 @@ pub struct DirectoryOptions {
     pub members_max: usize,
     /// How long a host must have been away before a full membership may forget it.
     pub forget_hosts_away_for: Duration,
+    /// How long a host's connection may carry nothing (hosts ping) before it is closed.
+    pub host_silence: Duration,
 }
 
 /// Why a directory node stopped.
@@ -424,6 +426,7 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
     };
     node.conns
         .set_forget_away_after(options.forget_hosts_away_for);
+    node.conns.set_host_silence(options.host_silence);
     let effects = outbox.take();
     let started = node.execute(effects).and_then(|()| {
         // The recovery's records (the new epoch first) are durable before anyone is welcomed
@@ -475,7 +478,14 @@ impl DirectoryNode {
                 self.handle(event)?;
             }
             let now = self.clock.now();
-            self.conns.expire(now, &mut self.actions);
+            for node in self.conns.expire(now, &mut self.actions) {
+                info!(
+                    %node,
+                    silence = %self.conns.host_silence(),
+                    "host connection closed: it sent nothing (stopped, or cut off without a close)"
+                );
+                self.routes.disconnected(node);
+            }
             self.conn_actions()?;
             if self.timer.is_some_and(|at| at <= now) {
                 self.timer = None;

@@ -97,8 +97,8 @@ use crate::net::{
 use crate::resolve::{Addresses, Resolver, Started, literal, system_lookup};
 use dataplane_core::conns::{
     Accepts, Closing, ConnAction, DIRECTORY_CANDIDATES_MAX, DirectoryLink, HANDSHAKE_DEADLINE,
-    LinkHeard, Listener, Parked, PeerBook, PeerHeard, PeerLinks, RECONNECT_FIRST, RECONNECT_MAX,
-    Routed,
+    LinkExpired, LinkHeard, Listener, Parked, PeerBook, PeerHeard, PeerLinks, RECONNECT_FIRST,
+    RECONNECT_MAX, Routed, SILENCE_MAX, SILENCE_MIN,
 };
 use dataplane_core::membership::is_full_refusal;
 
@@ -172,6 +172,9 @@ pub struct HostOptions {
     pub allow: Vec<DataPath>,
     /// The proxy's request deadline.
     pub deadline: Duration,
+    /// How long the directory or another host may answer nothing before this host gives
+    /// the connection up ([`SILENCE_MIN`]..=[`SILENCE_MAX`]; core's `Pinger`).
+    pub silence: Duration,
     /// When set, this host and the other nodes prove to each other that they know it.
     pub cluster_key: Option<ClusterKey>,
     /// Serve [`HostMetrics`] at `http://ADDR/metrics` (`host:port`).
@@ -458,6 +461,12 @@ fn claim_socket(options: &HostOptions) -> Result<Claimed, HostError> {
 pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     let err = |what: &str, e: &dyn fmt::Display| HostError::Setup(format!("{what}: {e}"));
     check_directories(&options.directories)?;
+    if !(SILENCE_MIN..=SILENCE_MAX).contains(&options.silence) {
+        return Err(HostError::Setup(format!(
+            "a silence bound of {}: give {SILENCE_MIN} to {SILENCE_MAX}",
+            options.silence
+        )));
+    }
     // The socket first: a second host on it must change nothing, not even make an arena.
     let (lock, children, control, capability) = claim_socket(&options)?;
     let arena = match &options.arena_file {
@@ -506,6 +515,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         arena_file = %options.arena_file.as_deref().map_or("(memfd)".into(), |p| p.display().to_string()),
         allow = %options.allow.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
         deadline = %options.deadline,
+        silence = %options.silence,
         cluster_key = options.cluster_key.is_some(),
         socket_group = options.socket_group,
         "host started"
@@ -586,6 +596,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         &mut agent_boot,
     );
     let key = options.cluster_key;
+    let silence = options.silence;
     let candidates = options.directories.len();
     let waker = net.waker().map_err(|e| err("poll", &e))?;
     let threads = |e: std::io::Error| err("the name-lookup threads", &e);
@@ -626,8 +637,16 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         ),
         outbox,
         local: VecDeque::new(),
-        directory: DirectoryLink::welcomed(who, key, directory_conn, node, incarnation)
-            .with_candidates(candidates, candidate),
+        directory: DirectoryLink::welcomed(
+            who,
+            key,
+            directory_conn,
+            node,
+            incarnation,
+            clock.now(),
+        )
+        .with_candidates(candidates, candidate)
+        .with_silence(silence),
         peer_links: PeerLinks::new(
             node,
             incarnation,
@@ -639,7 +658,8 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
                 PENDING_CONNECTIONS_MAX,
                 PEERS_MAX,
             ),
-        ),
+        )
+        .with_silence(silence),
         actions: Vec::new(),
         book: PeerBook::new(),
         children: BTreeMap::new(),
@@ -934,7 +954,11 @@ impl HostNode {
         for (_, name) in self.directory_names.expire(now) {
             self.unresolved_directory(&name, &why);
         }
-        self.peer_links.expire(now, &mut self.actions);
+        for node in self.peer_links.expire(now, &mut self.actions) {
+            // Its address may be stale: asked again before the next connection.
+            debug!(%node, silence = %self.options.silence, "connection to a host closed: it answered nothing");
+            self.book.forget(node);
+        }
         let dropped = self.book.expire(now);
         if dropped > 0 {
             debug!(
@@ -944,12 +968,28 @@ impl HostNode {
         }
         self.ask_peers(now);
         let tried = self.directory_address().to_owned();
-        if self.directory.expire(now, &mut self.actions) {
-            warn!(
+        match self.directory.expire(now, &mut self.actions) {
+            LinkExpired::Nothing => {}
+            LinkExpired::Attempt => warn!(
                 directory = %tried,
                 next = %self.directory_address(),
-                "the directory did not finish the handshake within {HANDSHAKE_DEADLINE}: trying again"
-            );
+                silence = %self.options.silence,
+                "the directory did not answer within the silence bound or finish the handshake \
+                 within {HANDSHAKE_DEADLINE}: trying again"
+            ),
+            LinkExpired::Silent => {
+                warn!(
+                    directory = %tried,
+                    next = %self.directory_address(),
+                    silence = %self.options.silence,
+                    "the directory answered nothing within the silence bound (stopped, or cut \
+                     off without a close): leaving it"
+                );
+                if let Some(metrics) = &self.metrics {
+                    metrics.directory_silences.inc();
+                }
+                self.lost_directory();
+            }
         }
         self.conn_actions();
         for conn in self.child_admission.expired(now) {
@@ -1083,7 +1123,8 @@ impl HostNode {
     /// Sends `frame` to host `node`: on its connection, queued for its handshake, or waiting
     /// for the directory to say where it listens.
     fn send_to_peer(&mut self, node: NodeId, frame: Link) {
-        match self.peer_links.route(node, frame, &mut self.actions) {
+        let now = self.clock.now();
+        match self.peer_links.route(now, node, frame, &mut self.actions) {
             Ok(Routed::Sent | Routed::Queued) => self.conn_actions(),
             // Lost as the network may lose it: transfers ask again on their timeout.
             Ok(Routed::Dropped) => debug!(%node, "peer backlog full: frame dropped"),
@@ -1640,7 +1681,8 @@ impl HostNode {
     }
 
     fn peer_frame(&mut self, conn: ConnId, payload: &[u8]) {
-        let heard = self.peer_links.frame(conn, payload, &mut self.actions);
+        let now = self.clock.now();
+        let heard = self.peer_links.frame(now, conn, payload, &mut self.actions);
         self.conn_actions();
         match heard {
             PeerHeard::Nothing => {}

@@ -262,6 +262,8 @@ struct ReplicaNode {
     /// `--members-max` and `--forget-hosts-away-for`, for the membership while serving.
     members_max: usize,
     forget_hosts_away_for: Duration,
+    /// `--host-silence`, for the hosts' connections while serving.
+    host_silence: Duration,
     machine: ReplicatedDirectory<ActorSources>,
     log: ReplicaLog,
     net: Reactor,
@@ -454,6 +456,7 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
         key: options.directory.cluster_key,
         members_max: options.directory.members_max,
         forget_hosts_away_for: options.directory.forget_hosts_away_for,
+        host_silence: options.directory.host_silence,
         machine,
         log,
         net,
@@ -697,6 +700,7 @@ impl ReplicaNode {
             self.clock.now(),
         );
         conns.set_forget_away_after(self.forget_hosts_away_for);
+        conns.set_host_silence(self.host_silence);
         self.serving = Some(Serving {
             term,
             address,
@@ -999,7 +1003,14 @@ impl ReplicaNode {
             self.net.close(conn);
         }
         if let Some(serving) = &mut self.serving {
-            serving.conns.expire(now, &mut self.actions);
+            for node in serving.conns.expire(now, &mut self.actions) {
+                info!(
+                    %node,
+                    silence = %serving.conns.host_silence(),
+                    "host connection closed: it sent nothing (stopped, or cut off without a close)"
+                );
+                serving.routes.disconnected(node);
+            }
             self.conn_actions()?;
         }
         Ok(())

@@ -211,6 +211,11 @@ enum EventKind {
         host: usize,
         nonce: u64,
     },
+    /// A host's peer links' next deadline (its process by boot nonce).
+    PeerTick {
+        host: usize,
+        nonce: u64,
+    },
     /// A silent stall starts (`stalls`): the directory pauses or a connection stalls.
     StallStart,
     /// It ends.
@@ -497,6 +502,8 @@ pub struct World {
     links: Vec<Option<conns::HostLink>>,
     /// Each host process's connections with the other hosts (none while the host is down).
     peers: Vec<Option<PeerLinks>>,
+    /// When each host's next `PeerTick` is scheduled (on its clock), if one is.
+    peer_ticks: Vec<Option<Instant>>,
     directory: DirectoryNode,
     hosts: Vec<HostNode>,
     blocked: BTreeSet<(NodeId, NodeId)>,
@@ -623,6 +630,7 @@ impl World {
             next_conn: 1,
             links: (0..options.clients_per_host.len()).map(|_| None).collect(),
             peers: (0..options.clients_per_host.len()).map(|_| None).collect(),
+            peer_ticks: vec![None; options.clients_per_host.len()],
             now: Instant::ZERO,
             queue: EventQueue::default(),
             seq: 0,
@@ -1236,6 +1244,7 @@ impl World {
                     self.publish_discovery();
                 }
             }
+            EventKind::PeerTick { host, nonce } => self.peer_tick(host, nonce),
             EventKind::StallStart => self.start_stall(),
             EventKind::StallEnd { episode } => self.end_stall(episode),
             EventKind::SilenceCheck {

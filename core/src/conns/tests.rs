@@ -397,9 +397,12 @@ fn frames_for_another_host_wait_for_the_handshake_and_strangers_are_closed() {
         })
     };
     let mut out = Vec::new();
-    assert_eq!(a.route(NodeId(2), frame(1), &mut out), Err(frame(1)));
+    assert_eq!(a.route(t(0), NodeId(2), frame(1), &mut out), Err(frame(1)));
     a.connecting(t(0), NodeId(2), 7, frame(1));
-    assert_eq!(a.route(NodeId(2), frame(2), &mut out), Ok(Routed::Queued));
+    assert_eq!(
+        a.route(t(0), NodeId(2), frame(2), &mut out),
+        Ok(Routed::Queued)
+    );
     assert!(out.is_empty());
     b.accepted(t(0), 7, [4; 32], &mut out);
     a.connected(7, [3; 32], &mut out);
@@ -412,9 +415,12 @@ fn frames_for_another_host_wait_for_the_handshake_and_strangers_are_closed() {
             };
             // Frames from a go to b and back; both sides share conn id 7 here.
             if matches!(link, Link::Challenge { .. }) {
-                assert_eq!(a.frame(7, &bytes(&link), &mut out), PeerHeard::Nothing);
+                assert_eq!(
+                    a.frame(t(0), 7, &bytes(&link), &mut out),
+                    PeerHeard::Nothing
+                );
             } else {
-                match b.frame(7, &bytes(&link), &mut out) {
+                match b.frame(t(0), 7, &bytes(&link), &mut out) {
                     PeerHeard::Envelope(e) => delivered.push(e.from.actor),
                     PeerHeard::Admitted { node, .. } => assert_eq!(node, NodeId(1)),
                     PeerHeard::Nothing => {}
@@ -424,7 +430,10 @@ fn frames_for_another_host_wait_for_the_handshake_and_strangers_are_closed() {
         }
     }
     assert_eq!(delivered, vec![1, 2]);
-    assert_eq!(a.route(NodeId(2), frame(3), &mut out), Ok(Routed::Sent));
+    assert_eq!(
+        a.route(t(0), NodeId(2), frame(3), &mut out),
+        Ok(Routed::Sent)
+    );
     // A frame on b's connection from 1 that claims to come from 3 closes it.
     let forged = Link::Frame(Envelope {
         from: Address::new(NodeId(3), 1, 1),
@@ -435,7 +444,7 @@ fn frames_for_another_host_wait_for_the_handshake_and_strangers_are_closed() {
     });
     out.clear();
     assert_eq!(
-        b.frame(7, &bytes(&forged), &mut out),
+        b.frame(t(0), 7, &bytes(&forged), &mut out),
         PeerHeard::Protocol {
             conn: 7,
             node: NodeId(1)
@@ -472,9 +481,9 @@ fn a_connection_that_says_it_is_this_host_is_closed() {
                     continue;
                 };
                 if matches!(link, Link::Challenge { .. }) {
-                    a.frame(7, &bytes(&link), &mut out);
+                    a.frame(t(0), 7, &bytes(&link), &mut out);
                 } else {
-                    heard.push(b.frame(7, &bytes(&link), &mut out));
+                    heard.push(b.frame(t(0), 7, &bytes(&link), &mut out));
                 }
             }
         }
@@ -494,32 +503,52 @@ fn a_connection_that_says_it_is_this_host_is_closed() {
 #[test]
 fn a_silent_directory_or_host_cannot_hold_a_handshake() {
     use crate::conns::HANDSHAKE_DEADLINE;
-    // The directory accepts and then says nothing: the attempt is closed at the deadline and
-    // tried again after the back-off.
+    // The directory accepts and then says nothing: the attempt is closed once the silence
+    // bound passed without a challenge, and tried again after the back-off.
     let mut link = host_link(None, 6);
     let mut out = Vec::new();
     link.connecting(t(0), 3);
     link.connected(3, [1; 32], &mut out);
-    assert_eq!(
-        link.next_deadline(),
-        Some(t(0).saturating_add(HANDSHAKE_DEADLINE))
-    );
+    let bound = t(0).saturating_add(SILENCE_DEFAULT);
+    assert_eq!(link.next_deadline(), Some(bound));
     out.clear();
-    let just_before = Instant::from_nanos(t(0).saturating_add(HANDSHAKE_DEADLINE).as_nanos() - 1);
-    assert!(!link.expire(just_before, &mut out));
+    let before = |at: Instant| Instant::from_nanos(at.as_nanos() - 1);
+    assert_eq!(link.expire(before(bound), &mut out), LinkExpired::Nothing);
     assert!(out.is_empty());
-    let at = t(0).saturating_add(HANDSHAKE_DEADLINE);
-    assert!(link.expire(at, &mut out));
+    assert_eq!(link.expire(bound, &mut out), LinkExpired::Attempt);
     assert_eq!(out, vec![ConnAction::Close(3, Closing::Expired)]);
     assert_eq!(link.conn(), None);
-    assert!(link.next_deadline().is_some_and(|retry| retry > at));
-    // Nothing to expire while down, or once up.
+    assert!(link.next_deadline().is_some_and(|retry| retry > bound));
+    // Nothing to expire while down.
     out.clear();
-    assert!(!link.expire(at.saturating_add(HANDSHAKE_DEADLINE), &mut out));
+    let later = bound.saturating_add(Duration::from_millis(10));
+    assert_eq!(link.expire(later, &mut out), LinkExpired::Nothing);
     assert!(out.is_empty());
+
+    // A directory that challenged (it answers) has the whole handshake deadline to welcome.
+    let (mut dir, mut membership) = (directory(None), Membership::default());
+    let mut link = host_link(None, 7);
+    link.connecting(t(0), 4);
+    let mut to_dir = Vec::new();
+    dir.accepted(t(0), 4, [9; 32], &mut to_dir);
+    link.connected(4, [1; 32], &mut out);
+    let hello = sent(&out, 4).remove(0);
+    out.clear();
+    let mut back = Vec::new();
+    dir_frame(&mut dir, &mut membership, 4, &hello, &mut back);
+    let challenge = sent(&back, 4).remove(0);
+    link.frame(t(10), 4, &bytes(&challenge), &mut out);
+    let at = t(0).saturating_add(HANDSHAKE_DEADLINE);
+    assert_eq!(link.next_deadline(), Some(at));
+    assert_eq!(link.expire(bound, &mut out), LinkExpired::Nothing);
+    out.clear();
+    assert_eq!(link.expire(at, &mut out), LinkExpired::Attempt);
+    assert_eq!(out, vec![ConnAction::Close(4, Closing::Expired)]);
 
     // Another host accepts and then says nothing: the outgoing connection is closed at the
     // deadline with its backlog, and the next frame starts a new one.
+    let just_before = before(at);
+    out.clear();
     let listener = Listener::new(None, Accepts::Peers, Duration::from_secs(5), 4, 4);
     let mut a = PeerLinks::new(NodeId(1), 1, None, listener);
     let frame = Link::Frame(Envelope {
@@ -541,7 +570,10 @@ fn a_silent_directory_or_host_cannot_hold_a_handshake() {
     a.expire(at, &mut out);
     assert_eq!(out, vec![ConnAction::Close(8, Closing::Expired)]);
     assert!(!a.knows(8));
-    assert_eq!(a.route(NodeId(2), frame.clone(), &mut out), Err(frame));
+    assert_eq!(
+        a.route(t(0), NodeId(2), frame.clone(), &mut out),
+        Err(frame)
+    );
 }
 
 /// How an attempt at the directory fails, as a driver reports it.
@@ -585,7 +617,7 @@ fn fail_attempts(
                 link.connecting(at, conn);
                 link.connected(conn, [1; 32], &mut out);
                 let deadline = link.next_deadline().expect("a handshake deadline");
-                assert!(link.expire(deadline, &mut out));
+                assert_eq!(link.expire(deadline, &mut out), LinkExpired::Attempt);
                 deadline
             }
         };
@@ -695,7 +727,7 @@ fn several_directories_are_tried_in_turn_and_back_off_per_round() {
         listen: "h1:1".to_owned(),
         boot_nonce: 5,
     };
-    let mut link = DirectoryLink::welcomed(who, None, 7, NodeId(1), 1).with_candidates(3, 2);
+    let mut link = DirectoryLink::welcomed(who, None, 7, NodeId(1), 1, t(0)).with_candidates(3, 2);
     assert_eq!(link.closed(t(0), 7), LinkHeard::Lost);
     assert_eq!(link.candidate(), 0);
     assert_eq!(
@@ -972,12 +1004,15 @@ fn a_peer_backlog_holds_its_bound_exactly() {
     let mut out = Vec::new();
     a.connecting(t(0), NodeId(2), 7, frame.clone());
     let mut held = 1;
-    while a.route(NodeId(2), frame.clone(), &mut out) == Ok(Routed::Queued) {
+    while a.route(t(0), NodeId(2), frame.clone(), &mut out) == Ok(Routed::Queued) {
         held += 1;
         assert!(held <= PEER_BACKLOG_MAX + 1, "no bound");
     }
     assert_eq!(held, PEER_BACKLOG_MAX);
-    assert_eq!(a.route(NodeId(2), frame, &mut out), Ok(Routed::Dropped));
+    assert_eq!(
+        a.route(t(0), NodeId(2), frame, &mut out),
+        Ok(Routed::Dropped)
+    );
     // b admits a's connection: it knows it as node 1.
     b.accepted(t(0), 7, [4; 32], &mut out);
     a.connected(7, [3; 32], &mut out);
@@ -988,9 +1023,9 @@ fn a_peer_backlog_holds_its_bound_exactly() {
                 continue;
             };
             if matches!(link, Link::Challenge { .. }) {
-                a.frame(7, &bytes(&link), &mut out);
+                a.frame(t(0), 7, &bytes(&link), &mut out);
             } else {
-                b.frame(7, &bytes(&link), &mut out);
+                b.frame(t(0), 7, &bytes(&link), &mut out);
             }
         }
     }
@@ -1155,6 +1190,331 @@ fn a_full_membership_forgets_only_a_host_long_away_that_the_namespace_does_not_n
     assert!(!refused(&out, 1), "{out:?}");
     assert_eq!(m2.listen_of(NodeId(2)), None);
     assert_eq!(m2.listen_of(NodeId(3)), Some("h3:1"));
+}
+
+/// A welcomed link's pings, as the directory answers them: (the link's actions, the
+/// directory's) after `expire` at `now`, with every ping answered when `answer`.
+fn ping_round(
+    link: &mut DirectoryLink,
+    dir: &mut DirectoryConns,
+    membership: &mut Membership,
+    conn: ConnId,
+    now: Instant,
+    answer: bool,
+) -> (LinkExpired, Vec<ConnAction>, Vec<ConnAction>) {
+    let mut out = Vec::new();
+    let expired = link.expire(now, &mut out);
+    let mut back = Vec::new();
+    for ping in sent(&out, conn) {
+        assert!(matches!(ping, Link::Ping { .. }), "{ping:?}");
+        let heard = dir.frame(
+            now,
+            conn,
+            &bytes(&ping),
+            membership,
+            &mut nobody,
+            DIRECTORY,
+            AuthorityEpoch(1),
+            &mut back,
+        );
+        assert_eq!(heard, DirHeard::Nothing);
+    }
+    if answer {
+        for pong in sent(&back, conn) {
+            assert!(matches!(pong, Link::Pong { .. }), "{pong:?}");
+            assert_eq!(
+                link.frame(now, conn, &bytes(&pong), &mut Vec::new()),
+                LinkHeard::Nothing
+            );
+        }
+    }
+    (expired, out, back)
+}
+
+#[test]
+fn a_welcomed_link_stays_while_the_directory_answers_and_leaves_it_once_silent() {
+    let (mut dir, mut membership) = (directory(None), Membership::default());
+    let mut link = host_link(None, 1);
+    let (heard, _) = handshake(&mut dir, &mut membership, &mut link, 1, t(0));
+    assert_welcomed(&heard, NodeId(1), 1);
+    let every = SILENCE_DEFAULT.as_millis() / PINGS_PER_SILENCE;
+    assert_eq!(link.next_deadline(), Some(t(every)));
+    // Answered for a minute: up throughout, a ping every quarter of the bound.
+    let mut pings = 0;
+    while let Some(at) = link.next_deadline().filter(|&at| at < t(60_000)) {
+        let (expired, out, back) = ping_round(&mut link, &mut dir, &mut membership, 1, at, true);
+        assert_eq!(expired, LinkExpired::Nothing);
+        pings += out.len();
+        assert_eq!(back.len(), out.len(), "every ping answered at once");
+    }
+    assert_eq!(link.up(), Some(1));
+    assert_eq!(pings as u64, 60_000 / every - 1);
+    // Then the directory stops answering: the link is given up one bound after the last
+    // answered ping was sent, and pings went out meanwhile.
+    let last_answered = t(60_000 - every);
+    let mut now = t(60_000);
+    loop {
+        let (expired, out, _) = ping_round(&mut link, &mut dir, &mut membership, 1, now, false);
+        if expired == LinkExpired::Silent {
+            assert_eq!(out, vec![ConnAction::Close(1, Closing::Silent)]);
+            break;
+        }
+        assert!(now < last_answered.saturating_add(SILENCE_DEFAULT));
+        now = link.next_deadline().unwrap();
+    }
+    assert_eq!(now, last_answered.saturating_add(SILENCE_DEFAULT));
+    assert_eq!(link.conn(), None, "lost, as a closed link is");
+    assert_eq!(
+        link.next_deadline(),
+        Some(now.saturating_add(RECONNECT_FIRST))
+    );
+    // A pong out of turn, or on a link that is not up, changes nothing.
+    assert_eq!(
+        link.frame(now, 1, &bytes(&Link::Pong { seq: 3 }), &mut Vec::new()),
+        LinkHeard::Nothing
+    );
+}
+
+#[test]
+fn the_silence_bound_is_the_links_own_and_checked() {
+    let link = host_link(None, 1).with_silence(Duration::from_millis(400));
+    assert_eq!(link.silence(), Duration::from_millis(400));
+    let (mut dir, mut membership) = (directory(None), Membership::default());
+    let mut link = link;
+    let (heard, _) = handshake(&mut dir, &mut membership, &mut link, 1, t(0));
+    assert_welcomed(&heard, NodeId(1), 1);
+    assert_eq!(link.next_deadline(), Some(t(100)));
+    let mut now = t(100);
+    let mut expired = LinkExpired::Nothing;
+    while expired == LinkExpired::Nothing {
+        expired = link.expire(now, &mut Vec::new());
+        now = link.next_deadline().unwrap();
+    }
+    assert_eq!(expired, LinkExpired::Silent);
+    // A handshake at an address that says nothing is given up after the bound too.
+    let mut link = host_link(None, 2).with_silence(Duration::from_millis(400));
+    link.connecting(t(0), 2);
+    assert_eq!(link.next_deadline(), Some(t(400)));
+}
+
+#[test]
+#[should_panic(expected = "silence bound")]
+fn a_silence_bound_below_the_least_is_refused() {
+    let _ = host_link(None, 1).with_silence(Duration::from_millis(100));
+}
+
+#[test]
+fn the_rotation_skips_an_address_that_went_silent_while_another_remains() {
+    // Three replicas; the host is welcomed at the second, which then stops answering.
+    let (mut dir, mut membership) = (directory(None), Membership::default());
+    let mut link = host_link(None, 1).with_candidates(3, 1);
+    let (heard, _) = handshake(&mut dir, &mut membership, &mut link, 1, t(0));
+    assert_welcomed(&heard, NodeId(1), 1);
+    let mut now = t(0);
+    while link.expire(now, &mut Vec::new()) != LinkExpired::Silent {
+        now = link.next_deadline().unwrap();
+    }
+    assert_eq!(link.candidate(), 2);
+    // The others close at once (no leader there yet): the rotation goes 2, 0, then skips 1
+    // and ends the round, for four bounds.
+    let seen = fail_attempts(&mut link, Fails::Closed, 6, 10);
+    let addresses: Vec<usize> = seen.iter().map(|(a, _)| *a).collect();
+    assert_eq!(addresses, [2, 0, 2, 0, 2, 0]);
+    assert_eq!(waits(&seen), [50, 100, 50, 200, 50, 400]);
+    // Four bounds after it went silent, the stopped address is tried again.
+    let skipped_until = now.saturating_add(SILENCE_DEFAULT.saturating_mul(4));
+    let mut later = Vec::new();
+    for conn in 20..26 {
+        let at = link.next_deadline().unwrap().max(skipped_until);
+        link.connect_failed(at);
+        later.push(link.candidate());
+        let _ = conn;
+    }
+    assert!(later.contains(&1), "{later:?}");
+    // An attempt at an address that accepts and says nothing is skipped the same way.
+    let mut link = host_link(None, 2).with_candidates(2, 0);
+    let seen = fail_attempts(&mut link, Fails::Silent, 1, 30);
+    assert_eq!(seen, [(0, 50)]);
+    let seen = fail_attempts(&mut link, Fails::Closed, 3, 31);
+    let addresses: Vec<usize> = seen.iter().map(|(a, _)| *a).collect();
+    // 1 fails: 0 was silent a moment ago, so the round ends and 1 is tried again.
+    assert_eq!(addresses, [1, 1, 1]);
+    // With one address there is nothing else to try: it is tried again as always.
+    let mut link = host_link(None, 3);
+    let seen = fail_attempts(&mut link, Fails::Silent, 2, 40);
+    assert_eq!(seen, [(0, 100), (0, 200)]);
+}
+
+#[test]
+fn the_directory_answers_pings_and_lets_go_of_a_host_that_says_nothing() {
+    let (mut dir, mut membership) = (directory(None), Membership::default());
+    dir.set_host_silence(Duration::from_secs(10));
+    assert_eq!(dir.host_silence(), Duration::from_secs(10));
+    let mut a = host_link(None, 1);
+    let (heard, _) = handshake(&mut dir, &mut membership, &mut a, 1, t(0));
+    assert_welcomed(&heard, NodeId(1), 1);
+    let mut b = host_link_at("h2:2", 2);
+    let (heard, _) = handshake(&mut dir, &mut membership, &mut b, 2, t(0));
+    assert_welcomed(&heard, NodeId(2), 1);
+    // A client, which never pings, is never let go of for its silence.
+    let mut client = DirectoryLink::new(Who::Client, None, t(0));
+    let (heard, _) = handshake(&mut dir, &mut membership, &mut client, 3, t(0));
+    assert!(matches!(heard, LinkHeard::Welcomed { .. }), "{heard:?}");
+    assert_eq!(dir.next_deadline(), Some(t(10_000)));
+    // Host 1 pings all along; host 2 stops (its process is stopped) after its welcome.
+    let mut now = t(0);
+    while now < t(30_000) {
+        now = a.next_deadline().unwrap();
+        let (expired, _, _) = ping_round(&mut a, &mut dir, &mut membership, 1, now, true);
+        assert_eq!(expired, LinkExpired::Nothing);
+        let mut out = Vec::new();
+        let silent = dir.expire(now, &mut out);
+        if now < t(10_000) {
+            assert!(silent.is_empty() && out.is_empty(), "{now}: {out:?}");
+        } else if !silent.is_empty() {
+            assert_eq!(silent, vec![NodeId(2)]);
+            assert_eq!(out, vec![ConnAction::Close(2, Closing::Silent)]);
+            assert_eq!(now, t(10_000));
+        }
+        dir.check_invariants().unwrap();
+    }
+    assert_eq!(dir.conn_of(NodeId(1)), Some(1));
+    assert_eq!(dir.conn_of(NodeId(2)), None);
+    assert_eq!(dir.away_since(NodeId(2)), Some(t(10_000)));
+    assert!(dir.attached(3).is_some(), "the client stays");
+    // Host 2 resumes, learns its connection closed, and comes back on a new one: judged
+    // afresh.
+    assert_eq!(b.closed(now, 2), LinkHeard::Lost);
+    let now = b.next_deadline().unwrap();
+    let (heard, _) = handshake(&mut dir, &mut membership, &mut b, 4, now);
+    assert!(matches!(heard, LinkHeard::Welcomed { .. }), "{heard:?}");
+    dir.check_invariants().unwrap();
+    let mut out = Vec::new();
+    assert!(
+        dir.expire(now.saturating_add(Duration::from_secs(9)), &mut out)
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_connection_to_another_host_is_pinged_and_given_up_once_silent() {
+    let peers = |me| {
+        let listener = Listener::new(None, Accepts::Peers, Duration::from_secs(5), 4, 4);
+        PeerLinks::new(NodeId(me), 1, None, listener)
+    };
+    let (mut a, mut b) = (peers(1), peers(2).with_silence(Duration::from_secs(2)));
+    let first = Link::Frame(Envelope {
+        from: Address::new(NodeId(1), 1, 1),
+        to: Address::new(NodeId(2), 1, 5),
+        message: Message::ProxyCancel {
+            reply_to: Address::new(NodeId(1), 1, 1),
+        },
+    });
+    let mut out = Vec::new();
+    a.connecting(t(0), NodeId(2), 7, first);
+    b.accepted(t(0), 7, [4; 32], &mut out);
+    a.connected(7, [3; 32], &mut out);
+    // The handshake (both sides share conn id 7 here), up to a's proof.
+    for _ in 0..3 {
+        for action in std::mem::take(&mut out) {
+            let ConnAction::Send(7, link) = action else {
+                continue;
+            };
+            if matches!(link, Link::Challenge { .. }) {
+                a.frame(t(0), 7, &bytes(&link), &mut out);
+            } else {
+                b.frame(t(0), 7, &bytes(&link), &mut out);
+            }
+        }
+    }
+    let every = SILENCE_DEFAULT.as_millis() / PINGS_PER_SILENCE;
+    assert_eq!(a.next_deadline(), Some(t(every)));
+    // In use and answered for 3 s: a stays connected. Then b stops answering: a gives the
+    // connection up at most a bound later (a bound after the last answered ping was sent).
+    let frame = |n: u64| {
+        Link::Frame(Envelope {
+            from: Address::new(NodeId(1), 1, n),
+            to: Address::new(NodeId(2), 1, 5),
+            message: Message::ProxyCancel {
+                reply_to: Address::new(NodeId(1), 1, n),
+            },
+        })
+    };
+    let stop = 3_000;
+    let mut silent_at = None;
+    for step in 1..200 {
+        let now = t(step * 50);
+        let mut acts = Vec::new();
+        assert_eq!(
+            a.route(now, NodeId(2), frame(step), &mut acts),
+            Ok(Routed::Sent)
+        );
+        let silent = a.expire(now, &mut acts);
+        if !silent.is_empty() {
+            assert_eq!(silent, vec![NodeId(2)]);
+            assert!(
+                acts.contains(&ConnAction::Close(7, Closing::Silent)),
+                "{acts:?}"
+            );
+            silent_at = Some(step * 50);
+            break;
+        }
+        for ping in sent(&acts, 7)
+            .into_iter()
+            .filter(|l| matches!(l, Link::Ping { .. }))
+        {
+            let mut pongs = Vec::new();
+            assert_eq!(
+                b.frame(now, 7, &bytes(&ping), &mut pongs),
+                PeerHeard::Nothing
+            );
+            if step * 50 < stop {
+                for pong in sent(&pongs, 7) {
+                    assert_eq!(a.frame(now, 7, &bytes(&pong), &mut out), PeerHeard::Nothing);
+                }
+            }
+        }
+    }
+    let silent_at = silent_at.expect("given up");
+    assert!(
+        (stop..=stop + SILENCE_DEFAULT.as_millis()).contains(&silent_at),
+        "{silent_at}"
+    );
+    // Resting: a connection whose frames were all answered for is not pinged.
+    let (mut c, mut d) = (peers(3), peers(4));
+    let first = Link::Frame(Envelope {
+        from: Address::new(NodeId(3), 1, 1),
+        to: Address::new(NodeId(4), 1, 5),
+        message: Message::ProxyCancel {
+            reply_to: Address::new(NodeId(3), 1, 1),
+        },
+    });
+    c.connecting(t(0), NodeId(4), 9, first);
+    out.clear();
+    d.accepted(t(0), 9, [5; 32], &mut out);
+    c.connected(9, [6; 32], &mut out);
+    for _ in 0..3 {
+        for action in std::mem::take(&mut out) {
+            let ConnAction::Send(9, link) = action else {
+                continue;
+            };
+            if matches!(link, Link::Challenge { .. }) {
+                c.frame(t(0), 9, &bytes(&link), &mut out);
+            } else {
+                d.frame(t(0), 9, &bytes(&link), &mut out);
+            }
+        }
+    }
+    let mut acts = Vec::new();
+    c.expire(t(every), &mut acts);
+    let ping = sent(&acts, 9).remove(0);
+    let mut pongs = Vec::new();
+    d.frame(t(every), 9, &bytes(&ping), &mut pongs);
+    c.frame(t(every), 9, &bytes(&sent(&pongs, 9)[0]), &mut out);
+    assert_eq!(c.next_deadline(), None);
+    assert!(c.expire(t(3_600_000), &mut acts).is_empty());
+    assert_eq!(c.outgoing_node(9), Some(NodeId(4)));
+    assert!(!a.knows(7));
 }
 
 /// The membership's forgetting, driven through the directory's connections by random hellos,

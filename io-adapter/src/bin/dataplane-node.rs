@@ -158,6 +158,14 @@ struct DirectoryArgs {
     #[arg(long, value_name = "SECS", default_value_t = 86_400,
           value_parser = clap::value_parser!(u64).range(1..))]
     forget_hosts_away_for: u64,
+    /// How long a host's connection may carry nothing before the directory lets go of it, in
+    /// seconds (hosts ping at least every quarter of their --directory-silence-ms, at most
+    /// every 2.5 s, so this stays above 10 s's worth of their pings by default). A stopped
+    /// host, or one cut off by a partition that drops without closing, is then unreachable
+    /// for the namespace's retirements until it connects again.
+    #[arg(long, value_name = "SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(3..=3600))]
+    host_silence: u64,
     /// Run as replica N of a replicated directory (one of --replicas).
     #[arg(long, value_name = "N", requires = "replicas",
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -232,6 +240,14 @@ struct HostArgs {
     #[arg(long, value_name = "N", default_value_t = 80,
           value_parser = clap::value_parser!(u64).range(1..))]
     deadline_secs: u64,
+    /// How long the directory (or another host) may answer nothing before this host gives
+    /// the connection up, in milliseconds (200 to 10000; it pings every quarter of it). A
+    /// stopped directory or replica leader, or a partition that drops without closing, is
+    /// then left within this, and with several --directory addresses the next one is tried
+    /// (the silent one is skipped for four times this).
+    #[arg(long, value_name = "MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(200..=10_000))]
+    directory_silence_ms: u64,
     /// Also let GROUP (a name or a number) attach: the socket becomes 0660 and the capability
     /// file 0640, both of that group.
     #[arg(long, value_name = "GROUP")]
@@ -340,6 +356,7 @@ fn run(role: Role) -> Result<(), Failure> {
                 metrics_listen: args.common.metrics_listen,
                 members_max: args.members_max,
                 forget_hosts_away_for: Duration::from_secs(args.forget_hosts_away_for),
+                host_silence: Duration::from_secs(args.host_silence),
             };
             match args.replica_id {
                 None => run_directory(&options).map_err(|e| (e.exit_code(), e.to_string())),
@@ -383,6 +400,7 @@ fn run(role: Role) -> Result<(), Failure> {
                 arena_file: args.arena_file,
                 allow,
                 deadline: Duration::from_secs(args.deadline_secs),
+                silence: Duration::from_millis(args.directory_silence_ms),
                 cluster_key: cluster_key(args.common.cluster_key_file.as_deref())?,
                 metrics_listen: args.common.metrics_listen,
                 files: args.files,

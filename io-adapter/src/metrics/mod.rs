@@ -175,11 +175,13 @@ pub enum Refusal {
     Capability,
     /// An admitted connection sent a frame out of protocol, or about another node's addresses.
     Protocol,
+    /// The other end answered nothing (or a host sent nothing) for the silence bound.
+    Silent,
 }
 
 impl Refusal {
     /// Every kind.
-    pub const ALL: [Refusal; 8] = [
+    pub const ALL: [Refusal; 9] = [
         Refusal::NotAHello,
         Refusal::Version,
         Refusal::WrongKey,
@@ -188,6 +190,7 @@ impl Refusal {
         Refusal::Evicted,
         Refusal::Capability,
         Refusal::Protocol,
+        Refusal::Silent,
     ];
 
     /// The label value.
@@ -201,6 +204,7 @@ impl Refusal {
             Refusal::Evicted => "evicted",
             Refusal::Capability => "capability",
             Refusal::Protocol => "protocol",
+            Refusal::Silent => "silent",
         }
     }
 
@@ -215,6 +219,7 @@ impl Refusal {
             Closing::Expired => Refusal::Expired,
             Closing::Evicted => Refusal::Evicted,
             Closing::Protocol => Refusal::Protocol,
+            Closing::Silent => Refusal::Silent,
             Closing::Replaced => return None,
         })
     }
@@ -534,6 +539,10 @@ pub struct HostMetrics {
     /// `dataplane_host_directory_connected`: 1 while the directory is connected and welcomed
     /// this host, else 0.
     pub directory_connected: IntGauge,
+    /// `dataplane_host_directory_silences_total`: welcomed links to the directory given up
+    /// because it answered no ping within `--directory-silence-ms` (a stopped directory or
+    /// replica leader, a partition that drops without closing).
+    pub directory_silences: IntCounter,
     /// Connections and refusals.
     pub conns: ConnectionMetrics,
 }
@@ -633,6 +642,12 @@ impl HostMetrics {
                 r,
                 "dataplane_host_directory_connected",
                 "1 while the directory is connected and welcomed this host.",
+            ),
+            directory_silences: counter(
+                r,
+                "dataplane_host_directory_silences_total",
+                "Links to the directory given up because it answered no ping within the \
+                 silence bound.",
             ),
             conns: ConnectionMetrics::new(r),
             registry,

@@ -17,8 +17,8 @@
 
 use dataplane_core::admission::Nonce;
 use dataplane_core::conns::{
-    Accepts, ConnAction, ConnId, DirHeard, DirectoryConns, DirectoryLink, LinkHeard, Listener,
-    PeerBook,
+    Accepts, ConnAction, ConnId, DirHeard, DirectoryConns, DirectoryLink, LinkExpired, LinkHeard,
+    Listener, PeerBook,
 };
 use dataplane_core::link::{ClusterKey, Connector, Link, Who};
 use dataplane_core::log::MemberRecord;
@@ -141,6 +141,9 @@ pub(super) struct HostLink {
     pub book: PeerBook,
     /// When the book's next `BookTick` is scheduled, if one is.
     pub book_tick: Option<Instant>,
+    /// When the link's next `LinkRetry` is scheduled (on the host's clock), if one is: a
+    /// welcomed link always has a deadline (its next ping), so one chain of them only.
+    pub link_tick: Option<Instant>,
 }
 
 impl World {
@@ -155,7 +158,7 @@ impl World {
                 64,
             ),
             SIM_TRANSIENT_BASE,
-            self.now,
+            self.dir_now(),
         )
     }
 
@@ -187,6 +190,7 @@ impl World {
             recorded: None,
             book: PeerBook::new(),
             book_tick: None,
+            link_tick: None,
         });
         self.link_step(host);
     }
@@ -235,24 +239,38 @@ impl World {
         let Some(hl) = self.links[host].as_mut() else {
             return;
         };
-        let mut expired = Vec::new();
-        if hl.link.expire(now, &mut expired) {
-            // The attempt's handshake did not finish in time: closed, backed off.
-            self.checker.coverage.hit("conns.handshake_expired");
-            self.host_conn_actions(host, expired);
-            return;
+        let mut actions = Vec::new();
+        match hl.link.expire(now, &mut actions) {
+            LinkExpired::Nothing => {
+                if !actions.is_empty() {
+                    self.checker.coverage.hit("conns.pinged");
+                }
+                self.host_conn_actions(host, actions);
+            }
+            LinkExpired::Attempt => {
+                // The attempt's handshake did not finish in time: closed, backed off.
+                self.checker.coverage.hit("conns.handshake_expired");
+                self.host_conn_actions(host, actions);
+                return;
+            }
+            LinkExpired::Silent => {
+                // The directory answered no ping within the bound: the link is lost.
+                self.checker.coverage.hit("conns.left_silent_directory");
+                hl.book.link_lost();
+                self.host_conn_actions(host, actions);
+                return;
+            }
         }
+        let Some(hl) = self.links[host].as_mut() else {
+            return;
+        };
         if hl.link.due(now) {
             let conn = self.next_conn;
             self.next_conn += 1;
             hl.link.connecting(now, conn);
             let opener = hl.boot_nonce;
-            if let Some(at) = hl.link.next_deadline() {
-                // The handshake's deadline.
-                let nonce = hl.boot_nonce;
-                let at = self.host_at(host, at);
-                self.schedule(at, EventKind::LinkRetry { host, nonce });
-            }
+            // The handshake's deadline.
+            self.arm_link(host);
             self.conns
                 .insert(conn, SimConn::new(host, opener, None, None, self.now));
             let delay = self.conn_latency();
@@ -260,13 +278,29 @@ impl World {
             if self.phase == Phase::Faulty && self.strangers {
                 self.strangers(host);
             }
-        } else if let Some(at) = hl.link.next_deadline().filter(|at| *at > now) {
-            // (A deadline already past is one the link did not act on: waking again at once
-            // would spin.)
-            let nonce = hl.boot_nonce;
-            let at = self.host_at(host, at);
-            self.schedule(at, EventKind::LinkRetry { host, nonce });
+        } else {
+            self.arm_link(host);
         }
+    }
+
+    /// Schedules the link's next `LinkRetry` at its deadline, unless one is due by then. (A
+    /// deadline already past is one the link did not act on: waking again at once would
+    /// spin.)
+    fn arm_link(&mut self, host: usize) {
+        let now = self.host_now(host);
+        let Some(hl) = self.links[host].as_mut() else {
+            return;
+        };
+        let Some(at) = hl.link.next_deadline().filter(|at| *at > now) else {
+            return;
+        };
+        if hl.link_tick.is_some_and(|armed| armed > now && armed <= at) {
+            return;
+        }
+        hl.link_tick = Some(at);
+        let nonce = hl.boot_nonce;
+        let at = self.host_at(host, at);
+        self.schedule(at, EventKind::LinkRetry { host, nonce });
     }
 
     /// A link's retry is due.
@@ -526,10 +560,11 @@ impl World {
             self.peer_learns_closed(c.host, conn);
             return;
         }
+        let now = self.dir_now();
         if c.boot == self.directory.boot
             && let Some(dc) = self.directory.conns.as_mut()
         {
-            dc.closed(self.now, conn);
+            dc.closed(now, conn);
         }
         if c.stranger.is_none() {
             self.host_learns_closed(c.host, conn);
@@ -546,10 +581,11 @@ impl World {
             return;
         }
         if to_acceptor {
+            let now = self.dir_now();
             if c.boot == self.directory.boot
                 && let Some(dc) = self.directory.conns.as_mut()
             {
-                dc.closed(self.now, conn);
+                dc.closed(now, conn);
             }
         } else if c.stranger.is_none() {
             self.host_learns_closed(c.host, conn);
@@ -618,6 +654,7 @@ impl World {
             return;
         }
         let address = self.directory.address();
+        let now = self.dir_now();
         let (Some(machine), Some(dc)) = (&self.directory.machine, self.directory.conns.as_mut())
         else {
             return;
@@ -625,7 +662,7 @@ impl World {
         let epoch = machine.epoch();
         let mut actions = Vec::new();
         let heard = dc.frame(
-            self.now,
+            now,
             conn,
             bytes,
             &mut self.directory.membership,
@@ -762,6 +799,8 @@ impl World {
             } => {
                 self.host_welcomed(host, node, incarnation);
                 self.book_tick(host, self.hosts[host].boot_nonce);
+                // Its first ping.
+                self.arm_link(host);
             }
             other => self.checker.fail(
                 self.now,
@@ -951,8 +990,13 @@ impl World {
         self.directory.expiry_armed = None;
         let now = self.dir_now();
         let mut actions = Vec::new();
-        if let Some(dc) = self.directory.conns.as_mut() {
-            dc.expire(now, &mut actions);
+        if let Some(dc) = self.directory.conns.as_mut()
+            && !dc.expire(now, &mut actions).is_empty()
+        {
+            // (The simulated routes follow the world's truth, not the directory's tables.)
+            self.checker
+                .coverage
+                .hit("conns.directory_let_go_silent_host");
         }
         self.dir_conn_actions(actions);
         self.check_deadline();

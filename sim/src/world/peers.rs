@@ -70,10 +70,13 @@ impl World {
         envelope: Envelope,
     ) -> Option<Envelope> {
         let node = self.hosts[to].node;
+        let now = self.host_now(from);
         let links = self.peers[from].as_mut()?;
         let mut actions = Vec::new();
-        match links.route(node, Link::Frame(envelope), &mut actions) {
+        match links.route(now, node, Link::Frame(envelope), &mut actions) {
             Ok(Routed::Sent) => {
+                // The connection is in use: pinged until it rests again.
+                self.arm_peers(from);
                 let Some(ConnAction::Send(conn, Link::Frame(envelope))) = actions.pop() else {
                     self.checker.fail(
                         self.now,
@@ -82,6 +85,7 @@ impl World {
                     return None;
                 };
                 self.check_proved(conn);
+                self.peer_conn_used(from, conn);
                 Some(envelope)
             }
             Ok(Routed::Queued) => {
@@ -269,7 +273,7 @@ impl World {
     }
 
     /// `from`'s outgoing connection to `to` that its links still know, if any.
-    fn outgoing_conn(&self, from: usize, to: usize) -> Option<ConnId> {
+    pub(super) fn outgoing_conn(&self, from: usize, to: usize) -> Option<ConnId> {
         let node = self.hosts[to].node;
         let links = self.peers[from].as_ref()?;
         self.conns
@@ -341,12 +345,14 @@ impl World {
             links.accepted(now, conn, nonce, &mut actions);
         }
         self.peer_actions(to, actions);
+        self.arm_peers(to);
         let nonce = self.nonce();
         let mut actions = Vec::new();
         if let Some(links) = self.peers[from].as_mut() {
             links.connected(conn, nonce, &mut actions);
         }
         self.peer_actions(from, actions);
+        self.arm_peers(from);
     }
 
     /// A handshake frame between two hosts arrives.
@@ -365,12 +371,14 @@ impl World {
             return;
         }
         let at = if to_acceptor { to } else { from };
+        let now = self.host_now(at);
         let mut actions = Vec::new();
         let heard = match self.peers[at].as_mut() {
-            Some(links) => links.frame(conn, bytes, &mut actions),
+            Some(links) => links.frame(now, conn, bytes, &mut actions),
             None => return,
         };
         self.peer_actions(at, actions);
+        self.arm_peers(at);
         match heard {
             PeerHeard::Nothing => {}
             PeerHeard::Admitted { node, .. } if node == a && to_acceptor => {
@@ -435,6 +443,54 @@ impl World {
                 ),
             }
         }
+    }
+
+    /// Schedules `host`'s next `PeerTick` at its links' next deadline (a ping, a silence, a
+    /// handshake's end), unless one is due by then.
+    pub(super) fn arm_peers(&mut self, host: usize) {
+        let now = self.host_now(host);
+        let Some(at) = self.peers[host]
+            .as_ref()
+            .and_then(PeerLinks::next_deadline)
+            .filter(|at| *at > now)
+        else {
+            return;
+        };
+        if self.peer_ticks[host].is_some_and(|armed| armed > now && armed <= at) {
+            return;
+        }
+        self.peer_ticks[host] = Some(at);
+        let nonce = self.hosts[host].boot_nonce;
+        let at = self.host_at(host, at);
+        self.schedule(at, EventKind::PeerTick { host, nonce });
+    }
+
+    /// `host`'s peer links' deadline: pings go out, silent and late connections close.
+    pub(super) fn peer_tick(&mut self, host: usize, nonce: u64) {
+        if self.hosts[host].boot_nonce != nonce {
+            return;
+        }
+        let now = self.host_now(host);
+        let mut actions = Vec::new();
+        let Some(links) = self.peers[host].as_mut() else {
+            return;
+        };
+        let silent = links.expire(now, &mut actions);
+        for node in silent {
+            self.checker.coverage.hit("peers.left_silent_host");
+            // Its address may be stale: asked again before the next connection.
+            if let Some(hl) = self.links[host].as_mut() {
+                hl.book.forget(node);
+            }
+        }
+        if actions
+            .iter()
+            .any(|a| matches!(a, ConnAction::Send(_, Link::Ping { .. })))
+        {
+            self.checker.coverage.hit("peers.pinged");
+        }
+        self.peer_actions(host, actions);
+        self.arm_peers(host);
     }
 
     /// Restated: an envelope leaves on a connection only after the connector's proof.

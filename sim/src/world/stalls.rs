@@ -28,21 +28,25 @@ pub const SILENT_DIRECTORY_LEFT_WITHIN: Duration = Duration::from_millis(1_300);
 pub(crate) struct ConnStall {
     /// The stall (each has its own number).
     pub episode: u64,
-    /// Nothing the directory sends on it reaches the host until `until`.
-    pub to_host: bool,
-    /// Nothing the host sends on it reaches the directory until `until`.
-    pub to_directory: bool,
+    /// Nothing the accepting side (the directory, or the host connected to) sends on it
+    /// reaches the host that connected until `until`.
+    pub to_connector: bool,
+    /// Nothing the host that connected sends on it reaches the accepting side until `until`.
+    pub to_acceptor: bool,
     /// When TCP delivers again what it held.
     pub until: Instant,
+    /// For a connection between hosts: when the host that made it first sent a frame on it
+    /// during the stall (from then on, it must give it up within the bound).
+    pub used_at: Option<Instant>,
 }
 
 impl ConnStall {
     /// When a frame sent now the given way arrives at the earliest (`None`: not held).
-    pub fn holds(&self, now: Instant, to_directory: bool) -> Option<Instant> {
-        let held = if to_directory {
-            self.to_directory
+    pub fn holds(&self, now: Instant, to_acceptor: bool) -> Option<Instant> {
+        let held = if to_acceptor {
+            self.to_acceptor
         } else {
-            self.to_host
+            self.to_connector
         };
         (held && self.until > now).then_some(self.until)
     }
@@ -61,8 +65,9 @@ impl World {
         }
     }
 
-    /// A stall starts: the directory pauses (a third of the time), or one host's admitted
-    /// connection stalls one way or both.
+    /// A stall starts: the directory pauses (a third of the time), one host's admitted
+    /// connection to the directory stalls one way or both (a third), or a connection between
+    /// two hosts does (a third).
     pub(super) fn start_stall(&mut self) {
         let max = self
             .options
@@ -72,53 +77,80 @@ impl World {
         self.stall_episodes += 1;
         let episode = self.stall_episodes;
         let until = self.now.saturating_add(length);
-        if self.stall_rng.below(3) == 0 {
-            if self.directory.machine.is_some() && self.directory.paused.is_none() {
-                self.pause_directory(episode, until);
-            }
-        } else {
-            let up: Vec<(usize, ConnId)> = (0..self.hosts.len())
-                .filter_map(|h| {
-                    let conn = self.links[h].as_ref()?.link.up()?;
-                    self.conns
-                        .get(&conn)
-                        .is_some_and(|c| !c.closing && c.stall.is_none())
-                        .then_some((h, conn))
-                })
-                .collect();
-            if !up.is_empty() {
-                let (host, conn) = *self.stall_rng.pick(&up);
-                let (to_host, to_directory) = match self.stall_rng.below(3) {
-                    0 => (true, false),
-                    1 => (false, true),
-                    _ => (true, true),
-                };
-                if let Some(c) = self.conns.get_mut(&conn) {
-                    c.stall = Some(ConnStall {
-                        episode,
-                        to_host,
-                        to_directory,
-                        until,
-                    });
+        match self.stall_rng.below(3) {
+            0 => {
+                if self.directory.machine.is_some() && self.directory.paused.is_none() {
+                    self.pause_directory(episode, until);
                 }
-                self.checker.coverage.hit("fault.conn_stalled");
-                let node = self.hosts[host].node;
-                self.trace.note(self.now, "fault", || {
-                    format!(
-                        "stall: connection {conn} of {node} delivers nothing{}{} for {length}",
-                        if to_host { " to the host" } else { "" },
-                        if to_directory {
-                            " to the directory"
-                        } else {
-                            ""
-                        },
-                    )
-                });
-                self.schedule_silence_check(host, conn, episode);
-                self.schedule(until, EventKind::StallEnd { episode });
+            }
+            kind => {
+                let between_hosts = kind == 2;
+                let open: Vec<(usize, ConnId)> = self
+                    .conns
+                    .iter()
+                    .filter(|&(&conn, c)| {
+                        !c.closing
+                            && c.stall.is_none()
+                            && c.stranger.is_none()
+                            && if between_hosts {
+                                c.proved && c.acceptor.is_some()
+                            } else {
+                                c.acceptor.is_none()
+                                    && self.links[c.host]
+                                        .as_ref()
+                                        .is_some_and(|hl| hl.link.up() == Some(conn))
+                            }
+                    })
+                    .map(|(&conn, c)| (c.host, conn))
+                    .collect();
+                if !open.is_empty() {
+                    let (host, conn) = *self.stall_rng.pick(&open);
+                    self.stall_conn(host, conn, episode, until, between_hosts);
+                }
             }
         }
         self.schedule_next_stall();
+    }
+
+    /// `conn`, made by `host`, stalls until `until`: one way or both.
+    fn stall_conn(
+        &mut self,
+        host: usize,
+        conn: ConnId,
+        episode: u64,
+        until: Instant,
+        between_hosts: bool,
+    ) {
+        let (to_connector, to_acceptor) = match self.stall_rng.below(3) {
+            0 => (true, false),
+            1 => (false, true),
+            _ => (true, true),
+        };
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.stall = Some(ConnStall {
+                episode,
+                to_connector,
+                to_acceptor,
+                until,
+                used_at: None,
+            });
+        }
+        let length = until.saturating_since(self.now);
+        let node = self.hosts[host].node;
+        self.trace.note(self.now, "fault", || {
+            format!(
+                "stall: connection {conn} of {node} delivers nothing{}{} for {length}",
+                if to_connector { " back to it" } else { "" },
+                if to_acceptor { " from it" } else { "" },
+            )
+        });
+        if between_hosts {
+            self.checker.coverage.hit("fault.peer_conn_stalled");
+        } else {
+            self.checker.coverage.hit("fault.conn_stalled");
+            self.schedule_silence_check(host, conn, episode);
+        }
+        self.schedule(until, EventKind::StallEnd { episode });
     }
 
     /// The directory's process stops until `until` (or until it is killed).
@@ -202,19 +234,38 @@ impl World {
     }
 
     /// The world's rule: a host is off a connection that has delivered nothing to it for
-    /// [`SILENT_DIRECTORY_LEFT_WITHIN`], if the silence still lasts.
+    /// [`SILENT_DIRECTORY_LEFT_WITHIN`], if the silence still lasts (to the directory: from
+    /// the silence's start; to another host: from the first frame it sent on it since).
     pub(super) fn check_silence(&mut self, host: usize, conn: ConnId, episode: u64) {
+        let stall = self.conns.get(&conn).and_then(|c| c.stall);
         let still_silent = self.directory.paused == Some(episode)
-            || self
-                .conns
-                .get(&conn)
-                .and_then(|c| c.stall)
-                .is_some_and(|s| s.episode == episode && s.until > self.now);
+            || stall.is_some_and(|s| s.episode == episode && s.until > self.now);
+        if !still_silent {
+            return;
+        }
+        let node = self.hosts[host].node;
+        if let Some(to) = self.conns.get(&conn).and_then(|c| c.acceptor) {
+            let open = self.peers[host]
+                .as_ref()
+                .is_some_and(|links| links.outgoing_node(conn).is_some());
+            if open {
+                let other = self.hosts[to].node;
+                self.checker.fail(
+                    self.now,
+                    format!(
+                        "liveness: host {node} still sends to host {other} on connection {conn} \
+                         {SILENT_DIRECTORY_LEFT_WITHIN} after it first did so while the \
+                         connection delivered nothing; a host must give a silent connection up \
+                         within {SILENT_DIRECTORY_LEFT_WITHIN} of using it"
+                    ),
+                );
+            }
+            return;
+        }
         let on_it = self.links[host]
             .as_ref()
             .is_some_and(|hl| hl.link.up() == Some(conn));
-        if still_silent && on_it {
-            let node = self.hosts[host].node;
+        if on_it {
             let what = if self.directory.paused == Some(episode) {
                 "the directory's process is paused"
             } else {
@@ -231,6 +282,20 @@ impl World {
         }
     }
 
+    /// A host sends a frame on its connection to another host: if a stall holds it, the first
+    /// such frame starts the host's bound for giving the connection up.
+    pub(super) fn peer_conn_used(&mut self, host: usize, conn: ConnId) {
+        let Some(stall) = self.conns.get_mut(&conn).and_then(|c| c.stall.as_mut()) else {
+            return;
+        };
+        if stall.used_at.is_some() || stall.until <= self.now {
+            return;
+        }
+        stall.used_at = Some(self.now);
+        let episode = stall.episode;
+        self.schedule_silence_check(host, conn, episode);
+    }
+
     /// When a frame sent now on `conn` the given way arrives at the earliest, if a stall holds
     /// it.
     pub(super) fn stall_holds(&self, conn: ConnId, to_directory: bool) -> Option<Instant> {
@@ -240,8 +305,9 @@ impl World {
             .and_then(|s| s.holds(self.now, to_directory))
     }
 
-    /// The connection an envelope between a host and the directory travels on, and which way:
-    /// a host sends on its welcomed link, the directory on the host's admitted connection.
+    /// The connection an envelope travels on, and whether it goes to the accepting side: a
+    /// host sends to the directory on its welcomed link, the directory on the host's admitted
+    /// connection, a host to another host on its outgoing connection to it.
     pub(super) fn envelope_conn(&self, from: NodeId, to: NodeId) -> Option<(ConnId, bool)> {
         if to == DIRECTORY_NODE && from != DIRECTORY_NODE {
             let h = self.host_index(from)?;
@@ -250,7 +316,8 @@ impl World {
             let conn = self.directory.conns.as_ref()?.conn_of(to)?;
             Some((conn, false))
         } else {
-            None
+            let (a, b) = (self.host_index(from)?, self.host_index(to)?);
+            Some((self.outgoing_conn(a, b)?, true))
         }
     }
 

@@ -1,8 +1,9 @@
-//! A host's link to the directory has a handshake deadline: after the directory is killed
-//! with SIGKILL and something else takes its port, accepting connections and never
-//! answering, the host closes each attempt after `HANDSHAKE_DEADLINE` and tries again (a
-//! silent acceptor cannot hold the link); once the real directory is back on the port, the
-//! host is welcomed again and serves.
+//! A host's link to the directory has a deadline for the directory's first answer: after the
+//! directory is killed with SIGKILL and something else takes its port, accepting connections
+//! and never answering, the host closes each attempt once its silence bound passed without a
+//! challenge (`SILENCE_DEFAULT`, `--directory-silence-ms`) and tries again (a silent acceptor
+//! cannot hold the link); once the real directory is back on the port, the host is welcomed
+//! again and serves.
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -10,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use dataplane_core::conns::HANDSHAKE_DEADLINE;
+use dataplane_core::conns::SILENCE_DEFAULT;
 use dataplane_tests::{DirectoryProc, HostProc, TestDir, pattern, wait_until};
 
 #[test]
@@ -44,7 +45,7 @@ fn a_silent_directory_cannot_hold_a_hosts_link() {
         drop(held);
     });
     let started = Instant::now();
-    let deadline = HANDSHAKE_DEADLINE.as_secs_f64();
+    let deadline = SILENCE_DEFAULT.as_secs_f64();
     wait_until(
         "the host to give up on the silent acceptor and try again twice",
         Duration::from_secs_f64(deadline * 3.0 + 10.0),
@@ -53,7 +54,7 @@ fn a_silent_directory_cannot_hold_a_hosts_link() {
     let took = started.elapsed().as_secs_f64();
     assert!(
         took >= deadline * 2.0 - 0.5,
-        "three attempts in {took:.1} s: the host did not wait for the handshake deadline"
+        "three attempts in {took:.1} s: the host did not wait for the silence bound"
     );
     eprintln!("three attempts on a silent directory port in {took:.1} s");
 
@@ -66,7 +67,9 @@ fn a_silent_directory_cannot_hold_a_hosts_link() {
     let get = a.cli(&["get", "/data/x"]);
     assert!(get.stdout == blob);
     assert!(
-        a.proc.log_text().contains("did not finish the handshake"),
+        a.proc
+            .log_text()
+            .contains("did not answer within the silence bound"),
         "{}",
         a.proc.log_text()
     );

@@ -6,6 +6,7 @@ mod cluster_key;
 mod control;
 mod directory_addresses;
 mod file_blobs;
+mod frozen_leader;
 mod garbage;
 mod handshake_deadline;
 mod hostile;
