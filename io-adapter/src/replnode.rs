@@ -14,18 +14,17 @@
 //! then leave the messages that waited for the disk (votes, append acknowledgements). A reply
 //! to a host leaves once its entry is committed by a quorum and applied here.
 //!
-//! **Hosts.** Only the replica that serves (the leader, once it applied its term's first entry)
-//! admits hosts: any other closes a host's connection as soon as it is accepted, and a host
-//! given every replica's address (`--directory A,B,C`) moves on to the next. A replica that
-//! starts serving begins with no host connection, the committed membership, and the term as
-//! its epoch and as its address's incarnation: to a host, a failover is a directory restart,
-//! which it already survives. One that stops serving closes every host connection.
-//!
-//! **Membership.** A host's identity is decided here as in the single node
-//! ([`DirectoryConns`], [`Membership`]); the change is proposed to the log
-//! ([`ReplicatedDirectory::propose_records`]) and everything the connections machine asked for
-//! after it (the `Welcome` first) waits, in order, until that entry is applied. Directory
-//! frames to hosts wait behind it too, so no host hears of an identity a failover could forget.
+//! **Hosts.** What hosts and clients meet here is the replica crate's [`HostSide`], which the
+//! simulator's replicated mode runs too: only the replica that serves admits hosts (any other
+//! closes a host's connection as soon as it is accepted, and a host given every replica's
+//! address, `--directory A,B,C`, moves on to the next); a replica that starts serving begins
+//! with no host connection, the committed membership, and the term as its epoch and as its
+//! address's incarnation (to a host, a failover is a directory restart, which it already
+//! survives); one that stops serving closes every host connection. A host's identity is
+//! decided as in the single node; the change is proposed to the log and everything after it
+//! (the `Welcome` first, directory frames to hosts too) waits, in order, until that entry is
+//! applied, so no host hears of an identity a failover could forget. This driver does the IO
+//! it asks for ([`HostIo`]) and logs.
 //!
 //! **Peers.** Each replica connects to every other one and sends its messages on that
 //! connection only; it receives on the connections the others made. The acceptor sends a fresh
@@ -41,23 +40,22 @@
 //! Not yet: metrics, log compaction below the whole log (the replica's log is rewritten, never
 //! cut: [`ReplicaLog`]), membership changes of the group, read-index reads.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
 
 use dataplane_core::admission::{
     ADMISSION_DEADLINE, Nonce, PENDING_CONNECTIONS_MAX, Proof, connector_proof, proofs_match,
 };
-use dataplane_core::conns::{Accepts, ConnAction, DirHeard, DirectoryConns, Listener};
+use dataplane_core::conns::DirHeard;
 use dataplane_core::directory::{ActorSources, DirectoryConfig};
-use dataplane_core::effect::{Effect, Timer};
-use dataplane_core::ids::{Address, AuthorityEpoch, NodeId};
-use dataplane_core::membership::{Admitted, Membership};
-use dataplane_core::routes::Routes;
+use dataplane_core::effect::Timer;
+use dataplane_core::ids::{Address, NodeId};
+use dataplane_core::membership::Admitted;
 use dataplane_core::time::{Duration, Instant};
-use dataplane_core::wire::{Envelope, Message, decode_value};
+use dataplane_core::wire::decode_value;
 use dataplane_replica::{
-    MemberChange, NotServing, Replica, ReplicaConfig, ReplicaError, ReplicaId, ReplicatedDirectory,
-    WireMessage,
+    HostIo, HostSide, HostSideConfig, MemberChange, NotServing, Replica, ReplicaConfig,
+    ReplicaError, ReplicaId, ReplicatedDirectory, Serving, WireMessage,
 };
 use serde::{Deserialize, Serialize};
 use tracing::{debug, error, info, warn};
@@ -67,7 +65,7 @@ use crate::driver::{Clock, write_state};
 use crate::log::{LogError, LogOptions};
 use crate::metrics::{GaugeClock, Refusal, ReplicaMetrics, gauge_value};
 use crate::net::{
-    ClusterKey, ConnId, Limits, Link, ListenerId, NetEvent, Outgoing, Overflow, Performed, Reactor,
+    ClusterKey, ConnId, Limits, ListenerId, NetEvent, Outgoing, Overflow, Performed, Reactor,
     fresh_nonce, perform_conn_action,
 };
 use crate::replcontrol::{
@@ -233,37 +231,10 @@ struct PeerIn {
     since: Instant,
 }
 
-/// One thing for the hosts, in the order it must happen.
-enum Held {
-    /// Nothing after this until the log applied this index (a membership change).
-    Until(u64),
-    /// A connection action.
-    Conn(ConnAction),
-    /// A directory frame.
-    Frame(Address, Message),
-}
-
-/// What a serving replica has for one term.
-struct Serving {
-    term: u64,
-    address: Address,
-    epoch: AuthorityEpoch,
-    membership: Membership,
-    conns: DirectoryConns,
-    routes: Routes,
-    timer: Option<Instant>,
-    held: VecDeque<Held>,
-}
-
 struct ReplicaNode {
     clock: Clock,
     id: ReplicaId,
     key: Option<ClusterKey>,
-    /// `--members-max` and `--forget-hosts-away-for`, for the membership while serving.
-    members_max: usize,
-    forget_hosts_away_for: Duration,
-    /// `--host-silence`, for the hosts' connections while serving.
-    host_silence: Duration,
     machine: ReplicatedDirectory<ActorSources>,
     log: ReplicaLog,
     net: Reactor,
@@ -274,9 +245,8 @@ struct ReplicaNode {
     joining: bool,
     /// The data directory's [`REJOIN_MARK`].
     rejoin_path: std::path::PathBuf,
-    serving: Option<Serving>,
-    /// Host and client connections accepted while serving (closed when it stops).
-    host_conns: BTreeSet<ConnId>,
+    /// What hosts and clients meet here (the replica crate's, as the simulator runs it).
+    hosts: HostSide,
     peers: BTreeMap<ReplicaId, PeerOut>,
     incoming: BTreeMap<ConnId, PeerIn>,
     /// The control socket (`DATA_DIR/control.sock`) and its open connections.
@@ -288,8 +258,8 @@ struct ReplicaNode {
     /// with the wrong key retries every [`PEER_RETRY`]: later refusals go to `debug`); at most
     /// one per replica of the group, plus 0 for every stranger.
     refusals_logged: BTreeSet<ReplicaId>,
-    /// What `conns` asked for, not yet done (a reused buffer).
-    actions: Vec<ConnAction>,
+    /// What the hosts' side asked for, not yet done (a reused buffer).
+    host_io: Vec<HostIo>,
     /// Peers' names looked up on threads of their own: a slow DNS must not stall the loop
     /// that keeps the leader's heartbeats going.
     resolver: Resolver<ReplicaId>,
@@ -454,9 +424,6 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
         clock,
         id: options.id,
         key: options.directory.cluster_key,
-        members_max: options.directory.members_max,
-        forget_hosts_away_for: options.directory.forget_hosts_away_for,
-        host_silence: options.directory.host_silence,
         machine,
         log,
         net,
@@ -468,12 +435,20 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
         next_tick: now,
         joining: rejoin,
         rejoin_path,
-        serving: None,
-        host_conns: BTreeSet::new(),
+        hosts: HostSide::new(HostSideConfig {
+            key: options.directory.cluster_key,
+            admission_deadline: ADMISSION_DEADLINE,
+            pending_max: PENDING_CONNECTIONS_MAX,
+            admitted_max: ADMITTED_CONNECTIONS_MAX,
+            first_transient: TRANSIENT_NODE_BASE,
+            members_max: options.directory.members_max,
+            forget_after: options.directory.forget_hosts_away_for,
+            host_silence: options.directory.host_silence,
+        }),
         peers,
         incoming: BTreeMap::new(),
         refusals_logged: BTreeSet::new(),
-        actions: Vec::new(),
+        host_io: Vec::new(),
         resolver,
         unresolved: crate::throttle::Throttle::default(),
         metrics,
@@ -505,11 +480,8 @@ impl ReplicaNode {
                 self.next_tick = now.saturating_add(Duration::from_millis(TICK.as_millis() as u64));
             }
             self.connect_peers(now);
-            self.expire(now)?;
-            if let Some(serving) = &mut self.serving
-                && serving.timer.is_some_and(|at| at <= now)
-            {
-                serving.timer = None;
+            self.expire(now);
+            if self.hosts.timer_due(now) {
                 let _ = self.machine.handle_timer(now, Timer::DirectoryRetry);
             }
             self.routes_changed();
@@ -533,9 +505,9 @@ impl ReplicaNode {
         }
         d.sample_state(self.machine.committed(), self.log.log());
         d.hosts_connected.set(gauge_value(
-            self.serving
-                .as_ref()
-                .map_or(0, |s| s.conns.hosts_connected()),
+            self.hosts
+                .conns()
+                .map_or(0, dataplane_core::conns::DirectoryConns::hosts_connected),
         ));
         d.members.set(gauge_value(self.machine.members().len()));
         d.conns
@@ -558,9 +530,7 @@ impl ReplicaNode {
             .peers_connected
             .set(gauge_value(self.peers.values().filter(|p| p.up).count()));
         metrics.joining.set(i64::from(replica.is_joining()));
-        metrics
-            .host_connections
-            .set(gauge_value(self.host_conns.len()));
+        metrics.host_connections.set(gauge_value(self.hosts.open()));
     }
 
     /// The next time something is due: a tick, a peer to connect, a deadline, the timer.
@@ -579,13 +549,8 @@ impl ReplicaNode {
                 next = next.min(pending.since.saturating_add(ADMISSION_DEADLINE));
             }
         }
-        if let Some(serving) = &self.serving {
-            for at in [serving.timer, serving.conns.next_deadline()]
-                .into_iter()
-                .flatten()
-            {
-                next = next.min(at);
-            }
+        if let Some(at) = self.hosts.next_deadline() {
+            next = next.min(at);
         }
         next
     }
@@ -659,81 +624,37 @@ impl ReplicaNode {
 
     /// Starts or ends the hosts' side to match whether the machine serves, and at which term.
     fn follow_serving(&mut self) {
-        let term = self.machine.serving_term();
-        if self.serving.as_ref().map(|s| s.term) == term {
-            return;
-        }
-        if let Some(old) = self.serving.take() {
-            info!(
-                term = old.term,
-                "stopped serving: closing every host connection"
-            );
-        }
-        for conn in std::mem::take(&mut self.host_conns) {
-            self.net.close(conn);
-        }
-        let (Some(term), Some(directory)) = (term, self.machine.directory()) else {
-            return;
-        };
-        let address = directory.config().address;
-        let epoch = directory.epoch();
-        info!(
-            term,
-            epoch = epoch.0,
-            applied = self.machine.applied(),
-            hosts = self.machine.members().hosts().count(),
-            "serving: this replica leads"
-        );
-        let mut membership = self.machine.members().clone();
-        membership.set_capacity(self.members_max);
-        // Who has been away since when is not replicated: a new leader counts every host not
-        // connected as away since it started serving.
-        let mut conns = DirectoryConns::new(
-            Listener::new(
-                self.key,
-                Accepts::HostsAndClients,
-                ADMISSION_DEADLINE,
-                PENDING_CONNECTIONS_MAX,
-                ADMITTED_CONNECTIONS_MAX,
+        let now = self.clock.now();
+        match self.hosts.follow(now, &self.machine, &mut self.host_io) {
+            Serving::Unchanged => {}
+            Serving::Stopped { term } => {
+                info!(term, "stopped serving: closing every host connection");
+            }
+            Serving::Started {
+                term,
+                epoch,
+                members,
+            } => info!(
+                term,
+                epoch = epoch.0,
+                applied = self.machine.applied(),
+                hosts = members,
+                "serving: this replica leads"
             ),
-            TRANSIENT_NODE_BASE,
-            self.clock.now(),
-        );
-        conns.set_forget_away_after(self.forget_hosts_away_for);
-        conns.set_host_silence(self.host_silence);
-        self.serving = Some(Serving {
-            term,
-            address,
-            epoch,
-            membership,
-            conns,
-            routes: Routes::new(),
-            timer: None,
-            held: VecDeque::new(),
-        });
+        }
+        self.host_io();
     }
 
-    /// Carries out the directory's released effects (none when not serving: they belonged to
-    /// a term that is over, and nobody may see them).
+    /// Hands the hosts' side the directory's released effects (none are kept when not
+    /// serving: they belonged to a term that is over, and nobody may see them).
     fn effects(&mut self) {
         let effects = self.machine.take_effects();
-        let Some(serving) = &mut self.serving else {
-            return;
-        };
-        for effect in effects {
-            match effect {
-                Effect::Send { to, message } => serving.held.push_back(Held::Frame(to, message)),
-                Effect::SetTimer { at, .. } => serving.timer = Some(at),
-                Effect::CancelTimer { .. } => serving.timer = None,
-                Effect::WatchRoute { target } => serving.routes.watch(target),
-                Effect::UnwatchRoute { target } => serving.routes.unwatch(target),
-                Effect::Persist(record) => {
-                    error!(
-                        ?record,
-                        "a log record bypassed the replicated log and was dropped"
-                    );
-                }
-            }
+        let bypassed = self.hosts.effects(effects);
+        if bypassed > 0 {
+            error!(
+                bypassed,
+                "log records bypassed the replicated log and were dropped"
+            );
         }
         self.release_held();
     }
@@ -742,18 +663,11 @@ impl ReplicaNode {
     fn routes_changed(&mut self) {
         let mut changes = Vec::new();
         loop {
-            let Some(serving) = &mut self.serving else {
-                return;
-            };
-            serving.routes.changes(&mut changes);
+            self.hosts.route_changes(&mut changes);
             if changes.is_empty() {
                 return;
             }
-            let watched: Vec<(Address, bool)> = changes
-                .drain(..)
-                .filter(|(target, _)| serving.routes.is_watched(target))
-                .collect();
-            for (target, routable) in watched {
+            for (target, routable) in changes.drain(..) {
                 let now = self.clock.now();
                 let _ = self.machine.handle_route(now, target, routable);
             }
@@ -763,36 +677,21 @@ impl ReplicaNode {
 
     /// Does what waits for the hosts, in order, up to a membership change not applied yet.
     fn release_held(&mut self) {
-        let applied = self.machine.applied();
-        loop {
-            let Some(serving) = &mut self.serving else {
-                return;
-            };
-            let Some(front) = serving.held.pop_front() else {
-                return;
-            };
-            match front {
-                Held::Until(index) if index > applied => {
-                    serving.held.push_front(Held::Until(index));
-                    return;
+        self.hosts
+            .release(self.machine.applied(), &mut self.host_io);
+        self.host_io();
+    }
+
+    /// Carries out what the hosts' side asked for.
+    fn host_io(&mut self) {
+        let mut io = std::mem::take(&mut self.host_io);
+        for action in io.drain(..) {
+            match action {
+                HostIo::Send(conn, link) => {
+                    self.net.send(conn, link);
                 }
-                Held::Until(_) => {}
-                Held::Frame(to, message) => {
-                    if let Some(conn) = serving.conns.conn_of(to.node) {
-                        let envelope = Envelope {
-                            from: serving.address,
-                            to,
-                            message,
-                        };
-                        self.net.send(conn, Link::Frame(envelope));
-                    }
-                }
-                Held::Conn(action) => {
-                    // A connection the machine closes reports no close: forgotten here.
-                    if let ConnAction::Close(conn, _) | ConnAction::Refuse { conn, .. } = &action {
-                        self.host_conns.remove(conn);
-                    }
-                    // A `Persist` is never held: `conn_actions` proposes it at once.
+                HostIo::Close(conn) => self.net.close(conn),
+                HostIo::Conn(action) => {
                     match perform_conn_action!(&mut self.net, action, "connection") {
                         Performed::Done => {}
                         Performed::Closed(why) => {
@@ -809,34 +708,7 @@ impl ReplicaNode {
                 }
             }
         }
-    }
-
-    /// Queues what the connections machine asked for; a membership change is proposed to the
-    /// log, and what follows waits for it.
-    fn conn_actions(&mut self) -> Result<(), NodeError> {
-        let mut actions = std::mem::take(&mut self.actions);
-        for action in actions.drain(..) {
-            let Some(serving) = &mut self.serving else {
-                if let ConnAction::Close(conn, _) | ConnAction::Refuse { conn, .. } = action {
-                    self.net.close(conn);
-                    self.host_conns.remove(&conn);
-                }
-                continue;
-            };
-            match action {
-                ConnAction::Persist(records) => {
-                    let index = self
-                        .machine
-                        .propose_records(&records)
-                        .map_err(|e| NodeError::Recovery(format!("a membership change: {e}")))?;
-                    serving.held.push_back(Held::Until(index));
-                }
-                other => serving.held.push_back(Held::Conn(other)),
-            }
-        }
-        self.actions = actions;
-        self.release_held();
-        Ok(())
+        self.host_io = io;
     }
 
     fn handle(&mut self, event: NetEvent) -> Result<(), NodeError> {
@@ -877,45 +749,33 @@ impl ReplicaNode {
     }
 
     fn host_accepted(&mut self, conn: ConnId) -> Result<(), NodeError> {
-        let Some(serving) = &mut self.serving else {
-            // Not the leader (or not yet serving): the host tries the next replica.
-            debug!(conn, remote = %self.net.remote(conn), "host connection closed: not serving");
-            self.net.close(conn);
-            return Ok(());
-        };
-        match fresh_nonce() {
-            Ok(nonce) => {
-                self.host_conns.insert(conn);
-                let now = self.clock.now();
-                serving.conns.accepted(now, conn, nonce, &mut self.actions);
-                self.conn_actions()
-            }
+        let nonce = match fresh_nonce() {
+            Ok(nonce) => nonce,
             Err(e) => {
                 warn!(conn, error = %e, "connection closed: no nonce for its handshake");
                 self.net.close(conn);
-                Ok(())
+                return Ok(());
             }
+        };
+        let now = self.clock.now();
+        if !self.hosts.accepted(now, conn, nonce, &mut self.host_io) {
+            // Not the leader (or not yet serving): the host tries the next replica.
+            debug!(conn, remote = %self.net.remote(conn), "host connection closed: not serving");
         }
+        self.release_held();
+        Ok(())
     }
 
     fn host_frame(&mut self, conn: ConnId, payload: &[u8]) -> Result<(), NodeError> {
-        let Some(serving) = &mut self.serving else {
-            self.net.close(conn);
-            return Ok(());
-        };
-        let machine = &self.machine;
-        let heard = serving.conns.frame(
-            self.clock.now(),
-            conn,
-            payload,
-            &mut serving.membership,
-            &mut || machine.committed().named_nodes(),
-            serving.address,
-            serving.epoch,
-            &mut self.actions,
-        );
+        let now = self.clock.now();
+        let heard = self
+            .hosts
+            .frame(now, conn, payload, &mut self.machine, &mut self.host_io);
         match heard {
-            DirHeard::Nothing | DirHeard::HostRefused { .. } => {}
+            DirHeard::Nothing
+            | DirHeard::HostRefused { .. }
+            | DirHeard::Client { .. }
+            | DirHeard::Protocol { .. } => {}
             DirHeard::Host {
                 listen,
                 admitted,
@@ -925,7 +785,7 @@ impl ReplicaNode {
                 if let Some(f) = forgot {
                     crate::dirnode::log_forgotten(
                         &f,
-                        serving.membership.len(),
+                        self.hosts.membership().map_or(0, |m| m.len()),
                         self.metrics.as_ref().map(|m| &m.directory),
                     );
                 }
@@ -942,19 +802,19 @@ impl ReplicaNode {
                         Admitted::Restarted(_) => " (restarted: a new incarnation)",
                     }
                 );
-                serving.routes.connected(m.node, m.incarnation);
             }
-            DirHeard::Client { node, .. } => serving.routes.connected(node, 1),
-            DirHeard::Protocol { node, .. } => serving.routes.disconnected(node),
             DirHeard::Envelope(envelope) => {
-                let now = self.clock.now();
                 if let Err(e) = self.machine.handle_message(now, envelope.message) {
                     debug!(error = %e, "a call was not taken");
                 }
                 self.effects();
             }
         }
-        self.conn_actions()
+        self.release_held();
+        match self.machine.stopped() {
+            Some(why) => Err(NodeError::Recovery(format!("a membership change: {why}"))),
+            None => Ok(()),
+        }
     }
 
     fn closed(&mut self, conn: ConnId, reason: &str) {
@@ -977,17 +837,12 @@ impl ReplicaNode {
             self.machine.report_unreachable(to);
             return;
         }
-        self.host_conns.remove(&conn);
-        if let Some(serving) = &mut self.serving
-            && let Some(node) = serving.conns.closed(self.clock.now(), conn)
-        {
-            serving.routes.disconnected(node);
-        }
+        self.hosts.closed(self.clock.now(), conn);
     }
 
     /// Closes peer connections that did not say hello in time, and host connections that did
-    /// not finish their handshake.
-    fn expire(&mut self, now: Instant) -> Result<(), NodeError> {
+    /// not finish their handshake or went silent.
+    fn expire(&mut self, now: Instant) {
         let late: Vec<ConnId> = self
             .incoming
             .iter()
@@ -1002,18 +857,13 @@ impl ReplicaNode {
             self.incoming.remove(&conn);
             self.net.close(conn);
         }
-        if let Some(serving) = &mut self.serving {
-            for node in serving.conns.expire(now, &mut self.actions) {
-                info!(
-                    %node,
-                    silence = %serving.conns.host_silence(),
-                    "host connection closed: it sent nothing (stopped, or cut off without a close)"
-                );
-                serving.routes.disconnected(node);
-            }
-            self.conn_actions()?;
+        for node in self.hosts.expire(now, &mut self.machine) {
+            info!(
+                %node,
+                "host connection closed: it sent nothing (stopped, or cut off without a close)"
+            );
         }
-        Ok(())
+        self.release_held();
     }
 
     /// The peer an outgoing connection goes to.

@@ -45,6 +45,7 @@
 
 mod directory;
 mod disk;
+mod hosts;
 mod storage;
 mod wire;
 
@@ -58,6 +59,7 @@ use raft::{Config, RawNode, SnapshotStatus, StateRole};
 pub use dataplane_core::log::ReplicaConf;
 pub use directory::{Admitted, IN_FLIGHT_MAX, NotServing, ReplicatedDirectory};
 pub use disk::{DiskRecord, round_records};
+pub use hosts::{HostIo, HostSide, HostSideConfig, Serving};
 pub use wire::{
     EntryKind, FRAME_MAX, Kind, LogEntry, SNAPSHOT_BYTES_MAX, SNAPSHOT_CHUNK_BYTES, SnapshotChunk,
     WireError, WireMessage,

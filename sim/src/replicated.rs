@@ -25,9 +25,11 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use dataplane_core::conns::{ConnId, DirectoryLink, FORGET_AWAY_AFTER, HOST_SILENCE_DEFAULT};
 use dataplane_core::directory::{ActorSources, DirectoryConfig, DirectoryLimits};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::ids::{Address, AuthorityEpoch, Issuer, NodeId, OperationId, RequestId};
+use dataplane_core::link::ClusterKey;
 use dataplane_core::log::LogRecord;
 use dataplane_core::path::DataPath;
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
@@ -35,8 +37,8 @@ use dataplane_core::storage::{LogStore, StorageOptions};
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{DirectoryCall, DirectoryRequest, Message, ReplyBody, SourceRecovery};
 use dataplane_replica::{
-    Durable, EntryKind, MemberChange, NotServing, Ready, Replica, ReplicaConfig,
-    ReplicatedDirectory, Role, WireMessage, round_records,
+    Durable, EntryKind, HostSide, HostSideConfig, MemberChange, NotServing, Ready, Replica,
+    ReplicaConfig, ReplicatedDirectory, Role, WireMessage, round_records,
 };
 
 use crate::check::proxy::ProxyInput;
@@ -45,6 +47,8 @@ use crate::disk::SimFs;
 use crate::options::Options;
 use crate::rng::{SimRng, Stream};
 use crate::world::{EventQueue, Outcome, Stats};
+
+mod links;
 
 /// What a swarm of this mode must reach (its `--require-coverage`; the default mode's list is
 /// `check::EXPECTED_COVERAGE`). Every run hits `mode.replicated`, which selects this list.
@@ -75,6 +79,12 @@ pub const REPLICATED_COVERAGE: &[&str] = &[
     "replicas.joint_left",
     "replicas.removed_stopped",
     "replicas.quorum_of_next_conf",
+    "replicas.paused",
+    "replicas.leader_paused",
+    "replicas.cut_silently",
+    "replicas.left_silent_leader",
+    "replicas.attempt_expired",
+    "replicas.route_reported",
     "fault.directory_crash",
     "fault.torn_tail",
     "fault.frame_lost",
@@ -105,9 +115,12 @@ const TICK: Duration = Duration::from_millis(10);
 const HEARTBEAT_TICKS: usize = 3;
 /// The directory's node: every replica serves as it, at its term as the incarnation.
 const DIRECTORY_NODE: NodeId = NodeId(0);
-/// A host link's back-off between attempts (doubling, as core's links do).
-const BACKOFF_MIN: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_millis(1_000);
+/// Between two pauses of a replica (during the fault phase only): 3 to 10 s.
+const PAUSE_EVERY_MIN_MS: u64 = 3_000;
+const PAUSE_EVERY_SPREAD_MS: u64 = 7_000;
+/// A pause lasts 0.5 to 20 s: often longer than an election, and than a host's silence bound.
+const PAUSE_MIN_MS: u64 = 500;
+const PAUSE_SPREAD_MS: u64 = 19_500;
 /// The longest fault phase of this mode (the checker's account of every replica's log keeps
 /// every entry).
 pub const FAULT_PHASE_MAX: Duration = Duration::from_secs(90);
@@ -133,12 +146,34 @@ enum Ev {
     Isolate,
     EndIsolation(usize, u64),
     DirTimer(usize, u64, u64),
-    Connect(usize, u64),
-    ConnArrive(usize, u64, usize),
-    Welcome(usize, u64, usize, Discovered),
-    ConnClosed(usize, u64),
-    ToReplica(usize, u64, usize, Address, Message),
-    ToHost(usize, u64, Address, Message),
+    /// Host `h`'s link may act (connect, ping, give up).
+    LinkTick(usize),
+    /// A host's connection reaches its replica's kernel.
+    ConnArrive(ConnId),
+    /// The replica's process accepts it.
+    Accept(ConnId),
+    ConnFrame {
+        conn: ConnId,
+        to_replica: bool,
+        bytes: Vec<u8>,
+    },
+    ConnClosed {
+        conn: ConnId,
+        to_replica: bool,
+    },
+    /// Replica `r`'s hosts' side's deadline (in its life).
+    SideTick(usize, u64),
+    /// A replica pauses (SIGSTOP).
+    Pause,
+    /// Replica `r` resumes from pause `episode`.
+    Resume(usize, u64),
+    /// Whether `host` left `conn`, to `replica`, silent since `episode`.
+    SilenceCheck {
+        host: usize,
+        conn: ConnId,
+        replica: usize,
+        episode: u64,
+    },
     ProxyTimer(usize, u64),
     Client(usize, usize),
     Membership,
@@ -153,11 +188,10 @@ enum Cut {
     Peers,
     /// From everyone: its host connections break.
     Everyone,
+    /// From everyone, by a partition that drops without closing: its host connections stay
+    /// open and carry nothing until the cut ends (TCP then delivers what it held).
+    Silent,
 }
-
-/// A host's connection at a replica: its id, the admission entry (term, index) its welcome
-/// waits for, and whether it was welcomed.
-type HostConn = (u64, Option<(u64, u64)>, bool);
 
 /// An entry as the checker keeps it: its kind and its bytes.
 type EntryData = (EntryKind, Vec<u8>);
@@ -238,9 +272,18 @@ struct Rep {
     timer_arming: u64,
     /// The term it serves hosts in, if any.
     serving: Option<u64>,
-    /// Host connections: host → (connection, the admission entry (term, index) its welcome
-    /// waits for, welcomed).
-    hosts: BTreeMap<usize, HostConn>,
+    /// What hosts meet here (the replica crate's, as `replnode.rs` runs it; a fresh one for
+    /// each life of the process).
+    side: HostSide,
+    /// When its next `SideTick` is scheduled, if one is.
+    side_tick: Option<Instant>,
+    /// The pause it is in (its number, and when it ends), and what its process was sent
+    /// meanwhile, in order.
+    paused: Option<(u64, Instant)>,
+    deferred: Vec<Ev>,
+    /// Frames on host connections that a silent cut holds: (the cut, connection, towards the
+    /// replica, bytes), in order.
+    held_frames: Vec<(u64, ConnId, bool, Vec<u8>)>,
     /// The world's account of the barrier: per admitted step not fully released, its entry
     /// (term, index), the index the replica had applied when it admitted the step, and its
     /// effects still held.
@@ -256,7 +299,7 @@ struct Rep {
 
 impl Rep {
     /// Slot `config.id`, never started, on an empty disk.
-    fn new(config: ReplicaConfig, fs: SimFs, member: bool) -> Rep {
+    fn new(config: ReplicaConfig, fs: SimFs, member: bool, key: ClusterKey) -> Rep {
         Rep {
             config,
             fs,
@@ -276,7 +319,11 @@ impl Rep {
             crash_after_sync: false,
             timer_arming: 0,
             serving: None,
-            hosts: BTreeMap::new(),
+            side: HostSide::new(side_config(key)),
+            side_tick: None,
+            paused: None,
+            deferred: Vec::new(),
+            held_frames: Vec::new(),
             held: VecDeque::new(),
             committed_checked: 0,
             member,
@@ -285,28 +332,36 @@ impl Rep {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum LinkState {
-    Idle,
-    Connecting,
-    Welcomed,
+/// How the simulated replicas take hosts: the real node's settings, with a smaller waiting
+/// room and deadline.
+fn side_config(key: ClusterKey) -> HostSideConfig {
+    HostSideConfig {
+        key: Some(key),
+        admission_deadline: Duration::from_millis(1_500),
+        pending_max: 4,
+        admitted_max: 64,
+        first_transient: 1 << 40,
+        members_max: dataplane_core::limits::MEMBERS_MAX,
+        forget_after: FORGET_AWAY_AFTER,
+        host_silence: HOST_SILENCE_DEFAULT,
+    }
 }
 
 struct Host {
     /// The proxy's effects at its start (executed when the run starts).
-    started: Vec<Effect>,
+    effects_at_start: Vec<Effect>,
     node: NodeId,
     proxy: Proxy,
     proxy_arming: u64,
-    conn: u64,
-    state: LinkState,
-    candidate: usize,
-    backoff: Duration,
+    /// Core's link to the directory, over the five replicas' addresses.
+    link: DirectoryLink,
+    /// When its next `LinkTick` is scheduled, if one is.
+    link_tick: Option<Instant>,
+    /// Its link started (the hosts join one after another, each once the one before was
+    /// welcomed, so that each is the node its order says).
+    started: bool,
     /// The highest epoch this host was welcomed at.
     epoch_seen: AuthorityEpoch,
-    /// FIFO delivery on the current connection, both ways.
-    last_to_replica: Instant,
-    last_to_host: Instant,
     clients: Vec<Client>,
 }
 
@@ -362,9 +417,20 @@ pub struct ReplWorld {
     /// The serving replica, term and applied index `follow_membership` last looked at.
     membership_seen: (usize, u64, u64),
     acked: Vec<Acked>,
-    /// Per host connection taken by a serving replica: its admission entry (term, index) and
-    /// the index the replica had applied when it proposed it.
-    admissions: BTreeMap<(usize, u64), (u64, u64, u64)>,
+    /// Per host connection taken by a serving replica with a membership change: the change's
+    /// entry (term, index) and the index the replica had applied when it proposed it.
+    admissions: BTreeMap<ConnId, (u64, u64, u64)>,
+    /// The connections between hosts and replicas, and the last one's number.
+    rconns: BTreeMap<ConnId, links::RConn>,
+    next_conn: ConnId,
+    /// Connection latencies and handshake nonces.
+    conn_rng: SimRng,
+    /// Pauses and silent cuts (a stream of their own).
+    stall_rng: SimRng,
+    /// Pauses and silent cuts started so far (each is numbered).
+    episodes: u64,
+    /// The cluster key every node of the run has.
+    cluster_key: ClusterKey,
     acked_ops: Vec<OperationId>,
     /// Per client (host, client): the mutations acknowledged before its call was first sent.
     sent_after: BTreeMap<(usize, usize), Vec<OperationId>>,
@@ -387,6 +453,11 @@ impl ReplWorld {
         let work = entropy.rng(Stream::Workload);
         let disk = entropy.rng(Stream::Disk);
         let mut storage = entropy.rng(Stream::Storage);
+        let mut conn_rng = entropy.rng(Stream::Conns);
+        let stall_rng = entropy.rng(Stream::Stalls);
+        let key = ClusterKey::from_bytes(std::array::from_fn(|i| {
+            (conn_rng.next_u64() >> (i % 8)) as u8
+        }));
         let voters: Vec<u64> = (1..=FIRST_VOTERS as u64).collect();
         let mut timeouts: Vec<usize> = (0..SLOTS).map(|i| 10 + 6 * i).collect();
         for i in (1..SLOTS).rev() {
@@ -404,7 +475,7 @@ impl ReplWorld {
                     snapshot_keep: faults.below(SNAPSHOT_KEEP_SPREAD),
                 };
                 let fs = SimFs::new(SimRng::new(storage.next_u64(), Stream::Storage));
-                Rep::new(config, fs, i < FIRST_VOTERS)
+                Rep::new(config, fs, i < FIRST_VOTERS, key)
             })
             .collect();
         let checker = Checker::new(&options);
@@ -423,19 +494,16 @@ impl ReplWorld {
                     pending_max: dataplane_core::limits::PROXY_PENDING_MAX,
                 };
                 let proxy = Proxy::new(config, Instant::ZERO, &mut outbox);
-                let started = outbox.take();
+                let effects_at_start = outbox.take();
                 Host {
-                    started,
+                    effects_at_start,
                     node,
                     proxy,
                     proxy_arming: 0,
-                    conn: 0,
-                    state: LinkState::Idle,
-                    candidate: h % FIRST_VOTERS,
-                    backoff: BACKOFF_MIN,
+                    link: ReplWorld::new_link(h, key),
+                    link_tick: None,
+                    started: false,
                     epoch_seen: AuthorityEpoch::NONE,
-                    last_to_replica: Instant::ZERO,
-                    last_to_host: Instant::ZERO,
                     clients: (0..clients)
                         .map(|_| Client {
                             next_request: 1,
@@ -476,6 +544,12 @@ impl ReplWorld {
             membership_seen: (0, 0, 0),
             acked: Vec::new(),
             admissions: BTreeMap::new(),
+            rconns: BTreeMap::new(),
+            next_conn: 0,
+            conn_rng,
+            stall_rng,
+            episodes: 0,
+            cluster_key: key,
             acked_ops: Vec::new(),
             sent_after: BTreeMap::new(),
             stats: Stats::default(),
@@ -530,9 +604,8 @@ impl ReplWorld {
         }
         for h in 0..self.hosts.len() {
             self.checker.proxy_started(h, 1, 1);
-            let started = std::mem::take(&mut self.hosts[h].started);
-            self.proxy_effects(h, started);
-            self.at(Duration::ZERO, Ev::Connect(h, 0));
+            let effects = std::mem::take(&mut self.hosts[h].effects_at_start);
+            self.proxy_effects(h, effects);
             for c in 0..self.hosts[h].clients.len() {
                 let d = Duration::from_millis(1 + self.work.below(50));
                 self.at(d, Ev::Client(h, c));
@@ -545,6 +618,14 @@ impl ReplWorld {
         let d =
             Duration::from_millis(CHANGE_EVERY_MIN_MS + self.faults.below(CHANGE_EVERY_SPREAD_MS));
         self.at(d, Ev::Membership);
+        let d =
+            Duration::from_millis(PAUSE_EVERY_MIN_MS + self.stall_rng.below(PAUSE_EVERY_SPREAD_MS));
+        self.at(d, Ev::Pause);
+        // The first host's link starts; each next one once the one before was welcomed.
+        if !self.hosts.is_empty() {
+            self.hosts[0].started = true;
+            self.at(Duration::ZERO, Ev::LinkTick(0));
+        }
         let fault_phase = self.options.fault_phase;
         self.at(fault_phase, Ev::Heal);
         let end = Instant::ZERO
@@ -603,7 +684,33 @@ impl ReplWorld {
             && !self.committed.is_empty()
     }
 
+    /// The replica an event is an input of, if its process takes it (a paused process takes
+    /// nothing until it resumes).
+    fn replica_of(&self, ev: &Ev) -> Option<usize> {
+        let conn_replica = |conn: &ConnId| self.rconns.get(conn).map(|c| c.replica);
+        match ev {
+            Ev::Tick(r, _)
+            | Ev::Peer(r, _)
+            | Ev::Synced(r, _)
+            | Ev::Persisted(r, _)
+            | Ev::DirTimer(r, _, _)
+            | Ev::SideTick(r, _) => Some(*r),
+            Ev::Accept(conn) => conn_replica(conn),
+            Ev::ConnFrame {
+                conn, to_replica, ..
+            }
+            | Ev::ConnClosed { conn, to_replica } => conn_replica(conn).filter(|_| *to_replica),
+            _ => None,
+        }
+    }
+
     fn handle(&mut self, ev: Ev) {
+        if let Some(r) = self.replica_of(&ev)
+            && self.reps[r].paused.is_some()
+        {
+            self.reps[r].deferred.push(ev);
+            return;
+        }
         match ev {
             Ev::Tick(r, life) => {
                 if self.reps[r].life != life {
@@ -679,18 +786,28 @@ impl ReplWorld {
                 let r = members[self.faults.below(members.len() as u64) as usize];
                 let cut = if self.faults.below(2) == 0 {
                     Cut::Peers
-                } else {
+                } else if self.stall_rng.below(2) == 0 {
                     Cut::Everyone
+                } else {
+                    Cut::Silent
                 };
-                let generation = self.events;
+                self.episodes += 1;
+                let generation = self.episodes;
+                if let Some((Cut::Silent, g)) = self.reps[r].cut {
+                    // The cut it replaces ends here.
+                    self.end_silent_cut(r, g);
+                }
                 self.reps[r].cut = Some((cut, generation));
                 self.stats.partitions += 1;
                 self.checker.coverage.hit(match cut {
                     Cut::Peers => "replicas.cut_from_peers",
                     Cut::Everyone => "replicas.cut_from_everyone",
+                    Cut::Silent => "replicas.cut_silently",
                 });
-                if cut == Cut::Everyone {
-                    self.close_hosts(r);
+                match cut {
+                    Cut::Everyone => self.break_conns(r),
+                    Cut::Silent => self.silence_checks(r, generation),
+                    Cut::Peers => {}
                 }
                 let length = Duration::from_millis(300 + self.faults.below(3_000));
                 self.at(length, Ev::EndIsolation(r, generation));
@@ -700,6 +817,7 @@ impl ReplWorld {
             Ev::EndIsolation(r, generation) => {
                 if self.reps[r].cut.is_some_and(|(_, g)| g == generation) {
                     self.reps[r].cut = None;
+                    self.end_silent_cut(r, generation);
                 }
             }
             Ev::DirTimer(r, life, arming) => {
@@ -708,83 +826,37 @@ impl ReplWorld {
                 }
                 self.directory_input(r, DirInput::Timer);
             }
-            Ev::Connect(h, conn) => {
-                if self.hosts[h].conn != conn || self.hosts[h].state != LinkState::Idle {
+            Ev::LinkTick(h) => self.link_step(h),
+            Ev::ConnArrive(conn) => self.conn_arrive(conn),
+            Ev::Accept(conn) => self.accept(conn),
+            Ev::ConnFrame {
+                conn,
+                to_replica,
+                bytes,
+            } => self.conn_frame(conn, to_replica, bytes),
+            Ev::ConnClosed { conn, to_replica } => self.conn_closed(conn, to_replica),
+            Ev::SideTick(r, life) => self.side_tick(r, life),
+            Ev::Pause => {
+                if !self.faulty {
                     return;
                 }
-                self.seq += 1;
-                let conn = self.seq;
-                let host = &mut self.hosts[h];
-                host.conn = conn;
-                host.state = LinkState::Connecting;
-                let r = host.candidate;
-                let d = self.latency();
-                self.at(d, Ev::ConnArrive(h, conn, r));
+                self.pause();
+                let d = Duration::from_millis(
+                    PAUSE_EVERY_MIN_MS + self.stall_rng.below(PAUSE_EVERY_SPREAD_MS),
+                );
+                self.at(d, Ev::Pause);
             }
-            Ev::ConnArrive(h, conn, r) => self.conn_arrive(h, conn, r),
-            Ev::Welcome(h, conn, r, found) => {
-                let host = &mut self.hosts[h];
-                if host.conn != conn || host.state != LinkState::Connecting {
-                    return;
-                }
-                host.state = LinkState::Welcomed;
-                host.backoff = BACKOFF_MIN;
-                host.candidate = r;
-                if found.epoch < host.epoch_seen {
-                    let seen = host.epoch_seen;
-                    return self.fail(format!(
-                        "epoch: host {} was welcomed at epoch {} by replica {} after epoch {seen}",
-                        h + 1,
-                        found.epoch,
-                        r + 1
-                    ));
-                }
-                host.epoch_seen = found.epoch;
-                self.checker.coverage.hit("replicas.welcomed");
-                self.proxy_input(h, ProxyInput::Discovery(Some(found)));
-            }
-            Ev::ConnClosed(h, conn) => {
-                let host = &mut self.hosts[h];
-                if host.conn != conn {
-                    return;
-                }
-                let was = host.state;
-                host.state = LinkState::Idle;
-                host.candidate = (host.candidate + 1) % SLOTS;
-                let backoff = host.backoff;
-                host.backoff = (backoff.saturating_mul(2)).min(BACKOFF_MAX);
-                self.at(backoff, Ev::Connect(h, conn));
-                if was == LinkState::Welcomed {
-                    self.proxy_input(h, ProxyInput::Discovery(None));
+            Ev::Resume(r, episode) => {
+                if self.reps[r].paused.is_some_and(|(e, _)| e == episode) {
+                    self.resume(r);
                 }
             }
-            Ev::ToReplica(h, conn, r, from, message) => {
-                let ok = self.reps[r]
-                    .hosts
-                    .get(&h)
-                    .is_some_and(|&(c, _, welcomed)| c == conn && welcomed);
-                if !ok || self.reps[r].cut.is_some_and(|(c, _)| c == Cut::Everyone) {
-                    return;
-                }
-                let _ = from;
-                self.directory_input(r, DirInput::Message(message));
-            }
-            Ev::ToHost(h, conn, to, message) => {
-                if self.hosts[h].conn != conn || self.hosts[h].state != LinkState::Welcomed {
-                    return;
-                }
-                match message {
-                    Message::Retire { .. } => {
-                        // The source answers (it has no binding to keep).
-                        let answer = Message::SourceRetired { source: to };
-                        self.host_send(h, to, answer);
-                    }
-                    Message::Reply(_) if to == Address::new(self.hosts[h].node, 1, 500) => {
-                        self.proxy_input(h, ProxyInput::Message(message));
-                    }
-                    _ => {}
-                }
-            }
+            Ev::SilenceCheck {
+                host,
+                conn,
+                replica,
+                episode,
+            } => self.check_silence(host, conn, replica, episode),
             Ev::ProxyTimer(h, arming) => {
                 if self.hosts[h].proxy_arming == arming {
                     self.proxy_input(h, ProxyInput::Timer);
@@ -805,7 +877,12 @@ impl ReplWorld {
                 self.faulty = false;
                 self.checker.healed(self.now);
                 for r in 0..SLOTS {
-                    self.reps[r].cut = None;
+                    if self.reps[r].paused.is_some() {
+                        self.resume(r);
+                    }
+                    if let Some((_, generation)) = self.reps[r].cut.take() {
+                        self.end_silent_cut(r, generation);
+                    }
                     self.reps[r].crash_after_sync = false;
                     if self.reps[r].node.is_none() {
                         self.restart(r);
@@ -983,15 +1060,21 @@ impl ReplWorld {
         if was_leader {
             self.checker.coverage.hit("replicas.leader_crash");
         }
-        self.close_hosts(r);
+        // Killed while paused: what waited for it goes to the dead process (and is dropped).
+        if self.reps[r].paused.is_some() {
+            self.resume(r);
+        }
+        self.break_conns(r);
         // The unsynced tail survives whole, or is lost; lost, it may leave a fragment: any
         // prefix of the unsynced bytes (whole records of the round, then part of one).
         let keep_tail = self.disk.below(2) == 0;
         let tear = !keep_tail && self.disk.below(2) == 0;
+        let key = self.key();
         let rep = &mut self.reps[r];
         rep.node = None;
         rep.crash_after_sync = false;
         rep.serving = None;
+        rep.side = HostSide::new(side_config(key));
         rep.held.clear();
         let unsynced = rep.inflight.as_ref().is_some_and(|(_, s)| !s);
         rep.inflight = None;
@@ -1143,9 +1226,6 @@ impl ReplWorld {
         }
         self.check_committed(r, commit);
         if self.reps[r].serving != serving {
-            if self.reps[r].serving.is_some() {
-                self.close_hosts(r);
-            }
             self.reps[r].serving = serving;
             self.reps[r].held.clear();
             if let Some(term) = serving {
@@ -1161,7 +1241,7 @@ impl ReplWorld {
         for effect in released {
             self.release(r, effect);
         }
-        self.welcome_ready(r);
+        self.side_release(r);
     }
 
     /// The replicas never disagree about a committed index (nothing committed is lost or
@@ -1329,17 +1409,10 @@ impl ReplWorld {
                     ));
                 }
                 self.checker.released(self.now, to, &message);
-                let Some(h) = self.hosts.iter().position(|h| h.node == to.node) else {
-                    return;
-                };
-                let Some(&(conn, _, true)) = self.reps[r].hosts.get(&h) else {
-                    return;
-                };
-                let d = self.latency();
-                let at = self.now.saturating_add(d).max(self.hosts[h].last_to_host);
-                self.hosts[h].last_to_host = at;
-                let d = at.saturating_since(self.now);
-                self.at(d, Ev::ToHost(h, conn, to, message));
+                // To the host's connection, behind what waits for the log (the hosts' side).
+                let _ = self.reps[r]
+                    .side
+                    .effects(vec![Effect::Send { to, message }]);
             }
             Effect::SetTimer { at, .. } => {
                 let rep = &mut self.reps[r];
@@ -1349,7 +1422,9 @@ impl ReplWorld {
                 self.at(d, Ev::DirTimer(r, life, arming));
             }
             Effect::CancelTimer { .. } => self.reps[r].timer_arming += 1,
-            Effect::WatchRoute { .. } | Effect::UnwatchRoute { .. } => {}
+            watch @ (Effect::WatchRoute { .. } | Effect::UnwatchRoute { .. }) => {
+                let _ = self.reps[r].side.effects(vec![watch]);
+            }
             Effect::Persist(_) => self.fail("a Persist was released".into()),
         }
     }
@@ -1431,10 +1506,11 @@ impl ReplWorld {
 
     /// Slot `r` becomes a replica that never existed, on an empty disk, added (it rejoins).
     fn wipe(&mut self, r: usize) {
-        self.close_hosts(r);
+        self.break_conns(r);
         let fs = SimFs::new(SimRng::new(self.storage.next_u64(), Stream::Storage));
+        let key = self.key();
         let old = &self.reps[r];
-        let mut rep = Rep::new(old.config.clone(), fs, true);
+        let mut rep = Rep::new(old.config.clone(), fs, true, key);
         rep.life = old.life + 1;
         rep.timer_arming = old.timer_arming;
         rep.cut = old.cut;
@@ -1446,9 +1522,14 @@ impl ReplWorld {
     /// Stops slot `r`, whose removal the serving replica applied: it runs no more until it
     /// is added again (empty).
     fn stop(&mut self, r: usize) {
-        self.close_hosts(r);
+        if self.reps[r].paused.is_some() {
+            self.resume(r);
+        }
+        self.break_conns(r);
+        let key = self.key();
         let rep = &mut self.reps[r];
         rep.member = false;
+        rep.side = HostSide::new(side_config(key));
         rep.node = None;
         rep.log = None;
         rep.inflight = None;
@@ -1606,108 +1687,69 @@ impl ReplWorld {
         ))
     }
 
-    // ------------------------------------------------------------------ host links
+    // ------------------------------------------------------------------ pauses
 
-    fn conn_arrive(&mut self, h: usize, conn: u64, r: usize) {
-        if self.hosts[h].conn != conn {
-            return;
-        }
-        let cut = self.reps[r].cut.is_some_and(|(c, _)| c == Cut::Everyone);
-        let serving = self.reps[r].node.as_ref().and_then(Node::serving_term);
-        let Some(term) = serving.filter(|_| !cut) else {
-            // Not serving (or unreachable): the connection closes.
-            self.checker.coverage.hit("replicas.host_refused");
-            let d = self.latency();
-            self.at(d, Ev::ConnClosed(h, conn));
-            return;
-        };
-        // The admission is an entry of its own: the welcome waits until it is applied in this
-        // term (the membership record, which this mode does not carry, would be in it).
-        let node = self.reps[r].node.as_mut().expect("serving");
-        match node.propose_records(&[]) {
-            Ok(index) => {
-                self.reps[r]
-                    .hosts
-                    .insert(h, (conn, Some((term, index)), false));
-            }
-            Err(_) => {
-                let d = self.latency();
-                self.at(d, Ev::ConnClosed(h, conn));
-                return;
-            }
-        }
-        // The checker's own account: the admission is the engine's last entry now.
-        let (last, applied) = self.reps[r]
-            .node
-            .as_ref()
-            .map_or((0, 0), |n| (n.replica().last_index(), n.applied()));
-        self.admissions.insert((h, conn), (term, last, applied));
-        self.drive(r);
+    /// The cluster key every node of the run has.
+    fn key(&self) -> ClusterKey {
+        self.cluster_key
     }
 
-    /// Welcomes the hosts whose admission entry replica `r` applied in the term it serves.
-    fn welcome_ready(&mut self, r: usize) {
-        let Some(node) = self.reps[r].node.as_ref() else {
-            return;
-        };
-        let (applied, serving) = (node.applied(), node.serving_term());
-        let ready: Vec<(usize, u64)> = self.reps[r]
-            .hosts
-            .iter()
-            .filter(|(_, (_, admission, welcomed))| {
-                !welcomed && admission.is_some_and(|(t, i)| Some(t) == serving && applied >= i)
-            })
-            .map(|(&h, &(conn, _, _))| (h, conn))
+    /// A replica that runs pauses (the leader half the time), for 0.5 to 20 s.
+    fn pause(&mut self) {
+        let running: Vec<usize> = (0..SLOTS)
+            .filter(|&r| self.reps[r].node.is_some() && self.reps[r].paused.is_none())
             .collect();
-        for (h, conn) in ready {
-            let term = serving.expect("serving");
-            // A welcome leaves only once its admission entry is durable on a quorum of disks
-            // (no host hears of an identity a failover could forget).
-            if let Some((t, index, applied)) = self.admissions.remove(&(h, conn)) {
-                let durable = self.durable_on_quorum(index, t, applied);
-                if t != term || durable.is_err() {
-                    let why = durable.err().unwrap_or_default();
-                    return self.fail(format!(
-                        "welcome: replica {} welcomed host {} at term {term} before its admission (entry {index} of term {t}) was durable on a quorum: {why}",
-                        r + 1,
-                        h + 1
-                    ));
-                }
-            }
-            self.reps[r].hosts.insert(h, (conn, None, true));
-            let found = Discovered {
-                address: Address::new(DIRECTORY_NODE, term, 0),
-                epoch: AuthorityEpoch(term),
-            };
-            let d = self.latency();
-            self.at(d, Ev::Welcome(h, conn, r, found));
-        }
-    }
-
-    /// Replica `r` stops serving (or crashes, or is cut off): it closes every host connection.
-    fn close_hosts(&mut self, r: usize) {
-        let hosts = std::mem::take(&mut self.reps[r].hosts);
-        for (h, (conn, _, _)) in hosts {
-            let d = self.latency();
-            self.at(d, Ev::ConnClosed(h, conn));
-        }
-    }
-
-    /// A frame from host `h` to the directory: over its link, if welcomed.
-    fn host_send(&mut self, h: usize, from: Address, message: Message) {
-        let host = &self.hosts[h];
-        if host.state != LinkState::Welcomed {
+        if running.is_empty() {
             return;
         }
-        let (conn, r) = (host.conn, host.candidate);
-        let d = self.latency();
-        let at = self
-            .now
-            .saturating_add(d)
-            .max(self.hosts[h].last_to_replica);
-        self.hosts[h].last_to_replica = at;
-        let d = at.saturating_since(self.now);
-        self.at(d, Ev::ToReplica(h, conn, r, from, message));
+        let leader = running.iter().copied().find(|&r| {
+            self.reps[r]
+                .node
+                .as_ref()
+                .is_some_and(|n| n.serving_term().is_some())
+        });
+        let r = match leader {
+            Some(l) if self.stall_rng.below(2) == 0 => l,
+            _ => running[self.stall_rng.below(running.len() as u64) as usize],
+        };
+        let length = Duration::from_millis(PAUSE_MIN_MS + self.stall_rng.below(PAUSE_SPREAD_MS));
+        self.episodes += 1;
+        let episode = self.episodes;
+        self.reps[r].paused = Some((episode, self.now.saturating_add(length)));
+        self.checker.coverage.hit(if leader == Some(r) {
+            "replicas.leader_paused"
+        } else {
+            "replicas.paused"
+        });
+        self.silence_checks(r, episode);
+        self.at(length, Ev::Resume(r, episode));
+    }
+
+    /// Replica `r` runs again: it takes what it was sent meanwhile, in order.
+    fn resume(&mut self, r: usize) {
+        self.reps[r].paused = None;
+        for ev in std::mem::take(&mut self.reps[r].deferred) {
+            self.at(Duration::ZERO, ev);
+        }
+    }
+
+    /// Silent cut `generation` of replica `r` ends: what it held arrives now, in order.
+    fn end_silent_cut(&mut self, r: usize, generation: u64) {
+        let held = std::mem::take(&mut self.reps[r].held_frames);
+        for (g, conn, to_replica, bytes) in held {
+            if g == generation {
+                self.at(
+                    Duration::ZERO,
+                    Ev::ConnFrame {
+                        conn,
+                        to_replica,
+                        bytes,
+                    },
+                );
+            } else {
+                self.reps[r].held_frames.push((g, conn, to_replica, bytes));
+            }
+        }
     }
 
     fn proxy_input(&mut self, h: usize, input: ProxyInput) {
