@@ -618,9 +618,14 @@ impl ReplWorld {
         let d =
             Duration::from_millis(CHANGE_EVERY_MIN_MS + self.faults.below(CHANGE_EVERY_SPREAD_MS));
         self.at(d, Ev::Membership);
-        let d =
-            Duration::from_millis(PAUSE_EVERY_MIN_MS + self.stall_rng.below(PAUSE_EVERY_SPREAD_MS));
-        self.at(d, Ev::Pause);
+        // Silent stalls (pauses, cuts that drop) in the seeds that draw them, as in the default
+        // mode (`--no-fault stalls` turns them off).
+        if self.options.stalls.is_some() {
+            let d = Duration::from_millis(
+                PAUSE_EVERY_MIN_MS + self.stall_rng.below(PAUSE_EVERY_SPREAD_MS),
+            );
+            self.at(d, Ev::Pause);
+        }
         // The first host's link starts; each next one once the one before was welcomed.
         if !self.hosts.is_empty() {
             self.hosts[0].started = true;
@@ -786,7 +791,7 @@ impl ReplWorld {
                 let r = members[self.faults.below(members.len() as u64) as usize];
                 let cut = if self.faults.below(2) == 0 {
                     Cut::Peers
-                } else if self.stall_rng.below(2) == 0 {
+                } else if self.options.stalls.is_none() || self.stall_rng.below(2) == 0 {
                     Cut::Everyone
                 } else {
                     Cut::Silent
