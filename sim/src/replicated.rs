@@ -1020,8 +1020,21 @@ impl ReplWorld {
         let Some(log) = rep.log.as_mut() else {
             return;
         };
-        if let Err(e) = log.sync(&mut rep.fs) {
-            return self.fail(format!("replica {} could not sync: {e}", r + 1));
+        let claimed = match log.sync(&mut rep.fs) {
+            Ok(synced) => synced as usize,
+            Err(e) => return self.fail(format!("replica {} could not sync: {e}", r + 1)),
+        };
+        // The protocol's claim against the disk's own record: everything it calls synced is
+        // durable, but for a trailing sync mark (24 bytes).
+        let durable = rep
+            .fs
+            .durable(log.log_name())
+            .map_or(0, |(_, durable, _)| durable);
+        if durable + 24 < claimed {
+            return self.fail(format!(
+                "storage: replica {}'s log says it is synced up to byte {claimed}, but only {durable} are durable",
+                r + 1
+            ));
         }
         // What the disk now holds, from what was written (never from the engine).
         if let Some(s) = rep.writing_snapshot.take() {
@@ -1090,7 +1103,13 @@ impl ReplWorld {
         let disk = &mut self.disk;
         let mut torn = false;
         let pinned = rep.log.take().map(|log| {
-            let (synced, written) = (log.synced(), log.written());
+            // What the disk made durable, by its own record (never what the storage protocol
+            // says it synced).
+            let synced = rep
+                .fs
+                .durable(log.log_name())
+                .map_or(0, |(_, durable, _)| durable as u64);
+            let written = log.written();
             let keep = if keep_tail {
                 written
             } else if tear && written > synced + 1 {

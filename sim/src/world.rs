@@ -2311,8 +2311,12 @@ impl World {
         let mut surviving_step = d.unsynced_steps.front().map_or(last, |(s, _, _)| s - 1);
         let pinned = d.log.take().map(|log| {
             // What an fsync covered is durable, even if the call failed afterwards (writing
-            // its sync mark).
-            let synced = log.synced() as usize;
+            // its sync mark): the file system's own record of it, never what the storage
+            // protocol says it synced (a protocol that claimed a sync it did not make would be
+            // believed).
+            let synced =
+                d.fs.durable(log.log_name())
+                    .map_or(0, |(_, durable, _)| durable);
             let mut surviving = synced;
             for &(step, end, _) in &d.unsynced_steps {
                 if end > synced && !self.disk_rng.chance(self.options.disk.unsynced_survives) {
