@@ -122,6 +122,19 @@ pub struct DiskOptions {
     /// The log file grows in steps of this many bytes of zeros (`StorageOptions::preallocate`;
     /// 0: it grows with each write).
     pub preallocate_bytes: u64,
+    /// Slow disks: some fsyncs of the directory (in the replicated mode, of one replica) take
+    /// far longer than the others, and the node's loop waits for them (as `dataplane-node`'s
+    /// does: it syncs on its one thread), during the fault phase.
+    pub slow_sync: Option<SlowSync>,
+}
+
+/// Fsync latency spikes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlowSync {
+    /// Per mille of fsyncs that are slow.
+    pub per_mille: u64,
+    /// The longest extra latency of a slow one (drawn uniformly up to it).
+    pub max: Duration,
 }
 
 /// Which operations clients pick, and how they wait.
@@ -446,6 +459,7 @@ impl Options {
             rot: Ratio::ZERO,
             full_disk: None,
             preallocate_bytes: 0,
+            slow_sync: None,
         };
         let kinds = crate::client::OpKind::ALL.len();
         let weights = (0..kinds)
@@ -607,6 +621,13 @@ impl Options {
         // Drawn last (issue 52), so that every other draw of a seed stays. Up to 20 s: longer
         // than every timeout of a host's link, so a host that never gives up is seen.
         let stalls = recurring(&mut rng, ratio(1, 3), (2_000, 30_000), (200, 20_000));
+        // Drawn last (issue 52): slow disks, tens to hundreds of milliseconds.
+        if rng.chance(ratio(1, 4)) {
+            disk.slow_sync = Some(SlowSync {
+                per_mille: rng.range(10, 80),
+                max: ms(&mut rng, 50, 800),
+            });
+        }
         Options {
             seed,
             options_draws: rng.take_record(),
@@ -721,7 +742,7 @@ impl Options {
         let d = &self.disk;
         let _ = writeln!(
             s,
-            "# disk: fsync={}..{} fsync_failure={} torn_tail={} unsynced_survives={} compact_min={} compaction_crash={} rot={} full_disk={} preallocate={}",
+            "# disk: fsync={}..{} fsync_failure={} torn_tail={} unsynced_survives={} compact_min={} compaction_crash={} rot={} full_disk={} preallocate={} slow_sync={}",
             d.sync_min,
             d.sync_max,
             d.fsync_failure,
@@ -732,6 +753,10 @@ impl Options {
             d.rot,
             on(&d.full_disk),
             d.preallocate_bytes,
+            d.slow_sync.map_or("off".to_owned(), |s| format!(
+                "{}/1000 up-to {}",
+                s.per_mille, s.max
+            )),
         );
         let w = &self.workload;
         let mix: Vec<String> = crate::client::OpKind::ALL

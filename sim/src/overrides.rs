@@ -63,11 +63,13 @@ pub enum FaultKind {
     Clocks,
     /// Silent stalls: a paused directory, connections that deliver nothing.
     Stalls,
+    /// Slow fsyncs (the node's loop waits for them).
+    SlowSyncs,
 }
 
 impl FaultKind {
     /// Every kind, with its command-line name.
-    pub const ALL: [(FaultKind, &'static str); 24] = [
+    pub const ALL: [(FaultKind, &'static str); 25] = [
         (FaultKind::Loss, "loss"),
         (FaultKind::Duplication, "duplication"),
         (FaultKind::Reordering, "reordering"),
@@ -92,6 +94,7 @@ impl FaultKind {
         (FaultKind::DiscoveryRepeats, "discovery-repeats"),
         (FaultKind::Clocks, "clocks"),
         (FaultKind::Stalls, "stalls"),
+        (FaultKind::SlowSyncs, "slow-syncs"),
     ];
 
     fn name(self) -> &'static str {
@@ -303,6 +306,7 @@ impl Overrides {
                 FaultKind::Spoofs => options.spoofs = None,
                 FaultKind::FileChanges => options.file_changes = None,
                 FaultKind::Stalls => options.stalls = None,
+                FaultKind::SlowSyncs => options.disk.slow_sync = None,
                 FaultKind::FsyncFailures => options.disk.fsync_failure = Ratio::ZERO,
                 FaultKind::CompactionCrashes => options.disk.compaction_crash = Ratio::ZERO,
                 FaultKind::FullDisk => options.disk.full_disk = None,

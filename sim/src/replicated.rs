@@ -85,6 +85,7 @@ pub const REPLICATED_COVERAGE: &[&str] = &[
     "replicas.left_silent_leader",
     "replicas.attempt_expired",
     "replicas.route_reported",
+    "replicas.slow_sync",
     "fault.directory_crash",
     "fault.torn_tail",
     "fault.frame_lost",
@@ -431,6 +432,8 @@ pub struct ReplWorld {
     episodes: u64,
     /// The cluster key every node of the run has.
     cluster_key: ClusterKey,
+    /// The replica whose disk is slow, in seeds with slow disks (drawn from the stalls stream).
+    slow_replica: usize,
     acked_ops: Vec<OperationId>,
     /// Per client (host, client): the mutations acknowledged before its call was first sent.
     sent_after: BTreeMap<(usize, usize), Vec<OperationId>>,
@@ -454,7 +457,12 @@ impl ReplWorld {
         let disk = entropy.rng(Stream::Disk);
         let mut storage = entropy.rng(Stream::Storage);
         let mut conn_rng = entropy.rng(Stream::Conns);
-        let stall_rng = entropy.rng(Stream::Stalls);
+        let mut stall_rng = entropy.rng(Stream::Stalls);
+        let slow_replica = if options.disk.slow_sync.is_some() {
+            stall_rng.below(FIRST_VOTERS as u64) as usize
+        } else {
+            0
+        };
         let key = ClusterKey::from_bytes(std::array::from_fn(|i| {
             (conn_rng.next_u64() >> (i % 8)) as u8
         }));
@@ -550,6 +558,7 @@ impl ReplWorld {
             stall_rng,
             episodes: 0,
             cluster_key: key,
+            slow_replica,
             acked_ops: Vec::new(),
             sent_after: BTreeMap::new(),
             stats: Stats::default(),
@@ -1006,10 +1015,39 @@ impl ReplWorld {
                 self.options.disk.sync_min.as_nanos(),
                 self.options.disk.sync_max.as_nanos(),
             );
-            let d = Duration::from_nanos(self.disk.range(lo, hi.max(lo + 1)));
+            let mut d = Duration::from_nanos(self.disk.range(lo, hi.max(lo + 1)));
+            if let Some(slow) = self.slow_sync(r) {
+                // Its loop waits in the fsync (`replnode.rs` syncs on its one thread).
+                d = d.saturating_add(slow);
+                self.block(r, d);
+            }
             self.at(d, Ev::Synced(r, life));
         }
         self.observe(r);
+    }
+
+    /// The extra latency of this fsync of replica `r`, if the seed's disks are slow and `r` is
+    /// the slow one (fault phase only; from the stalls stream).
+    fn slow_sync(&mut self, r: usize) -> Option<Duration> {
+        let slow = self.options.disk.slow_sync?;
+        if !self.faulty || r != self.slow_replica || self.stall_rng.below(1_000) >= slow.per_mille {
+            return None;
+        }
+        self.checker.coverage.hit("replicas.slow_sync");
+        Some(Duration::from_nanos(
+            self.stall_rng.below(slow.max.as_nanos().max(1)),
+        ))
+    }
+
+    /// Replica `r`'s loop is busy for `length` (a slow fsync): what it is sent waits.
+    fn block(&mut self, r: usize, length: Duration) {
+        if self.reps[r].paused.is_some() {
+            return;
+        }
+        self.episodes += 1;
+        let episode = self.episodes;
+        self.reps[r].paused = Some((episode, self.now.saturating_add(length)));
+        self.at(length, Ev::Resume(r, episode));
     }
 
     fn synced(&mut self, r: usize, life: u64) {

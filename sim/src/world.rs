@@ -1891,10 +1891,16 @@ impl World {
 
     fn start_sync(&mut self) {
         let d = &self.options.disk;
-        let latency = Duration::from_nanos(
+        let mut latency = Duration::from_nanos(
             self.disk_rng
                 .range(d.sync_min.as_nanos(), d.sync_max.as_nanos()),
         );
+        if let Some(slow) = self.slow_sync() {
+            // The node's loop waits in the fsync (it syncs on its one thread): it takes nothing
+            // until the sync returns.
+            latency = latency.saturating_add(slow);
+            self.block_directory(self.now.saturating_add(latency));
+        }
         self.directory.sync_generation += 1;
         let generation = self.directory.sync_generation;
         self.directory.sync = Some(generation);

@@ -204,6 +204,7 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "fault.directory_paused",
     "fault.conn_stalled",
     "fault.peer_conn_stalled",
+    "fault.slow_sync",
     "conns.pinged",
     "conns.left_silent_directory",
     "conns.directory_let_go_silent_host",

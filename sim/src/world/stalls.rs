@@ -153,6 +153,33 @@ impl World {
         self.schedule(until, EventKind::StallEnd { episode });
     }
 
+    /// The extra latency of this fsync, if the seed's disk is slow and this one is (fault phase
+    /// only; drawn from the stalls stream).
+    pub(super) fn slow_sync(&mut self) -> Option<Duration> {
+        let slow = self.options.disk.slow_sync?;
+        if self.phase != Phase::Faulty || !permille(&mut self.stall_rng, slow.per_mille) {
+            return None;
+        }
+        self.checker.coverage.hit("fault.slow_sync");
+        Some(uniform(&mut self.stall_rng, slow.max))
+    }
+
+    /// The directory's loop waits in a slow fsync until `until`: what it is sent waits, as in
+    /// a pause (but nothing is silent for longer than the slowest fsync).
+    pub(super) fn block_directory(&mut self, until: Instant) {
+        if self.directory.paused.is_some() {
+            return;
+        }
+        self.stall_episodes += 1;
+        let episode = self.stall_episodes;
+        self.directory.paused = Some(episode);
+        let length = until.saturating_since(self.now);
+        self.trace.note(self.now, "fault", || {
+            format!("slow fsync: the directory waits {length} in it")
+        });
+        self.schedule(until, EventKind::StallEnd { episode });
+    }
+
     /// The directory's process stops until `until` (or until it is killed).
     fn pause_directory(&mut self, episode: u64, until: Instant) {
         self.directory.paused = Some(episode);
