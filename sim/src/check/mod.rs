@@ -206,6 +206,7 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "fault.peer_conn_stalled",
     "fault.slow_sync",
     "conns.pinged",
+    "conns.backed_off",
     "conns.left_silent_directory",
     "conns.directory_let_go_silent_host",
     "peers.pinged",

@@ -144,7 +144,15 @@ pub(super) struct HostLink {
     /// When the link's next `LinkRetry` is scheduled (on the host's clock), if one is: a
     /// welcomed link always has a deadline (its next ping), so one chain of them only.
     pub link_tick: Option<Instant>,
+    /// The world's own record of this process's connection attempts: when the last one
+    /// started (on the host's clock), and how many started since it was last welcomed.
+    pub attempts: (Option<Instant>, u32),
 }
+
+/// The reconnect back-off ARCHITECTURE.md promises, restated for the pacing check: 50 ms after
+/// the first failed attempt, doubling with each failure since the last welcome, up to 2 s.
+const BACKOFF_FIRST: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 impl World {
     /// The directory's connection machine for a new instance.
@@ -191,6 +199,7 @@ impl World {
             book: PeerBook::new(),
             book_tick: None,
             link_tick: None,
+            attempts: (None, 0),
         });
         self.link_step(host);
     }
@@ -269,6 +278,7 @@ impl World {
             self.next_conn += 1;
             hl.link.connecting(now, conn);
             let opener = hl.boot_nonce;
+            self.check_paced(host, now);
             // The handshake's deadline.
             self.arm_link(host);
             self.conns
@@ -280,6 +290,38 @@ impl World {
             }
         } else {
             self.arm_link(host);
+        }
+    }
+
+    /// Restated pacing (issue 52), from the world's own record of the attempts: after `n`
+    /// attempts since its last welcome, a host process starts the next no sooner than
+    /// min(50 ms · 2^(n−1), 2 s) after the last one started, on its own clock. A reconnect loop
+    /// that stops backing off hammers a directory that is down or cut off.
+    fn check_paced(&mut self, host: usize, now: Instant) {
+        let Some(hl) = self.links[host].as_mut() else {
+            return;
+        };
+        let (last, n) = hl.attempts;
+        hl.attempts = (Some(now), n.saturating_add(1));
+        let Some(last) = last.filter(|_| n > 0) else {
+            return;
+        };
+        let wait = BACKOFF_FIRST
+            .saturating_mul(1 << (n - 1).min(16))
+            .min(BACKOFF_MAX);
+        let gap = now.saturating_since(last);
+        if gap < wait {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "pacing: host {} started a connection attempt to the directory {gap} after \
+                     the last one, its {n}th since it was last welcomed (the back-off is {wait} \
+                     by then)",
+                    self.hosts[host].node
+                ),
+            );
+        } else if n >= 4 {
+            self.checker.coverage.hit("conns.backed_off");
         }
     }
 
@@ -815,6 +857,9 @@ impl World {
     /// A host's link was welcomed: a restarting process starts as the incarnation its last
     /// durable admission gave it; a running one must be welcomed as what it runs as.
     fn host_welcomed(&mut self, host: usize, node: NodeId, incarnation: u64) {
+        if let Some(hl) = self.links[host].as_mut() {
+            hl.attempts.1 = 0;
+        }
         let h = &self.hosts[host];
         let known = self.directory.admitted[host];
         let expected = known.filter(|&(_, nonce)| nonce == h.boot_nonce);
