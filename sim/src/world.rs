@@ -43,6 +43,7 @@ use crate::worker::{HOST_FIRST_ACTOR, Worker, WorkerIo, WorkerOut, WorkerState};
 
 mod conns;
 mod peers;
+mod promises;
 mod stalls;
 
 /// The directory's node.
@@ -439,6 +440,8 @@ struct DirectoryNode {
     conns: Option<DirectoryConns>,
     /// When its admission deadline is armed.
     expiry_armed: Option<Instant>,
+    /// The world's account of what its durable records promise (`promises.rs`).
+    promises: promises::Promises,
     /// The stall that pauses its process, if one does (`stalls`).
     paused: Option<u64>,
     /// What it was sent while paused, in the order it arrived.
@@ -672,6 +675,7 @@ impl World {
                 newest_admitted: vec![0; options.clients_per_host.len()],
                 conns: None,
                 expiry_armed: None,
+                promises: promises::Promises::default(),
                 paused: None,
                 deferred: Vec::new(),
             },
@@ -1847,6 +1851,7 @@ impl World {
         // pulls the effects one by one, appending each record before it pulls the next.
         let last_record = std::cell::Cell::new(d.last_record_end);
         let release_after = &mut d.release_after;
+        let facts = &mut d.promises.current;
         let admitted = d.barrier.admit(
             effects.drain(..).inspect(|effect| {
                 if !matches!(effect, Effect::Persist(_)) {
@@ -1855,6 +1860,7 @@ impl World {
             }),
             log.synced(),
             |record| {
+                facts.record(record);
                 let end = log.append(fs, record)?;
                 first_end.get_or_insert(end as usize);
                 last_record.set(end);
@@ -1872,10 +1878,12 @@ impl World {
             return;
         }
         self.check_disk();
+        let step = self.directory.step;
+        self.directory.promises.end_step(step, end, false);
+        self.promise_durable();
         for effect in ready {
             self.release_checked(effect);
         }
-        let step = self.directory.step;
         if end > synced || !self.directory.unsynced_steps.is_empty() {
             let first = first_end.unwrap_or(end);
             self.directory.unsynced_steps.push_back((step, end, first));
@@ -1929,6 +1937,7 @@ impl World {
         let written = log.written() as usize;
         self.check_disk();
         self.check_synced("a sync");
+        self.promise_durable();
         let mut durable_step = None;
         while let Some(&(step, end, _)) = self.directory.unsynced_steps.front() {
             if end > synced {
@@ -2020,6 +2029,7 @@ impl World {
             Ok(Compacted::Done) => {
                 d.barrier.clear(log.synced());
                 d.last_record_end = 0;
+                d.promises.new_generation();
                 if !d.release_after.is_empty() {
                     let left = d.release_after.len();
                     self.checker.fail(
@@ -2141,7 +2151,29 @@ impl World {
 
     /// Executes an effect the barrier let go, after checking on the simulated disk's ground
     /// truth (not the log's word) that the records before it are durable (issue 15, class 3).
+    /// The steps whose records the simulated disk holds durably (its own record of it) count
+    /// for the promises.
+    fn promise_durable(&mut self) {
+        let d = &mut self.directory;
+        let name = d.log.as_ref().map(|log| log.log_name().to_owned());
+        if let Some((_, durable, _)) = name.as_deref().and_then(|name| d.fs.durable(name)) {
+            d.promises.durable_to(durable);
+        }
+    }
+
     fn release_checked(&mut self, effect: Effect) {
+        if let Effect::Send { message, to } = &effect
+            && let Some(why) = self.directory.promises.broken(message)
+        {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "promise: the directory let {} go to {to} before the records it promises \
+                     were durable: {why}",
+                    crate::trace::describe(message, *to)
+                ),
+            );
+        }
         let d = &mut self.directory;
         let needed = d.release_after.pop_front();
         let name = d.log.as_ref().map(|log| log.log_name().to_owned());
@@ -2382,6 +2414,7 @@ impl World {
             )
         });
         self.checker.directory_crashed(surviving_step);
+        self.directory.promises.crashed(surviving_step);
         // Discovery notices the crash only after a while: until then proxies keep sending to
         // (and accepting the epoch of) the dead instance.
         let lag = uniform(&mut self.fault_rng, self.options.proxy.discovery_lag_max);
