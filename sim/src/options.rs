@@ -210,6 +210,69 @@ pub struct OverloadOptions {
     pub link_frames_max: usize,
 }
 
+/// The directory's limits drawn small (issue 52: every limit reached), so that each refusal
+/// and each "make room" path runs in some seeds. `None` fields keep core's default. The
+/// namespace's entries keep theirs: a full namespace refuses the probes' writes, rightly, and
+/// the probes are the liveness check of every host.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LimitOptions {
+    /// Operation records (`DirectoryLimits::operations`).
+    pub operations: Option<usize>,
+    /// Operation records of one issuer.
+    pub issuer_operations: Option<usize>,
+    /// Issuer rows.
+    pub issuers: Option<usize>,
+    /// Obligations new work may add to.
+    pub obligations: Option<usize>,
+    /// Runtime rendezvous.
+    pub rendezvous: Option<usize>,
+    /// Replacement fences.
+    pub fences: Option<usize>,
+    /// Live reservations.
+    pub reservations: Option<usize>,
+    /// Opens one fence holds.
+    pub fence_held_opens: Option<usize>,
+}
+
+impl LimitOptions {
+    fn draw(rng: &mut SimRng) -> LimitOptions {
+        let mut small =
+            |lo: u64, hi: u64| rng.chance(ratio(1, 2)).then(|| rng.range(lo, hi) as usize);
+        // The operation and issuer tables stay at their defaults: a full issuer table makes
+        // no room while its issuers live (rows go with their node incarnation), and a small
+        // operation table can be held by one host whose calls it refuses, so that the host
+        // can declare nothing done (seeds 134 and 251 of a first draw): callers starve, a
+        // hazard of the table's design at this scale that the note of issue 52 describes.
+        LimitOptions {
+            operations: None,
+            issuer_operations: None,
+            issuers: None,
+            obligations: small(2, 24),
+            rendezvous: small(1, 8),
+            fences: small(1, 4),
+            reservations: small(1, 6),
+            fence_held_opens: small(1, 4),
+        }
+    }
+
+    /// The directory's limits: these, and core's defaults for the rest.
+    pub fn directory(&self, retry_batch: usize) -> dataplane_core::directory::DirectoryLimits {
+        let d = dataplane_core::directory::DirectoryLimits::default();
+        dataplane_core::directory::DirectoryLimits {
+            operations: self.operations.unwrap_or(d.operations),
+            issuer_operations: self.issuer_operations.unwrap_or(d.issuer_operations),
+            issuers: self.issuers.unwrap_or(d.issuers),
+            entries: d.entries,
+            obligations: self.obligations.unwrap_or(d.obligations),
+            rendezvous: self.rendezvous.unwrap_or(d.rendezvous),
+            fences: self.fences.unwrap_or(d.fences),
+            reservations: self.reservations.unwrap_or(d.reservations),
+            fence_held_opens: self.fence_held_opens.unwrap_or(d.fence_held_opens),
+            retry_batch,
+        }
+    }
+}
+
 /// The long-life regime (issue 13): hours of simulated time and many thousands of operations
 /// per proxy, with pruning active, so that a defect that lets the directory's state grow with
 /// what happened (rather than with what is live), or that prunes a record its caller may still
@@ -292,6 +355,8 @@ pub struct Options {
     /// length, or removed): a file blob published from it must never be served again
     /// (issue 17).
     pub file_changes: Option<Recurring>,
+    /// The directory's limits, drawn small in a quarter of the seeds (default: core's).
+    pub limits: LimitOptions,
     /// Silent stalls: the directory's process paused (stopped, as by SIGSTOP: what it is sent
     /// waits, its connections stay open, its clock runs on), or a host's connection to the
     /// directory that stays open and delivers nothing, in one direction or both. A host must
@@ -621,6 +686,12 @@ impl Options {
         // Drawn last (issue 52), so that every other draw of a seed stays. Up to 20 s: longer
         // than every timeout of a host's link, so a host that never gives up is seen.
         let stalls = recurring(&mut rng, ratio(1, 3), (2_000, 30_000), (200, 20_000));
+        // Drawn last (issue 52): small limits.
+        let limits = if rng.chance(ratio(1, 4)) {
+            LimitOptions::draw(&mut rng)
+        } else {
+            LimitOptions::default()
+        };
         // Drawn last (issue 52): slow disks, tens to hundreds of milliseconds.
         if rng.chance(ratio(1, 4)) {
             disk.slow_sync = Some(SlowSync {
@@ -664,6 +735,7 @@ impl Options {
             spoofs,
             long_life,
             file_changes,
+            limits,
             stalls,
             registrar,
             discovery_repeat_permille,
@@ -794,6 +866,9 @@ impl Options {
             h.corrupt,
             h.abrupt_close,
         );
+        if self.limits != LimitOptions::default() {
+            let _ = writeln!(s, "# limits: {:?}", self.limits);
+        }
         if let Some(l) = &self.long_life {
             let _ = writeln!(
                 s,

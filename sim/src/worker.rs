@@ -176,7 +176,8 @@ impl Explanations {
         Explanations {
             arena_exhaustion: options.overload.is_some()
                 || h.arena_size < 64 * (largest + dataplane_core::arena::BLOB_HEADER_BYTES),
-            limits: options.overload.is_some(),
+            limits: options.overload.is_some()
+                || options.limits != crate::options::LimitOptions::default(),
             lost_blobs: options.host_crashes.is_some(),
             changed_files: options.file_changes.is_some(),
         }

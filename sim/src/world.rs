@@ -2480,10 +2480,7 @@ impl World {
         let config = DirectoryConfig {
             address: d.address(),
             retry_period: self.options.directory_retry,
-            limits: dataplane_core::directory::DirectoryLimits {
-                retry_batch: self.options.retry_batch,
-                ..Default::default()
-            },
+            limits: self.options.limits.directory(self.options.retry_batch),
         };
         let recovered = Directory::recover(
             config,

@@ -20,7 +20,7 @@ pub mod proxy;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use dataplane_core::directory::{Directory, DirectoryLimits, ObligationKey, Rendezvous};
+use dataplane_core::directory::{Directory, ObligationKey, Rendezvous};
 use dataplane_core::effect::Effect;
 use dataplane_core::error::Limit;
 use dataplane_core::ids::{Address, AuthorityEpoch, OperationId, StreamIncarnation};
@@ -205,6 +205,9 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "fault.conn_stalled",
     "fault.peer_conn_stalled",
     "fault.slow_sync",
+    "limit.Obligations",
+    "limit.Rendezvous",
+    "limit.Reservations",
     "conns.pinged",
     "conns.backed_off",
     "conns.left_silent_directory",
@@ -327,6 +330,26 @@ fn error_name(body: &ReplyBody) -> &'static str {
     }
 }
 
+/// The coverage name of a directory refusal for a full table (issue 52: every limit reached).
+fn limit_name(limit: Limit) -> &'static str {
+    match limit {
+        Limit::FenceHeldOpens => "limit.FenceHeldOpens",
+        Limit::Reservations => "limit.Reservations",
+        Limit::PendingRequests => "limit.PendingRequests",
+        Limit::RequestIds => "limit.RequestIds",
+        Limit::HostOperations => "limit.HostOperations",
+        Limit::SessionOperations => "limit.SessionOperations",
+        Limit::Operations => "limit.Operations",
+        Limit::IssuerOperations => "limit.IssuerOperations",
+        Limit::Issuers => "limit.Issuers",
+        Limit::Entries => "limit.Entries",
+        Limit::Obligations => "limit.Obligations",
+        Limit::Rendezvous => "limit.Rendezvous",
+        Limit::Fences => "limit.Fences",
+        Limit::HostFiles => "limit.HostFiles",
+    }
+}
+
 fn op_name(request: &DirectoryRequest) -> &'static str {
     use dataplane_core::wire::RequestKind as K;
     match request.kind() {
@@ -389,12 +412,9 @@ impl Checker {
     pub fn new(options: &Options) -> Self {
         Checker {
             directory_seen: 0,
-            // The simulated directory runs with the default limits but for the retry batch
-            // (`world.rs`).
-            model: Model::new(DirectoryLimits {
-                retry_batch: options.retry_batch,
-                ..DirectoryLimits::default()
-            }),
+            // The simulated directory's limits (`world.rs`): core's defaults, the seed's retry
+            // batch, and in some seeds small tables.
+            model: Model::new(options.limits.directory(options.retry_batch)),
             retry_batch: options.retry_batch,
             failure: None,
             coverage: Coverage::default(),
@@ -1114,6 +1134,11 @@ impl Checker {
             }
             self.replies_released += 1;
             self.coverage.hit(error_name(&reply.body));
+            if let Some(dataplane_core::error::NamespaceError::LimitReached(limit)) =
+                reply.body.err()
+            {
+                self.coverage.hit(limit_name(*limit));
+            }
             if reply.epoch > self.released_epoch {
                 self.released_epoch = reply.epoch;
             }
