@@ -1144,6 +1144,10 @@ impl DirectoryLink {
     /// (closes it and backs off); on a welcomed link, sends the ping that is due or gives the
     /// link up as silent.
     pub fn expire(&mut self, now: Instant, out: &mut Vec<ConnAction>) -> LinkExpired {
+        let (first_answer_by, welcome_by) = (
+            self.first_answer_by(),
+            self.attempt_since.saturating_add(HANDSHAKE_DEADLINE),
+        );
         let (conn, expired, silent) = match &mut self.state {
             LinkState::Down { .. } => return LinkExpired::Nothing,
             LinkState::Up { conn, pinger } => match pinger.poll(now) {
@@ -1154,18 +1158,16 @@ impl DirectoryLink {
                 }
                 Ping::Silent => (*conn, LinkExpired::Silent, true),
             },
+            // The address said nothing at all: skipped by the rotation for a while.
             LinkState::Connecting { conn, .. } | LinkState::Proving { conn, .. } => {
-                if now
-                    < self
-                        .attempt_since
-                        .saturating_add(HANDSHAKE_DEADLINE.min(self.silence))
-                {
+                if now < first_answer_by {
                     return LinkExpired::Nothing;
                 }
                 (*conn, LinkExpired::Attempt, true)
             }
+            // It answered, but did not welcome in time (a stalled welcome).
             LinkState::Welcoming { conn, .. } => {
-                if now < self.attempt_since.saturating_add(HANDSHAKE_DEADLINE) {
+                if now < welcome_by {
                     return LinkExpired::Nothing;
                 }
                 (*conn, LinkExpired::Attempt, false)

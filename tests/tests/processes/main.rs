@@ -19,6 +19,7 @@ mod membership;
 mod names;
 mod ops;
 mod overload;
+mod partitioned_leader;
 mod program_streams;
 mod replica_membership;
 mod replica_peers;
