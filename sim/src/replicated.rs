@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use dataplane_core::conns::{ConnId, DirectoryLink, FORGET_AWAY_AFTER, HOST_SILENCE_DEFAULT};
-use dataplane_core::directory::{ActorSources, DirectoryConfig, DirectoryLimits};
+use dataplane_core::directory::{ActorSources, DirectoryConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::ids::{Address, AuthorityEpoch, Issuer, NodeId, OperationId, RequestId};
 use dataplane_core::link::ClusterKey;
@@ -1233,10 +1233,7 @@ impl ReplWorld {
         let config = DirectoryConfig {
             address: Address::new(DIRECTORY_NODE, 0, 0),
             retry_period: self.options.directory_retry,
-            limits: DirectoryLimits {
-                retry_batch: self.options.retry_batch,
-                ..Default::default()
-            },
+            limits: self.options.limits.directory(self.options.retry_batch),
         };
         let mut node = ReplicatedDirectory::new(replica, config, ActorSources);
         node.observe_steps();

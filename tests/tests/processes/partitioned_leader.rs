@@ -20,8 +20,15 @@ use dataplane_tests::{HostProc, Proc, TestDir, binaries, cli_with, pattern, wait
 const PUT_BOUND: Duration = Duration::from_secs(10);
 /// How long to wait for a leader, and for the cut-off one to step down once it is back.
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(30);
-/// Rounds (each cuts whichever replica leads).
-const ROUNDS: usize = 3;
+/// `DATAPLANE_PARTITION_ROUNDS` (default 3): rounds, each cutting whichever replica leads.
+fn rounds() -> usize {
+    match std::env::var("DATAPLANE_PARTITION_ROUNDS") {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("DATAPLANE_PARTITION_ROUNDS={v:?} is not a number")),
+        Err(_) => 3,
+    }
+}
 
 /// The namespaces, veths and bridge of one run; removed when dropped.
 struct Net {
@@ -165,7 +172,7 @@ fn hosts_leave_a_partitioned_leader_within_two_election_timeouts() {
         .collect();
     let mut times = Vec::new();
     let mut written: Vec<(String, Vec<u8>)> = Vec::new();
-    for round in 0..ROUNDS {
+    for round in 0..rounds() {
         for (h, host) in hosts.iter().enumerate() {
             let path = format!("/data/before-{round}-{h}");
             let bytes = pattern((round * 2 + h) as u64, 4_000);
