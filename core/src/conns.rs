@@ -59,6 +59,9 @@ pub enum Closing {
     /// The other end answered nothing for the silence bound (a stopped process, a partition
     /// that drops without closing): see [`Pinger`].
     Silent,
+    /// A replica that does not serve said so ([`Link::NotLeader`]): the host tries where it
+    /// pointed, or the next address.
+    NotLeader,
 }
 
 impl Closing {
@@ -893,6 +896,13 @@ pub enum LinkHeard {
     Refused(String),
     /// The directory sent something out of protocol: closed, tried again later.
     Protocol,
+    /// The address is a replica that does not serve (the attempt is closed, and counts as a
+    /// failed one): it names the leader's address for hosts if it knows one. The driver may
+    /// make that address the next attempt's ([`DirectoryLink::redirect`]).
+    NotLeader {
+        /// Where the replica says the leader takes hosts.
+        leader: Option<String>,
+    },
     /// The link was up and is lost: nobody serves until it is welcomed again.
     Lost,
 }
@@ -1197,6 +1207,16 @@ impl DirectoryLink {
         self.state = LinkState::Connecting { conn, backoff };
     }
 
+    /// While down, the next attempt goes to address `candidate` (a replica named it as where
+    /// the leader takes hosts), at the time the back-off set: a redirect changes where, never
+    /// how soon, so that replicas naming one another cannot make a host spin. Nothing if
+    /// `candidate` is not one of the addresses, or the link is not down.
+    pub fn redirect(&mut self, candidate: usize) {
+        if candidate < self.candidates && matches!(self.state, LinkState::Down { .. }) {
+            self.candidate = candidate;
+        }
+    }
+
     /// While down, the next attempt is due at `now` (the driver learned something that makes
     /// it worth trying before the back-off ends: an address it was waiting for).
     pub fn retry_now(&mut self, now: Instant) {
@@ -1274,6 +1294,12 @@ impl DirectoryLink {
                     LinkHeard::Lost
                 }
             };
+        }
+        if let (LinkState::Proving { .. }, Link::NotLeader { leader }) = (&self.state, &link) {
+            let leader = leader.clone();
+            out.push(ConnAction::Close(conn, Closing::NotLeader));
+            self.closed(now, conn);
+            return LinkHeard::NotLeader { leader };
         }
         let placeholder = LinkState::Down {
             retry_at: now,

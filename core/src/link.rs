@@ -149,6 +149,14 @@ pub enum Link {
         /// The ping's number.
         seq: u64,
     },
+    /// A replica of a replicated directory that does not serve answers a connection with this
+    /// at once, and closes it: where the replica it knows to lead takes hosts (`None`: it
+    /// knows no leader yet). Not authenticated (it comes before any handshake): a host goes
+    /// only to an address it was given, and proves the cluster key there as anywhere.
+    NotLeader {
+        /// The leader's address for hosts (`host:port`), if this replica knows it.
+        leader: Option<String>,
+    },
 }
 
 impl Link {
@@ -165,6 +173,7 @@ impl Link {
             Link::Located { .. } => "Located",
             Link::Ping { .. } => "Ping",
             Link::Pong { .. } => "Pong",
+            Link::NotLeader { .. } => "NotLeader",
         }
     }
 }

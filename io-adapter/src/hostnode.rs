@@ -720,7 +720,10 @@ type FirstWelcome = (usize, TcpStream, Link, Vec<u8>);
 fn first_welcome(options: &HostOptions, who: &Who) -> Result<FirstWelcome, HostError> {
     let count = options.directories.len();
     let mut attempts = 0usize;
-    for candidate in (0..count).cycle() {
+    let mut next = 0;
+    loop {
+        let candidate = next;
+        next = (candidate + 1) % count;
         let address = &options.directories[candidate];
         attempts += 1;
         // The first round's failures are worth a line each; later ones only at debug (it
@@ -764,13 +767,27 @@ fn first_welcome(options: &HostOptions, who: &Who) -> Result<FirstWelcome, HostE
                 error!(directory = %address, %reason, "the directory refused this host");
                 return Err(HostError::Refused(reason));
             }
+            Err(HandshakeError::NotLeader(leader)) => {
+                // A replica that does not serve: next, the one it names if it is one of ours.
+                if let Some(index) = leader
+                    .as_deref()
+                    .and_then(|l| options.directories.iter().position(|d| d == l))
+                {
+                    next = index;
+                }
+                debug!(
+                    directory = %address,
+                    leader = leader.as_deref().unwrap_or("unknown"),
+                    "not the leader"
+                );
+                pause();
+            }
             Err(e) => {
                 waiting(&e);
                 pause();
             }
         }
     }
-    unreachable!("the directory addresses were checked: at least one")
 }
 
 /// What a refused child is told.
@@ -1646,6 +1663,22 @@ impl HostNode {
                 // a configuration error.
                 error!(%directory, %reason, "the directory refused this host");
                 self.refused = Some(reason);
+            }
+            LinkHeard::NotLeader { leader } => {
+                // A replica that does not serve: next, the one it names if it is one of our
+                // addresses (a redirect elsewhere is not followed: it comes unauthenticated).
+                let to = leader
+                    .as_deref()
+                    .and_then(|l| self.options.directories.iter().position(|d| d == l));
+                if let Some(index) = to {
+                    self.directory.redirect(index);
+                }
+                debug!(
+                    %directory,
+                    leader = leader.as_deref().unwrap_or("unknown"),
+                    followed = to.is_some(),
+                    "not the leader"
+                );
             }
             LinkHeard::Protocol => {
                 warn!(%directory, "the directory answered out of protocol; reconnecting");

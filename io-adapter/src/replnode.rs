@@ -109,8 +109,9 @@ const CREATED_MARK: &str = "created";
 /// that crashes while catching up, or stopped because it lost acknowledged entries, joins
 /// again on its next start without an operator's flag (and a stale `--join` does not).
 const REJOIN_MARK: &str = "rejoining";
-/// What a peer's hello proves, besides the nonce: the protocol and both ends.
-const PEER_HELLO_LABEL: &[u8] = b"dataplane replica hello v1";
+/// What a peer's hello proves, besides the nonce: the protocol and both ends (v2: the hello
+/// carries where the sender takes hosts; a v1 replica cannot join a v2 group).
+const PEER_HELLO_LABEL: &[u8] = b"dataplane replica hello v2";
 
 /// How a replica of the directory runs.
 #[derive(Clone, Debug)]
@@ -173,10 +174,12 @@ impl ReplicaOptions {
 enum PeerFrame {
     /// The acceptor's nonce, the first frame on a peer connection.
     Challenge { nonce: Nonce },
-    /// The connector: who it is, to whom, and its proof over the nonce.
+    /// The connector: who it is, to whom, where it takes hosts (its `--listen`: what the
+    /// others name when they tell a host who leads), and its proof over the nonce and all that.
     Hello {
         from: ReplicaId,
         to: ReplicaId,
+        hosts: String,
         proof: Option<Proof>,
     },
     /// One engine message ([`WireMessage::encode`]).
@@ -186,10 +189,11 @@ enum PeerFrame {
 impl Outgoing for PeerFrame {}
 
 /// The bytes a peer's proof covers.
-fn peer_hello(from: ReplicaId, to: ReplicaId) -> Vec<u8> {
+fn peer_hello(from: ReplicaId, to: ReplicaId, hosts: &str) -> Vec<u8> {
     let mut bytes = PEER_HELLO_LABEL.to_vec();
     bytes.extend_from_slice(&from.to_le_bytes());
     bytes.extend_from_slice(&to.to_le_bytes());
+    bytes.extend_from_slice(hosts.as_bytes());
     bytes
 }
 
@@ -260,6 +264,10 @@ struct ReplicaNode {
     refusals_logged: BTreeSet<ReplicaId>,
     /// What the hosts' side asked for, not yet done (a reused buffer).
     host_io: Vec<HostIo>,
+    /// Where this replica takes hosts (`--listen`), and where each peer does, as its proven
+    /// hello said: a replica that does not serve names the leader's to a host.
+    host_listen: String,
+    peer_hosts: BTreeMap<ReplicaId, String>,
     /// Peers' names looked up on threads of their own: a slow DNS must not stall the loop
     /// that keeps the leader's heartbeats going.
     resolver: Resolver<ReplicaId>,
@@ -449,6 +457,8 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
         incoming: BTreeMap::new(),
         refusals_logged: BTreeSet::new(),
         host_io: Vec::new(),
+        host_listen: options.directory.listen.clone(),
+        peer_hosts: BTreeMap::new(),
         resolver,
         unresolved: crate::throttle::Throttle::default(),
         metrics,
@@ -691,6 +701,10 @@ impl ReplicaNode {
                     self.net.send(conn, link);
                 }
                 HostIo::Close(conn) => self.net.close(conn),
+                HostIo::SendAndClose(conn, link) => {
+                    self.net.send(conn, link);
+                    self.net.close_after_flush(conn);
+                }
                 HostIo::Conn(action) => {
                     match perform_conn_action!(&mut self.net, action, "connection") {
                         Performed::Done => {}
@@ -758,9 +772,25 @@ impl ReplicaNode {
             }
         };
         let now = self.clock.now();
-        if !self.hosts.accepted(now, conn, nonce, &mut self.host_io) {
-            // Not the leader (or not yet serving): the host tries the next replica.
-            debug!(conn, remote = %self.net.remote(conn), "host connection closed: not serving");
+        let leader = self.machine.replica().leader().and_then(|id| {
+            if id == self.id {
+                Some(self.host_listen.clone())
+            } else {
+                self.peer_hosts.get(&id).cloned()
+            }
+        });
+        if !self
+            .hosts
+            .accepted(now, conn, nonce, leader.clone(), &mut self.host_io)
+        {
+            // Not the leader (or not yet serving): the host goes where this names, or tries
+            // the next replica.
+            debug!(
+                conn,
+                remote = %self.net.remote(conn),
+                leader = leader.as_deref().unwrap_or("unknown"),
+                "host connection told who leads and closed: not serving"
+            );
         }
         self.release_held();
         Ok(())
@@ -962,7 +992,7 @@ impl ReplicaNode {
         };
         let proof = connector_proof(
             self.key.as_ref().map(ClusterKey::bytes),
-            &peer_hello(self.id, to),
+            &peer_hello(self.id, to, &self.host_listen),
             &nonce,
         );
         self.net.send(
@@ -970,6 +1000,7 @@ impl ReplicaNode {
             PeerFrame::Hello {
                 from: self.id,
                 to,
+                hosts: self.host_listen.clone(),
                 proof,
             },
         );
@@ -1017,17 +1048,24 @@ impl ReplicaNode {
             (
                 None,
                 Ok(PeerFrame::Hello {
-                    from, to, proof, ..
+                    from,
+                    to,
+                    hosts,
+                    proof,
                 }),
             ) => {
                 let expected = connector_proof(
                     self.key.as_ref().map(ClusterKey::bytes),
-                    &peer_hello(from, to),
+                    &peer_hello(from, to, &hosts),
                     &pending.nonce,
                 );
                 let known = self.peers.contains_key(&from);
-                if to == self.id && known && proofs_match(expected.as_ref(), proof.as_ref()) {
+                let fits = hosts.len() <= dataplane_core::limits::LISTEN_BYTES_MAX;
+                if to == self.id && known && fits && proofs_match(expected.as_ref(), proof.as_ref())
+                {
                     pending.from = Some(from);
+                    // Bounded: one per replica of the group.
+                    self.peer_hosts.insert(from, hosts);
                     self.net.set_limits(conn, peer_limits());
                     self.refusals_logged.remove(&from);
                     debug!(conn, from, "peer replica admitted");

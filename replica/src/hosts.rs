@@ -68,8 +68,11 @@ pub enum HostIo {
     Send(ConnId, Link),
     /// Carry out what the connections machine asked for (never a `Persist`: proposed here).
     Conn(ConnAction),
-    /// Close the connection now (this replica does not serve, or stopped serving).
+    /// Close the connection now (this replica stopped serving).
     Close(ConnId),
+    /// Send this frame, then close the connection once it is out (a replica that does not
+    /// serve says so: [`Link::NotLeader`]).
+    SendAndClose(ConnId, Link),
 }
 
 /// How [`HostSide::follow`] found the replica.
@@ -198,17 +201,19 @@ impl HostSide {
     }
 
     /// A host or client connected (`nonce` is fresh): taken into the handshake if this replica
-    /// serves, closed at once otherwise (the host tries the next replica). Returns whether it
-    /// was taken.
+    /// serves; otherwise told so, with `leader`, where the replica this one knows to lead
+    /// takes hosts (the host goes there next, or to its next address), and closed. Returns
+    /// whether it was taken.
     pub fn accepted(
         &mut self,
         now: Instant,
         conn: ConnId,
         nonce: Nonce,
+        leader: Option<String>,
         out: &mut Vec<HostIo>,
     ) -> bool {
         let Some(serving) = &mut self.serving else {
-            out.push(HostIo::Close(conn));
+            out.push(HostIo::SendAndClose(conn, Link::NotLeader { leader }));
             return false;
         };
         self.open.insert(conn);

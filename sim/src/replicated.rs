@@ -85,6 +85,7 @@ pub const REPLICATED_COVERAGE: &[&str] = &[
     "replicas.left_silent_leader",
     "replicas.attempt_expired",
     "replicas.route_reported",
+    "replicas.redirected",
     "replicas.slow_sync",
     "fault.directory_crash",
     "fault.torn_tail",

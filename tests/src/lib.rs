@@ -557,8 +557,8 @@ impl ReplicaGroup {
             .join(",")
     }
 
-    /// The replica that serves now: the one a client is welcomed by (followers close the
-    /// connection). Waits up to `timeout`.
+    /// The replica that serves now: the one a client is welcomed by (followers answer
+    /// `NotLeader` and close the connection). Waits up to `timeout`.
     pub fn serving(&mut self, timeout: Duration) -> usize {
         self.serving_except(timeout, None)
     }

@@ -1346,6 +1346,69 @@ fn the_rotation_skips_an_address_that_went_silent_while_another_remains() {
 }
 
 #[test]
+fn a_replica_that_does_not_serve_points_to_the_leader_and_the_link_goes_there_next() {
+    // Five replicas; the host tries the first, a follower, which names the fourth.
+    let mut link = host_link(None, 1).with_candidates(5, 0);
+    let mut out = Vec::new();
+    let at = link.next_deadline().unwrap();
+    link.connecting(at, 1);
+    link.connected(1, [1; 32], &mut out);
+    out.clear();
+    let not_leader = Link::NotLeader {
+        leader: Some("r4:7801".to_owned()),
+    };
+    let heard = link.frame(at, 1, &bytes(&not_leader), &mut out);
+    assert_eq!(
+        heard,
+        LinkHeard::NotLeader {
+            leader: Some("r4:7801".to_owned())
+        }
+    );
+    assert_eq!(out, vec![ConnAction::Close(1, Closing::NotLeader)]);
+    assert_eq!(link.conn(), None, "the attempt is over");
+    // Without a redirect the next address would be the second; the driver redirects.
+    assert_eq!(link.candidate(), 1);
+    let wait = link.next_deadline().unwrap().saturating_since(at);
+    link.redirect(3);
+    assert_eq!(link.candidate(), 3);
+    assert_eq!(
+        link.next_deadline().unwrap().saturating_since(at),
+        wait,
+        "a redirect changes where, never how soon"
+    );
+    // An address the link does not have, or a link that is not down, is not redirected.
+    link.redirect(9);
+    assert_eq!(link.candidate(), 3);
+    let (mut dir, mut membership) = (directory(None), Membership::default());
+    let next = link.next_deadline().unwrap();
+    let (heard, _) = handshake(&mut dir, &mut membership, &mut link, 2, next);
+    assert_welcomed(&heard, NodeId(1), 1);
+    link.redirect(0);
+    assert_eq!(link.candidate(), 3, "welcomed: stays");
+    // Replicas naming no leader, or one another, cost the normal rotation and back-off: the
+    // attempts of a round still count.
+    let mut link = host_link(None, 2).with_candidates(3, 0);
+    let mut waits = Vec::new();
+    for conn in 10..16 {
+        let at = link.next_deadline().unwrap();
+        link.connecting(at, conn);
+        link.connected(conn, [1; 32], &mut out);
+        let redirect = Link::NotLeader {
+            leader: Some("r1:7801".to_owned()),
+        };
+        link.frame(at, conn, &bytes(&redirect), &mut out);
+        link.redirect(0);
+        waits.push(
+            link.next_deadline()
+                .unwrap()
+                .saturating_since(at)
+                .as_millis(),
+        );
+    }
+    assert_eq!(waits, [50, 50, 100, 50, 50, 200]);
+}
+
+#[test]
 fn the_directory_answers_pings_and_lets_go_of_a_host_that_says_nothing() {
     let (mut dir, mut membership) = (directory(None), Membership::default());
     dir.set_host_silence(Duration::from_secs(10));

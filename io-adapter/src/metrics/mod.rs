@@ -220,7 +220,7 @@ impl Refusal {
             Closing::Evicted => Refusal::Evicted,
             Closing::Protocol => Refusal::Protocol,
             Closing::Silent => Refusal::Silent,
-            Closing::Replaced => return None,
+            Closing::Replaced | Closing::NotLeader => return None,
         })
     }
 

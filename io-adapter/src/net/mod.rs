@@ -98,6 +98,9 @@ pub enum HandshakeError {
     Refused(String),
     /// The other side said something out of protocol.
     Protocol(String),
+    /// A replica of a replicated directory that does not serve: where it says the leader
+    /// takes hosts, if it knows.
+    NotLeader(Option<String>),
 }
 
 impl fmt::Display for HandshakeError {
@@ -106,6 +109,13 @@ impl fmt::Display for HandshakeError {
             HandshakeError::Io(e) => write!(f, "{e}"),
             HandshakeError::Refused(reason) => write!(f, "refused: {reason}"),
             HandshakeError::Protocol(what) => write!(f, "protocol: {what}"),
+            HandshakeError::NotLeader(leader) => write!(
+                f,
+                "not the leader (the leader takes hosts at {})",
+                leader
+                    .as_deref()
+                    .unwrap_or("an address it does not know yet")
+            ),
         }
     }
 }
@@ -253,6 +263,9 @@ pub fn prove_blocking(
         })
     };
     let challenge = next()?;
+    if let Link::NotLeader { leader } = challenge {
+        return Err(HandshakeError::NotLeader(leader));
+    }
     let proof = connector.answer(&challenge)?;
     write_frame(&mut w, &proof).map_err(io)?;
     Ok(reader)

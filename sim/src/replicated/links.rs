@@ -179,7 +179,16 @@ impl ReplWorld {
         }
         let nonce = self.nonce();
         let mut io = Vec::new();
-        if !self.reps[r].side.accepted(self.now, conn, nonce, &mut io) {
+        // Whom this replica knows to lead, as its driver names it to a host.
+        let leader = self.reps[r]
+            .node
+            .as_ref()
+            .and_then(|n| n.replica().leader())
+            .map(|id| replica_hosts(id as usize - 1));
+        if !self.reps[r]
+            .side
+            .accepted(self.now, conn, nonce, leader, &mut io)
+        {
             self.checker.coverage.hit("replicas.host_refused");
         }
         self.rep_io(r, io);
@@ -373,6 +382,17 @@ impl ReplWorld {
                     self.proxy_input(h, ProxyInput::Discovery(None));
                 }
             }
+            LinkHeard::NotLeader { leader } => {
+                // As `dataplane-node` does: the next attempt goes to the named replica if it is
+                // one of the host's addresses.
+                if let Some(slot) = leader
+                    .as_deref()
+                    .and_then(|l| (0..SLOTS).find(|&r| replica_hosts(r) == l))
+                {
+                    self.checker.coverage.hit("replicas.redirected");
+                    self.hosts[h].link.redirect(slot);
+                }
+            }
             other => self.fail(format!("conns: host {} heard {other:?}", h + 1)),
         }
         self.arm_link(h);
@@ -461,6 +481,10 @@ impl ReplWorld {
                     self.send_conn(conn, false, &link);
                 }
                 HostIo::Close(conn) | HostIo::Conn(ConnAction::Close(conn, _)) => {
+                    self.close_conn(conn, true);
+                }
+                HostIo::SendAndClose(conn, link) => {
+                    self.send_conn(conn, false, &link);
                     self.close_conn(conn, true);
                 }
                 HostIo::Conn(ConnAction::Refuse { conn, reason, .. }) => {
@@ -605,6 +629,11 @@ impl ReplWorld {
             ));
         }
     }
+}
+
+/// Where replica slot `r` (0-based) takes hosts, as a host's `--directory` list names it.
+pub(super) fn replica_hosts(r: usize) -> String {
+    format!("replica-{}:7801", r + 1)
 }
 
 /// Host `h`'s listen address: its identity at the directory.

@@ -1,6 +1,6 @@
 //! A host given several directory addresses (the replicas of a replicated directory, whose
 //! leader alone serves) finds the one that serves and follows it: a dead address (nobody
-//! listens), one that accepts and closes at once (a follower replica), and a real directory
+//! listens), one that accepts and closes at once (a replica going down), and a real directory
 //! node. The host must be welcomed behind the first two, at its start and again after the
 //! directory is killed and restarted; given only the first two, it keeps trying.
 
@@ -16,7 +16,7 @@ use dataplane_tests::{DirectoryProc, HostProc, TestDir, free_address, pattern, w
 const KEEPS_TRYING_FOR: Duration = Duration::from_secs(3);
 
 /// A listener that accepts every connection and closes it at once, saying nothing, as a
-/// follower replica does to a host; it counts them.
+/// replica that is going down does to a host; it counts them.
 struct ClosingListener {
     address: String,
     accepted: Arc<AtomicUsize>,

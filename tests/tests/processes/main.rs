@@ -13,6 +13,7 @@ mod hostile;
 mod kill_directory;
 mod kill_host;
 mod kill_replicas;
+mod leader_redirect;
 mod lease;
 mod log_damage;
 mod membership;

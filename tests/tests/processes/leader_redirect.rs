@@ -1,0 +1,89 @@
+//! A follower replica tells a host who leads: it answers the connection with the leader's
+//! host address and closes it, and the host goes there next instead of trying its other
+//! addresses in turn. Three replicas; a host whose `--directory` lists both followers before
+//! the leader must be welcomed after one attempt at the first follower (the second is never
+//! tried), and after the leader is killed it must find the new one, through whichever replica
+//! it tries first.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use dataplane_tests::{HostProc, ReplicaGroup, TestDir, free_address, pattern, wait_until};
+
+/// How long to wait for a leader, and for the host to follow a new one.
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The host's log lines that say a replica is not the leader.
+fn redirects(host: &HostProc) -> Vec<String> {
+    host.proc
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("not the leader"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_follower_names_the_leader_and_the_host_goes_there_next() {
+    let dir = TestDir::new("leader-redirect");
+    let mut group = ReplicaGroup::start(&dir, "replica", 3);
+    let leader = group.serving(FAILOVER_TIMEOUT);
+    let followers: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    let listen = |i: usize| group.replicas[i].listen.clone();
+    // Both followers first, the leader last: without the redirect the host tries them in turn.
+    let order = [followers[0], followers[1], leader];
+    let directory = order.map(listen).join(",");
+    let mut host = HostProc::spawn_env(
+        &dir,
+        "host",
+        &directory,
+        free_address(),
+        "16M",
+        &[],
+        vec![(
+            OsString::from("RUST_LOG"),
+            OsString::from("info,dataplane_io::hostnode=debug"),
+        )],
+    );
+    host.wait_ready();
+    let first = redirects(&host);
+    let named = format!("leader=\"{}\"", listen(leader));
+    assert!(
+        first
+            .iter()
+            .any(|l| l.contains(&listen(followers[0])) && l.contains(&named)),
+        "the first follower named the leader: {first:?}\n{}",
+        host.proc.log_text()
+    );
+    assert!(
+        !first.iter().any(|l| l.contains(&listen(followers[1]))),
+        "the host tried the second follower although the first named the leader: {first:?}"
+    );
+    let bytes = pattern(1, 4_000);
+    host.cli_stdin(&["put", "/data/before", "-"], &bytes)
+        .expect_code(0, "a put through the leader");
+
+    // The leader dies; a new one is elected among the followers. The host's next attempts go
+    // to its addresses in turn from the dead one's; a follower it reaches names the new leader.
+    group.replicas[leader].proc.kill9();
+    let next = group.serving_except(FAILOVER_TIMEOUT, Some(leader));
+    let before = redirects(&host).len();
+    let after = pattern(2, 4_000);
+    wait_until("a put through the new leader", FAILOVER_TIMEOUT, || {
+        host.proc.assert_running();
+        host.cli_stdin(&["--timeout", "5", "put", "/data/after", "-"], &after)
+            .code
+            == 0
+    });
+    for (path, want) in [("/data/before", &bytes), ("/data/after", &after)] {
+        let got = host.cli(&["get", path]);
+        got.expect_code(0, "a get after the failover");
+        assert!(got.stdout == *want, "{path}: other bytes");
+    }
+    eprintln!(
+        "replica {} led, then replica {}; the host heard {} redirects after the kill",
+        leader + 1,
+        next + 1,
+        redirects(&host).len() - before
+    );
+}
