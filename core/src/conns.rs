@@ -911,7 +911,8 @@ pub enum LinkHeard {
 /// failure, back off (doubling up to [`RECONNECT_MAX`]) and try again.
 ///
 /// **Several addresses.** A replicated directory has one address per replica, and only its
-/// leader serves (a follower closes a host's connection at once, a dead replica refuses it).
+/// leader serves (a follower names the leader and closes a host's connection: `NotLeader`, a
+/// dead replica refuses it).
 /// The driver numbers the addresses it was given, `0..candidates`
 /// ([`Self::with_candidates`]), and connects each attempt to [`Self::candidate`]. Every failed
 /// attempt (its connection failed, closed or expired before the `Welcome`, or the directory
@@ -1055,6 +1056,18 @@ impl DirectoryLink {
         self.candidate = current;
         self.failed_in_round = 0;
         self
+    }
+
+    /// One more address (the driver learned it: a replica named it as the leader's, and it
+    /// is none of the addresses the host was given). Returns its number, or `None` when the
+    /// link follows [`DIRECTORY_CANDIDATES_MAX`] addresses already. The round under way
+    /// counts it from now on.
+    pub fn add_candidate(&mut self) -> Option<usize> {
+        if self.candidates >= DIRECTORY_CANDIDATES_MAX {
+            return None;
+        }
+        self.candidates += 1;
+        Some(self.candidates - 1)
     }
 
     /// The round back-off after `backoff`: twice it, at most [`RECONNECT_MAX`] for one

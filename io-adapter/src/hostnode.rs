@@ -360,8 +360,11 @@ struct HostNode {
     /// slow DNS, or a host that names a slow name as its listen address, must not stall the
     /// loop that serves every child.
     peer_names: Resolver<NodeId>,
-    /// The directory's addresses (`--directory`, by index) on a resolver of their own, so
-    /// strangers' slow names never delay them.
+    /// The directory's addresses: `--directory`, then at most one learned from a replica
+    /// that named the leader there ([`follow_named`]). The link's candidates, by index.
+    directories: Vec<String>,
+    /// The directory's addresses (by index) on a resolver of their own, so strangers' slow
+    /// names never delay them.
     directory_names: Resolver<usize>,
     /// What each directory address resolved to last: an attempt connects there (to each in
     /// turn) while a fresh lookup runs.
@@ -527,7 +530,8 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         listen: options.listen.clone(),
         boot_nonce,
     };
-    let (candidate, stream, welcome, received) = first_welcome(&options, &who)?;
+    let mut directories = options.directories.clone();
+    let (candidate, stream, welcome, received) = first_welcome(&options, &mut directories, &who)?;
     let Link::Welcome {
         node,
         incarnation,
@@ -543,7 +547,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     info!(
         %node,
         incarnation,
-        directory = %options.directories[candidate],
+        directory = %directories[candidate],
         directory_address = %directory,
         epoch = epoch.0,
         "welcomed by the directory{}",
@@ -597,7 +601,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     );
     let key = options.cluster_key;
     let silence = options.silence;
-    let candidates = options.directories.len();
+    let candidates = directories.len();
     let waker = net.waker().map_err(|e| err("poll", &e))?;
     let threads = |e: std::io::Error| err("the name-lookup threads", &e);
     let peer_names =
@@ -609,7 +613,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         directory_resolved[candidate] = Addresses::of(address);
     }
     // Every other address is looked up now, so a failover finds it resolved.
-    for (i, address) in options.directories.iter().enumerate() {
+    for (i, address) in directories.iter().enumerate() {
         if i != candidate && literal(address).is_none() {
             directory_names.start(clock.now(), i, address);
         }
@@ -668,6 +672,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         forged: crate::throttle::Throttle::default(),
         unlocated: crate::throttle::Throttle::default(),
         peer_names,
+        directories,
         directory_names,
         directory_resolved,
         directory_waits_for_name: false,
@@ -707,8 +712,9 @@ fn check_directories(directories: &[String]) -> Result<(), HostError> {
     Ok(())
 }
 
-/// What the blocking first handshake gets: the address (its index) that welcomed this host,
-/// the connection, the `Welcome`, and the bytes read after it.
+/// What the blocking first handshake gets: the address (its index among the directory's
+/// addresses) that welcomed this host, the connection, the `Welcome`, and the bytes read
+/// after it.
 type FirstWelcome = (usize, TcpStream, Link, Vec<u8>);
 
 /// Connects to the directory's addresses in turn until one welcomes this host (the first
@@ -717,14 +723,19 @@ type FirstWelcome = (usize, TcpStream, Link, Vec<u8>);
 /// [`FIRST_ROUND_PAUSE`]: a leader behind dead or following replicas is found at once, and a
 /// directory that is not up yet is polled. Returns only when welcomed, or refused (the
 /// cluster key).
-fn first_welcome(options: &HostOptions, who: &Who) -> Result<FirstWelcome, HostError> {
-    let count = options.directories.len();
+fn first_welcome(
+    options: &HostOptions,
+    directories: &mut Vec<String>,
+    who: &Who,
+) -> Result<FirstWelcome, HostError> {
+    let given = options.directories.len();
     let mut attempts = 0usize;
     let mut next = 0;
     loop {
         let candidate = next;
+        let count = directories.len();
         next = (candidate + 1) % count;
-        let address = &options.directories[candidate];
+        let address = directories[candidate].clone();
         attempts += 1;
         // The first round's failures are worth a line each; later ones only at debug (it
         // keeps trying).
@@ -743,7 +754,7 @@ fn first_welcome(options: &HostOptions, who: &Who) -> Result<FirstWelcome, HostE
             });
         };
         debug!(directory = %address, attempts, "connecting to the directory");
-        let stream = match crate::net::connect_tcp(address, FIRST_CONNECT_TIMEOUT) {
+        let stream = match crate::net::connect_tcp(&address, FIRST_CONNECT_TIMEOUT) {
             Ok(stream) => stream,
             Err(e) => {
                 waiting(&e);
@@ -768,11 +779,17 @@ fn first_welcome(options: &HostOptions, who: &Who) -> Result<FirstWelcome, HostE
                 return Err(HostError::Refused(reason));
             }
             Err(HandshakeError::NotLeader(leader)) => {
-                // A replica that does not serve: next, the one it names if it is one of ours.
-                if let Some(index) = leader
+                // A replica that does not serve: next, the one it names.
+                if let Some((index, learned)) = leader
                     .as_deref()
-                    .and_then(|l| options.directories.iter().position(|d| d == l))
+                    .and_then(|l| follow_named(directories, given, l))
                 {
+                    if learned {
+                        info!(
+                            directory = %directories[index],
+                            "learned a directory address: a replica named the leader there"
+                        );
+                    }
                     next = index;
                 }
                 debug!(
@@ -788,6 +805,33 @@ fn first_welcome(options: &HostOptions, who: &Who) -> Result<FirstWelcome, HostE
             }
         }
     }
+}
+
+/// Where a host goes after a replica named `leader` as where the leader takes hosts: its
+/// number among the directory's `addresses`, and whether it was added there. An address the
+/// host was not given (the first `given`) is learned into the one slot after them, replacing
+/// what was learned before (a replaced replica's address is not tried again once another is
+/// named). `None`: not a `host:port` a host would try, or no slot is left
+/// ([`DIRECTORY_CANDIDATES_MAX`] addresses were given).
+///
+/// The name is believed as far as the address that said it is: a host was told to connect
+/// there, prove the cluster key there and take its welcome; the redirect adds nothing it
+/// would not already have believed of it.
+fn follow_named(addresses: &mut Vec<String>, given: usize, leader: &str) -> Option<(usize, bool)> {
+    if let Some(index) = addresses.iter().position(|a| a == leader) {
+        return Some((index, false));
+    }
+    let port = leader
+        .rsplit_once(':')
+        .map(|(host, port)| (host, port.parse::<u16>()));
+    let well_formed =
+        matches!(port, Some((host, Ok(_))) if !host.is_empty()) && leader.len() <= LISTEN_BYTES_MAX;
+    if !well_formed || given >= DIRECTORY_CANDIDATES_MAX {
+        return None;
+    }
+    addresses.truncate(given);
+    addresses.push(leader.to_owned());
+    Some((given, true))
 }
 
 /// What a refused child is told.
@@ -1208,7 +1252,14 @@ impl HostNode {
         for answer in self.directory_names.answers() {
             match answer.addresses {
                 Ok(addresses) => {
-                    if let Some(slot) = self.directory_resolved.get_mut(answer.key) {
+                    // Only for the address as it is now (a learned one may have been
+                    // replaced meanwhile).
+                    let current = self.directories.get(answer.key) == Some(&answer.name);
+                    if let Some(slot) = self
+                        .directory_resolved
+                        .get_mut(answer.key)
+                        .filter(|_| current)
+                    {
                         slot.answered(addresses);
                     }
                     if self.directory_waits_for_name {
@@ -1261,11 +1312,27 @@ impl HostNode {
 
     /// The directory address the link's attempt goes to (or went to, or goes to next).
     fn directory_address(&self) -> &str {
-        &self.options.directories[self.directory.candidate()]
+        &self.directories[self.directory.candidate()]
     }
 
     /// Starts an attempt at the directory's current address (the link moves on to the next
     /// one if it fails).
+    /// Address `index` of the directory was learned (added, or put in place of the one
+    /// learned before): the link counts it, and it is looked up afresh.
+    fn learned_directory(&mut self, index: usize) {
+        if self.directory.candidates() <= index && self.directory.add_candidate().is_none() {
+            return;
+        }
+        self.directory_resolved
+            .resize(self.directories.len(), Addresses::default());
+        self.directory_resolved[index] = Addresses::default();
+        let address = &self.directories[index];
+        info!(directory = %address, "learned a directory address: a replica named the leader there");
+        if literal(address).is_none() {
+            self.directory_names.start(self.clock.now(), index, address);
+        }
+    }
+
     fn connect_directory(&mut self, now: Instant) {
         let address = self.directory_address().to_owned();
         let candidate = self.directory.candidate();
@@ -1665,12 +1732,15 @@ impl HostNode {
                 self.refused = Some(reason);
             }
             LinkHeard::NotLeader { leader } => {
-                // A replica that does not serve: next, the one it names if it is one of our
-                // addresses (a redirect elsewhere is not followed: it comes unauthenticated).
+                // A replica that does not serve: next, the one it names.
+                let given = self.options.directories.len();
                 let to = leader
                     .as_deref()
-                    .and_then(|l| self.options.directories.iter().position(|d| d == l));
-                if let Some(index) = to {
+                    .and_then(|l| follow_named(&mut self.directories, given, l));
+                if let Some((index, learned)) = to {
+                    if learned {
+                        self.learned_directory(index);
+                    }
                     self.directory.redirect(index);
                 }
                 debug!(
@@ -1960,5 +2030,43 @@ impl HostNode {
         }
         // `Attached`, after the welcome.
         self.host_effects();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_named_leader_is_one_of_the_given_addresses_or_the_one_learned_slot() {
+        let mut addresses = vec!["r1:7801".to_owned(), "r2:7801".to_owned()];
+        assert_eq!(follow_named(&mut addresses, 2, "r2:7801"), Some((1, false)));
+        assert_eq!(follow_named(&mut addresses, 2, "r3:7801"), Some((2, true)));
+        assert_eq!(addresses, ["r1:7801", "r2:7801", "r3:7801"]);
+        assert_eq!(follow_named(&mut addresses, 2, "r3:7801"), Some((2, false)));
+        // Another learned address takes the slot: the replaced one is not tried again.
+        assert_eq!(follow_named(&mut addresses, 2, "r4:7801"), Some((2, true)));
+        assert_eq!(addresses, ["r1:7801", "r2:7801", "r4:7801"]);
+        let too_long = format!("{}:1", "h".repeat(LISTEN_BYTES_MAX));
+        for bad in [
+            "r5",
+            ":7801",
+            "r5:",
+            "r5:70000",
+            "r5:port",
+            too_long.as_str(),
+        ] {
+            assert_eq!(follow_named(&mut addresses, 2, bad), None, "{bad:?}");
+        }
+        assert_eq!(addresses, ["r1:7801", "r2:7801", "r4:7801"], "unchanged");
+        // No slot after as many addresses as a link follows.
+        let mut full: Vec<String> = (0..DIRECTORY_CANDIDATES_MAX)
+            .map(|i| format!("r{i}:7801"))
+            .collect();
+        assert_eq!(
+            follow_named(&mut full, DIRECTORY_CANDIDATES_MAX, "x:1"),
+            None
+        );
+        assert_eq!(full.len(), DIRECTORY_CANDIDATES_MAX);
     }
 }

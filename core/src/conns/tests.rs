@@ -1409,6 +1409,31 @@ fn a_replica_that_does_not_serve_points_to_the_leader_and_the_link_goes_there_ne
 }
 
 #[test]
+fn a_leader_named_at_an_address_the_host_was_not_given_becomes_one_more() {
+    // One address, a follower, which names a leader elsewhere: the driver adds it and goes
+    // there next, within the round (one address's back-off would otherwise be the single
+    // directory's).
+    let mut link = host_link(None, 1);
+    let mut out = Vec::new();
+    let at = link.next_deadline().unwrap();
+    link.connecting(at, 1);
+    link.connected(1, [1; 32], &mut out);
+    let not_leader = Link::NotLeader {
+        leader: Some("r2:7801".to_owned()),
+    };
+    link.frame(at, 1, &bytes(&not_leader), &mut out);
+    assert_eq!(link.candidate(), 0, "one address: the same next");
+    assert_eq!(link.add_candidate(), Some(1));
+    assert_eq!(link.candidates(), 2);
+    link.redirect(1);
+    assert_eq!(link.candidate(), 1);
+    // The link holds at most DIRECTORY_CANDIDATES_MAX addresses.
+    let mut full = host_link(None, 2).with_candidates(DIRECTORY_CANDIDATES_MAX, 0);
+    assert_eq!(full.add_candidate(), None);
+    assert_eq!(full.candidates(), DIRECTORY_CANDIDATES_MAX);
+}
+
+#[test]
 fn the_directory_answers_pings_and_lets_go_of_a_host_that_says_nothing() {
     let (mut dir, mut membership) = (directory(None), Membership::default());
     dir.set_host_silence(Duration::from_secs(10));

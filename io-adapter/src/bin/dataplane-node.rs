@@ -55,7 +55,8 @@ restarts).
 A replicated directory has one address per replica, and only its leader serves hosts: give
 the host every replica's address, --directory A,B,C. It tries them in turn until one welcomes
 it, and after losing the directory it tries the next ones, so it follows the leader across
-failovers.";
+failovers. A replica that does not lead names the leader, and the host goes there next (one
+address it was not given is remembered that way).";
 
 /// The command line.
 #[derive(Debug, Parser)]
@@ -216,8 +217,8 @@ fn parse_replica(s: &str) -> Result<(u64, String), String> {
 #[derive(Debug, Args)]
 struct HostArgs {
     /// The directory node (host:port), or every replica of a replicated directory,
-    /// comma-separated (host:port,host:port,...): they are tried in turn until the one that
-    /// serves welcomes this host.
+    /// comma-separated (host:port,host:port,...): they are tried in turn, and where a replica
+    /// names the leader, until the one that serves welcomes this host.
     #[arg(long, env = "DATAPLANE_DIRECTORY", value_name = "ADDR[,ADDR...]",
           value_parser = directories)]
     directory: Directories,

@@ -87,3 +87,56 @@ fn a_follower_names_the_leader_and_the_host_goes_there_next() {
         redirects(&host).len() - before
     );
 }
+
+#[test]
+fn a_host_given_one_follower_finds_the_leader_and_follows_the_next_one() {
+    let dir = TestDir::new("leader-learned");
+    let mut group = ReplicaGroup::start(&dir, "replica", 3);
+    let leader = group.serving(FAILOVER_TIMEOUT);
+    let follower = (0..3).find(|&i| i != leader).expect("a follower");
+    let listen = |i: usize| group.replicas[i].listen.clone();
+    // The host knows one address, a follower's: it learns the leader's from it.
+    let mut host = HostProc::spawn_env(
+        &dir,
+        "host",
+        &listen(follower),
+        free_address(),
+        "16M",
+        &[],
+        vec![(
+            OsString::from("RUST_LOG"),
+            OsString::from("info,dataplane_io::hostnode=debug"),
+        )],
+    );
+    host.wait_ready();
+    let log = host.proc.log_text();
+    assert!(
+        log.lines().any(|l| l.contains("welcomed by the directory")
+            && l.contains(&format!("directory={}", listen(leader)))),
+        "welcomed by the leader at the address the follower named:\n{log}"
+    );
+    let bytes = pattern(3, 4_000);
+    host.cli_stdin(&["put", "/data/one", "-"], &bytes)
+        .expect_code(0, "a put through the learned leader");
+    // The leader dies: the host's given address names the new leader (or is it).
+    group.replicas[leader].proc.kill9();
+    let next = group.serving_except(FAILOVER_TIMEOUT, Some(leader));
+    let after = pattern(4, 4_000);
+    wait_until("a put through the new leader", FAILOVER_TIMEOUT, || {
+        host.proc.assert_running();
+        host.cli_stdin(&["--timeout", "5", "put", "/data/two", "-"], &after)
+            .code
+            == 0
+    });
+    for (path, want) in [("/data/one", &bytes), ("/data/two", &after)] {
+        let got = host.cli(&["get", path]);
+        got.expect_code(0, "a get after the failover");
+        assert!(got.stdout == *want, "{path}: other bytes");
+    }
+    eprintln!(
+        "given replica {}; replica {} led, then replica {}",
+        follower + 1,
+        leader + 1,
+        next + 1
+    );
+}
