@@ -11,8 +11,13 @@
 //!   consensus, left automatically): replicas to add, with where they listen for the others,
 //!   and replicas to remove. The answer comes once it is proposed; [`ReplicaCommand::Status`]
 //!   shows when it is applied. Another replica answers [`ReplicaReply::NotLeader`].
+//! - [`ReplicaCommand::TransferLeader`]: the serving replica hands its leadership to a voter
+//!   that holds its whole log, and stops serving at once; the answer comes once the transfer
+//!   started ([`ReplicaReply::Transferring`]), and [`ReplicaCommand::Status`] shows the new
+//!   leader. Refused with the reason when the replica is not a caught-up voter.
 //!
-//! `dataplane-node replicas --data-dir DIR status|change` is the client ([`ReplicaControl`]).
+//! `dataplane-node replicas --data-dir DIR status|change|transfer-leader` is the client
+//! ([`ReplicaControl`]).
 
 use std::fmt;
 use std::os::unix::net::UnixStream;
@@ -62,6 +67,11 @@ pub enum ReplicaCommand {
         /// Replicas to remove.
         remove: Vec<ReplicaId>,
     },
+    /// Hand the leadership to this voter (the serving replica only).
+    TransferLeader {
+        /// The voter to lead next.
+        to: ReplicaId,
+    },
 }
 
 /// A replica's view of its group.
@@ -94,6 +104,8 @@ pub enum ReplicaReply {
     Status(ReplicaStatus),
     /// The change is proposed at this log index.
     Proposed(u64),
+    /// The leadership transfer started: this replica serves no more.
+    Transferring,
     /// This replica does not serve; the leader it knows, if any.
     NotLeader(Option<ReplicaId>),
     /// The request was refused (malformed, another version, an invalid change, another
@@ -189,6 +201,14 @@ impl ReplicaControl {
     pub fn status(&mut self) -> Result<ReplicaStatus, ReplicaControlError> {
         match self.ask(ReplicaCommand::Status)? {
             ReplicaReply::Status(status) => Ok(status),
+            _ => Err(ReplicaControlError::Unexpected),
+        }
+    }
+
+    /// Asks the serving replica to hand its leadership to voter `to`.
+    pub fn transfer_leader(&mut self, to: ReplicaId) -> Result<(), ReplicaControlError> {
+        match self.ask(ReplicaCommand::TransferLeader { to })? {
+            ReplicaReply::Transferring => Ok(()),
             _ => Err(ReplicaControlError::Unexpected),
         }
     }

@@ -772,13 +772,14 @@ impl ReplicaNode {
             }
         };
         let now = self.clock.now();
-        let leader = self.machine.replica().leader().and_then(|id| {
-            if id == self.id {
-                Some(self.host_listen.clone())
-            } else {
-                self.peer_hosts.get(&id).cloned()
-            }
-        });
+        // Never itself: a leader that does not serve yet (or hands its leadership over)
+        // would send the host straight back.
+        let leader = self
+            .machine
+            .replica()
+            .leader()
+            .filter(|&id| id != self.id)
+            .and_then(|id| self.peer_hosts.get(&id).cloned());
         if !self
             .hosts
             .accepted(now, conn, nonce, leader.clone(), &mut self.host_io)
@@ -1169,6 +1170,7 @@ impl ReplicaNode {
         let reply = match request.command {
             ReplicaCommand::Status => ReplicaReply::Status(self.status()),
             ReplicaCommand::Change { add, remove } => self.change(add, remove),
+            ReplicaCommand::TransferLeader { to } => self.transfer_leader(to),
         };
         self.net.send(conn, reply);
     }
@@ -1240,6 +1242,21 @@ impl ReplicaNode {
             }
             Err(NotServing::NotLeader(l)) => ReplicaReply::NotLeader(l),
             Err(e) => refuse(e.to_string()),
+        }
+    }
+
+    /// An operator's leadership transfer: the replica stops serving now (its hosts are closed
+    /// and reconnect to the next leader).
+    fn transfer_leader(&mut self, to: ReplicaId) -> ReplicaReply {
+        match self.machine.transfer_leader(to) {
+            Ok(()) => {
+                info!(to, "handing the leadership over");
+                self.follow_serving();
+                ReplicaReply::Transferring
+            }
+            Err(NotServing::NotLeader(l)) => ReplicaReply::NotLeader(l),
+            Err(NotServing::Transfer(why)) => ReplicaReply::Refused(why),
+            Err(e) => ReplicaReply::Refused(e.to_string()),
         }
     }
 

@@ -50,6 +50,8 @@ pub enum NotServing {
     Stopped(String),
     /// The engine refused a membership change (another one is pending, or it is invalid).
     Change(String),
+    /// A leadership transfer was refused (see [`Replica::transfer_leader`]).
+    Transfer(String),
 }
 
 impl std::fmt::Display for NotServing {
@@ -65,6 +67,7 @@ impl std::fmt::Display for NotServing {
             NotServing::Refused(e) => write!(f, "{e}"),
             NotServing::Stopped(why) => write!(f, "stopped: {why}"),
             NotServing::Change(why) => write!(f, "the membership change was refused: {why}"),
+            NotServing::Transfer(why) => write!(f, "the leadership transfer was refused: {why}"),
         }
     }
 }
@@ -119,6 +122,8 @@ pub struct ReplicatedDirectory<H: SourceRecoveryHook> {
     /// The steps admitted since the last [`ReplicatedDirectory::take_admitted`], when observed.
     observed: Option<Vec<Admitted>>,
     recovering: bool,
+    /// The term in which this replica, leading, started handing its leadership over.
+    transferring: Option<u64>,
 }
 
 impl<H: SourceRecoveryHook> std::fmt::Debug for ReplicatedDirectory<H> {
@@ -155,6 +160,7 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
             stopped: None,
             observed: None,
             recovering: false,
+            transferring: None,
         };
         if let Some(snapshot) = snapshot {
             directory.restore(&snapshot);
@@ -239,6 +245,24 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
                 ReplicaError::NotLeader(l) => NotServing::NotLeader(l),
                 e => NotServing::Change(e.to_string()),
             })
+    }
+
+    /// Hands the leadership to voter `to` (the serving replica only; see
+    /// [`Replica::transfer_leader`] for what is refused). It stops serving at once, as a leader
+    /// that lost its term does (what it held goes; hosts reconnect to the next leader). If the
+    /// engine abandons the transfer (`to` did not win within an election timeout), this replica
+    /// resigns rather than leading on without serving: the group elects a leader at a higher
+    /// term, which serves from its own first entry as every new leader does.
+    pub fn transfer_leader(&mut self, to: ReplicaId) -> Result<(), NotServing> {
+        self.check_serving()?;
+        self.replica.transfer_leader(to).map_err(|e| match e {
+            ReplicaError::NotLeader(l) => NotServing::NotLeader(l),
+            ReplicaError::Refused(why) => NotServing::Transfer(why),
+            e => NotServing::Transfer(e.to_string()),
+        })?;
+        self.transferring = Some(self.replica.term());
+        self.follow_leadership();
+        Ok(())
     }
 
     /// The group's voters as this replica applied them (both sides, during a joint change).
@@ -450,6 +474,15 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
 
     /// Starts or ends a term's serving state to match the engine's role.
     fn follow_leadership(&mut self) {
+        if let Some(since) = self.transferring {
+            if self.replica.term() != since || self.replica.role() != crate::Role::Leader {
+                self.transferring = None;
+            } else if !self.replica.transferring() {
+                // Abandoned: the leader would lead on in a term it no longer serves.
+                self.transferring = None;
+                self.replica.resign();
+            }
+        }
         let term = self.replica.term();
         // A leader removed from the group, or handing its leadership over, serves no more.
         let leads = self.replica.may_propose() && self.stopped.is_none();

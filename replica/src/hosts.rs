@@ -15,7 +15,12 @@
 //! [`Membership`]); the change is proposed to the log
 //! ([`ReplicatedDirectory::propose_records`]) and everything the connections machine asked for
 //! after it (the `Welcome` first), and every directory frame for a host, waits in order until
-//! that entry is applied: no host hears of an identity a failover could forget. The machine's
+//! that entry is applied: no host hears of an identity a failover could forget. A welcome
+//! that changes no membership (a known host back on the same boot) waits for an entry of its
+//! own, an empty one: a welcome says "this replica serves you at its term", which only a
+//! quorum can confirm. Without it a leader that was paused or cut off, and does not know yet
+//! that a later term began, would welcome a host at an epoch older than one it was welcomed
+//! at before (the replicated swarm's epoch check, seed 51 of a first run with transfers). The machine's
 //! route watches are kept here, fed by which hosts are connected.
 //!
 //! The driver owns the sockets and the clock: it hands this side what happened and carries out
@@ -270,24 +275,44 @@ impl HostSide {
     }
 
     /// Sorts what the connections machine asked for: a membership change is proposed and what
-    /// follows waits for it; the rest waits behind what waits already.
+    /// follows waits for it; a welcome no change came before waits for an empty entry; the
+    /// rest waits behind what waits already.
     fn take_actions<H: SourceRecoveryHook>(
         &mut self,
         actions: &mut Vec<ConnAction>,
         machine: &mut ReplicatedDirectory<H>,
     ) {
+        // Whether an entry was proposed since the last welcome (a membership change covers
+        // the welcome behind it).
+        let mut proposed = false;
         for action in actions.drain(..) {
             let Some(serving) = &mut self.serving else {
                 return;
             };
-            match action {
-                ConnAction::Persist(records) => match machine.propose_records(&records) {
-                    Ok(index) => serving.held.push_back(Held::Until(index)),
-                    // The replica stopped (the engine refused its own proposal): nothing
-                    // after it may happen; the driver stops the node.
-                    Err(_) => return,
-                },
-                other => serving.held.push_back(Held::Conn(other)),
+            let (records, then) = match action {
+                ConnAction::Persist(records) => (records, None),
+                welcome @ ConnAction::Send(_, Link::Welcome { .. }) => {
+                    if proposed {
+                        serving.held.push_back(Held::Conn(welcome));
+                        proposed = false;
+                        continue;
+                    }
+                    (Vec::new(), Some(welcome))
+                }
+                other => {
+                    serving.held.push_back(Held::Conn(other));
+                    continue;
+                }
+            };
+            match machine.propose_records(&records) {
+                Ok(index) => serving.held.push_back(Held::Until(index)),
+                // The replica stopped (the engine refused its own proposal): nothing after it
+                // may happen; the driver stops the node.
+                Err(_) => return,
+            }
+            proposed = then.is_none();
+            if let Some(welcome) = then {
+                serving.held.push_back(Held::Conn(welcome));
             }
         }
     }

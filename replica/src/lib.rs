@@ -531,6 +531,53 @@ impl Replica {
             && self.node.raft.lead_transferee.is_none()
     }
 
+    /// Hands the leadership to voter `to` (the engine's leader transfer: `to` is told to
+    /// campaign at once, and wins, holding the whole log). Refused unless this replica may
+    /// take proposals, `to` is another voter of a configuration not in a joint change, and
+    /// `to` holds every entry of this leader's log (a transfer to a replica behind would
+    /// stall writes while it catches up, or be abandoned). While the transfer is under way
+    /// the leader takes no proposals ([`Self::may_propose`]); the engine abandons it after
+    /// an election timeout, and the leader then steps down ([`Self::resign`] is the caller's).
+    pub fn transfer_leader(&mut self, to: ReplicaId) -> Result<(), ReplicaError> {
+        if !self.may_propose() {
+            return Err(ReplicaError::NotLeader(self.leader()));
+        }
+        let refused = |why: String| Err(ReplicaError::Refused(why));
+        if to == self.id {
+            return refused(format!("replica {to} leads already"));
+        }
+        let conf = self.conf();
+        if !conf.voters_outgoing.is_empty() {
+            return refused("a membership change is under way".to_owned());
+        }
+        if !conf.voters.contains(&to) {
+            return refused(format!("replica {to} is not a voter"));
+        }
+        let last = self.last_index();
+        let matched = self.node.raft.prs().get(to).map_or(0, |pr| pr.matched);
+        if matched < last {
+            return refused(format!(
+                "replica {to} holds the log up to entry {matched} of {last}: not caught up"
+            ));
+        }
+        self.node.transfer_leader(to);
+        Ok(())
+    }
+
+    /// Whether a leader transfer is under way ([`Self::transfer_leader`]).
+    pub fn transferring(&self) -> bool {
+        self.role() == Role::Leader && self.node.raft.lead_transferee.is_some()
+    }
+
+    /// Stops leading: becomes a follower of the next term (as if it had heard of one), so
+    /// that the group elects a leader (possibly this replica again, at a higher term).
+    pub fn resign(&mut self) {
+        if self.role() == Role::Leader {
+            let term = self.term();
+            self.node.raft.become_follower(term + 1, 0);
+        }
+    }
+
     /// A leader that applied its own removal steps down (the engine would keep it leading,
     /// drop its proposals, and fail on its own missing progress at the next commit): it
     /// tells the voter that holds all of its log to campaign now, and becomes a follower of

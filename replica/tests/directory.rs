@@ -647,3 +647,67 @@ fn the_group_grows_from_three_to_five_and_back_to_three_losing_nothing() {
         assert!(g.has(leader, &format!("/m/{n}")), "/m/{n} was lost");
     }
 }
+
+#[test]
+fn the_leader_hands_over_to_a_caught_up_voter_and_resigns_when_the_transfer_is_abandoned() {
+    let mut g = Group::new();
+    let leader = g.elect();
+    g.register_ok(1, "/t/before");
+    let term = g.node(leader).replica().term();
+    let to = (0..3).find(|&i| i != leader).expect("a follower");
+    let to_id = to as u64 + 1;
+
+    // Refused: itself, a stranger, and from a replica that does not serve.
+    let refused = |e: NotServing| matches!(e, NotServing::Transfer(_));
+    let me = leader as u64 + 1;
+    assert!(refused(g.node(leader).transfer_leader(me).unwrap_err()));
+    assert!(refused(g.node(leader).transfer_leader(9).unwrap_err()));
+    assert!(matches!(
+        g.node(to).transfer_leader(me),
+        Err(NotServing::NotLeader(Some(l))) if l == me
+    ));
+    // Refused: a voter that lacks entries (cut off while the leader wrote one).
+    g.isolated.insert(to_id);
+    let now = g.now;
+    g.node(leader)
+        .handle_message(now, register(2, "/t/while-cut", 2))
+        .unwrap();
+    g.pump();
+    let behind = g.node(leader).transfer_leader(to_id).unwrap_err();
+    assert!(
+        matches!(&behind, NotServing::Transfer(why) if why.contains("not caught up")),
+        "{behind}"
+    );
+    g.isolated.remove(&to_id);
+    g.ticks(5);
+
+    // Handed over: the caught-up voter leads at the next term, and serves.
+    g.node(leader).transfer_leader(to_id).unwrap();
+    assert_eq!(g.serving(), None, "the old leader stops serving at once");
+    g.pump();
+    let next = g.elect();
+    assert_eq!(next, to);
+    assert_eq!(g.node(next).replica().term(), term + 1);
+    g.register_ok(3, "/t/after");
+    assert!(g.has(leader, "/t/before") && g.has(leader, "/t/after"));
+
+    // Abandoned: the transferee is cut off after the transfer started; once the engine gives
+    // it up, the leader resigns, and the group elects a leader at a higher term that serves.
+    let old = next;
+    let target = (0..3).find(|&i| i != old).expect("a follower");
+    let term = g.node(old).replica().term();
+    g.node(old).transfer_leader(target as u64 + 1).unwrap();
+    g.isolated.insert(target as u64 + 1);
+    g.ticks(60);
+    assert!(
+        g.node(old).replica().term() > term && !g.node(old).replica().transferring(),
+        "the leader resigned"
+    );
+    // The third replica leads at a higher term (the isolated transferee campaigns in vain).
+    let serving = g.elect();
+    assert!(serving != target && g.node(serving).replica().term() > term);
+    g.isolated.clear();
+    let serving = g.elect();
+    assert!(g.node(serving).replica().term() > term);
+    g.register_ok(4, "/t/after-abandoned");
+}

@@ -72,6 +72,7 @@ pub const REPLICATED_COVERAGE: &[&str] = &[
     "replicas.mutation_acknowledged",
     "replicas.client_retry",
     "replicas.change_proposed",
+    "replicas.transfer_started",
     "replicas.member_added",
     "replicas.joined",
     "replicas.member_removed",
@@ -412,6 +413,9 @@ pub struct ReplWorld {
     /// The membership changes the world proposed: per entry (term, index), the changes and
     /// the replica that proposed them.
     proposals: BTreeMap<(u64, u64), (Vec<MemberChange>, usize)>,
+    /// How many membership events the fault phase had: every third hands the leadership
+    /// over instead of changing the group (no draw: the seeds' streams stay as they were).
+    membership_events: u64,
     /// The group's configurations, restated from the committed sequence: the first one, then
     /// each committed change's (its index, the configuration it puts in force).
     first_conf: Conf,
@@ -545,6 +549,7 @@ impl ReplWorld {
             durable_term: vec![0; SLOTS],
             committed: Vec::new(),
             proposals: BTreeMap::new(),
+            membership_events: 0,
             first_conf: Conf {
                 incoming: voters,
                 outgoing: Vec::new(),
@@ -882,7 +887,12 @@ impl ReplWorld {
                 if !self.faulty {
                     return;
                 }
-                self.change_membership();
+                self.membership_events += 1;
+                if self.membership_events.is_multiple_of(3) {
+                    self.transfer_leadership();
+                } else {
+                    self.change_membership();
+                }
                 let d = Duration::from_millis(
                     CHANGE_EVERY_MIN_MS + self.faults.below(CHANGE_EVERY_SPREAD_MS),
                 );
@@ -1560,6 +1570,28 @@ impl ReplWorld {
                 }
             }
             Err(_) => self.checker.coverage.hit("replicas.change_refused"),
+        }
+        self.drive(leader);
+    }
+
+    /// The operator's leadership transfer: the serving replica hands over to the first other
+    /// voter (by id) that it takes, as `dataplane-node replicas transfer-leader` asks. A voter
+    /// behind the leader's log is refused; a transferee cut off or paused meanwhile makes the
+    /// engine abandon the transfer, and the leader resigns.
+    fn transfer_leadership(&mut self) {
+        let Some(leader) = self.serving_replica() else {
+            return;
+        };
+        let node = self.reps[leader].node.as_mut().expect("serving");
+        let me = leader as u64 + 1;
+        for to in node.voters().into_iter().filter(|&v| v != me) {
+            match node.transfer_leader(to) {
+                Ok(()) => {
+                    self.checker.coverage.hit("replicas.transfer_started");
+                    break;
+                }
+                Err(_) => self.checker.coverage.hit("replicas.transfer_refused"),
+            }
         }
         self.drive(leader);
     }

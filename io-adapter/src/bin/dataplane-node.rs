@@ -111,6 +111,15 @@ enum ReplicasCommand {
         #[arg(long, value_name = "ID")]
         remove: Vec<u64>,
     },
+    /// Hand the leadership to voter ID (ask the serving replica): it must hold the leader's
+    /// whole log. The leader stops serving at once and ID campaigns; `status` shows the new
+    /// leader. If ID does not win within an election timeout, the old leader steps down and
+    /// the group elects one.
+    TransferLeader {
+        /// The voter to lead next.
+        #[arg(value_name = "ID")]
+        to: u64,
+    },
 }
 
 /// Options both roles have.
@@ -466,6 +475,10 @@ fn replicas(args: ReplicasArgs) -> Result<(), Failure> {
             }
             let index = control.change(add, remove).map_err(failed)?;
             dataplane_cli::outln!("proposed at index {index}");
+        }
+        ReplicasCommand::TransferLeader { to } => {
+            control.transfer_leader(to).map_err(failed)?;
+            dataplane_cli::outln!("handing the leadership to replica {to}");
         }
     }
     Ok(())

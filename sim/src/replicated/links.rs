@@ -179,11 +179,14 @@ impl ReplWorld {
         }
         let nonce = self.nonce();
         let mut io = Vec::new();
-        // Whom this replica knows to lead, as its driver names it to a host.
+        // Whom this replica knows to lead, as its driver names it to a host: never itself (a
+        // leader that does not serve yet, or hands its leadership over, would send the host
+        // straight back).
         let leader = self.reps[r]
             .node
             .as_ref()
             .and_then(|n| n.replica().leader())
+            .filter(|&id| id as usize != r + 1)
             .map(|id| replica_hosts(id as usize - 1));
         if !self.reps[r]
             .side

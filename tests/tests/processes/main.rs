@@ -27,4 +27,5 @@ mod replica_peers;
 mod replica_rejoin;
 mod soak;
 mod streams;
+mod transfer_leader;
 mod truth;
