@@ -54,6 +54,9 @@
 //!   on this machine, each with its own data directory on the same disk; a reply leaves once
 //!   two of them synced the entry). *Baseline (`single_node`)*: one directory node, the same
 //!   loop, interleaved.
+//! * **`replicated_reads`** (1 and 64 clients): the same, with `Resolve`s of a path each
+//!   client registered first (untimed). The leader answers a read once a heartbeat round
+//!   confirmed it still leads (ReadIndex), with no log entry; the single node at once.
 //! * **`local_put_get`** (64 MiB; 4 MiB in quick mode): a directory node and one host node;
 //!   this bench is the child (`ChildSession` on the host's socket). Timed: `put` of the path
 //!   (OpenWrite; the child copies the caller's buffer into its staging buffer, seals; the host
@@ -602,6 +605,8 @@ struct DirClient {
     directory: Address,
     id: u64,
     seq: u64,
+    /// Calls made (their request ids).
+    calls: u64,
 }
 
 impl DirClient {
@@ -628,6 +633,7 @@ impl DirClient {
             directory,
             id: NEXT_CLIENT.fetch_add(1, Ordering::Relaxed),
             seq: 0,
+            calls: 0,
         })
     }
 
@@ -649,7 +655,25 @@ impl DirClient {
             operation: OperationId((u128::from(self.id) << 64) | u128::from(seq)),
             reservation: None,
         };
-        let request_id = RequestId(seq);
+        match self.call(request) {
+            ReplyBody::Registered(Ok(_)) => {}
+            other => panic!("Register refused: {other:?}"),
+        }
+    }
+
+    /// One Resolve of the path this client registered last, waiting for its reply.
+    fn resolve_own(&mut self) {
+        let path = DataPath::new(format!("/bench/{}/{}", self.id, self.seq)).expect("a valid path");
+        match self.call(DirectoryRequest::Resolve { path }) {
+            ReplyBody::Resolved(Ok(_)) => {}
+            other => panic!("Resolve refused: {other:?}"),
+        }
+    }
+
+    /// Sends `request` under a fresh request id and waits for its reply.
+    fn call(&mut self, request: DirectoryRequest) -> ReplyBody {
+        self.calls += 1;
+        let request_id = RequestId(self.calls);
         let frame = Link::Frame(Envelope {
             from: self.me,
             to: self.directory,
@@ -660,7 +684,7 @@ impl DirClient {
             }),
         });
         let mut w = &self.stream;
-        write_frame(&mut w, &frame).expect("send a Register");
+        write_frame(&mut w, &frame).expect("send a call");
         loop {
             match self.reader.read_frame::<Link>() {
                 Ok(Some(Link::Frame(Envelope {
@@ -671,10 +695,7 @@ impl DirClient {
                             ..
                         }),
                     ..
-                }))) if id == request_id => match body {
-                    ReplyBody::Registered(Ok(_)) => return,
-                    other => panic!("Register refused: {other:?}"),
-                },
+                }))) if id == request_id => return body,
                 Ok(Some(_)) => {}
                 other => panic!("the directory node went away: {other:?}"),
             }
@@ -1018,8 +1039,39 @@ fn durable_echo(dir: &Path, time: Duration) -> f64 {
 /// `replicated_mutations`: the same closed loop of `Register`s against the leader of three
 /// directory replicas on this machine, and against one directory node, in the same run.
 fn replicated_mutations(budget: Budget) {
-    let mut single = Cluster::start("replicated-single");
-    let scratch = scratch("replicated");
+    replicated(
+        "replicated_mutations",
+        "mutations",
+        budget,
+        |_| {},
+        DirClient::register,
+    );
+}
+
+/// `replicated_reads`: a closed loop of `Resolve`s (each client of the path it registered
+/// first, untimed) against the leader of three replicas, and against one directory node.
+fn replicated_reads(budget: Budget) {
+    replicated(
+        "replicated_reads",
+        "reads",
+        budget,
+        DirClient::register,
+        DirClient::resolve_own,
+    );
+}
+
+/// Three directory replicas on this machine and one directory node; per client count, `op`
+/// in a closed loop against the replicas' leader and the single node, interleaved, after
+/// `prepare` on each client (untimed).
+fn replicated(
+    name: &str,
+    unit: &str,
+    budget: Budget,
+    prepare: fn(&mut DirClient),
+    op: fn(&mut DirClient),
+) {
+    let mut single = Cluster::start(&format!("{name}-single"));
+    let scratch = scratch(name);
     let peers: Vec<String> = (0..3).map(|_| free_address()).collect();
     let list = peers
         .iter()
@@ -1063,31 +1115,31 @@ fn replicated_mutations(budget: Budget) {
         thread::sleep(Duration::from_millis(20));
     };
     println!(
-        "# replicated_mutations: a leader serves {:?} after the replicas started",
+        "# {name}: a leader serves {:?} after the replicas started",
         started.elapsed()
     );
+    let connect = move |address: String| {
+        move |_| {
+            let mut client = DirClient::connect(&address);
+            prepare(&mut client);
+            client
+        }
+    };
     for clients in [1usize, 64] {
         let (mut ours, mut base) = (0f64, 0f64);
         let (mut ours_runs, mut base_runs) = (Vec::new(), Vec::new());
         for _ in 0..budget.mutation_reps {
-            let d = leader.clone();
-            let run = closed_loop(
-                clients,
-                budget.mutation_time,
-                move |_| DirClient::connect(&d),
-                DirClient::register,
-            );
+            let run = closed_loop(clients, budget.mutation_time, connect(leader.clone()), op);
             for p in &mut replicas {
                 p.check_alive();
             }
             ours = ours.max(run.rate());
             ours_runs.push(run.rate());
-            let d = single.directory.clone();
             let run = closed_loop(
                 clients,
                 budget.mutation_time,
-                move |_| DirClient::connect(&d),
-                DirClient::register,
+                connect(single.directory.clone()),
+                op,
             );
             single.check_alive();
             base = base.max(run.rate());
@@ -1095,12 +1147,12 @@ fn replicated_mutations(budget: Budget) {
         }
         let list = |v: &[f64]| v.iter().map(|r| rate(*r)).collect::<Vec<_>>().join(",");
         println!(
-            "# replicated_mutations clients={clients}: repetitions ours=[{}] single_node=[{}] mutations/s",
+            "# {name} clients={clients}: repetitions ours=[{}] single_node=[{}] {unit}/s",
             list(&ours_runs),
             list(&base_runs)
         );
         println!(
-            "BENCH name=replicated_mutations clients={clients} ours={} baseline=single_node single_node={} ratio={:.2}",
+            "BENCH name={name} clients={clients} ours={} baseline=single_node single_node={} ratio={:.2}",
             rate(ours),
             rate(base),
             ours / base
@@ -1432,6 +1484,9 @@ fn main() {
     }
     if wanted("replicated_mutations") {
         replicated_mutations(budget);
+    }
+    if wanted("replicated_reads") {
+        replicated_reads(budget);
     }
     if wanted("local_put_get") {
         let r = local_put_get(budget, DigestKind::None);

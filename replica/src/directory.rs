@@ -17,7 +17,6 @@
 //! term, or an entry of another term where its own proposal was) drops its directory and
 //! everything held: nobody saw it, and the next leader decides again from the log.
 
-use dataplane_core::barrier::Barrier;
 use dataplane_core::directory::{Directory, DirectoryConfig, DurableState, SourceRecoveryHook};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::error::InputError;
@@ -27,7 +26,7 @@ use dataplane_core::membership::Membership;
 use dataplane_core::time::Instant;
 use dataplane_core::wire::Message;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::{
     EntryKind, LogEntry, MemberChange, Ready, Replica, ReplicaError, ReplicaId, SnapshotData,
@@ -89,17 +88,111 @@ pub struct Admitted {
     pub term: u64,
     /// The log index of the step's proposal (none for a step that proposed nothing).
     pub index: Option<u64>,
+    /// For a step that only answers (a read: no records), the number of the leadership
+    /// confirmation its effects wait for ([`Replica::read_index`]) instead of an entry.
+    pub read: Option<u64>,
     /// The recovery that started the term's directory (not an input's step).
     pub recovery: bool,
     /// Every effect of the step, its `Persist`s included, in the order emitted.
     pub effects: Vec<Effect>,
 }
 
+/// The most reads a leader lets wait for a quorum's confirmation before it refuses inputs
+/// `Busy` (as [`IN_FLIGHT_MAX`] bounds the entries).
+pub const READS_WAITING_MAX: u64 = 4096;
+
 /// The leader's serving state for one term.
 struct Leading {
     term: u64,
     directory: Option<Directory>,
-    barrier: Barrier,
+    held: Held,
+}
+
+/// What the serving directory's effects wait for before they leave, in the order emitted
+/// (one waiting holds back everything after it). A step with records waits until its entry
+/// is applied. A step that only answers (a read) proposes nothing: it waits until a quorum
+/// confirmed that this replica still led after the step ([`Replica::read_index`]), and until
+/// the log applied both the commit index of that moment and every step proposed before it
+/// (the directory's memory, which the answer was read from, holds them already).
+#[derive(Debug)]
+struct Held {
+    /// Each effect, the applied index it needs, and the read it waits for (until confirmed).
+    effects: VecDeque<(u64, Option<u64>, Effect)>,
+    /// The index of the last step's proposal (or what was applied when serving began).
+    proposed: u64,
+    /// Reads asked and not confirmed yet.
+    reads_waiting: u64,
+}
+
+impl Held {
+    fn new(applied: u64) -> Held {
+        Held {
+            effects: VecDeque::new(),
+            proposed: applied,
+            reads_waiting: 0,
+        }
+    }
+
+    /// A step's effects (its `Persist`s went into its proposal, at `position`); those that may
+    /// go at once are added to `ready`.
+    fn admit(
+        &mut self,
+        effects: Vec<Effect>,
+        applied: u64,
+        position: Option<u64>,
+        read: Option<u64>,
+        ready: &mut Vec<Effect>,
+    ) {
+        if let Some(position) = position {
+            self.proposed = self.proposed.max(position);
+        }
+        if read.is_some() {
+            self.reads_waiting += 1;
+        }
+        for effect in effects {
+            if matches!(effect, Effect::Persist(_)) {
+                continue;
+            }
+            if self.effects.is_empty() && read.is_none() && applied >= self.proposed {
+                ready.push(effect);
+            } else {
+                self.effects.push_back((self.proposed, read, effect));
+            }
+        }
+    }
+
+    /// A quorum confirmed read `number`, asked when the commit index was `index`.
+    fn confirmed(&mut self, number: u64, index: u64) {
+        let mut found = false;
+        for (at, read, _) in &mut self.effects {
+            if *read == Some(number) {
+                *read = None;
+                *at = (*at).max(index);
+                found = true;
+            }
+        }
+        if found {
+            self.reads_waiting = self.reads_waiting.saturating_sub(1);
+        }
+    }
+
+    /// The log applied up to `applied`: what no longer waits goes to `ready`, in order.
+    fn release(&mut self, applied: u64, ready: &mut Vec<Effect>) {
+        while self
+            .effects
+            .front()
+            .is_some_and(|(at, read, _)| read.is_none() && *at <= applied)
+        {
+            if let Some((_, _, effect)) = self.effects.pop_front() {
+                ready.push(effect);
+            }
+        }
+    }
+
+    /// The applied index the first held effect waits for, if one waits.
+    fn first_held(&self) -> Option<u64> {
+        self.effects.front().map(|(at, _, _)| *at)
+    }
 }
 
 /// One replica of the directory (see the module documentation).
@@ -124,6 +217,8 @@ pub struct ReplicatedDirectory<H: SourceRecoveryHook> {
     recovering: bool,
     /// The term in which this replica, leading, started handing its leadership over.
     transferring: Option<u64>,
+    /// The number the next read's leadership confirmation is asked under.
+    next_read: u64,
 }
 
 impl<H: SourceRecoveryHook> std::fmt::Debug for ReplicatedDirectory<H> {
@@ -134,7 +229,7 @@ impl<H: SourceRecoveryHook> std::fmt::Debug for ReplicatedDirectory<H> {
             .field("serving", &self.serving_epoch())
             .field(
                 "holding",
-                &self.leading.as_ref().and_then(|l| l.barrier.first_held()),
+                &self.leading.as_ref().and_then(|l| l.held.first_held()),
             )
             .finish_non_exhaustive()
     }
@@ -161,6 +256,7 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
             observed: None,
             recovering: false,
             transferring: None,
+            next_read: 1,
         };
         if let Some(snapshot) = snapshot {
             directory.restore(&snapshot);
@@ -437,6 +533,16 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
         for entry in std::mem::take(&mut ready.apply) {
             self.apply_entry(now, &entry);
         }
+        // Reads a quorum confirmed: their answers go once the log applied what they need.
+        let reads = std::mem::take(&mut ready.reads);
+        if let Some(leading) = self.leading.as_mut().filter(|_| !reads.is_empty()) {
+            for (number, index) in reads {
+                leading.held.confirmed(number, index);
+            }
+            let mut out = Vec::new();
+            leading.held.release(self.applied, &mut out);
+            self.released.extend(out);
+        }
         self.maybe_compact(&mut ready);
         self.follow_leadership();
         Some(ready)
@@ -456,9 +562,10 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
             return Err(NotServing::Stopped(why.clone()));
         }
         self.follow_leadership();
-        if self.leading.is_some()
-            && self.replica.last_index().saturating_sub(self.applied) >= IN_FLIGHT_MAX
-        {
+        if self.leading.as_ref().is_some_and(|l| {
+            self.replica.last_index().saturating_sub(self.applied) >= IN_FLIGHT_MAX
+                || l.held.reads_waiting >= READS_WAITING_MAX
+        }) {
             return Err(NotServing::Busy);
         }
         match self.leading.as_mut() {
@@ -492,7 +599,7 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
                 self.leading = Some(Leading {
                     term,
                     directory: None,
-                    barrier: Barrier::new(self.applied),
+                    held: Held::new(self.applied),
                 });
             }
             Some(_) => self.step_down(),
@@ -530,34 +637,44 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
             })
             .collect();
         let answers = effects.iter().any(|e| matches!(e, Effect::Send { .. }));
-        let mut position = None;
-        if !records.is_empty() || answers {
-            // One proposal per step: its records (or none: an answer waits for an entry of this
-            // term to commit after it).
+        let mut read = None;
+        let asked = if records.is_empty() && answers && !self.recovering {
+            // A read: its answers wait for a quorum to confirm this leader, not for an entry.
+            let number = self.next_read;
+            self.next_read += 1;
+            read = Some(number);
+            self.replica.read_index(number).map(|()| None)
+        } else if !records.is_empty() || answers {
+            // One proposal per step: its records (or none: the recovery's answers wait for an
+            // entry of this term to commit after it).
             let data = postcard::to_allocvec(&records).expect("records always serialise");
-            match self.replica.propose(data) {
-                Ok(index) => position = Some(index),
-                Err(ReplicaError::NotLeader(_)) => {
-                    // Removed from the group (or handing over) in this very round: it serves
-                    // no more in this term, and nobody saw what the step changed.
-                    self.step_down();
-                    return;
-                }
-                Err(e) => {
-                    // The directory already changed its memory for records this leader cannot
-                    // commit: it stops (fail-stop; its driver starts it again from its disk).
-                    // Stepping down alone would not do: the engine still leads this term, and
-                    // a directory can start again only at a term above its records' epoch.
-                    // `IN_FLIGHT_MAX` keeps the engine's refusal out of reach.
-                    self.stop(format!("the engine refused a step's proposal: {e}"));
-                    return;
-                }
+            self.replica.propose(data).map(Some)
+        } else {
+            Ok(None)
+        };
+        let position = match asked {
+            Ok(index) => index,
+            Err(ReplicaError::NotLeader(_)) => {
+                // Removed from the group (or handing over) in this very round: it serves
+                // no more in this term, and nobody saw what the step changed.
+                self.step_down();
+                return;
             }
-        }
+            Err(e) => {
+                // The directory already changed its memory for records this leader cannot
+                // commit: it stops (fail-stop; its driver starts it again from its disk).
+                // Stepping down alone would not do: the engine still leads this term, and
+                // a directory can start again only at a term above its records' epoch.
+                // `IN_FLIGHT_MAX` keeps the engine's refusal out of reach.
+                self.stop(format!("the engine refused a step's proposal: {e}"));
+                return;
+            }
+        };
         if let (Some(observed), Some(leading)) = (self.observed.as_mut(), self.leading.as_ref()) {
             observed.push(Admitted {
                 term: leading.term,
                 index: position,
+                read,
                 recovery: self.recovering,
                 effects: effects.clone(),
             });
@@ -565,17 +682,10 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
         let Some(leading) = self.leading.as_mut() else {
             return;
         };
-        if let Some(position) = position {
-            leading.barrier.wait_for(position);
-        }
         let mut ready = Vec::new();
-        let admitted: Result<(), std::convert::Infallible> = leading.barrier.admit(
-            effects,
-            self.applied,
-            |_| Ok(position.expect("a step with records proposed them")),
-            &mut ready,
-        );
-        let Ok(()) = admitted;
+        leading
+            .held
+            .admit(effects, self.applied, position, read, &mut ready);
         self.released.extend(ready);
     }
 
@@ -633,7 +743,7 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
         match leading.directory.as_mut() {
             Some(_) => {
                 let mut ready = Vec::new();
-                leading.barrier.release(index, &mut ready);
+                leading.held.release(index, &mut ready);
                 self.released.extend(ready);
             }
             None => {

@@ -315,6 +315,9 @@ pub struct Ready {
     pub entries: Vec<LogEntry>,
     /// The hard state to make durable, if it changed.
     pub hard_state: Option<HardStateRecord>,
+    /// Reads this leader asked the group to confirm ([`Replica::read_index`]) that a quorum
+    /// confirmed: each read's number and the commit index when it was asked.
+    pub reads: Vec<(u64, u64)>,
     /// Messages that leave only once `entries` and `hard_state` are durable.
     after_persist: Vec<WireMessage>,
     /// The engine's number for the round.
@@ -561,6 +564,19 @@ impl Replica {
             ));
         }
         self.node.transfer_leader(to);
+        Ok(())
+    }
+
+    /// Asks the group to confirm that this replica still leads (raft's ReadIndex in its safe
+    /// mode: the next heartbeats carry `number`, and once a quorum answered them, a later
+    /// round's [`Ready::reads`] holds `number` with the commit index at the time of asking). No
+    /// clock is trusted: a leader cut off or paused past a later election never gets the
+    /// confirmation. Only a leader that may propose asks.
+    pub fn read_index(&mut self, number: u64) -> Result<(), ReplicaError> {
+        if !self.may_propose() {
+            return Err(ReplicaError::NotLeader(self.leader()));
+        }
+        self.node.read_index(number.to_le_bytes().to_vec());
         Ok(())
     }
 
@@ -951,6 +967,16 @@ impl Replica {
         let send = wire_messages(rd.take_messages(), &mut snapshots_sent);
         let after_persist = wire_messages(rd.take_persisted_messages(), &mut snapshots_sent);
         let snapshot = (!rd.snapshot().is_empty()).then(|| rd.snapshot().clone());
+        // Only the reads this replica asked for carry an 8-byte number (a follower forwards
+        // none: `read_index` is a leader's).
+        let reads = rd
+            .take_read_states()
+            .into_iter()
+            .filter_map(|rs| {
+                let number = <[u8; 8]>::try_from(rs.request_ctx.as_slice()).ok()?;
+                Some((u64::from_le_bytes(number), rs.index))
+            })
+            .collect();
         let apply = rd
             .take_committed_entries()
             .iter()
@@ -998,6 +1024,7 @@ impl Replica {
             compacted: None,
             entries,
             hard_state,
+            reads,
             after_persist,
             number,
             apply_on_persist,

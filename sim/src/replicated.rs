@@ -37,7 +37,7 @@ use dataplane_core::storage::{LogStore, StorageOptions};
 use dataplane_core::time::{Duration, Instant};
 use dataplane_core::wire::{DirectoryCall, DirectoryRequest, Message, ReplyBody, SourceRecovery};
 use dataplane_replica::{
-    Durable, EntryKind, HostSide, HostSideConfig, MemberChange, NotServing, Ready, Replica,
+    Durable, EntryKind, HostSide, HostSideConfig, Kind, MemberChange, NotServing, Ready, Replica,
     ReplicaConfig, ReplicatedDirectory, Role, WireMessage, round_records,
 };
 
@@ -73,6 +73,7 @@ pub const REPLICATED_COVERAGE: &[&str] = &[
     "replicas.client_retry",
     "replicas.change_proposed",
     "replicas.transfer_started",
+    "replicas.read_confirmed",
     "replicas.member_added",
     "replicas.joined",
     "replicas.member_removed",
@@ -138,10 +139,24 @@ const SETTLE: Duration = Duration::from_secs(60);
 
 type Node = ReplicatedDirectory<ActorSources>;
 
+/// The world's account of one admitted step's held effects: its entry's (term, index), what
+/// the replica had applied at admission, how many effects are still held, and for a read (no
+/// entry) when it was admitted and the entry of the last step its leader admitted before it
+/// in the term (the read may have seen that step's change), with what the replica had
+/// applied when it admitted that step.
+type HeldStep = (
+    u64,
+    Option<u64>,
+    u64,
+    usize,
+    Option<(Instant, Option<(u64, u64)>)>,
+);
+
 #[derive(Debug)]
 enum Ev {
     Tick(usize, u64),
-    Peer(usize, Vec<u8>),
+    /// A replica's message to replica `.0`, sent at `.2`.
+    Peer(usize, Vec<u8>, Instant),
     Synced(usize, u64),
     Persisted(usize, u64),
     Crash,
@@ -288,9 +303,16 @@ struct Rep {
     /// replica, bytes), in order.
     held_frames: Vec<(u64, ConnId, bool, Vec<u8>)>,
     /// The world's account of the barrier: per admitted step not fully released, its entry
-    /// (term, index), the index the replica had applied when it admitted the step, and its
-    /// effects still held.
-    held: VecDeque<(u64, Option<u64>, u64, usize)>,
+    /// (term, index), the index the replica had applied when it admitted the step, its
+    /// effects still held, and for a read (no entry) when it was admitted.
+    held: VecDeque<HeldStep>,
+    /// The answers it took from each other replica, by (replica, term): when the latest was
+    /// sent. A read is confirmed by such answers of its term sent after it (the ReadIndex rule,
+    /// restated from the messages, never asked of the engine).
+    acks: BTreeMap<(u64, u64), Instant>,
+    /// The entry (term, index) of the last step with one it admitted, and what it had
+    /// applied then.
+    last_admitted: Option<(u64, u64, u64)>,
     committed_checked: u64,
     /// The world runs it (started, restarted after crashes and at the heal): one of the first
     /// voters, or a spare added by a change; not a spare never added, nor a replica stopped
@@ -328,6 +350,8 @@ impl Rep {
             deferred: Vec::new(),
             held_frames: Vec::new(),
             held: VecDeque::new(),
+            acks: BTreeMap::new(),
+            last_admitted: None,
             committed_checked: 0,
             member,
             joining: false,
@@ -590,10 +614,18 @@ impl ReplWorld {
                 .iter()
                 .filter(|e| !matches!(e, Effect::Persist(_)))
                 .count();
+            let before = self.reps[r]
+                .last_admitted
+                .filter(|(t, _, _)| *t == a.term)
+                .map(|(_, i, applied)| (i, applied));
+            if let Some(index) = a.index {
+                self.reps[r].last_admitted = Some((a.term, index, applied));
+            }
             if held > 0 {
+                let read = a.read.map(|_| (self.now, before));
                 self.reps[r]
                     .held
-                    .push_back((a.term, a.index, applied, held));
+                    .push_back((a.term, a.index, applied, held, read));
             }
         }
     }
@@ -710,7 +742,7 @@ impl ReplWorld {
         let conn_replica = |conn: &ConnId| self.rconns.get(conn).map(|c| c.replica);
         match ev {
             Ev::Tick(r, _)
-            | Ev::Peer(r, _)
+            | Ev::Peer(r, _, _)
             | Ev::Synced(r, _)
             | Ev::Persisted(r, _)
             | Ev::DirTimer(r, _, _)
@@ -742,7 +774,7 @@ impl ReplWorld {
                     self.at(TICK, Ev::Tick(r, life));
                 }
             }
-            Ev::Peer(to, bytes) => {
+            Ev::Peer(to, bytes, sent_at) => {
                 if self.reps[to].cut.is_some() {
                     self.stats.lost += 1;
                     return;
@@ -754,7 +786,18 @@ impl ReplWorld {
                 let Some(node) = self.reps[to].node.as_mut() else {
                     return;
                 };
+                let answer = matches!(message.kind, Kind::AppendResponse | Kind::HeartbeatResponse);
+                let (from, term) = (message.from, message.term);
                 let _ = node.step(message);
+                if answer {
+                    let current = node.replica().term();
+                    let acks = &mut self.reps[to].acks;
+                    acks.retain(|(_, t), _| *t >= current);
+                    if term >= current {
+                        let at = acks.entry((from, term)).or_insert(sent_at);
+                        *at = (*at).max(sent_at);
+                    }
+                }
                 self.drive(to);
             }
             Ev::Synced(r, life) => self.synced(r, life),
@@ -952,9 +995,9 @@ impl ReplWorld {
                 self.stats.duplicated += 1;
                 self.checker.coverage.hit("fault.frame_duplicated");
                 let d2 = d.saturating_add(self.latency());
-                self.at(d2, Ev::Peer(to, bytes.clone()));
+                self.at(d2, Ev::Peer(to, bytes.clone(), self.now));
             }
-            self.at(d, Ev::Peer(to, bytes));
+            self.at(d, Ev::Peer(to, bytes, self.now));
         }
     }
 
@@ -1447,25 +1490,44 @@ impl ReplWorld {
                 r + 1
             ));
         };
-        let (term, index, applied) = (front.0, front.1, front.2);
+        let (term, index, applied, read) = (front.0, front.1, front.2, front.4);
         front.3 -= 1;
         if front.3 == 0 {
             self.reps[r].held.pop_front();
         }
         let answers = matches!(effect, Effect::Send { .. });
-        if answers {
-            let Some(index) = index else {
+        if answers && index.is_none() {
+            let Some((since, before)) = read else {
                 return self.fail(format!(
                     "replica {} released {effect:?} from a step that proposed nothing",
                     r + 1
                 ));
             };
-            if let Err(why) = self.durable_on_quorum(index, term, applied) {
+            if let Err(why) = self.confirmed_after(r, term, since, applied) {
                 return self.fail(format!(
-                    "commit: replica {} released {effect:?} for entry {index} of term {term}, {why}",
+                    "read: replica {} released {effect:?} of term {term}, {why}",
                     r + 1
                 ));
             }
+            // What it read must not be taken back: the steps before it are committed.
+            if let Some((before, then)) = before
+                && let Err(why) = self.durable_on_quorum(before, term, then)
+            {
+                return self.fail(format!(
+                    "read: replica {} released {effect:?} before entry {before} of term \
+                     {term}, admitted before it, committed: {why}",
+                    r + 1
+                ));
+            }
+            self.checker.coverage.hit("replicas.read_confirmed");
+        }
+        if let (true, Some(index)) = (answers, index)
+            && let Err(why) = self.durable_on_quorum(index, term, applied)
+        {
+            return self.fail(format!(
+                "commit: replica {} released {effect:?} for entry {index} of term {term}, {why}",
+                r + 1
+            ));
         }
         match effect {
             Effect::Send { to, message } => {
@@ -1775,6 +1837,43 @@ impl ReplWorld {
         Err(format!(
             "durable on {} disks (replicas {holding:?}), no quorum of {}",
             holding.len(),
+            confs.join(" nor of ")
+        ))
+    }
+
+    /// Whether a quorum confirmed that replica `r` still led `term` after `since`: it and the
+    /// replicas whose answers of that term it took, sent at or after `since`, in the
+    /// configuration in force at `applied` or one a committed change put in force since.
+    /// (Once a quorum answered at the term after the read came, no later term had a leader
+    /// before the first of those answers: it would have needed one of their votes.)
+    fn confirmed_after(
+        &mut self,
+        r: usize,
+        term: u64,
+        since: Instant,
+        applied: u64,
+    ) -> Result<(), String> {
+        let mut answered = vec![r as u64 + 1];
+        answered.extend(
+            self.reps[r]
+                .acks
+                .iter()
+                .filter(|((_, t), at)| *t == term && **at >= since)
+                .map(|((from, _), _)| *from),
+        );
+        let mut confs = vec![self.conf_at(applied)];
+        confs.extend(
+            self.confs
+                .iter()
+                .filter(|(i, _)| *i > applied)
+                .map(|(_, c)| c),
+        );
+        if confs.iter().any(|c| c.quorum(&answered)) {
+            return Ok(());
+        }
+        let confs: Vec<String> = confs.iter().map(ToString::to_string).collect();
+        Err(format!(
+            "confirmed by replicas {answered:?} after the read came, no quorum of {}",
             confs.join(" nor of ")
         ))
     }
