@@ -541,6 +541,9 @@ impl ReplicaNode {
             .set(gauge_value(self.peers.values().filter(|p| p.up).count()));
         metrics.joining.set(i64::from(replica.is_joining()));
         metrics.host_connections.set(gauge_value(self.hosts.open()));
+        metrics
+            .reads_waiting
+            .set(gauge_value(self.machine.reads_waiting()));
     }
 
     /// The next time something is due: a tick, a peer to connect, a deadline, the timer.

@@ -343,6 +343,12 @@ impl<H: SourceRecoveryHook> ReplicatedDirectory<H> {
             })
     }
 
+    /// Reads this leader asked a quorum to confirm and has not heard back about (0 unless it
+    /// serves; [`READS_WAITING_MAX`] bounds them).
+    pub fn reads_waiting(&self) -> u64 {
+        self.leading.as_ref().map_or(0, |l| l.held.reads_waiting)
+    }
+
     /// Hands the leadership to voter `to` (the serving replica only; see
     /// [`Replica::transfer_leader`] for what is refused). It stops serving at once, as a leader
     /// that lost its term does (what it held goes; hosts reconnect to the next leader). If the

@@ -422,8 +422,11 @@ pub struct ReplicaMetrics {
     /// `dataplane_replica_joining`: 1 while it catches up after `--join`.
     pub joining: IntGauge,
     /// `dataplane_replica_host_connections`: connections on its host port it holds open
-    /// (admitted or in their handshake; a follower closes them at once).
+    /// (admitted or in their handshake; a follower names the leader and closes them).
     pub host_connections: IntGauge,
+    /// `dataplane_replica_reads_waiting`: reads the leader asked a quorum to confirm and has
+    /// not heard back about (at `READS_WAITING_MAX` it refuses inputs `Busy`).
+    pub reads_waiting: IntGauge,
 }
 
 impl ReplicaMetrics {
@@ -466,7 +469,12 @@ impl ReplicaMetrics {
             host_connections: gauge(
                 r,
                 "dataplane_replica_host_connections",
-                "Connections on the host port this replica holds open (a follower closes them at once).",
+                "Connections on the host port this replica holds open (a follower names the leader and closes them).",
+            ),
+            reads_waiting: gauge(
+                r,
+                "dataplane_replica_reads_waiting",
+                "Reads the leader asked a quorum to confirm and has not heard back about (4096: it refuses inputs Busy).",
             ),
             joining: gauge(
                 r,
