@@ -120,6 +120,28 @@ pub enum NodeError {
     Recovery(String),
     /// Listening or the state file failed.
     Io(String),
+    /// The command line asks for what cannot be: an address it cannot listen at (in use,
+    /// not this machine's, a port it may not bind), settings that do not fit together.
+    /// Nothing was changed on disk.
+    Usage(String),
+}
+
+/// Binds `address` (the value of command-line option `option`); a failure is a usage error
+/// that names the option and what to do.
+pub(crate) fn bind(address: &str, option: &str) -> Result<TcpListener, NodeError> {
+    TcpListener::bind(address).map_err(|e| {
+        let hint = match e.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                " (another process listens there: stop it, or give another port)"
+            }
+            std::io::ErrorKind::AddrNotAvailable => " (not an address of this machine)",
+            std::io::ErrorKind::PermissionDenied => {
+                " (a port below 1024 needs privileges: give a higher one)"
+            }
+            _ => "",
+        };
+        NodeError::Usage(format!("{option} {address}: {e}{hint}"))
+    })
 }
 
 /// What a person must mend before a restart can help, after a stopped log's "the node stops":
@@ -166,7 +188,7 @@ impl fmt::Display for NodeError {
                 }
             }
             NodeError::Recovery(e) => write!(f, "recovery: {e}"),
-            NodeError::Io(e) => f.write_str(e),
+            NodeError::Io(e) | NodeError::Usage(e) => f.write_str(e),
         }
     }
 }
@@ -179,6 +201,7 @@ impl NodeError {
         match self {
             NodeError::Refused(LogError::Locked { .. }) => Exit::Temporary,
             NodeError::Refused(_) => Exit::DataLost,
+            NodeError::Usage(_) => Exit::Usage,
             _ => Exit::Software,
         }
     }
@@ -273,6 +296,9 @@ fn import_legacy(legacy: &LegacyMembership) -> Vec<LogRecord> {
 /// Runs a directory node until its log fails (it never returns `Ok` otherwise).
 pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
     let io = |what: &str, e: std::io::Error| NodeError::Io(format!("{what}: {e}"));
+    // The port before the disk: a node that cannot listen changes nothing in its data
+    // directory (no directory created, no boot record).
+    let listener = bind(&options.listen, "--listen")?;
     let legacy_path = options.data_dir.join("membership");
     let created_path = options.data_dir.join(CREATED_MARK);
     // Only looked at until the log's lock is held: a data directory that has booted before
@@ -366,7 +392,6 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
              unknown and must be restarted"
         );
     }
-    let listener = TcpListener::bind(&options.listen).map_err(|e| io(&options.listen, e))?;
     let mut net = Reactor::new().map_err(|e| io("poll", e))?;
     net.listen_tcp(listener, Limits::pending())
         .map_err(|e| io(&options.listen, e))?;

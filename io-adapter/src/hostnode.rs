@@ -56,7 +56,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::fs;
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -265,6 +265,9 @@ pub enum HostError {
     /// claims this listen address). Serving on would mix two hosts' blobs; a restart gets
     /// this host an identity the directory knows.
     Unknown(String),
+    /// The command line asks for what cannot be (an address it cannot listen at); nothing was
+    /// changed.
+    Usage(String),
 }
 
 impl HostError {
@@ -274,9 +277,10 @@ impl HostError {
     }
 
     /// The process exit status for this error (sysexits): 78 a refused key (configuration),
-    /// 75 a socket in use (try later), 70 anything else.
+    /// 75 a socket in use (try later), 64 a usage error, 70 anything else.
     pub fn exit_code(&self) -> Exit {
         match self {
+            HostError::Usage(_) => Exit::Usage,
             HostError::Refused(_) => Exit::Config,
             HostError::InUse(_) => Exit::Temporary,
             HostError::Setup(_) | HostError::Unknown(_) => Exit::Software,
@@ -287,7 +291,9 @@ impl HostError {
 impl fmt::Display for HostError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            HostError::Setup(message) | HostError::InUse(message) => f.write_str(message),
+            HostError::Setup(message) | HostError::InUse(message) | HostError::Usage(message) => {
+                f.write_str(message)
+            }
             HostError::Refused(reason) => write!(f, "the directory refused this host: {reason}"),
             HostError::Unknown(reason) => write!(
                 f,
@@ -470,7 +476,12 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
             options.silence
         )));
     }
-    // The socket first: a second host on it must change nothing, not even make an arena.
+    // The port first (a usage error changes nothing), then the socket: a second host on it
+    // must change nothing, not even make an arena.
+    let listener = crate::dirnode::bind(&options.listen, "--listen").map_err(|e| match e {
+        crate::dirnode::NodeError::Usage(why) => HostError::Usage(why),
+        other => HostError::Setup(other.to_string()),
+    })?;
     let (lock, children, control, capability) = claim_socket(&options)?;
     let arena = match &options.arena_file {
         Some(path) => SharedArena::create_file(path, options.arena_size),
@@ -488,7 +499,6 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         ))
     })?;
     let arena_for_children = arena.read_only_fd().map_err(|e| err("arena", &e))?;
-    let listener = TcpListener::bind(&options.listen).map_err(|e| err(&options.listen, &e))?;
     let mut net = Reactor::new().map_err(|e| err("poll", &e))?;
     let peer_listener = net
         .listen_tcp(listener, Limits::pending())

@@ -41,7 +41,6 @@
 //! cut: [`ReplicaLog`]), membership changes of the group, read-index reads.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpListener;
 
 use dataplane_core::admission::{
     ADMISSION_DEADLINE, Nonce, PENDING_CONNECTIONS_MAX, Proof, connector_proof, proofs_match,
@@ -281,8 +280,13 @@ struct ReplicaNode {
 /// Runs replica `options.id` of a replicated directory until it fails (it never returns `Ok`).
 pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
     let io = |what: &str, e: std::io::Error| NodeError::Io(format!("{what}: {e}"));
-    let usage = NodeError::Io;
-    let config = options.replica_config().map_err(usage)?;
+    let config = options.replica_config().map_err(NodeError::Usage)?;
+    // The ports before the disk: a replica that cannot listen changes nothing in its data
+    // directory.
+    let listen = &options.directory.listen;
+    let hosts = crate::dirnode::bind(listen, "--listen")?;
+    let peer_listen = options.peer_listen();
+    let peers_socket = crate::dirnode::bind(peer_listen, "--replicas (this replica's entry)")?;
     let data_dir = &options.directory.data_dir;
     let created_path = data_dir.join(CREATED_MARK);
     let booted = match std::fs::metadata(&created_path) {
@@ -362,13 +366,9 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
     };
     let machine = ReplicatedDirectory::new(replica, directory_config, ActorSources);
     let mut net = Reactor::new().map_err(|e| io("poll", e))?;
-    let listen = &options.directory.listen;
-    let hosts = TcpListener::bind(listen).map_err(|e| io(listen, e))?;
     let host_listener = net
         .listen_tcp(hosts, Limits::pending())
         .map_err(|e| io(listen, e))?;
-    let peer_listen = options.peer_listen();
-    let peers_socket = TcpListener::bind(peer_listen).map_err(|e| io(peer_listen, e))?;
     let peer_listener = net
         .listen_tcp(peers_socket, Limits::pending())
         .map_err(|e| io(peer_listen, e))?;

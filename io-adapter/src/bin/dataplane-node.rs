@@ -140,7 +140,7 @@ struct Common {
 #[derive(Debug, Args)]
 struct DirectoryArgs {
     /// Where hosts connect (host:port).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = host_port)]
     listen: String,
     /// The data directory: the durable log and the membership table.
     #[arg(long, env = "DATAPLANE_DATA_DIR", value_name = "DIR")]
@@ -217,7 +217,7 @@ fn parse_replica(s: &str) -> Result<(u64, String), String> {
     let id: u64 = id
         .parse()
         .map_err(|_| format!("{id:?} is not a replica id (1, 2, ...)"))?;
-    if id == 0 || address.is_empty() {
+    if id == 0 || host_port(address).is_err() {
         return Err(format!("{s:?} is not ID=HOST:PORT with an id from 1"));
     }
     Ok((id, address.to_owned()))
@@ -232,13 +232,13 @@ struct HostArgs {
           value_parser = directories)]
     directory: Directories,
     /// Where other hosts connect (host:port); also this host's identity at the directory.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = host_port)]
     listen: String,
     /// The Unix socket children attach to (the one `dataplane --socket` names).
     #[arg(long, env = "DATAPLANE_SOCKET", value_name = "PATH")]
     socket: PathBuf,
     /// The shared arena's size in bytes; K, M and G suffixes allowed.
-    #[arg(long, value_name = "N", value_parser = size)]
+    #[arg(long, value_name = "N", value_parser = arena_size)]
     arena_size: u64,
     /// Back the arena with this file instead of an anonymous memfd.
     #[arg(long, value_name = "PATH")]
@@ -271,6 +271,25 @@ struct HostArgs {
 }
 
 /// A size with an optional K, M or G suffix.
+/// `--arena-size`: a size above 0.
+fn arena_size(text: &str) -> Result<u64, String> {
+    match size(text)? {
+        0 => Err("the arena must have room for a blob: give a size above 0".to_owned()),
+        n => Ok(n),
+    }
+}
+
+/// A `host:port` this node can listen at or connect to: a host and a port number (the host
+/// may be a name, looked up later).
+fn host_port(text: &str) -> Result<String, String> {
+    match text.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+            Ok(text.to_owned())
+        }
+        _ => Err(format!("{text:?} is not HOST:PORT (e.g. 127.0.0.1:7800)")),
+    }
+}
+
 fn size(text: &str) -> Result<u64, String> {
     let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
         Some((i, _)) => text.split_at(i),
@@ -296,6 +315,9 @@ fn directories(text: &str) -> Result<Directories, String> {
     let addresses: Vec<String> = text.split(',').map(|a| a.trim().to_owned()).collect();
     if addresses.iter().any(String::is_empty) {
         return Err("an empty address (the list is host:port[,host:port...])".to_owned());
+    }
+    for address in &addresses {
+        host_port(address)?;
     }
     if addresses.len() > DIRECTORY_CANDIDATES_MAX {
         return Err(format!(

@@ -29,3 +29,4 @@ mod soak;
 mod streams;
 mod transfer_leader;
 mod truth;
+mod usage_errors;

@@ -1,0 +1,118 @@
+//! Misconfiguration is a usage error (exit 64) that names what is wrong and changes nothing:
+//! a `--listen` without a port, a port another process holds (for a directory, a replica and
+//! a host), `--arena-size 0`, a `--directory` entry without a port. A directory or replica
+//! that cannot listen has not created its data directory, and a host has not made its socket.
+
+use std::net::TcpListener;
+use std::process::Command;
+
+use dataplane_tests::{TestDir, binaries};
+
+/// Runs `dataplane-node ARGS`: its exit code and stderr.
+fn node(args: &[&str]) -> (i32, String) {
+    let out = Command::new(&binaries().node)
+        .args(args)
+        .output()
+        .expect("run dataplane-node");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn misconfiguration_exits_64_and_changes_nothing() {
+    let dir = TestDir::new("usage-errors");
+    let held = TcpListener::bind("127.0.0.1:0").expect("bind a port");
+    let taken = held.local_addr().expect("its address").to_string();
+    let data = dir.join("data");
+    let data = data.to_str().expect("a UTF-8 path");
+    let socket = dir.join("host.sock");
+    let socket = socket.to_str().expect("a UTF-8 path");
+    let cases: Vec<(&str, Vec<&str>, &str)> = vec![
+        (
+            "a directory's --listen without a port",
+            vec!["directory", "--listen", "127.0.0.1", "--data-dir", data],
+            "is not HOST:PORT",
+        ),
+        (
+            "a directory's port in use",
+            vec!["directory", "--listen", &taken, "--data-dir", data],
+            "another process listens there",
+        ),
+        (
+            "a replica's port in use",
+            vec![
+                "directory",
+                "--listen",
+                &taken,
+                "--data-dir",
+                data,
+                "--replica-id",
+                "1",
+                "--replicas",
+                "1=127.0.0.1:1",
+            ],
+            "another process listens there",
+        ),
+        (
+            "a host's port in use",
+            vec![
+                "host",
+                "--directory",
+                "127.0.0.1:1",
+                "--listen",
+                &taken,
+                "--socket",
+                socket,
+                "--arena-size",
+                "1M",
+            ],
+            "another process listens there",
+        ),
+        (
+            "an arena of 0 bytes",
+            vec![
+                "host",
+                "--directory",
+                "127.0.0.1:1",
+                "--listen",
+                "127.0.0.1:1",
+                "--socket",
+                socket,
+                "--arena-size",
+                "0",
+            ],
+            "give a size above 0",
+        ),
+        (
+            "a directory address without a port",
+            vec![
+                "host",
+                "--directory",
+                "127.0.0.1",
+                "--listen",
+                "127.0.0.1:1",
+                "--socket",
+                socket,
+                "--arena-size",
+                "1M",
+            ],
+            "is not HOST:PORT",
+        ),
+    ];
+    for (what, args, says) in cases {
+        let (code, stderr) = node(&args);
+        assert_eq!(code, 64, "{what}: {stderr}");
+        assert!(stderr.contains(says), "{what}: {stderr}");
+        assert!(
+            !dir.join("data").exists(),
+            "{what}: the data directory was created"
+        );
+        assert!(
+            !dir.join("host.sock").exists(),
+            "{what}: the socket was made"
+        );
+    }
+    drop(held);
+}
