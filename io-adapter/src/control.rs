@@ -33,7 +33,8 @@ use crate::net::Outgoing;
 /// The control protocol's version; a request of another version is answered
 /// [`ControlReply::Refused`].
 pub const CONTROL_VERSION: u16 = 1;
-/// The most control connections a host keeps open at once (a further one is closed at once).
+/// The most control connections a host keeps open at once (a further one closes the one idle
+/// longest: [`ControlConns`]).
 pub const CONTROL_CONNECTIONS_MAX: usize = 8;
 /// The largest control request frame, in bytes.
 pub const CONTROL_FRAME_BYTES_MAX: usize = 4 * 1024;
@@ -237,5 +238,118 @@ mod tests {
             control_path(Path::new("/tmp/dp-a.sock")),
             PathBuf::from("/tmp/dp-a.sock.ctl")
         );
+    }
+}
+
+/// How long a control connection may stay without a request before it is closed (a
+/// `dataplane` command asks at once; an idle one only holds a slot).
+pub const CONTROL_IDLE: dataplane_core::time::Duration =
+    dataplane_core::time::Duration::from_secs(10);
+
+/// The open control connections of a node (its host control socket, or a replica's): at
+/// most `max`, each closed after [`CONTROL_IDLE`] without a request, and a new one makes
+/// room by closing the one that has been idle longest, so that silent connections can never
+/// lock an operator out.
+#[derive(Debug)]
+pub struct ControlConns {
+    /// Each connection and when it last asked (or was accepted).
+    conns: std::collections::BTreeMap<crate::net::ConnId, dataplane_core::time::Instant>,
+    max: usize,
+}
+
+impl ControlConns {
+    /// No connection yet; at most `max` (at least 1).
+    pub fn new(max: usize) -> ControlConns {
+        ControlConns {
+            conns: std::collections::BTreeMap::new(),
+            max: max.max(1),
+        }
+    }
+
+    /// `conn` was accepted at `now`; returns the connection closed to make room for it, if the
+    /// table was full (the caller closes it).
+    pub fn accepted(
+        &mut self,
+        conn: crate::net::ConnId,
+        now: dataplane_core::time::Instant,
+    ) -> Option<crate::net::ConnId> {
+        let evicted = if self.conns.len() >= self.max {
+            let oldest = self
+                .conns
+                .iter()
+                .min_by_key(|(c, at)| (**at, **c))
+                .map(|(c, _)| *c);
+            if let Some(oldest) = oldest {
+                self.conns.remove(&oldest);
+            }
+            oldest
+        } else {
+            None
+        };
+        self.conns.insert(conn, now);
+        evicted
+    }
+
+    /// A request arrived on `conn` at `now`. Whether it is a control connection.
+    pub fn asked(&mut self, conn: crate::net::ConnId, now: dataplane_core::time::Instant) -> bool {
+        match self.conns.get_mut(&conn) {
+            Some(at) => {
+                *at = now;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Forgets `conn` (closed); whether it was one.
+    pub fn remove(&mut self, conn: crate::net::ConnId) -> bool {
+        self.conns.remove(&conn).is_some()
+    }
+
+    /// The connections idle for [`CONTROL_IDLE`] at `now`, forgotten (the caller closes them).
+    pub fn expire(&mut self, now: dataplane_core::time::Instant) -> Vec<crate::net::ConnId> {
+        let idle: Vec<crate::net::ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, at)| now.saturating_since(**at) >= CONTROL_IDLE)
+            .map(|(c, _)| *c)
+            .collect();
+        for conn in &idle {
+            self.conns.remove(conn);
+        }
+        idle
+    }
+
+    /// How many are open.
+    pub fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Whether none is open.
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod conns_tests {
+    use super::*;
+    use dataplane_core::time::{Duration, Instant};
+
+    #[test]
+    fn a_full_table_closes_the_longest_idle_and_idle_ones_expire() {
+        let t = |ms: u64| Instant::ZERO.saturating_add(Duration::from_millis(ms));
+        let mut c = ControlConns::new(2);
+        assert_eq!(c.accepted(1, t(0)), None);
+        assert_eq!(c.accepted(2, t(10)), None);
+        assert!(c.asked(1, t(20)), "1 asked: 2 is now the longest idle");
+        assert_eq!(c.accepted(3, t(30)), Some(2));
+        assert!(!c.asked(2, t(31)), "2 was closed");
+        assert_eq!(c.len(), 2);
+        let idle = CONTROL_IDLE.as_millis();
+        assert_eq!(c.expire(t(20 + idle - 1)), Vec::<u64>::new());
+        assert_eq!(c.expire(t(20 + idle)), vec![1]);
+        assert_eq!(c.expire(t(30 + idle)), vec![3]);
+        assert!(c.is_empty());
     }
 }

@@ -332,7 +332,7 @@ struct HostNode {
     child_listener: ListenerId,
     /// The control socket (`<socket>.ctl`) and its open connections.
     control_listener: ListenerId,
-    controls: BTreeSet<ConnId>,
+    controls: crate::control::ControlConns,
     child_admission: Admission,
     outbox: Outbox,
     local: VecDeque<(Address, Address, Message)>,
@@ -643,7 +643,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         peer_listener,
         child_listener,
         control_listener,
-        controls: BTreeSet::new(),
+        controls: crate::control::ControlConns::new(CONTROL_CONNECTIONS_MAX),
         child_admission: Admission::new(
             ADMISSION_DEADLINE,
             CHILDREN_PENDING_MAX,
@@ -1017,6 +1017,10 @@ impl HostNode {
     }
 
     fn timers(&mut self) {
+        for conn in self.controls.expire(self.clock.now()) {
+            debug!(conn, "control connection closed: idle");
+            self.net.close(conn);
+        }
         let now = self.clock.now();
         let why = format!("no answer within {}", crate::resolve::LOOKUP_WAIT);
         for (node, name) in self.peer_names.expire(now) {
@@ -1504,7 +1508,7 @@ impl HostNode {
                     self.directory_frame(conn, &payload);
                 } else if self.children.contains_key(&conn) {
                     self.child_frame(conn, &payload);
-                } else if self.controls.contains(&conn) {
+                } else if self.controls.asked(conn, self.clock.now()) {
                     self.control_frame(conn, &payload);
                 } else if self.peer_links.knows(conn) {
                     self.peer_frame(conn, &payload);
@@ -1541,15 +1545,14 @@ impl HostNode {
             }
             self.children.insert(conn, ChildConn::Pending);
         } else if listener == self.control_listener {
-            if self.controls.len() >= CONTROL_CONNECTIONS_MAX {
-                warn!(
-                    conn,
-                    "control connection closed: {CONTROL_CONNECTIONS_MAX} are open already"
+            debug!(conn, "control connection accepted");
+            if let Some(oldest) = self.controls.accepted(conn, now) {
+                debug!(
+                    conn = oldest,
+                    "control connection closed: {CONTROL_CONNECTIONS_MAX} were open, this one \
+                     idle longest"
                 );
-                self.net.close(conn);
-            } else {
-                debug!(conn, "control connection accepted");
-                self.controls.insert(conn);
+                self.net.close(oldest);
             }
         } else if listener == self.peer_listener {
             debug!(conn, remote = %self.net.remote(conn), "host connection accepted");
@@ -1623,7 +1626,7 @@ impl HostNode {
             }
             return;
         }
-        if self.controls.remove(&conn) {
+        if self.controls.remove(conn) {
             return;
         }
         if let Some(child) = self.children.remove(&conn) {
@@ -1859,7 +1862,7 @@ impl HostNode {
                 warn!(conn, %reason, "control request refused");
                 self.net.send(conn, ControlReply::Refused(reason));
                 self.net.close_after_flush(conn);
-                self.controls.remove(&conn);
+                self.controls.remove(conn);
                 return;
             }
             Err(e) => {
@@ -1869,7 +1872,7 @@ impl HostNode {
                     ControlReply::Refused(format!("not a control request: {e}")),
                 );
                 self.net.close_after_flush(conn);
-                self.controls.remove(&conn);
+                self.controls.remove(conn);
                 return;
             }
         };

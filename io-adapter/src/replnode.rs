@@ -254,7 +254,7 @@ struct ReplicaNode {
     incoming: BTreeMap<ConnId, PeerIn>,
     /// The control socket (`DATA_DIR/control.sock`) and its open connections.
     control_listener: ListenerId,
-    controls: BTreeSet<ConnId>,
+    controls: crate::control::ControlConns,
     /// `--replicas`: where each replica listens, unless a committed change says otherwise.
     static_peers: BTreeMap<ReplicaId, String>,
     /// Peers whose refusal was logged at `info` since they last proved themselves (a peer
@@ -438,7 +438,7 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
         host_listener,
         peer_listener,
         control_listener,
-        controls: BTreeSet::new(),
+        controls: crate::control::ControlConns::new(REPLICA_CONTROLS_MAX),
         static_peers: options.replicas.iter().cloned().collect(),
         next_tick: now,
         joining: rejoin,
@@ -737,21 +737,20 @@ impl ReplicaNode {
                 self.host_accepted(conn)?;
             }
             NetEvent::Accepted { listener, conn } if listener == self.control_listener => {
-                if self.controls.len() >= REPLICA_CONTROLS_MAX {
-                    warn!(
-                        conn,
-                        "control connection closed: {REPLICA_CONTROLS_MAX} are open already"
+                if let Some(oldest) = self.controls.accepted(conn, self.clock.now()) {
+                    debug!(
+                        conn = oldest,
+                        "control connection closed: {REPLICA_CONTROLS_MAX} were open, this \
+                         one idle longest"
                     );
-                    self.net.close(conn);
-                } else {
-                    self.controls.insert(conn);
+                    self.net.close(oldest);
                 }
             }
             NetEvent::Accepted { conn, .. } => self.net.close(conn),
             NetEvent::Connected(_) => {}
             NetEvent::Closed(conn, reason) => self.closed(conn, &reason),
             NetEvent::Frame(conn, payload) => {
-                if self.controls.contains(&conn) {
+                if self.controls.asked(conn, self.clock.now()) {
                     self.control_frame(conn, &payload);
                 } else if self.incoming.contains_key(&conn) {
                     self.peer_frame(conn, &payload);
@@ -852,7 +851,7 @@ impl ReplicaNode {
     }
 
     fn closed(&mut self, conn: ConnId, reason: &str) {
-        if self.controls.remove(&conn) {
+        if self.controls.remove(conn) {
             return;
         }
         if let Some(pending) = self.incoming.remove(&conn) {
@@ -874,9 +873,13 @@ impl ReplicaNode {
         self.hosts.closed(self.clock.now(), conn);
     }
 
-    /// Closes peer connections that did not say hello in time, and host connections that did
-    /// not finish their handshake or went silent.
+    /// Closes peer connections that did not say hello in time, host connections that did
+    /// not finish their handshake or went silent, and control connections left idle.
     fn expire(&mut self, now: Instant) {
+        for conn in self.controls.expire(now) {
+            debug!(conn, "control connection closed: idle");
+            self.net.close(conn);
+        }
         let late: Vec<ConnId> = self
             .incoming
             .iter()
@@ -1156,7 +1159,7 @@ impl ReplicaNode {
                 );
                 self.net.send(conn, ReplicaReply::Refused(why));
                 self.net.close_after_flush(conn);
-                self.controls.remove(&conn);
+                self.controls.remove(conn);
                 return;
             }
             Err(e) => {
@@ -1166,7 +1169,7 @@ impl ReplicaNode {
                     ReplicaReply::Refused(format!("not a control request: {e}")),
                 );
                 self.net.close_after_flush(conn);
-                self.controls.remove(&conn);
+                self.controls.remove(conn);
                 return;
             }
         };

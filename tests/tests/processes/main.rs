@@ -4,6 +4,7 @@
 mod cluster;
 mod cluster_key;
 mod control;
+mod control_idle;
 mod directory_addresses;
 mod file_blobs;
 mod frozen_leader;
