@@ -110,6 +110,10 @@ enum ReplicasCommand {
         /// A replica to remove; repeatable.
         #[arg(long, value_name = "ID")]
         remove: Vec<u64>,
+        /// Make a change that leaves an even number of voters, or fewer than three (a group
+        /// that survives no more failures than a smaller one, or none).
+        #[arg(long)]
+        force: bool,
     },
     /// Hand the leadership to voter ID (ask the serving replica): it must hold the leader's
     /// whole log. The leader stops serving at once and ID campaigns; `status` shows the new
@@ -474,7 +478,37 @@ fn replicas(args: ReplicasArgs) -> Result<(), Failure> {
                 dataplane_cli::outln!("peer {id}={address}");
             }
         }
-        ReplicasCommand::Change { add, remove } => {
+        ReplicasCommand::Change { add, remove, force } => {
+            // What the group would be: a change that leaves it fragile needs --force.
+            let voters = control.status().map_err(failed)?.voters;
+            let mut after: std::collections::BTreeSet<u64> = voters.iter().copied().collect();
+            after.extend(add.iter().map(|(id, _)| *id));
+            for id in &remove {
+                after.remove(id);
+            }
+            let n = after.len();
+            let fragile = if n < 3 {
+                Some(format!("{n} voter(s) survive no failure"))
+            } else if n.is_multiple_of(2) {
+                Some(format!(
+                    "{n} voters survive no more failures than {} would ({})",
+                    n - 1,
+                    (n - 1) / 2
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = fragile {
+                if !force {
+                    return Err((
+                        Exit::Usage,
+                        format!(
+                            "the change leaves the group fragile: {why}; give --force to make it anyway"
+                        ),
+                    ));
+                }
+                eprintln!("dataplane-node: warning: {why} (--force)");
+            }
             // The replica checks only an address's form (it never waits on DNS in its loop):
             // a name that does not resolve here (a typo, a record not made yet) would become a
             // voter nobody can reach, and a group of one would then need it for every commit.

@@ -123,6 +123,21 @@ fn three_replicas_grow_to_five_and_shrink_to_three_under_load() {
     let (code, text) = replicas(&group, leader, &["change", "--remove", "9"]);
     assert_eq!(code, 5, "{text}");
     assert!(text.contains("not a voter"), "{text}");
+    // A change that leaves the group fragile (two voters, or four) needs --force.
+    let other = ((leader + 1) % 3 + 1).to_string();
+    let (code, text) = replicas(&group, leader, &["change", "--remove", &other]);
+    assert_eq!(code, 64, "{text}");
+    assert!(
+        text.contains("fragile") && text.contains("--force"),
+        "{text}"
+    );
+    let (code, text) = replicas(&group, leader, &["change", add[0]]);
+    assert_eq!(code, 64, "{text}");
+    assert!(text.contains("4 voters"), "{text}");
+    assert!(
+        status(&group, leader).contains("voters=1,2,3 "),
+        "nothing changed"
+    );
     let (code, text) = replicas(&group, leader, &[&["change"], &add[..]].concat());
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("proposed at index"), "{text}");
