@@ -55,8 +55,11 @@ pub const FENCES_MAX: usize = 1 << 12;
 pub const PROXY_PENDING_MAX: usize = 4096;
 /// Most file blobs one host serves (issue 17): published or publishing, in its durable table.
 pub const HOST_FILES_MAX: usize = 4096;
-/// Most child sessions one host serves.
+/// Most child sessions one host serves, by default (`HostConfig::sessions_max`).
 pub const HOST_SESSIONS_MAX: usize = 256;
+/// The most `HostConfig::sessions_max` may be (each session is a child connection, an open
+/// file of the host process: raise its descriptor limit to match).
+pub const HOST_SESSIONS_CAP: usize = 16_384;
 /// Most operations in progress (reads, writes until their publication is answered, stats,
 /// moves, removes) on one host, over all its sessions. Published writes do not count: each
 /// holds an arena lease, and the arena bounds those (`arena::ARENA_LEASES_MAX` and its bytes).

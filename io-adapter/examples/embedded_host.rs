@@ -68,6 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cluster_key: None,
         metrics_listen: None,
         files: None,
+        sessions_max: dataplane_core::limits::HOST_SESSIONS_MAX,
     };
     let socket = host.socket.clone();
     std::thread::spawn(move || {

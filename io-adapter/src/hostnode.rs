@@ -72,9 +72,7 @@ use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::error::AttachmentFailure;
 use dataplane_core::host::{Host, HostConfig, Phase, SessionConfig, SessionState};
 use dataplane_core::ids::{Address, NodeId};
-use dataplane_core::limits::{
-    FRAME_BYTES_MAX, HOST_SESSIONS_MAX, LISTEN_BYTES_MAX, PROXY_PENDING_MAX,
-};
+use dataplane_core::limits::{FRAME_BYTES_MAX, LISTEN_BYTES_MAX, PROXY_PENDING_MAX};
 use dataplane_core::path::{DataPath, JobContext};
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
 use dataplane_core::time::{Duration, Instant};
@@ -182,6 +180,10 @@ pub struct HostOptions {
     /// Children may publish the files under this directory as file blobs (issue 17); the
     /// table of file blobs is kept there too. `None`: no file blobs.
     pub files: Option<PathBuf>,
+    /// Most child sessions it serves at once (1 to
+    /// [`HOST_SESSIONS_CAP`](dataplane_core::limits::HOST_SESSIONS_CAP); default
+    /// [`HOST_SESSIONS_MAX`](dataplane_core::limits::HOST_SESSIONS_MAX)).
+    pub sessions_max: usize,
 }
 
 /// A child's first frame: it proves it may attach.
@@ -476,6 +478,14 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
             options.silence
         )));
     }
+    if !(1..=dataplane_core::limits::HOST_SESSIONS_CAP).contains(&options.sessions_max) {
+        return Err(HostError::Usage(format!(
+            "at most {} sessions: give 1 to {}",
+            options.sessions_max,
+            dataplane_core::limits::HOST_SESSIONS_CAP
+        )));
+    }
+    let sessions_max = options.sessions_max;
     // The port first (a usage error changes nothing), then the socket: a second host on it
     // must change nothing, not even make an arena.
     let listener = crate::dirnode::bind(&options.listen, "--listen").map_err(|e| match e {
@@ -512,6 +522,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     let metrics = match &options.metrics_listen {
         Some(listen) => {
             let metrics = HostMetrics::new();
+            metrics.sessions_max.set(gauge_value(sessions_max));
             let bound = crate::metrics::serve(listen, metrics.registry.clone())
                 .map_err(|e| err(&format!("--metrics-listen {listen}"), &e))?;
             info!(url = %format_args!("http://{bound}/metrics"), "metrics served");
@@ -587,6 +598,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         &mut outbox,
     );
     let mut config = HostConfig::new(node, incarnation, proxy_address, options.arena_size);
+    config.sessions_max = options.sessions_max;
     config.arena_generation = incarnation;
     config.first_actor = FIRST_HOST_ACTOR;
     config.chunk_bytes = TRANSFER_CHUNK_BYTES;
@@ -644,11 +656,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         child_listener,
         control_listener,
         controls: crate::control::ControlConns::new(CONTROL_CONNECTIONS_MAX),
-        child_admission: Admission::new(
-            ADMISSION_DEADLINE,
-            CHILDREN_PENDING_MAX,
-            HOST_SESSIONS_MAX,
-        ),
+        child_admission: Admission::new(ADMISSION_DEADLINE, CHILDREN_PENDING_MAX, sessions_max),
         outbox,
         local: VecDeque::new(),
         directory: DirectoryLink::welcomed(
@@ -851,7 +859,7 @@ fn attach_refusal(failure: &AttachmentFailure) -> String {
             "wrong capability (it is in the socket's .cap file)".to_owned()
         }
         AttachmentFailure::SessionClosed => {
-            format!("the host serves {HOST_SESSIONS_MAX} sessions already")
+            "the host serves as many sessions as it may already (--sessions-max)".to_owned()
         }
         AttachmentFailure::ArenaGenerationMismatch { expected, found } => {
             format!("arena generation {found}, the host's is {expected}")

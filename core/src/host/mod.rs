@@ -104,6 +104,9 @@ pub struct HostConfig {
     /// Most operations in progress in one session; an open beyond it fails
     /// `LimitReached(SessionOperations)`, so one child cannot take the whole host's room.
     pub session_operations_max: usize,
+    /// Most child sessions the host serves at once (at most
+    /// [`HOST_SESSIONS_CAP`](crate::limits::HOST_SESSIONS_CAP)); a further one is refused.
+    pub sessions_max: usize,
 }
 
 impl HostConfig {
@@ -126,6 +129,7 @@ impl HostConfig {
             first_actor: 10_000,
             operations_max: HOST_OPERATIONS_MAX,
             session_operations_max: HOST_SESSION_OPERATIONS_MAX,
+            sessions_max: crate::limits::HOST_SESSIONS_MAX,
         }
     }
 }
@@ -571,14 +575,19 @@ impl Host {
     }
 
     /// Creates a session awaiting its child; returns the address the child must send to, or
-    /// `None` if the host serves `HOST_SESSIONS_MAX` sessions already or a generation is 0.
+    /// `None` if the host serves `HostConfig::sessions_max` sessions already or a generation
+    /// is 0.
     pub fn open_session(&mut self, config: SessionConfig) -> Option<Address> {
         let live = self
             .sessions
             .values()
             .filter(|s| s.state != SessionState::Closed)
             .count();
-        if live >= crate::limits::HOST_SESSIONS_MAX
+        if live
+            >= self
+                .config
+                .sessions_max
+                .min(crate::limits::HOST_SESSIONS_CAP)
             || config.session_generation == 0
             || self.config.arena_generation == 0
         {

@@ -262,6 +262,12 @@ struct HostArgs {
     #[arg(long, value_name = "MS", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(200..=10_000))]
     directory_silence_ms: u64,
+    /// Most child sessions served at once (1 to 16384): one more child is refused ("the node
+    /// admits no more connections"). Each is an open file of this process: raise its limit
+    /// (`ulimit -n`) above a few thousand.
+    #[arg(long, value_name = "N", env = "DATAPLANE_SESSIONS_MAX", default_value_t = 256,
+          value_parser = clap::value_parser!(u64).range(1..=16_384))]
+    sessions_max: u64,
     /// Also let GROUP (a name or a number) attach: the socket becomes 0660 and the capability
     /// file 0640, both of that group.
     #[arg(long, value_name = "GROUP")]
@@ -440,6 +446,7 @@ fn run(role: Role) -> Result<(), Failure> {
                 cluster_key: cluster_key(args.common.cluster_key_file.as_deref())?,
                 metrics_listen: args.common.metrics_listen,
                 files: args.files,
+                sessions_max: args.sessions_max as usize,
             };
             run_host(options).map_err(|e| (e.exit_code(), e.to_string()))
         }

@@ -502,6 +502,8 @@ pub struct HostMetrics {
     pub proxy_pending: IntGauge,
     /// `dataplane_host_sessions`: child sessions.
     pub sessions: IntGauge,
+    /// `dataplane_host_sessions_max`: the most it serves at once (`--sessions-max`).
+    pub sessions_max: IntGauge,
     /// `dataplane_host_bindings`: reads and writes the host tracks (published blobs
     /// included).
     pub bindings: IntGauge,
@@ -567,6 +569,11 @@ impl HostMetrics {
                 "Requests the namespace proxy has pending at the directory.",
             ),
             sessions: gauge(r, "dataplane_host_sessions", "Child sessions."),
+            sessions_max: gauge(
+                r,
+                "dataplane_host_sessions_max",
+                "The most child sessions the host serves at once (--sessions-max).",
+            ),
             bindings: gauge(
                 r,
                 "dataplane_host_bindings",

@@ -26,6 +26,7 @@ mod program_streams;
 mod replica_membership;
 mod replica_peers;
 mod replica_rejoin;
+mod sessions_max;
 mod soak;
 mod streams;
 mod transfer_leader;
