@@ -1529,12 +1529,15 @@ impl HostNode {
     fn accepted(&mut self, listener: ListenerId, conn: ConnId) {
         let now = self.clock.now();
         let evicted = |oldest: ConnId, net: &Reactor, what: &str, max: usize| {
-            info!(
-                conn = oldest,
-                remote = %net.remote(oldest),
-                "{what} connection closed: {max} connections wait for admission, and the oldest \
-                 makes room for a new one"
-            );
+            if let Some(unlogged) = crate::throttle::EVICTED_LINES.occur() {
+                info!(
+                    conn = oldest,
+                    remote = %net.remote(oldest),
+                    unlogged,
+                    "{what} connection closed: {max} connections wait for admission, and the \
+                     oldest makes room for a new one (at most one such line every 10 s)"
+                );
+            }
         };
         if listener == self.child_listener {
             debug!(conn, remote = %self.net.remote(conn), "child connection accepted");

@@ -10,6 +10,11 @@ pub(crate) struct Throttle {
 }
 
 impl Throttle {
+    /// Nothing logged yet.
+    pub(crate) const fn new() -> Throttle {
+        Throttle { last: None }
+    }
+
     /// One more occurrence at `now`: `Some(n)` if it is to be logged (`n` occurrences went
     /// unlogged since the last line), `None` if it falls within `every` of that line.
     pub(crate) fn occur(&mut self, now: Instant, every: Duration) -> Option<u64> {
@@ -26,6 +31,35 @@ impl Throttle {
         }
     }
 }
+
+/// A line any stranger can make a node write at will (a connection evicted, refused, out of
+/// protocol), for one process: at most one per [`STRANGER_LINES_EVERY`], saying how many it
+/// stands for. Refusals are counted whole in the metrics.
+pub(crate) struct StrangerLines(std::sync::Mutex<Throttle>);
+
+/// How often a [`StrangerLines`] kind is logged at most.
+pub(crate) const STRANGER_LINES_EVERY: Duration = Duration::from_secs(10);
+
+impl StrangerLines {
+    pub(crate) const fn new() -> StrangerLines {
+        StrangerLines(std::sync::Mutex::new(Throttle::new()))
+    }
+
+    /// One more: `Some(n)` if it is to be logged (`n` went unlogged since the last line).
+    pub(crate) fn occur(&self) -> Option<u64> {
+        match self.0.lock() {
+            Ok(mut throttle) => throttle.occur(Instant::now(), STRANGER_LINES_EVERY),
+            Err(_) => Some(0),
+        }
+    }
+}
+
+/// Connections evicted from a full admission queue.
+pub(crate) static EVICTED_LINES: StrangerLines = StrangerLines::new();
+/// Connections refused in their handshake.
+pub(crate) static REFUSED_LINES: StrangerLines = StrangerLines::new();
+/// Connections closed for a frame out of protocol.
+pub(crate) static PROTOCOL_LINES: StrangerLines = StrangerLines::new();
 
 #[cfg(test)]
 mod tests {

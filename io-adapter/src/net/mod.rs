@@ -168,7 +168,15 @@ macro_rules! perform_conn_action {
                 Performed::Done
             }
             ConnAction::Refuse { conn, why, reason } => {
-                tracing::info!(conn, remote = %net.remote(conn), %reason, concat!($what, " refused"));
+                if let Some(unlogged) = $crate::throttle::REFUSED_LINES.occur() {
+                    tracing::info!(
+                        conn,
+                        remote = %net.remote(conn),
+                        %reason,
+                        unlogged,
+                        concat!($what, " refused (at most one such line every 10 s)")
+                    );
+                }
                 net.send(conn, Link::Refused { reason });
                 net.close_after_flush(conn);
                 Performed::Closed(why)
@@ -176,13 +184,19 @@ macro_rules! perform_conn_action {
             ConnAction::Close(conn, why) => {
                 let remote = net.remote(conn);
                 match why {
-                    Closing::Evicted => tracing::info!(
-                        conn,
-                        %remote,
-                        "{} closed: {PENDING_CONNECTIONS_MAX} connections wait for admission, \
-                         and the oldest makes room for a new one",
-                        $what
-                    ),
+                    Closing::Evicted => {
+                        if let Some(unlogged) = $crate::throttle::EVICTED_LINES.occur() {
+                            tracing::info!(
+                                conn,
+                                %remote,
+                                unlogged,
+                                "{} closed: {PENDING_CONNECTIONS_MAX} connections wait for \
+                                 admission, and the oldest makes room for a new one (at most \
+                                 one such line every 10 s)",
+                                $what
+                            )
+                        }
+                    }
                     Closing::Expired => tracing::debug!(
                         conn,
                         %remote,
@@ -192,12 +206,18 @@ macro_rules! perform_conn_action {
                     Closing::Replaced => {
                         tracing::debug!(conn, "{} closed: its node connected again", $what)
                     }
-                    Closing::Protocol => tracing::warn!(
-                        conn,
-                        %remote,
-                        "{} closed: a frame out of protocol, or about another node",
-                        $what
-                    ),
+                    Closing::Protocol => {
+                        if let Some(unlogged) = $crate::throttle::PROTOCOL_LINES.occur() {
+                            tracing::warn!(
+                                conn,
+                                %remote,
+                                unlogged,
+                                "{} closed: a frame out of protocol, or about another node (at \
+                                 most one such line every 10 s)",
+                                $what
+                            )
+                        }
+                    }
                     _ => tracing::debug!(conn, %remote, ?why, "{} closed", $what),
                 }
                 net.close(conn);

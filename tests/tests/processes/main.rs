@@ -28,6 +28,7 @@ mod replica_peers;
 mod replica_rejoin;
 mod sessions_max;
 mod soak;
+mod stranger_lines;
 mod streams;
 mod transfer_leader;
 mod truth;
