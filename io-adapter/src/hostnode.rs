@@ -492,7 +492,22 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         crate::dirnode::NodeError::Usage(why) => HostError::Usage(why),
         other => HostError::Setup(other.to_string()),
     })?;
+    // An arena the machine cannot hold would be prefaulted until the machine runs out of
+    // memory: refused before anything is made.
+    if let Some(memory) = crate::sys::memory_available()
+        && options.arena_size > memory
+    {
+        return Err(HostError::Usage(format!(
+            "--arena-size {} is more than the {} bytes of memory this process may have (the \
+             machine's, or its control group's memory.max): give a smaller arena",
+            options.arena_size, memory
+        )));
+    }
     let (lock, children, control, capability) = claim_socket(&options)?;
+    info!(
+        bytes = options.arena_size,
+        "making the arena and touching each of its pages (about 0.5 s per 64 MiB)"
+    );
     let arena = match &options.arena_file {
         Some(path) => SharedArena::create_file(path, options.arena_size),
         None => SharedArena::create("dataplane-arena", options.arena_size),

@@ -130,6 +130,29 @@ pub fn pread_fresh(file: &std::fs::File, len: usize, offset: u64) -> io::Result<
     Ok(buf)
 }
 
+/// The memory this process may have, in bytes: the machine's (`sysconf`), or its control
+/// group's `memory.max` (cgroup v2) when that is lower. `None` if neither can be read.
+pub fn memory_available() -> Option<u64> {
+    // SAFETY: sysconf reads two constants and touches no memory of ours.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let machine = u64::try_from(pages)
+        .ok()
+        .zip(u64::try_from(page).ok())
+        .and_then(|(n, size)| n.checked_mul(size));
+    let group = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    match (machine, group) {
+        (Some(m), Some(g)) => Some(m.min(g)),
+        (m, g) => m.or(g),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

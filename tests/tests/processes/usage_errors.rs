@@ -1,7 +1,8 @@
 //! Misconfiguration is a usage error (exit 64) that names what is wrong and changes nothing:
 //! a `--listen` without a port, a port another process holds (for a directory, a replica and
-//! a host), `--arena-size 0`, a `--directory` entry without a port. A directory or replica
-//! that cannot listen has not created its data directory, and a host has not made its socket.
+//! a host), `--arena-size 0` or more than the machine's memory, a `--directory` entry without
+//! a port. A directory or replica that cannot listen has not created its data directory, and a
+//! host has not made its socket.
 
 use std::net::TcpListener;
 use std::process::Command;
@@ -84,6 +85,21 @@ fn misconfiguration_exits_64_and_changes_nothing() {
                 "0",
             ],
             "give a size above 0",
+        ),
+        (
+            "an arena larger than the machine's memory",
+            vec![
+                "host",
+                "--directory",
+                "127.0.0.1:1",
+                "--listen",
+                "127.0.0.1:1",
+                "--socket",
+                socket,
+                "--arena-size",
+                "1000000G",
+            ],
+            "is more than the",
         ),
         (
             "a directory address without a port",
