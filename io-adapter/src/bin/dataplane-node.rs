@@ -456,6 +456,7 @@ fn run(role: Role) -> Result<(), Failure> {
 /// `dataplane-node replicas`: one request on a replica's control socket.
 fn replicas(args: ReplicasArgs) -> Result<(), Failure> {
     use dataplane_io::replcontrol::{ReplicaControl, ReplicaControlError};
+    let data_dir = args.data_dir.clone();
     let failed = |e: ReplicaControlError| {
         let code = match &e {
             ReplicaControlError::Connect(..) => Exit::Unavailable,
@@ -463,7 +464,22 @@ fn replicas(args: ReplicasArgs) -> Result<(), Failure> {
             ReplicaControlError::Refused(_) => Exit::Invalid,
             _ => Exit::Software,
         };
-        (code, e.to_string())
+        let mut message = e.to_string();
+        // Where the leader is: its address for the other replicas, as this one knows it (its
+        // control socket is on its own machine, in its data directory).
+        if let ReplicaControlError::NotLeader(Some(leader)) = &e
+            && let Some(address) = ReplicaControl::connect(&data_dir)
+                .and_then(|mut c| c.status())
+                .ok()
+                .and_then(|s| s.addresses.into_iter().find(|(id, _)| id == leader))
+                .map(|(_, address)| address)
+        {
+            message.push_str(&format!(
+                " (replica {leader} listens for the other replicas at {address}; on its machine: \
+                 dataplane-node replicas --data-dir ITS_DATA_DIR ...)"
+            ));
+        }
+        (code, message)
     };
     let mut control = ReplicaControl::connect(&args.data_dir).map_err(failed)?;
     match args.command {

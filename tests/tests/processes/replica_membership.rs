@@ -119,6 +119,9 @@ fn three_replicas_grow_to_five_and_shrink_to_three_under_load() {
     let (code, text) = replicas(&group, follower, &[&["change"], &add[..]].concat());
     assert_eq!(code, 75, "{text}");
     assert!(text.contains("does not serve"), "{text}");
+    // It says where the leader is.
+    let at = format!("at {}", group.peers[leader]);
+    assert!(text.contains(&at), "{text}");
     // A bad change is refused with a reason and changes nothing.
     let (code, text) = replicas(&group, leader, &["change", "--remove", "9"]);
     assert_eq!(code, 5, "{text}");
