@@ -579,6 +579,24 @@ impl ReplicaGroup {
         }
     }
 
+    /// `dataplane-node replicas --data-dir DIR ARGS...` for replica `i` (its control
+    /// socket): the exit code, and stdout then stderr.
+    pub fn control(&self, i: usize, args: &[&str]) -> (i32, String) {
+        let out = Command::new(&binaries().node)
+            .arg("replicas")
+            .arg("--data-dir")
+            .arg(&self.replicas[i].data_dir)
+            .args(args)
+            .output()
+            .expect("run dataplane-node replicas");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code().unwrap_or(-1), text)
+    }
+
     /// [`serving`](Self::serving), not asking replica `skip` (stopped with SIGSTOP: its kernel
     /// accepts a connection that nobody answers).
     pub fn serving_except(&mut self, timeout: Duration, skip: Option<usize>) -> usize {

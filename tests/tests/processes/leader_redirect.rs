@@ -23,6 +23,50 @@ fn redirects(host: &HostProc) -> Vec<String> {
         .collect()
 }
 
+/// A host given `directory`, logging its link's debug lines; waits until it serves.
+fn host_logging_redirects(dir: &TestDir, directory: &str) -> HostProc {
+    let mut host = HostProc::spawn_env(
+        dir,
+        "host",
+        directory,
+        free_address(),
+        "16M",
+        &[],
+        vec![(
+            OsString::from("RUST_LOG"),
+            OsString::from("info,dataplane_io::hostnode=debug"),
+        )],
+    );
+    host.wait_ready();
+    host
+}
+
+/// Kills the leader; returns the new one once `host` put `after` at `path` through it and
+/// read back every blob of `written` (and `path`).
+fn kill_the_leader_and_put(
+    group: &mut ReplicaGroup,
+    leader: usize,
+    host: &mut HostProc,
+    written: &[(&str, &[u8])],
+    path: &str,
+    after: &[u8],
+) -> usize {
+    group.replicas[leader].proc.kill9();
+    let next = group.serving_except(FAILOVER_TIMEOUT, Some(leader));
+    wait_until("a put through the new leader", FAILOVER_TIMEOUT, || {
+        host.proc.assert_running();
+        host.cli_stdin(&["--timeout", "5", "put", path, "-"], after)
+            .code
+            == 0
+    });
+    for (path, want) in written.iter().copied().chain([(path, after)]) {
+        let got = host.cli(&["get", path]);
+        got.expect_code(0, "a get after the failover");
+        assert!(got.stdout == want, "{path}: other bytes");
+    }
+    next
+}
+
 #[test]
 fn a_follower_names_the_leader_and_the_host_goes_there_next() {
     let dir = TestDir::new("leader-redirect");
@@ -33,19 +77,7 @@ fn a_follower_names_the_leader_and_the_host_goes_there_next() {
     // Both followers first, the leader last: without the redirect the host tries them in turn.
     let order = [followers[0], followers[1], leader];
     let directory = order.map(listen).join(",");
-    let mut host = HostProc::spawn_env(
-        &dir,
-        "host",
-        &directory,
-        free_address(),
-        "16M",
-        &[],
-        vec![(
-            OsString::from("RUST_LOG"),
-            OsString::from("info,dataplane_io::hostnode=debug"),
-        )],
-    );
-    host.wait_ready();
+    let mut host = host_logging_redirects(&dir, &directory);
     let first = redirects(&host);
     let named = format!("leader=\"{}\"", listen(leader));
     assert!(
@@ -65,21 +97,16 @@ fn a_follower_names_the_leader_and_the_host_goes_there_next() {
 
     // The leader dies; a new one is elected among the followers. The host's next attempts go
     // to its addresses in turn from the dead one's; a follower it reaches names the new leader.
-    group.replicas[leader].proc.kill9();
-    let next = group.serving_except(FAILOVER_TIMEOUT, Some(leader));
     let before = redirects(&host).len();
     let after = pattern(2, 4_000);
-    wait_until("a put through the new leader", FAILOVER_TIMEOUT, || {
-        host.proc.assert_running();
-        host.cli_stdin(&["--timeout", "5", "put", "/data/after", "-"], &after)
-            .code
-            == 0
-    });
-    for (path, want) in [("/data/before", &bytes), ("/data/after", &after)] {
-        let got = host.cli(&["get", path]);
-        got.expect_code(0, "a get after the failover");
-        assert!(got.stdout == *want, "{path}: other bytes");
-    }
+    let next = kill_the_leader_and_put(
+        &mut group,
+        leader,
+        &mut host,
+        &[("/data/before", &bytes)],
+        "/data/after",
+        &after,
+    );
     eprintln!(
         "replica {} led, then replica {}; the host heard {} redirects after the kill",
         leader + 1,
@@ -96,19 +123,7 @@ fn a_host_given_one_follower_finds_the_leader_and_follows_the_next_one() {
     let follower = (0..3).find(|&i| i != leader).expect("a follower");
     let listen = |i: usize| group.replicas[i].listen.clone();
     // The host knows one address, a follower's: it learns the leader's from it.
-    let mut host = HostProc::spawn_env(
-        &dir,
-        "host",
-        &listen(follower),
-        free_address(),
-        "16M",
-        &[],
-        vec![(
-            OsString::from("RUST_LOG"),
-            OsString::from("info,dataplane_io::hostnode=debug"),
-        )],
-    );
-    host.wait_ready();
+    let mut host = host_logging_redirects(&dir, &listen(follower));
     let log = host.proc.log_text();
     assert!(
         log.lines().any(|l| l.contains("welcomed by the directory")
@@ -119,20 +134,15 @@ fn a_host_given_one_follower_finds_the_leader_and_follows_the_next_one() {
     host.cli_stdin(&["put", "/data/one", "-"], &bytes)
         .expect_code(0, "a put through the learned leader");
     // The leader dies: the host's given address names the new leader (or is it).
-    group.replicas[leader].proc.kill9();
-    let next = group.serving_except(FAILOVER_TIMEOUT, Some(leader));
     let after = pattern(4, 4_000);
-    wait_until("a put through the new leader", FAILOVER_TIMEOUT, || {
-        host.proc.assert_running();
-        host.cli_stdin(&["--timeout", "5", "put", "/data/two", "-"], &after)
-            .code
-            == 0
-    });
-    for (path, want) in [("/data/one", &bytes), ("/data/two", &after)] {
-        let got = host.cli(&["get", path]);
-        got.expect_code(0, "a get after the failover");
-        assert!(got.stdout == *want, "{path}: other bytes");
-    }
+    let next = kill_the_leader_and_put(
+        &mut group,
+        leader,
+        &mut host,
+        &[("/data/one", &bytes)],
+        "/data/two",
+        &after,
+    );
     eprintln!(
         "given replica {}; replica {} led, then replica {}",
         follower + 1,

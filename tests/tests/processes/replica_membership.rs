@@ -6,32 +6,17 @@
 //! loss of its leader. Nothing acknowledged is lost.
 
 use std::ffi::OsString;
-use std::process::Command;
 use std::time::Duration;
 
 use dataplane_core::wire::ReplyBody;
 use dataplane_tests::raw::RawClient;
-use dataplane_tests::{
-    DirectoryProc, HostProc, ReplicaGroup, TestDir, binaries, free_address, wait_until,
-};
+use dataplane_tests::{DirectoryProc, HostProc, ReplicaGroup, TestDir, free_address, wait_until};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `dataplane-node replicas --data-dir DIR ARGS...`: its exit code and output.
+/// `dataplane-node replicas --data-dir DIR ARGS...` for replica `i`.
 fn replicas(group: &ReplicaGroup, i: usize, args: &[&str]) -> (i32, String) {
-    let out = Command::new(&binaries().node)
-        .arg("replicas")
-        .arg("--data-dir")
-        .arg(&group.replicas[i].data_dir)
-        .args(args)
-        .output()
-        .expect("run dataplane-node replicas");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    group.control(i, args)
 }
 
 /// Replica `i`'s `status` line.

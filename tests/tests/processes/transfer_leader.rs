@@ -5,28 +5,15 @@
 //! replica that is not a voter; a replica that does not serve answers that it does not (exit
 //! 75).
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use dataplane_tests::{HostProc, ReplicaGroup, TestDir, binaries, pattern, wait_until};
+use dataplane_tests::{HostProc, ReplicaGroup, TestDir, pattern, wait_until};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `dataplane-node replicas --data-dir DIR ARGS...`: its exit code and output.
+/// `dataplane-node replicas --data-dir DIR ARGS...` for replica `i`.
 fn replicas(group: &ReplicaGroup, i: usize, args: &[&str]) -> (i32, String) {
-    let out = Command::new(&binaries().node)
-        .arg("replicas")
-        .arg("--data-dir")
-        .arg(&group.replicas[i].data_dir)
-        .args(args)
-        .output()
-        .expect("run dataplane-node replicas");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    group.control(i, args)
 }
 
 #[test]

@@ -21,6 +21,21 @@ fn node(args: &[&str]) -> (i32, String) {
     )
 }
 
+/// A host's command line.
+fn host<'a>(directory: &'a str, listen: &'a str, socket: &'a str, arena: &'a str) -> Vec<&'a str> {
+    vec![
+        "host",
+        "--directory",
+        directory,
+        "--listen",
+        listen,
+        "--socket",
+        socket,
+        "--arena-size",
+        arena,
+    ]
+}
+
 #[test]
 fn misconfiguration_exits_64_and_changes_nothing() {
     let dir = TestDir::new("usage-errors");
@@ -58,62 +73,22 @@ fn misconfiguration_exits_64_and_changes_nothing() {
         ),
         (
             "a host's port in use",
-            vec![
-                "host",
-                "--directory",
-                "127.0.0.1:1",
-                "--listen",
-                &taken,
-                "--socket",
-                socket,
-                "--arena-size",
-                "1M",
-            ],
+            host("127.0.0.1:1", &taken, socket, "1M"),
             "another process listens there",
         ),
         (
             "an arena of 0 bytes",
-            vec![
-                "host",
-                "--directory",
-                "127.0.0.1:1",
-                "--listen",
-                "127.0.0.1:1",
-                "--socket",
-                socket,
-                "--arena-size",
-                "0",
-            ],
+            host("127.0.0.1:1", "127.0.0.1:1", socket, "0"),
             "give a size above 0",
         ),
         (
             "an arena larger than the machine's memory",
-            vec![
-                "host",
-                "--directory",
-                "127.0.0.1:1",
-                "--listen",
-                "127.0.0.1:1",
-                "--socket",
-                socket,
-                "--arena-size",
-                "1000000G",
-            ],
+            host("127.0.0.1:1", "127.0.0.1:1", socket, "1000000G"),
             "is more than the",
         ),
         (
             "a directory address without a port",
-            vec![
-                "host",
-                "--directory",
-                "127.0.0.1",
-                "--listen",
-                "127.0.0.1:1",
-                "--socket",
-                socket,
-                "--arena-size",
-                "1M",
-            ],
+            host("127.0.0.1", "127.0.0.1:1", socket, "1M"),
             "is not HOST:PORT",
         ),
     ];
