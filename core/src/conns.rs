@@ -1223,11 +1223,20 @@ impl DirectoryLink {
     /// While down, the next attempt goes to address `candidate` (a replica named it as where
     /// the leader takes hosts), at the time the back-off set: a redirect changes where, never
     /// how soon, so that replicas naming one another cannot make a host spin. Nothing if
-    /// `candidate` is not one of the addresses, or the link is not down.
-    pub fn redirect(&mut self, candidate: usize) {
-        if candidate < self.candidates && matches!(self.state, LinkState::Down { .. }) {
+    /// `candidate` is not one of the addresses, the link is not down, or `candidate` is the
+    /// address given up for silence and still skipped at `now`: followers name a stopped
+    /// leader until they elect another, and going back to it would cost a silence bound per
+    /// redirect. Returns whether it redirected.
+    pub fn redirect(&mut self, now: Instant, candidate: usize) -> bool {
+        let skipped = self
+            .skipped
+            .is_some_and(|(silent, until)| silent == candidate && now < until);
+        let redirect =
+            candidate < self.candidates && matches!(self.state, LinkState::Down { .. }) && !skipped;
+        if redirect {
             self.candidate = candidate;
         }
+        redirect
     }
 
     /// While down, the next attempt is due at `now` (the driver learned something that makes

@@ -1780,7 +1780,7 @@ impl HostNode {
                     if learned {
                         self.learned_directory(index);
                     }
-                    self.directory.redirect(index);
+                    self.directory.redirect(self.clock.now(), index);
                 }
                 debug!(
                     %directory,

@@ -1321,6 +1321,13 @@ fn the_rotation_skips_an_address_that_went_silent_while_another_remains() {
     let addresses: Vec<usize> = seen.iter().map(|(a, _)| *a).collect();
     assert_eq!(addresses, [2, 0, 2, 0, 2, 0]);
     assert_eq!(waits(&seen), [50, 100, 50, 200, 50, 400]);
+    // A follower that still names the stopped leader does not send the host back to it
+    // while it is skipped (followers name it until they elect another).
+    let at = link.next_deadline().unwrap();
+    assert!(!link.redirect(at, 1), "redirected to the silent address");
+    assert_ne!(link.candidate(), 1);
+    assert!(link.redirect(at, 0), "another address is followed");
+    assert_eq!(link.candidate(), 0);
     // Four bounds after it went silent, the stopped address is tried again.
     let skipped_until = now.saturating_add(SILENCE_DEFAULT.saturating_mul(4));
     let mut later = Vec::new();
@@ -1369,7 +1376,7 @@ fn a_replica_that_does_not_serve_points_to_the_leader_and_the_link_goes_there_ne
     // Without a redirect the next address would be the second; the driver redirects.
     assert_eq!(link.candidate(), 1);
     let wait = link.next_deadline().unwrap().saturating_since(at);
-    link.redirect(3);
+    link.redirect(at, 3);
     assert_eq!(link.candidate(), 3);
     assert_eq!(
         link.next_deadline().unwrap().saturating_since(at),
@@ -1377,13 +1384,13 @@ fn a_replica_that_does_not_serve_points_to_the_leader_and_the_link_goes_there_ne
         "a redirect changes where, never how soon"
     );
     // An address the link does not have, or a link that is not down, is not redirected.
-    link.redirect(9);
+    link.redirect(at, 9);
     assert_eq!(link.candidate(), 3);
     let (mut dir, mut membership) = (directory(None), Membership::default());
     let next = link.next_deadline().unwrap();
     let (heard, _) = handshake(&mut dir, &mut membership, &mut link, 2, next);
     assert_welcomed(&heard, NodeId(1), 1);
-    link.redirect(0);
+    link.redirect(at, 0);
     assert_eq!(link.candidate(), 3, "welcomed: stays");
     // Replicas naming no leader, or one another, cost the normal rotation and back-off: the
     // attempts of a round still count.
@@ -1397,7 +1404,7 @@ fn a_replica_that_does_not_serve_points_to_the_leader_and_the_link_goes_there_ne
             leader: Some("r1:7801".to_owned()),
         };
         link.frame(at, conn, &bytes(&redirect), &mut out);
-        link.redirect(0);
+        link.redirect(at, 0);
         waits.push(
             link.next_deadline()
                 .unwrap()
@@ -1425,7 +1432,7 @@ fn a_leader_named_at_an_address_the_host_was_not_given_becomes_one_more() {
     assert_eq!(link.candidate(), 0, "one address: the same next");
     assert_eq!(link.add_candidate(), Some(1));
     assert_eq!(link.candidates(), 2);
-    link.redirect(1);
+    link.redirect(at, 1);
     assert_eq!(link.candidate(), 1);
     // The link holds at most DIRECTORY_CANDIDATES_MAX addresses.
     let mut full = host_link(None, 2).with_candidates(DIRECTORY_CANDIDATES_MAX, 0);

@@ -391,9 +391,9 @@ impl ReplWorld {
                 if let Some(slot) = leader
                     .as_deref()
                     .and_then(|l| (0..SLOTS).find(|&r| replica_hosts(r) == l))
+                    && self.hosts[h].link.redirect(self.now, slot)
                 {
                     self.checker.coverage.hit("replicas.redirected");
-                    self.hosts[h].link.redirect(slot);
                 }
             }
             other => self.fail(format!("conns: host {} heard {other:?}", h + 1)),
