@@ -447,8 +447,9 @@ pub struct ReplWorld {
     /// The serving replica, term and applied index `follow_membership` last looked at.
     membership_seen: (usize, u64, u64),
     acked: Vec<Acked>,
-    /// Per host connection taken by a serving replica with a membership change: the change's
-    /// entry (term, index) and the index the replica had applied when it proposed it.
+    /// Per host connection a serving replica admitted: the entry (term, index) its welcome
+    /// must wait for (the membership change's, or the next one) and the index the replica had
+    /// applied then.
     admissions: BTreeMap<ConnId, (u64, u64, u64)>,
     /// The connections between hosts and replicas, and the last one's number.
     rconns: BTreeMap<ConnId, links::RConn>,

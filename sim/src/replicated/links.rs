@@ -297,11 +297,17 @@ impl ReplWorld {
         let term = node.serving_term();
         let heard = rep.side.frame(now, conn, bytes, node, &mut io);
         let after = node.replica().last_index();
-        if after > before.0
-            && let (Some(term), DirHeard::Host { .. }) = (term, &heard)
-        {
-            // The checker's own account: the admission is the engine's last entry now.
-            self.admissions.insert(conn, (term, after, before.1));
+        if let (Some(term), DirHeard::Host { .. }) = (term, &heard) {
+            // The checker's own account: the admission is the engine's last entry now. A
+            // welcome says "this replica serves you at its term", which only an entry of the
+            // term committed after the hello confirms: with no membership change (a known
+            // host on the same boot), the next entry at least.
+            let index = if after > before.0 {
+                after
+            } else {
+                before.0 + 1
+            };
+            self.admissions.insert(conn, (term, index, before.1));
         }
         match heard {
             DirHeard::Envelope(envelope) => {
@@ -502,8 +508,9 @@ impl ReplWorld {
         }
     }
 
-    /// A welcome whose admission proposed an entry leaves only once that entry is durable on
-    /// a quorum of disks (no host hears of an identity a failover could forget).
+    /// A welcome leaves only once the entry its admission waits for is durable on a quorum of
+    /// disks (no host hears of an identity a failover could forget, nor of a term a later
+    /// one replaced).
     fn check_welcome(&mut self, r: usize, conn: ConnId) {
         let Some((term, index, applied)) = self.admissions.remove(&conn) else {
             return;
