@@ -57,7 +57,7 @@ use raft::eraftpb::{
 use raft::{Config, RawNode, SnapshotStatus, StateRole};
 
 pub use dataplane_core::log::ReplicaConf;
-pub use directory::{Admitted, IN_FLIGHT_MAX, NotServing, ReplicatedDirectory};
+pub use directory::{Admitted, IN_FLIGHT_MAX, NotServing, READS_WAITING_MAX, ReplicatedDirectory};
 pub use disk::{DiskRecord, round_records};
 pub use hosts::{HostIo, HostSide, HostSideConfig, Serving};
 pub use wire::{
