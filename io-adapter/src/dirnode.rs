@@ -296,9 +296,6 @@ fn import_legacy(legacy: &LegacyMembership) -> Vec<LogRecord> {
 /// Runs a directory node until its log fails (it never returns `Ok` otherwise).
 pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
     let io = |what: &str, e: std::io::Error| NodeError::Io(format!("{what}: {e}"));
-    // The port before the disk: a node that cannot listen changes nothing in its data
-    // directory (no directory created, no boot record).
-    let listener = bind(&options.listen, "--listen")?;
     let legacy_path = options.data_dir.join("membership");
     let created_path = options.data_dir.join(CREATED_MARK);
     // Only looked at until the log's lock is held: a data directory that has booted before
@@ -392,6 +389,9 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
              unknown and must be restarted"
         );
     }
+    // After recovery: a node that accepts connections has read its log (tests and operators
+    // take a listening port for a node that is up).
+    let listener = bind(&options.listen, "--listen")?;
     let mut net = Reactor::new().map_err(|e| io("poll", e))?;
     net.listen_tcp(listener, Limits::pending())
         .map_err(|e| io(&options.listen, e))?;

@@ -281,12 +281,6 @@ struct ReplicaNode {
 pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
     let io = |what: &str, e: std::io::Error| NodeError::Io(format!("{what}: {e}"));
     let config = options.replica_config().map_err(NodeError::Usage)?;
-    // The ports before the disk: a replica that cannot listen changes nothing in its data
-    // directory.
-    let listen = &options.directory.listen;
-    let hosts = crate::dirnode::bind(listen, "--listen")?;
-    let peer_listen = options.peer_listen();
-    let peers_socket = crate::dirnode::bind(peer_listen, "--replicas (this replica's entry)")?;
     let data_dir = &options.directory.data_dir;
     let created_path = data_dir.join(CREATED_MARK);
     let booted = match std::fs::metadata(&created_path) {
@@ -366,6 +360,11 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
     };
     let machine = ReplicatedDirectory::new(replica, directory_config, ActorSources);
     let mut net = Reactor::new().map_err(|e| io("poll", e))?;
+    // After recovery, as a single directory does.
+    let listen = &options.directory.listen;
+    let hosts = crate::dirnode::bind(listen, "--listen")?;
+    let peer_listen = options.peer_listen();
+    let peers_socket = crate::dirnode::bind(peer_listen, "--replicas (this replica's entry)")?;
     let host_listener = net
         .listen_tcp(hosts, Limits::pending())
         .map_err(|e| io(listen, e))?;

@@ -5,8 +5,9 @@
 //! log) is composed once.
 //!
 //! Only the replica that serves (the leader, once it applied its term's first entry) admits
-//! hosts: any other closes a connection as soon as it is accepted, and a host given every
-//! replica's address moves on to the next. A replica that starts serving begins with no
+//! hosts: any other answers a connection with `Link::NotLeader`, naming the leader it knows
+//! (the driver's address for it), and closes it; the host goes there next, or to its next
+//! address. A replica that starts serving begins with no
 //! connection, the committed membership and the term as its epoch (and its address's
 //! incarnation): to a host, a failover is a directory restart. One that stops serving closes
 //! every connection it accepted.
@@ -20,8 +21,7 @@
 //! own, an empty one: a welcome says "this replica serves you at its term", which only a
 //! quorum can confirm. Without it a leader that was paused or cut off, and does not know yet
 //! that a later term began, would welcome a host at an epoch older than one it was welcomed
-//! at before (the replicated swarm's epoch check, seed 51 of a first run with transfers). The machine's
-//! route watches are kept here, fed by which hosts are connected.
+//! at before. The machine's route watches are kept here, fed by which hosts are connected.
 //!
 //! The driver owns the sockets and the clock: it hands this side what happened and carries out
 //! the [`HostIo`] it appends, in order.

@@ -2,8 +2,7 @@
 //! connections open on a host's `SOCKET.ctl` (and a replica's `control.sock`) than the node
 //! keeps, `dataplane sessions` (and `dataplane-node replicas status`) still answer, because a
 //! new connection closes the one idle longest; and the node closes idle ones by itself after
-//! `CONTROL_IDLE`. Before, the ninth (fifth) connection was closed at once and the command
-//! failed with a broken pipe (exit 70).
+//! `CONTROL_IDLE`.
 
 use std::io::Read;
 use std::os::unix::net::UnixStream;

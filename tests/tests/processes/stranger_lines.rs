@@ -1,7 +1,6 @@
 //! A stranger cannot fill a node's log: connections that churn through the directory's
 //! admission queue (each one past its 256 waiting evicts the oldest) leave at most one line
-//! per 10 s, saying how many it stands for. Before, each eviction wrote an INFO line (1,624
-//! lines in a short run).
+//! per 10 s, saying how many it stands for.
 
 use std::net::TcpStream;
 use std::time::Duration;

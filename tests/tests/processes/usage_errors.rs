@@ -1,8 +1,8 @@
 //! Misconfiguration is a usage error (exit 64) that names what is wrong and changes nothing:
 //! a `--listen` without a port, a port another process holds (for a directory, a replica and
 //! a host), `--arena-size 0` or more than the machine's memory, a `--directory` entry without
-//! a port. A directory or replica that cannot listen has not created its data directory, and a
-//! host has not made its socket.
+//! a port. A host that cannot listen has not made its socket or arena; a directory or replica
+//! binds its port only after it read its log, so that a listening port means a node that is up.
 
 use std::net::TcpListener;
 use std::process::Command;
@@ -43,6 +43,12 @@ fn misconfiguration_exits_64_and_changes_nothing() {
     let taken = held.local_addr().expect("its address").to_string();
     let data = dir.join("data");
     let data = data.to_str().expect("a UTF-8 path");
+    // A directory or replica binds its port once it read its log (a listening port means a
+    // node that is up), so one whose port is taken has made its data directory: its own.
+    let data_taken = dir.join("data-taken");
+    let data_taken = data_taken.to_str().expect("a UTF-8 path");
+    let replica_taken = dir.join("replica-taken");
+    let replica_taken = replica_taken.to_str().expect("a UTF-8 path");
     let socket = dir.join("host.sock");
     let socket = socket.to_str().expect("a UTF-8 path");
     let cases: Vec<(&str, Vec<&str>, &str)> = vec![
@@ -53,7 +59,7 @@ fn misconfiguration_exits_64_and_changes_nothing() {
         ),
         (
             "a directory's port in use",
-            vec!["directory", "--listen", &taken, "--data-dir", data],
+            vec!["directory", "--listen", &taken, "--data-dir", data_taken],
             "another process listens there",
         ),
         (
@@ -63,7 +69,7 @@ fn misconfiguration_exits_64_and_changes_nothing() {
                 "--listen",
                 &taken,
                 "--data-dir",
-                data,
+                replica_taken,
                 "--replica-id",
                 "1",
                 "--replicas",
