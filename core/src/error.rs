@@ -68,13 +68,21 @@ pub enum NamespaceError {
     /// or its node incarnation ended (ARCHITECTURE "Retention of operation records"). Its
     /// outcome is no longer known, and it never takes effect now.
     OperationExpired(OperationId),
+    /// The directory's disk has no room for the record a new operation would need: the
+    /// operation was neither applied nor remembered (a copy sent later may still take
+    /// effect). Reads, replays of recorded operations and retractions are still served; new
+    /// mutations are refused until an operator frees space, after which the directory takes
+    /// them again by itself (ARCHITECTURE "A full disk stops writes, not the directory"). The
+    /// reason names the directory's data directory.
+    NoSpace(Reason),
 }
 
 impl NamespaceError {
     /// Whether the directory neither applied nor remembered the request (see
-    /// [`Limit::left_no_trace`]): the same request may be sent again.
+    /// [`Limit::left_no_trace`], and a full disk): the same request may be sent again.
     pub fn left_no_trace(&self) -> bool {
         matches!(self, NamespaceError::LimitReached(l) if l.left_no_trace())
+            || matches!(self, NamespaceError::NoSpace(_))
     }
 }
 
@@ -111,6 +119,11 @@ impl fmt::Display for NamespaceError {
             NamespaceError::OperationExpired(op) => write!(
                 f,
                 "operation {op} is older than what its issuer declared done; its outcome is forgotten"
+            ),
+            NamespaceError::NoSpace(r) => write!(
+                f,
+                "the directory's disk is full: {r}; nothing was changed, and it takes \
+                 mutations again once space is freed"
             ),
         }
     }
@@ -306,11 +319,12 @@ pub enum DataPlaneError {
     /// The namespace failed the operation in a way with no host error of its own, typed so
     /// that a caller can tell what a retry can mend: no directory answered
     /// ([`NamespaceError::DirectoryUnavailable`]) or none answered in time
-    /// ([`NamespaceError::Timeout`]) pass with time; an operation id used for another
+    /// ([`NamespaceError::Timeout`]) pass with time, and so does a full disk at the directory
+    /// ([`NamespaceError::NoSpace`]) once space is freed; an operation id used for another
     /// request ([`NamespaceError::OperationConflict`]) or forgotten
     /// ([`NamespaceError::OperationExpired`]), a stream role already held or a stale
     /// incarnation, the directory's revision space ([`NamespaceError::Storage`]) and a
-    /// breach of the protocol do not. Only those eight kinds are carried here (the others
+    /// breach of the protocol do not. Only those nine kinds are carried here (the others
     /// have host errors: `From<NamespaceError>`). SPEC §2.4's H4 mapping folded them all
     /// into `SessionFailed(text)`; ARCHITECTURE ("Errors are messages") says why they are typed.
     Namespace(NamespaceError),
@@ -394,7 +408,8 @@ impl From<NamespaceError> for DataPlaneError {
             | NamespaceError::OperationConflict(_)
             | NamespaceError::OperationExpired(_)
             | NamespaceError::DuplicateStreamRole { .. }
-            | NamespaceError::StaleIncarnation { .. }) => DataPlaneError::Namespace(other),
+            | NamespaceError::StaleIncarnation { .. }
+            | NamespaceError::NoSpace(_)) => DataPlaneError::Namespace(other),
         }
     }
 }

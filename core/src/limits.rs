@@ -5,6 +5,16 @@
 pub const FRAME_BYTES_MAX: usize = 1 << 20;
 /// Largest encoded log record body, in bytes.
 pub const LOG_RECORD_BYTES_MAX: usize = 64 * 1024;
+
+/// Bytes of preallocated room a directory's log keeps for every new operation it takes
+/// (`storage::SpaceGate`): four records of the largest size. Below it, with a disk that cannot
+/// grow the log, new operations are refused `NoSpace`; what is still let through
+/// (retractions, membership, retirements, sync marks) writes into it.
+pub const LOG_SPACE_RESERVE_BYTES: u64 = 4 * LOG_RECORD_BYTES_MAX as u64;
+
+/// How often a directory whose disk was full tries to grow its log again (and so how soon
+/// after space is freed it takes new operations).
+pub const LOG_SPACE_RETRY: crate::time::Duration = crate::time::Duration::from_millis(100);
 /// Longest data path, in bytes.
 pub const PATH_BYTES_MAX: usize = 4096;
 /// Longest path segment, in bytes.

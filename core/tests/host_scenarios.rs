@@ -2453,3 +2453,58 @@ fn a_replacing_open_displaces_the_matched_stream() {
         }
     ));
 }
+
+#[test]
+fn a_full_directory_disk_refuses_new_writes_at_once_and_a_refused_publication_waits_for_room() {
+    // The directory's disk fills while a write is sealed: its Register is refused `NoSpace`,
+    // which left no trace, so the host asks again under the same op id (it must not tell the
+    // child a failure that a late copy could still undo). A new write meanwhile hears
+    // `NoSpace` at once, before any lease. Once the disk has room, the first write is
+    // published exactly once, and new writes are taken again.
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    let view = w.open_write(a, 1, "/data/x", 10, false);
+    w.fill_and_seal(a, &view, &bytes(10, 1));
+    let why = dataplane_core::error::Reason::new("no room on /data/dir");
+    w.cluster.dir.set_no_space(Some(why.clone()));
+    w.send(a, ChildRequest::Seal { op: ChildOp(1) });
+    w.run(3);
+    assert!(w.take(a).is_empty(), "the refused publication waits");
+    assert_eq!(
+        w.live_leases(N1),
+        1,
+        "its lease stays: it may still be bound"
+    );
+    let b = w.child(N1);
+    w.attach(b);
+    w.send(
+        b,
+        ChildRequest::OpenWrite {
+            op: ChildOp(1),
+            path: "/data/y".into(),
+            length: 10,
+            digest: DigestKind::None,
+            exclusive: false,
+        },
+    );
+    w.settle();
+    let event = w.expect(b, |_| true);
+    assert_eq!(
+        event,
+        ChildEvent::Failed {
+            op: ChildOp(1),
+            error: DataPlaneError::Namespace(NamespaceError::NoSpace(why)),
+        }
+    );
+    assert_eq!(w.live_leases(N1), 1, "the refused write took no lease");
+    w.cluster.dir.set_no_space(None);
+    w.run(3);
+    expect_published_once(&mut w, a);
+    let view = w.open_write(b, 2, "/data/y", 10, false);
+    w.fill_and_seal(b, &view, &bytes(10, 2));
+    w.send(b, ChildRequest::Seal { op: ChildOp(2) });
+    w.run(1);
+    let event = w.expect(b, |_| true);
+    assert!(matches!(event, ChildEvent::Published { .. }), "{event:?}");
+}

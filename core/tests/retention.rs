@@ -338,3 +338,51 @@ fn a_full_operation_table_refuses_new_ids_without_a_trace() {
         ReplyBody::Unregistered(receipt(3))
     );
 }
+
+#[test]
+fn a_full_disk_refuses_new_operations_without_a_trace_and_serves_the_rest() {
+    use dataplane_core::error::Reason;
+    let mut d = Dir::new();
+    d.register("/a", S1, iop(1));
+    let why = Reason::new("no room in /data/dir");
+    d.dir.set_no_space(Some(why.clone()));
+    let before = d.dir.durable().clone();
+    let full = NamespaceError::NoSpace(why);
+    // New operations: refused before anything changes, and nothing is remembered.
+    assert_eq!(
+        d.register("/b", S2, iop(2)),
+        ReplyBody::Registered(Err(full.clone()))
+    );
+    assert_eq!(
+        d.unregister("/a", iop(3)),
+        ReplyBody::Unregistered(Err(full.clone()))
+    );
+    let (id, effects) = d.open("/s", Source, E_SRC, iop(4));
+    assert!(persisted(&effects).is_empty());
+    assert_eq!(
+        reply_to(&effects, CLIENT, id),
+        Some(ReplyBody::StreamOpened(Err(full.clone())))
+    );
+    assert!(d.dir.rendezvous_all().next().is_none(), "no open is parked");
+    assert_eq!(*d.dir.durable(), before, "nothing is remembered");
+    assert!(full.left_no_trace());
+    // Reads, replays of recorded operations, and retractions are still served.
+    assert!(matches!(d.lookup("/a"), ReplyBody::LookedUp(Ok(_))));
+    assert_eq!(
+        d.register("/a", S1, iop(1)),
+        ReplyBody::Registered(receipt(1))
+    );
+    assert_eq!(
+        d.call(DirectoryRequest::CancelStream {
+            path: path("/s"),
+            operation: ISSUER.op(5),
+        }),
+        ReplyBody::StreamCancelled(Ok(()))
+    );
+    // Once there is room, the refused ids may still take effect.
+    d.dir.set_no_space(None);
+    assert_eq!(
+        d.register("/b", S2, iop(2)),
+        ReplyBody::Registered(receipt(2))
+    );
+}

@@ -64,9 +64,11 @@ use crate::net::{
     perform_conn_action,
 };
 use dataplane_core::barrier::Barrier;
+use dataplane_core::error::{NamespaceError, Reason};
+use dataplane_core::limits::{LOG_SPACE_RESERVE_BYTES, LOG_SPACE_RETRY};
 use dataplane_core::membership::{Admitted, Forgotten, MemberRecord, Membership};
 use dataplane_core::routes::Routes;
-use dataplane_core::storage::Compacted;
+use dataplane_core::storage::{Compacted, Space, SpaceGate};
 
 /// Transient node ids (clients that are not hosts) start here.
 pub const TRANSIENT_NODE_BASE: u64 = 1 << 40;
@@ -255,6 +257,10 @@ struct DirectoryNode {
     metrics: Option<DirectoryMetrics>,
     gauges: GaugeClock,
     awaiting_sync: Vec<WallInstant>,
+    /// Whether the log has room for new operations (a full disk closes it).
+    space: SpaceGate,
+    /// What a `NoSpace` refusal says: the data directory and what to do.
+    no_space_reason: Reason,
 }
 
 /// A file in the data directory whose presence says its log was created (so a data directory
@@ -448,6 +454,11 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         metrics,
         gauges: GaugeClock::default(),
         awaiting_sync: Vec::new(),
+        space: SpaceGate::new(LOG_SPACE_RESERVE_BYTES, LOG_SPACE_RETRY),
+        no_space_reason: Reason::new(format!(
+            "no room on the file system of its data directory {} for its log; free space there",
+            options.data_dir.display()
+        )),
     };
     node.conns
         .set_forget_away_after(options.forget_hosts_away_for);
@@ -512,6 +523,8 @@ impl DirectoryNode {
                 self.routes.disconnected(node);
             }
             self.conn_actions()?;
+            // Also without traffic, so the alarm clears once space is freed.
+            self.check_space()?;
             if self.timer.is_some_and(|at| at <= now) {
                 self.timer = None;
                 let _ = self
@@ -636,6 +649,39 @@ impl DirectoryNode {
         Ok(())
     }
 
+    /// Asks the space gate whether the log has its reserve for new operations, and tells the
+    /// machine, the log and the alarm gauge when that changes. Before every request, so that
+    /// a new operation is refused before it changes anything.
+    fn check_space(&mut self) -> Result<(), NodeError> {
+        let now = self.clock.now();
+        let space = self.log.check_space(&mut self.space, now)?;
+        match space {
+            Space::Room | Space::StillFull => return Ok(()),
+            Space::Full => {
+                warn!(
+                    data_dir = %self.log.dir().display(),
+                    reserve_bytes = self.space.reserve(),
+                    "disk full: the log cannot keep room for new operations; they are refused \
+                     (NoSpace) until space is freed on the data directory's file system; \
+                     reads and retractions are still served"
+                );
+                self.machine
+                    .set_no_space(Some(self.no_space_reason.clone()));
+            }
+            Space::Returned => {
+                info!(
+                    data_dir = %self.log.dir().display(),
+                    "disk has room again: new operations are taken"
+                );
+                self.machine.set_no_space(None);
+            }
+        }
+        if let Some(metrics) = &self.metrics {
+            metrics.disk_full.set(i64::from(!space.has_room()));
+        }
+        Ok(())
+    }
+
     fn step_effects(&mut self) -> Result<(), NodeError> {
         let effects = self.outbox.take();
         self.execute(effects)
@@ -682,6 +728,12 @@ impl DirectoryNode {
     }
 
     fn send(&mut self, to: Address, message: Message) {
+        if let Message::Reply(reply) = &message
+            && let Some(NamespaceError::NoSpace(_)) = reply.body.err()
+            && let Some(metrics) = &self.metrics
+        {
+            metrics.no_space_refusals.inc();
+        }
         let Some(conn) = self.conns.conn_of(to.node) else {
             return; // Unreachable now: obligations are re-sent, replies are re-asked.
         };
@@ -817,6 +869,7 @@ impl DirectoryNode {
                 self.routes.connected(node, 1);
             }
             DirHeard::Envelope(envelope) => {
+                self.check_space()?;
                 let now = self.clock.now();
                 let handed = WallInstant::now();
                 let written = self.log.written();

@@ -19,7 +19,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use dataplane_core::log::{LogRecord, RecordRef};
-use dataplane_core::storage::{self, Compacted, FileSystem, FsErrorKind, LogStore, StorageError};
+use dataplane_core::storage::{
+    self, Compacted, FileSystem, FsErrorKind, LogStore, Space, SpaceGate, StorageError,
+};
 
 pub use dataplane_core::storage::{
     DataDirId, FORMAT_VERSION, HeaderError, IDENTITY_BYTES, LOG_HEADER_BYTES, LogHeader,
@@ -74,6 +76,17 @@ impl DurableLog {
     /// Makes everything written durable and returns the synced position ([`LogStore::sync`]).
     pub fn sync(&mut self) -> Result<u64, LogError> {
         self.store.sync(&mut self.fs)
+    }
+
+    /// Asks `gate` at `now` whether the log has its reserve of room for new operations,
+    /// growing the file if it must (see [`SpaceGate`]). A failure other than a full disk
+    /// poisons the log.
+    pub fn check_space(
+        &mut self,
+        gate: &mut SpaceGate,
+        now: dataplane_core::time::Instant,
+    ) -> Result<Space, LogError> {
+        gate.check(now, &mut self.store, &mut self.fs)
     }
 
     /// Replaces the whole log by `snapshot` as a new generation ([`LogStore::compact`]), or

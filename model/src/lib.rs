@@ -85,7 +85,7 @@ mod streams;
 use std::collections::{BTreeMap, BTreeSet};
 
 use dataplane_core::directory::DirectoryLimits;
-use dataplane_core::error::NamespaceError;
+use dataplane_core::error::{NamespaceError, Reason};
 use dataplane_core::ids::{
     Address, AuthorityEpoch, Issuer, NodeId, OperationId, RequestId, Revision, StreamIncarnation,
 };
@@ -268,6 +268,9 @@ pub struct Model {
     unroutable: BTreeSet<Address>,
     streams: BTreeMap<DataPath, Rendezvous>,
     fences: BTreeMap<DataPath, Fence>,
+    /// Set while the directory's disk has no room (the harness says so, from the file
+    /// system's ground truth): why, as the refusal carries it.
+    no_space: Option<Reason>,
     out: Out,
 }
 
@@ -309,8 +312,17 @@ impl Model {
             unroutable: BTreeSet::new(),
             streams: BTreeMap::new(),
             fences: BTreeMap::new(),
+            no_space: None,
             out: Out::default(),
         }
+    }
+
+    /// Whether the directory's disk has room for new operations (`None`) or not, and why: an
+    /// unknown operation id that is not a retraction is then refused `NoSpace`, after the
+    /// expiry and table checks and before anything else, without a trace (ARCHITECTURE "A
+    /// full disk stops writes, not the directory"). Volatile: a recovery starts with room.
+    pub fn set_no_space(&mut self, why: Option<Reason>) {
+        self.no_space = why;
     }
 
     // ------------------------------------------------------------------ the journal
@@ -724,6 +736,7 @@ impl Model {
     /// replicated directory"), which may skip epochs. Otherwise as [`Model::recover`].
     pub fn recover_in_epoch(&mut self, step: u64, epoch: AuthorityEpoch) {
         self.step = step;
+        self.no_space = None;
         let epoch = epoch.0;
         self.set_counter(Counter::Epoch, epoch);
         self.unroutable.clear();

@@ -168,7 +168,7 @@ impl Model {
         if self.operations.len() < self.limits.issuer_operations * k
             && most_rows < self.limits.issuers * k
         {
-            return Ok(());
+            return self.space(retraction);
         }
         let rows = self.issuer_rows();
         let issuer = issuer_of(op);
@@ -177,6 +177,14 @@ impl Model {
                 full(Limit::IssuerOperations)
             }
             None if rows.len() >= self.limits.issuers * k => full(Limit::Issuers),
+            _ => self.space(retraction),
+        }
+    }
+
+    /// A full disk refuses every new operation but a retraction.
+    fn space(&self, retraction: bool) -> Result<(), NamespaceError> {
+        match &self.no_space {
+            Some(why) if !retraction => Err(NamespaceError::NoSpace(why.clone())),
             _ => Ok(()),
         }
     }

@@ -236,7 +236,13 @@ fn is_definitive(body: &ReplyBody) -> bool {
     use dataplane_core::error::NamespaceError as E;
     !matches!(
         body.err(),
-        Some(E::Storage(_) | E::LimitReached(_) | E::DirectoryUnavailable(_) | E::Timeout)
+        Some(
+            E::Storage(_)
+                | E::LimitReached(_)
+                | E::NoSpace(_)
+                | E::DirectoryUnavailable(_)
+                | E::Timeout
+        )
     )
 }
 
@@ -682,6 +688,40 @@ impl Client {
                 Plan::Once { .. } => self.idle(io),
             }
             return;
+        }
+        if body.err().is_some_and(NamespaceError::left_no_trace) {
+            // The directory neither applied nor remembered it (a full operation table or a
+            // full disk): a copy may still take effect. A persistent request is asked again
+            // after a pause, under its op id; an open is retracted (nobody else will).
+            match plan {
+                Plan::Once {
+                    persistent: true, ..
+                }
+                | Plan::Reserve { .. }
+                | Plan::Retract => {
+                    let pause = Duration::from_millis(50).saturating_add(io.jitter(BUSY_PAUSE));
+                    io.actions
+                        .push(Action::WakeAt(io.now.saturating_add(pause)));
+                    return;
+                }
+                Plan::Open { endpoint, .. } => {
+                    io.actions.push(Action::StopEndpoint(endpoint));
+                    if let DirectoryRequest::OpenStream {
+                        path, operation, ..
+                    } = &request
+                    {
+                        let cancel = DirectoryRequest::CancelStream {
+                            path: path.clone(),
+                            operation: *operation,
+                        };
+                        self.send(io, Plan::Retract, cancel);
+                        return;
+                    }
+                    self.idle(io);
+                    return;
+                }
+                Plan::Once { .. } => {}
+            }
         }
         match (&plan, body) {
             (

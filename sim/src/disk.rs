@@ -198,6 +198,11 @@ pub struct SimFs {
     failed: Option<String>,
     /// A compaction's temporary snapshot that ran out of room: the next change must remove it.
     no_room_in: Option<String>,
+    /// A preallocation that found no room (of this inode; `None`: an injected failure before
+    /// one): zeros the log only wanted ahead, so the log may go on within what the file
+    /// has (the space gate's reserve), but no write may grow that file until a preallocation
+    /// succeeds. Why, for the violation.
+    grow_failed: Option<(Option<u64>, String)>,
     violation: Option<String>,
     /// What it did.
     pub stats: DiskStats,
@@ -230,6 +235,7 @@ impl SimFs {
             no_room_before_step: None,
             failed: None,
             no_room_in: None,
+            grow_failed: None,
             violation: None,
             stats: DiskStats::default(),
         }
@@ -390,6 +396,7 @@ impl SimFs {
         self.names = names.clone();
         self.durable_names = names;
         self.failed = None;
+        self.grow_failed = None;
         self.no_room_in = None;
         self.crash_before_step = None;
         self.no_room_before_step = None;
@@ -578,6 +585,16 @@ impl FileSystem for SimFs {
         let pos = file.pos;
         let len = self.inode(*file)?.data.len();
         let growth = (pos + bytes.len()).saturating_sub(len);
+        if growth > 0
+            && let Some((inode, why)) = &self.grow_failed
+            && inode.is_none_or(|i| i == file.inode)
+            && self.violation.is_none()
+        {
+            self.violation = Some(format!(
+                "storage: a write past the end of a file after its preallocation failed \
+                 ({why}): the log must grow it (or stop) before it writes there"
+            ));
+        }
         let fits = bytes.len().saturating_sub(growth.saturating_sub(room));
         let inode = self.inode(*file)?;
         if fits > 0 {
@@ -632,8 +649,11 @@ impl FileSystem for SimFs {
         inode.data.resize(new_len, 0);
         if fits < growth {
             self.stats.full += 1;
-            return Err(self.fail(error(FsErrorKind::NoSpace, "fallocate: ENOSPC (disk full)")));
+            let what = "fallocate: ENOSPC (disk full)";
+            self.grow_failed = Some((Some(file.inode), what.to_owned()));
+            return Err(error(FsErrorKind::NoSpace, what));
         }
+        self.grow_failed = None;
         Ok(())
     }
 
@@ -705,6 +725,10 @@ impl FileSystem for SimFs {
                     let e = error(FsErrorKind::NoSpace, format!("ENOSPC (disk full) at {op}"));
                     if op.ends_with("snapshot temp") {
                         self.no_room_in = Some("snapshot-<n>.tmp".to_owned());
+                        return Err(e);
+                    }
+                    if op.starts_with("preallocate") {
+                        self.grow_failed = Some((None, e.what.clone()));
                         return Err(e);
                     }
                     return Err(self.fail(e));

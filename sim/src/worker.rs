@@ -130,6 +130,7 @@ fn failure_name(error: &DataPlaneError) -> &'static str {
             NamespaceError::StaleIncarnation { .. } => "host.fail.Namespace.StaleIncarnation",
             NamespaceError::Storage(_) => "host.fail.Namespace.Storage",
             NamespaceError::Protocol(_) => "host.fail.Namespace.Protocol",
+            NamespaceError::NoSpace(_) => "host.fail.Namespace.NoSpace",
             _ => "host.fail.Namespace.other",
         },
         DataPlaneError::LimitReached(_) => "host.fail.LimitReached",
@@ -151,6 +152,9 @@ pub struct Explanations {
     pub lost_blobs: bool,
     /// Files of file blobs change on their host's disk.
     pub changed_files: bool,
+    /// The directory's disk fills, and its log is preallocated (so it refuses new operations
+    /// `NoSpace` rather than stop).
+    pub full_disk: bool,
 }
 
 impl Explanations {
@@ -180,6 +184,7 @@ impl Explanations {
                 || options.limits != crate::options::LimitOptions::default(),
             lost_blobs: options.host_crashes.is_some(),
             changed_files: options.file_changes.is_some(),
+            full_disk: options.disk.full_disk.is_some() && options.disk.preallocate_bytes > 0,
         }
     }
 }
@@ -227,6 +232,9 @@ fn unexplained(op: &Op, error: &DataPlaneError, explains: &Explanations) -> Opti
         }
         DataPlaneError::Namespace(NamespaceError::OperationExpired(_)) => {
             Some("an honest host's operation was refused as forgotten")
+        }
+        DataPlaneError::Namespace(NamespaceError::NoSpace(_)) if !explains.full_disk => {
+            Some("the directory said its disk was full although it never fills in this run")
         }
         DataPlaneError::Namespace(NamespaceError::Storage(_) | NamespaceError::Protocol(_)) => {
             Some("the namespace failed with storage or protocol")

@@ -19,18 +19,20 @@ use dataplane_core::barrier::Barrier;
 use dataplane_core::conns::{ConnId, DirectoryConns, PeerLinks};
 use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
+use dataplane_core::error::Reason;
 use dataplane_core::host::{Host, HostConfig, SessionConfig};
 use dataplane_core::ids::{Address, NodeId};
+use dataplane_core::limits::LOG_SPACE_RETRY;
 use dataplane_core::link::ClusterKey;
 use dataplane_core::log::{LogRecord, RecordRef};
 use dataplane_core::membership::{Admitted, Membership};
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
 use dataplane_core::routes::Routes;
 use dataplane_core::storage::{
-    self, Compacted, FsErrorKind, LogStore, StorageError, StorageOptions,
+    self, Compacted, FsErrorKind, LogStore, Space, SpaceGate, StorageError, StorageOptions,
 };
 use dataplane_core::time::{Duration, Instant};
-use dataplane_core::wire::{Envelope, Message};
+use dataplane_core::wire::{DirectoryRequest, Envelope, Message};
 
 use crate::check::{Checker, DirInput, ProxyInput};
 use crate::client::Io;
@@ -61,6 +63,12 @@ const COMPACTION_STEPS: u64 = 11;
 const RESTART_BACKOFF: Duration = Duration::from_millis(250);
 /// Latency of a frame between two actors of one node (reliable and in order).
 const LOCAL_LATENCY: Duration = Duration::from_micros(20);
+/// The room the directory's log keeps for each new operation (`SpaceGate`): far above what
+/// one operation's records take here, far below the real node's reserve, so that a full disk
+/// closes the gate while the log still has room.
+const SPACE_RESERVE: u64 = 16 * 1024;
+/// What a `NoSpace` refusal says (the model predicts the same words).
+pub const NO_SPACE_REASON: &str = "no room on the simulated disk for the log";
 
 /// An input of a host machine (built once per step and consumed at once, like `DirInput`).
 #[allow(clippy::large_enum_variant)]
@@ -392,6 +400,14 @@ struct DirectoryNode {
     rot: Option<Rot>,
     /// The full-disk episode in progress.
     full_episode: u64,
+    /// When (global time) the last full-disk episode ended.
+    freed_at: Option<Instant>,
+    /// Whether the log has its reserve for new operations (core's, as `dataplane-node` keeps
+    /// it; a new one at every start).
+    space: SpaceGate,
+    /// The step being handled takes a new operation (a call with an op id, not a
+    /// retraction): the space gate must have let it in with its reserve.
+    taking_op: bool,
     /// Whether the log was ever opened (then a data directory without one is loss).
     booted: bool,
     sync: Option<u64>,
@@ -655,6 +671,9 @@ impl World {
                 log: None,
                 rot: None,
                 full_episode: 0,
+                freed_at: None,
+                space: SpaceGate::new(SPACE_RESERVE, LOG_SPACE_RETRY),
+                taking_op: false,
                 booted: false,
                 sync: None,
                 sync_generation: 0,
@@ -919,6 +938,7 @@ impl World {
             EventKind::DiskFreed { episode } => {
                 if self.directory.full_episode == episode {
                     self.directory.fs.capacity = None;
+                    self.directory.freed_at = Some(self.now);
                 }
             }
             EventKind::HostCrash => {
@@ -1782,10 +1802,20 @@ impl World {
     // ---------------------------------------------------------------- directory
 
     fn directory_input(&mut self, input: DirInput) {
+        if self.directory.machine.is_none() || !self.check_space() {
+            return;
+        }
         let now = self.dir_now();
         let Some(machine) = self.directory.machine.as_mut() else {
             return;
         };
+        self.directory.taking_op = matches!(&input, DirInput::Message(Message::Call(call))
+        if call.request.operation().is_some()
+            && !matches!(
+                call.request,
+                DirectoryRequest::CancelStream { .. }
+                    | DirectoryRequest::ReleaseBlobReservation { .. }
+            ));
         let result = match &input {
             DirInput::Message(m) => machine.handle_message(now, m.clone(), &mut self.outbox),
             DirInput::Timer => machine.handle_timer(now, Timer::DirectoryRetry, &mut self.outbox),
@@ -1835,6 +1865,66 @@ impl World {
             });
         }
         self.execute_directory_effects(effects);
+        self.directory.taking_op = false;
+    }
+
+    /// Before each input, as `dataplane-node` does: whether the log has its reserve for new
+    /// operations; the machine and the model hear when that changes. Checked against the
+    /// disk's ground truth: the gate is closed only while a full-disk episode lasts, or for
+    /// two retry periods after it ended (it tries again at most every period). False when
+    /// the check failed the log (the node stopped).
+    fn check_space(&mut self) -> bool {
+        let now = self.dir_now();
+        let d = &mut self.directory;
+        let Some(log) = d.log.as_mut() else {
+            return true;
+        };
+        let space = match d.space.check(now, log, &mut d.fs) {
+            Ok(space) => space,
+            Err(error) => {
+                self.storage_failed(error);
+                return false;
+            }
+        };
+        let change = match space {
+            Space::Full => Some(Some(Reason::new(NO_SPACE_REASON))),
+            Space::Returned => Some(None),
+            Space::Room | Space::StillFull => None,
+        };
+        if let Some(why) = change {
+            self.checker.coverage.hit(if why.is_some() {
+                "disk.no_space"
+            } else {
+                "disk.space_returned"
+            });
+            self.trace.note(self.now, "disk", || {
+                format!(
+                    "space gate {}",
+                    if why.is_some() { "closed" } else { "opened" }
+                )
+            });
+            if let Some(machine) = self.directory.machine.as_mut() {
+                machine.set_no_space(why.clone());
+            }
+            self.checker.directory_space(why);
+        }
+        let d = &self.directory;
+        if d.space.is_closed() && d.fs.capacity.is_none() {
+            let slack = LOG_SPACE_RETRY.saturating_add(LOG_SPACE_RETRY);
+            if d.freed_at
+                .is_none_or(|at| self.now > at.saturating_add(slack))
+            {
+                self.checker.fail(
+                    self.now,
+                    format!(
+                        "disk: the directory refuses new operations NoSpace while its disk has \
+                         had room since {:?} (longer than twice the retry period {})",
+                        d.freed_at, LOG_SPACE_RETRY
+                    ),
+                );
+            }
+        }
+        true
     }
 
     fn execute_directory_effects(&mut self, mut effects: Vec<Effect>) {
@@ -2060,6 +2150,19 @@ impl World {
         if source.kind == FsErrorKind::NoSpace {
             self.stats.disk_full_stops += 1;
             self.checker.coverage.hit("fault.disk_full");
+            // The space gate's promise: a new operation is taken only with its reserve of
+            // room in the log, so its own records never meet a full disk (what stops the node
+            // is what came after the gate closed, once the reserve ran out).
+            let append = matches!(*op, "write log" | "preallocate log" | "write sync mark");
+            if append && self.directory.taking_op && self.options.disk.preallocate_bytes > 0 {
+                self.checker.fail(
+                    self.now,
+                    format!(
+                        "disk: a full disk stopped the directory at the records of a new \
+                         operation it took ({op}): the space gate let it in without its reserve"
+                    ),
+                );
+            }
         } else if source.what.starts_with("the process died") {
             self.stats.compaction_crashes += 1;
             self.checker.coverage.hit("fault.compaction_crash");
@@ -2473,6 +2576,7 @@ impl World {
         d.release_after.clear();
         d.last_record_end = 0;
         d.log = Some(log);
+        d.space = SpaceGate::new(SPACE_RESERVE, LOG_SPACE_RETRY);
         if !self.boot_membership(&recovered.records) {
             return;
         }

@@ -135,6 +135,9 @@ pub struct Directory {
     streams: BTreeMap<DataPath, Rendezvous>,
     fences: BTreeMap<DataPath, Fence>,
     engine: Engine,
+    /// Set while the directory's disk has no room for new records ([`Directory::set_no_space`]):
+    /// why, in words for the caller.
+    no_space: Option<Reason>,
 }
 
 impl Directory {
@@ -345,10 +348,11 @@ impl Directory {
     }
 
     /// Whether an operation id without a record may get one: never once it is expired (its
-    /// record was pruned, or its node incarnation ended: `OperationExpired`), and only while
+    /// record was pruned, or its node incarnation ended: `OperationExpired`), only while
     /// the operation and issuer tables have room (`LimitReached`, which leaves no trace: the
     /// refusal itself could not be remembered, so the caller must treat it as an unknown
-    /// outcome). Retractions get twice the room: refusing a cancel strands what it undoes.
+    /// outcome), and, but for a retraction, only while the disk has room (`NoSpace`, without
+    /// a trace too). Retractions get twice the room: refusing a cancel strands what it undoes.
     fn admit(&self, operation: OperationId, retraction: bool) -> Result<(), NamespaceError> {
         if self.durable.is_expired(operation) {
             return Err(NamespaceError::OperationExpired(operation));
@@ -367,9 +371,17 @@ impl Directory {
         }
         match self.durable.issuer(operation.issuer()) {
             Some(row) if row.records >= room(limits.issuer_operations) => {
-                full(Limit::IssuerOperations)
+                return full(Limit::IssuerOperations);
             }
-            None if self.durable.issuer_count() >= room(limits.issuers) => full(Limit::Issuers),
+            None if self.durable.issuer_count() >= room(limits.issuers) => {
+                return full(Limit::Issuers);
+            }
+            _ => {}
+        }
+        match &self.no_space {
+            // A retraction only shrinks what is held; it writes into the room the driver keeps
+            // below its reserve.
+            Some(reason) if !retraction => Err(NamespaceError::NoSpace(reason.clone())),
             _ => Ok(()),
         }
     }
@@ -471,6 +483,22 @@ impl Directory {
         {
             panic!("directory invariant broken after a step: {broken}");
         }
+    }
+
+    /// Tells the directory whether its disk has room for new records (`None`) or not (why,
+    /// in words the caller reads: the data directory and what to do). While it has none, an
+    /// operation id without a record is refused `NoSpace` before anything changes, unless it
+    /// is a retraction (a cancel or a release); reads, replays of recorded operations and
+    /// everything that is not a new operation go on. The driver decides when the disk is
+    /// full, before each input (`crate::storage::SpaceGate`), and keeps room below its
+    /// reserve for what it still lets through.
+    pub fn set_no_space(&mut self, why: Option<Reason>) {
+        self.no_space = why;
+    }
+
+    /// Why new operations are refused for lack of disk space, if they are.
+    pub fn no_space(&self) -> Option<&Reason> {
+        self.no_space.as_ref()
     }
 
     /// The authority epoch stamped on replies and incarnations.

@@ -194,6 +194,7 @@ impl Directory {
             streams: Default::default(),
             fences: Default::default(),
             engine: Engine::default(),
+            no_space: None,
         };
         directory.commit(LogRecord::EpochAdvanced { epoch }, out);
         directory.recover_sources(hook);

@@ -411,7 +411,18 @@ pub struct Host {
     tick_at: Option<Instant>,
     /// When the last input other than the tick arrived.
     last_input: Instant,
+    /// The directory's last `NoSpace` refusal, and when it came: for [`NO_SPACE_HOLD`] after
+    /// it, new mutations are refused at once (see [`Host::directory_has_no_space`]).
+    no_space: Option<(Reason, Instant)>,
 }
+
+/// How long after a directory's `NoSpace` refusal the host refuses new mutations itself,
+/// without asking (unless a mutation succeeds first). A refused call of its own stays
+/// re-driven under its op id (the refusal left no trace, so a copy of it may still take
+/// effect, and the outcome a child hears must be the one that happens), but a new put,
+/// rename, remove, file publication or stream open hears `NoSpace` at once instead of
+/// waiting for room. After the hold the next one asks the directory again.
+pub const NO_SPACE_HOLD: Duration = Duration::from_secs(1);
 
 /// Maps a namespace error to what a child sees (SPEC §2.4, H4 column).
 pub(crate) fn child_error(error: NamespaceError) -> DataPlaneError {
@@ -481,6 +492,7 @@ impl Host {
             now,
             tick_at: None,
             last_input: now,
+            no_space: None,
         };
         let mut host = host;
         host.arm_tick(now, out);

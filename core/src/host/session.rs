@@ -12,13 +12,33 @@ use super::{Host, Kind, Phase, SessionState};
 use crate::arena::ArenaMemory;
 use crate::blob::BlobState;
 use crate::effect::Outbox;
-use crate::error::{AttachmentFailure, DataPlaneError, Limit};
+use crate::error::{AttachmentFailure, DataPlaneError, Limit, NamespaceError, Reason};
 use crate::ids::Address;
 use crate::path::Access;
 use crate::time::Instant;
 use crate::wire::{ChildEvent, ChildOp, ChildRequest, DirectoryRequest};
 
+/// The op of a request that starts a new operation at the directory (a write, a move, a
+/// remove, a file publication, a stream open), which a full disk refuses.
+fn new_mutation(request: &ChildRequest) -> Option<ChildOp> {
+    match request {
+        ChildRequest::OpenWrite { op, .. }
+        | ChildRequest::Move { op, .. }
+        | ChildRequest::Remove { op, .. }
+        | ChildRequest::PublishFile { op, .. }
+        | ChildRequest::OpenStream { op, .. } => Some(*op),
+        _ => None,
+    }
+}
+
 impl Host {
+    /// Why new mutations are refused at once, if they are: the directory refused one
+    /// `NoSpace` less than [`super::NO_SPACE_HOLD`] ago and none went through since.
+    pub fn directory_has_no_space(&self, now: Instant) -> Option<Reason> {
+        let (why, at) = self.no_space.as_ref()?;
+        (now < at.saturating_add(super::NO_SPACE_HOLD)).then(|| why.clone())
+    }
+
     pub(super) fn session_request(
         &mut self,
         now: Instant,
@@ -61,6 +81,13 @@ impl Host {
                 let error = DataPlaneError::SessionNotRunning;
                 self.send_child(from, ChildEvent::Failed { op, error }, out);
             }
+            return;
+        }
+        if let Some(op) = new_mutation(&request)
+            && let Some(why) = self.directory_has_no_space(now)
+        {
+            let error = DataPlaneError::Namespace(NamespaceError::NoSpace(why));
+            self.send_child(from, ChildEvent::Failed { op, error }, out);
             return;
         }
         match request {

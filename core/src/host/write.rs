@@ -21,7 +21,9 @@ use crate::blob::{self, BlobState, DigestKind};
 use crate::effect::Outbox;
 use crate::error::{DataPlaneError, NamespaceError};
 use crate::time::Instant;
-use crate::wire::{ChildEvent, DirectoryReply, DirectoryRequest, ReplyBody, SourceRecovery};
+use crate::wire::{
+    ChildEvent, DirectoryReply, DirectoryRequest, ReplyBody, RequestKind, SourceRecovery,
+};
 
 impl Host {
     /// A write's lease is installed (Writable, zeroed): hand it to the child.
@@ -249,6 +251,26 @@ impl Host {
         if !current {
             return;
         }
+        match reply.body.err() {
+            Some(NamespaceError::NoSpace(why)) => self.no_space = Some((why.clone(), now)),
+            // A new operation went through (retractions and closes go through a full disk
+            // too): the directory has room again.
+            None if matches!(
+                reply.body.kind(),
+                RequestKind::Register
+                    | RequestKind::ReserveBlob
+                    | RequestKind::Unregister
+                    | RequestKind::Rename
+                    | RequestKind::OpenStream
+            ) =>
+            {
+                self.no_space = None;
+            }
+            _ => {}
+        }
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
         if let Kind::Stream { .. } = b.kind {
             let closing = b.phase == Phase::StreamClosing;
             if closing && is_unknown_outcome(reply.body.err()) {

@@ -254,6 +254,7 @@
 
 mod format;
 mod recovery;
+mod space;
 #[cfg(test)]
 mod tests;
 
@@ -268,6 +269,7 @@ pub use format::{
     crc32c, encode_into, identity_image, log_file_records, mark, parse_identity, scan,
     snapshot_image, snapshot_image_of, verify_snapshot,
 };
+pub use space::{Space, SpaceGate};
 
 /// The name of the identity file.
 pub const IDENTITY: &str = "identity";
@@ -913,6 +915,49 @@ impl<F: FileSystem> LogStore<F> {
         self.poison_on_error(result)?;
         self.allocated = len;
         Ok(())
+    }
+
+    /// Makes sure the file is preallocated for `bytes` more records' bytes and a sync mark
+    /// after them, growing it to the next multiple of the preallocation step if it is not:
+    /// `Ok(true)` when the room is there. A file system without room for the growth answers
+    /// `Ok(false)` and changes nothing the log relies on (the zeros a partial growth may
+    /// have written past [`allocated`](Self::allocated) are the end of the log to recovery,
+    /// and a later growth writes over them); the log stays healthy. Any other failure poisons
+    /// it. Without preallocation nothing can be made sure of, and the answer is `Ok(true)`:
+    /// an append that finds no room stops the log as before.
+    pub fn make_room(&mut self, fs: &mut F, bytes: u64) -> Result<bool, Error<F>> {
+        self.check_healthy()?;
+        if self.preallocate == 0 {
+            return Ok(true);
+        }
+        let need = self.written + bytes + MARK_BYTES as u64;
+        if need <= self.allocated {
+            return Ok(true);
+        }
+        let len = need.next_multiple_of(self.preallocate);
+        let file = &mut self.file;
+        match step(fs, "preallocate log", &self.log_name, |fs| {
+            fs.preallocate(file, len)
+        }) {
+            Ok(()) => {
+                self.allocated = len;
+                Ok(true)
+            }
+            Err(StorageError::Io { ref source, .. }) if F::kind(source) == FsErrorKind::NoSpace => {
+                Ok(false)
+            }
+            Err(e) => self.poison_on_error(Err(e)),
+        }
+    }
+
+    /// Bytes preallocated after what is written (room for records that needs no growth).
+    pub fn room(&self) -> u64 {
+        self.allocated.saturating_sub(self.written)
+    }
+
+    /// Whether the log grows ahead of its records ([`StorageOptions::preallocate`] not 0).
+    pub fn preallocates(&self) -> bool {
+        self.preallocate != 0
     }
 
     /// Writes the sync mark of the current position, which must be synced.

@@ -577,3 +577,75 @@ fn no_room_after_the_snapshot_is_in_place_still_poisons_the_log() {
     );
     assert!(log.is_poisoned());
 }
+
+#[test]
+fn the_space_gate_closes_before_the_reserve_is_gone_and_opens_when_room_returns() {
+    use crate::time::{Duration, Instant};
+    let (mut fs, mut log, records, _) = preallocated(3);
+    let reserve = 2 * STEP;
+    let retry = Duration::from_millis(100);
+    let mut gate = SpaceGate::new(reserve, retry);
+    let at = |ms: u64| Instant::ZERO.saturating_add(Duration::from_millis(ms));
+    // Room: the gate grows the log to keep the reserve ahead of what is written.
+    assert_eq!(gate.check(at(0), &mut log, &mut fs).unwrap(), Space::Room);
+    assert!(log.room() >= reserve);
+    // The disk fills: appends go on in the room the log has, and the gate closes once the
+    // room falls below the reserve, before any append has met the full disk.
+    fs.room = Some(0);
+    let mut closed_at = None;
+    for i in 0..1_000u64 {
+        let space = gate.check(at(1), &mut log, &mut fs).unwrap();
+        if !space.has_room() {
+            assert_eq!(space, Space::Full);
+            closed_at = Some(i);
+            break;
+        }
+        log.append(&mut fs, &record(100 + i)).unwrap();
+        log.sync(&mut fs).unwrap();
+    }
+    assert!(closed_at.is_some_and(|i| i > 0), "{closed_at:?}");
+    assert!(gate.is_closed() && !log.is_poisoned());
+    // What is still let through writes into the reserve.
+    let kept = log.room();
+    assert!(kept >= reserve - STEP, "{kept}");
+    log.append(&mut fs, &record(9)).unwrap();
+    log.sync(&mut fs).unwrap();
+    // Closed, it waits `retry` between attempts, and opens once the disk has room again.
+    assert_eq!(
+        gate.check(at(50), &mut log, &mut fs).unwrap(),
+        Space::StillFull
+    );
+    assert_eq!(
+        gate.check(at(101), &mut log, &mut fs).unwrap(),
+        Space::StillFull
+    );
+    fs.room = None;
+    assert_eq!(
+        gate.check(at(150), &mut log, &mut fs).unwrap(),
+        Space::StillFull
+    );
+    assert_eq!(
+        gate.check(at(201), &mut log, &mut fs).unwrap(),
+        Space::Returned
+    );
+    assert!(log.room() >= reserve);
+    assert_eq!(gate.check(at(202), &mut log, &mut fs).unwrap(), Space::Room);
+    // Nothing was lost or cut: every record reads back.
+    drop(log);
+    let (_, recovered) = open_preallocated(&mut fs).unwrap();
+    assert!(recovered.cut.is_none());
+    assert!(recovered.records.len() > records.len());
+    assert_eq!(recovered.records[..records.len()], records[..]);
+}
+
+#[test]
+fn without_preallocation_the_gate_never_closes() {
+    use crate::time::{Duration, Instant};
+    let (mut fs, mut log, _) = written(3);
+    fs.room = Some(0);
+    let mut gate = SpaceGate::new(4096, Duration::from_millis(100));
+    assert_eq!(
+        gate.check(Instant::ZERO, &mut log, &mut fs).unwrap(),
+        Space::Room
+    );
+}

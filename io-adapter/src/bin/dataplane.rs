@@ -202,8 +202,11 @@ fn status(error: &DataPlaneError) -> Exit {
         | DataPlaneError::ArenaExhausted
         | DataPlaneError::LimitReached(_) => Exit::Temporary,
         DataPlaneError::Namespace(e) => match e {
-            // No directory answered, or none in time: it passes.
-            NamespaceError::DirectoryUnavailable(_) | NamespaceError::Timeout => Exit::Temporary,
+            // No directory answered, or none in time: it passes. A full disk at the directory
+            // passes once an operator frees space (the message names the data directory).
+            NamespaceError::DirectoryUnavailable(_)
+            | NamespaceError::Timeout
+            | NamespaceError::NoSpace(_) => Exit::Temporary,
             // The same request gets the same answer.
             NamespaceError::OperationConflict(_)
             | NamespaceError::OperationExpired(_)

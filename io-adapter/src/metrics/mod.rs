@@ -265,6 +265,12 @@ pub struct DirectoryMetrics {
     /// `dataplane_directory_compaction_seconds`: how long each compaction held the directory
     /// (it serves nothing meanwhile).
     pub compaction_seconds: Histogram,
+    /// `dataplane_directory_disk_full`: 1 while the log cannot keep its reserve of room and
+    /// new operations are refused `NoSpace` (the alarm: free space on the data directory's
+    /// file system), else 0.
+    pub disk_full: IntGauge,
+    /// `dataplane_directory_no_space_refusals_total`: operations refused `NoSpace`.
+    pub no_space_refusals: IntCounter,
     /// `dataplane_directory_entries`: namespace entries.
     pub entries: IntGauge,
     /// `dataplane_directory_reservations`: live blob reservations.
@@ -337,6 +343,17 @@ impl DirectoryMetrics {
                 "dataplane_directory_compaction_seconds",
                 "How long each compaction of the log held the directory (it serves nothing \
                  meanwhile).",
+            ),
+            disk_full: gauge(
+                r,
+                "dataplane_directory_disk_full",
+                "1 while the log's disk has no room for its reserve and new operations are \
+                 refused NoSpace (free space on the data directory's file system), else 0.",
+            ),
+            no_space_refusals: counter(
+                r,
+                "dataplane_directory_no_space_refusals_total",
+                "Operations refused NoSpace because the log's disk was full.",
             ),
             entries: gauge(r, "dataplane_directory_entries", "Namespace entries."),
             reservations: gauge(

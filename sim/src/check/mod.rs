@@ -253,6 +253,10 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "registrar.unwatched_report",
     "input.route_unwatched",
     "discovery.repeated",
+    "disk.no_space",
+    "disk.space_returned",
+    "reply.NoSpace",
+    "host.fail.Namespace.NoSpace",
 ];
 
 /// What `at_end` looks at.
@@ -327,6 +331,7 @@ fn error_name(body: &ReplyBody) -> &'static str {
         Some(E::LimitReached(_)) => "reply.LimitReached",
         Some(E::BlobLost(_)) => "reply.BlobLost",
         Some(E::OperationExpired(_)) => "reply.OperationExpired",
+        Some(E::NoSpace(_)) => "reply.NoSpace",
     }
 }
 
@@ -684,6 +689,12 @@ impl Checker {
     }
 
     /// One directory step: compare with the model, then check the safety properties.
+    /// The directory's disk has room for new operations again (`None`), or not: the model
+    /// hears it at the same step as the directory (the world decides it from the disk).
+    pub fn directory_space(&mut self, why: Option<dataplane_core::error::Reason>) {
+        self.model.set_no_space(why);
+    }
+
     pub fn directory_step(
         &mut self,
         now: Instant,
@@ -1048,11 +1059,12 @@ impl Checker {
         use dataplane_core::error::NamespaceError as E;
         // Every refusal is sticky except a conflict (derived from another request's row), an
         // exhausted revision space, a refusal of a frame from a restarted node (the op id
-        // stays unknown, and the answer is the same forever anyway), and the refusal of an
-        // expired operation (its record, and so its first answer, is forgotten).
+        // stays unknown, and the answer is the same forever anyway), the refusal of an
+        // expired operation (its record, and so its first answer, is forgotten), and the
+        // refusals that leave no trace (a full operation table, a full disk).
         let transient = matches!(
             body.err(),
-            Some(E::OperationConflict(_) | E::Storage(_) | E::OperationExpired(_))
+            Some(E::OperationConflict(_) | E::Storage(_) | E::OperationExpired(_) | E::NoSpace(_))
         ) || matches!(
             body.err(),
             Some(E::LimitReached(

@@ -8,6 +8,7 @@ mod control_idle;
 mod directory_addresses;
 mod file_blobs;
 mod frozen_leader;
+mod full_disk;
 mod garbage;
 mod handshake_deadline;
 mod hostile;
