@@ -2454,13 +2454,33 @@ fn a_replacing_open_displaces_the_matched_stream() {
     ));
 }
 
+/// Keeps a copy of the first `Register` call of `path` that leaves for the directory.
+fn capture_register(
+    w: &mut World,
+    path: &'static str,
+) -> std::rc::Rc<std::cell::RefCell<Option<Frame>>> {
+    let captured = std::rc::Rc::new(std::cell::RefCell::new(None));
+    let keep = captured.clone();
+    w.tamper = Some(Box::new(move |f: &mut Frame| {
+        if let Message::Call(call) = &f.message
+            && let DirectoryRequest::Register { path: p, .. } = &call.request
+            && p.as_str() == path
+            && keep.borrow().is_none()
+        {
+            *keep.borrow_mut() = Some(f.clone());
+        }
+    }));
+    captured
+}
+
 #[test]
-fn a_full_directory_disk_refuses_new_writes_at_once_and_a_refused_publication_waits_for_room() {
+fn a_publication_refused_for_space_fails_at_once_and_a_late_copy_of_it_changes_nothing() {
     // The directory's disk fills while a write is sealed: its Register is refused `NoSpace`,
-    // which left no trace, so the host asks again under the same op id (it must not tell the
-    // child a failure that a late copy could still undo). A new write meanwhile hears
-    // `NoSpace` at once, before any lease. Once the disk has room, the first write is
-    // published exactly once, and new writes are taken again.
+    // which left no trace. The host settles it with a retraction the full disk still takes
+    // (a release under the Register's op id, which tombstones it), then tells the child
+    // `NoSpace`. A copy of the Register that reaches the directory after the disk has room
+    // again is refused: nothing is published. A new write meanwhile hears `NoSpace` at once,
+    // before any lease, and once a write goes through, writes are taken again.
     let mut w = World::new(1);
     let a = w.child(N1);
     w.attach(a);
@@ -2468,13 +2488,17 @@ fn a_full_directory_disk_refuses_new_writes_at_once_and_a_refused_publication_wa
     w.fill_and_seal(a, &view, &bytes(10, 1));
     let why = dataplane_core::error::Reason::new("no room on /data/dir");
     w.cluster.dir.set_no_space(Some(why.clone()));
+    let copy = capture_register(&mut w, "/data/x");
     w.send(a, ChildRequest::Seal { op: ChildOp(1) });
-    w.run(3);
-    assert!(w.take(a).is_empty(), "the refused publication waits");
+    w.settle();
+    let no_space = DataPlaneError::Namespace(NamespaceError::NoSpace(why));
+    let event = w.expect(a, |_| true);
     assert_eq!(
-        w.live_leases(N1),
-        1,
-        "its lease stays: it may still be bound"
+        event,
+        ChildEvent::Failed {
+            op: ChildOp(1),
+            error: no_space.clone(),
+        }
     );
     let b = w.child(N1);
     w.attach(b);
@@ -2494,17 +2518,69 @@ fn a_full_directory_disk_refuses_new_writes_at_once_and_a_refused_publication_wa
         event,
         ChildEvent::Failed {
             op: ChildOp(1),
-            error: DataPlaneError::Namespace(NamespaceError::NoSpace(why)),
+            error: no_space,
         }
     );
     assert_eq!(w.live_leases(N1), 1, "the refused write took no lease");
+    w.send(a, ChildRequest::Release { op: ChildOp(1) });
+    w.run(1);
+    assert_eq!(w.live_leases(N1), 0, "the first write's lease went back");
+    // Room again; the late copy of the first Register is refused.
     w.cluster.dir.set_no_space(None);
-    w.run(3);
-    expect_published_once(&mut w, a);
+    w.tamper = None;
+    let late = copy
+        .borrow_mut()
+        .take()
+        .expect("the Register went to the directory");
+    w.wire(late);
+    w.settle();
+    assert!(
+        matches!(
+            w.resolve("/data/x"),
+            ReplyBody::Resolved(Err(NamespaceError::PathNotFound(_)))
+        ),
+        "nothing was published"
+    );
+    w.run(2);
     let view = w.open_write(b, 2, "/data/y", 10, false);
     w.fill_and_seal(b, &view, &bytes(10, 2));
     w.send(b, ChildRequest::Seal { op: ChildOp(2) });
     w.run(1);
     let event = w.expect(b, |_| true);
     assert!(matches!(event, ChildEvent::Published { .. }), "{event:?}");
+}
+
+#[test]
+fn a_publication_refused_for_space_whose_copy_was_applied_first_is_published() {
+    // The Register is refused `NoSpace`; before the host's retraction reaches the directory,
+    // the disk has room again and a copy of the Register is applied. The retraction is then
+    // refused as a conflict, the host asks the Register again, and its replay publishes the
+    // write: the child hears the outcome that happened.
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    let view = w.open_write(a, 1, "/data/x", 10, false);
+    w.fill_and_seal(a, &view, &bytes(10, 1));
+    w.cluster
+        .dir
+        .set_no_space(Some(dataplane_core::error::Reason::new("full")));
+    let copy = capture_register(&mut w, "/data/x");
+    w.blackhole(|f| {
+        matches!(&f.message, Message::Call(call)
+            if matches!(call.request, DirectoryRequest::ReleaseBlobReservation { .. }))
+    });
+    w.send(a, ChildRequest::Seal { op: ChildOp(1) });
+    w.run(1);
+    assert!(w.take(a).is_empty(), "not settled yet");
+    w.cluster.dir.set_no_space(None);
+    w.tamper = None;
+    let late = copy
+        .borrow_mut()
+        .take()
+        .expect("the Register went to the directory");
+    w.wire(late);
+    w.settle();
+    w.heal();
+    w.run(100);
+    expect_published_once(&mut w, a);
 }

@@ -353,6 +353,10 @@ pub struct Binding {
     pub shared: Option<u64>,
     /// A write: how many reads view its lease; it is not freed while any does.
     pub readers: u32,
+    /// A write whose publication the directory refused `NoSpace` (without a trace): why, and
+    /// the `Register`, while the host settles whether a copy of it may still take effect
+    /// (see `write.rs`, "settling a publication refused for space").
+    pub space_refused: Option<(Reason, DirectoryRequest)>,
     next_call: u64,
 }
 
@@ -417,11 +421,11 @@ pub struct Host {
 }
 
 /// How long after a directory's `NoSpace` refusal the host refuses new mutations itself,
-/// without asking (unless a mutation succeeds first). A refused call of its own stays
-/// re-driven under its op id (the refusal left no trace, so a copy of it may still take
-/// effect, and the outcome a child hears must be the one that happens), but a new put,
-/// rename, remove, file publication or stream open hears `NoSpace` at once instead of
-/// waiting for room. After the hold the next one asks the directory again.
+/// without asking (unless a mutation succeeds first): a new put, rename, remove, file
+/// publication or stream open hears `NoSpace` at once. After the hold the next one asks the
+/// directory again. (A refused call of its own is settled first: the refusal left no trace,
+/// so a copy of it may still take effect, and the outcome a child hears must be the one that
+/// happens; see `write.rs`.)
 pub const NO_SPACE_HOLD: Duration = Duration::from_secs(1);
 
 /// Maps a namespace error to what a child sees (SPEC §2.4, H4 column).
@@ -1455,6 +1459,7 @@ pub(crate) fn new_binding(
         aborted_when_retired: false,
         shared: None,
         readers: 0,
+        space_refused: None,
         next_call: 0,
     }
 }

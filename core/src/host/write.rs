@@ -283,6 +283,12 @@ impl Host {
             self.stream_reply(actor, reply.body, reached, mem, out);
             return;
         }
+        if self.settle_space_refusal(now, actor, &reply.body, mem, out) {
+            return;
+        }
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
         let query = matches!(reply.body, ReplyBody::Resolved(_) | ReplyBody::LookedUp(_));
         let error = reply.body.err();
         let reached = b.call.as_ref().is_some_and(|c| c.reached);
@@ -323,6 +329,75 @@ impl Host {
             }
             ReplyBody::Resolved(result) => self.resolved(now, actor, result, mem, out),
             _ => {}
+        }
+    }
+
+    /// Settling a publication refused for space. A `Register` refused `NoSpace` left no
+    /// trace: a copy of it (a re-dispatch in flight) may still take effect once the directory
+    /// has room, so the refusal alone is not an outcome the child may hear. The host makes it
+    /// one with a retraction, which a full disk still takes: a release of a reservation under
+    /// the `Register`'s op id. If the op id is unknown, the release records it (a tombstone:
+    /// a later copy of the `Register` is refused as a conflict), and the write fails with
+    /// `NoSpace`, at once, instead of waiting for room. If a copy was applied first, the
+    /// release is refused as a conflict, and the host asks the `Register` again, whose replay
+    /// answers the publication. Returns whether the reply was this settling's.
+    fn settle_space_refusal(
+        &mut self,
+        now: Instant,
+        actor: u64,
+        body: &ReplyBody,
+        mem: &mut dyn ArenaMemory,
+        out: &mut Outbox,
+    ) -> bool {
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return false;
+        };
+        if b.phase != Phase::Publishing || !matches!(b.kind, Kind::Write { .. }) {
+            return false;
+        }
+        match (body, &b.space_refused) {
+            (ReplyBody::Registered(Err(NamespaceError::NoSpace(why))), None) => {
+                let Some(call) = b.call.take() else {
+                    return false;
+                };
+                let DirectoryRequest::Register {
+                    path, operation, ..
+                } = &call.request
+                else {
+                    b.call = Some(call);
+                    return false;
+                };
+                let release = DirectoryRequest::ReleaseBlobReservation {
+                    path: path.clone(),
+                    operation: *operation,
+                };
+                b.space_refused = Some((why.clone(), call.request));
+                self.call(now, actor, release, out);
+                true
+            }
+            (ReplyBody::BlobReservationReleased(Ok(())), Some(_)) => {
+                // The op id is tombstoned: no copy of the Register can take effect now.
+                b.call = None;
+                let (why, _) = b.space_refused.take().expect("matched");
+                let refused = Err(NamespaceError::NoSpace(why));
+                self.registered(now, actor, refused, mem, out);
+                true
+            }
+            (
+                ReplyBody::BlobReservationReleased(Err(NamespaceError::OperationConflict(_))),
+                Some(_),
+            ) => {
+                // A copy of the Register was applied: its replay answers the publication.
+                let (_, register) = b.space_refused.take().expect("matched");
+                self.call_again(now, actor, register, true, out);
+                true
+            }
+            (ReplyBody::BlobReservationReleased(Err(_)), Some(_)) => {
+                // Not settled yet (no directory answered, or a full table): ask again.
+                self.resend_on_tick(actor);
+                true
+            }
+            _ => false,
         }
     }
 
