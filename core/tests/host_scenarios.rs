@@ -2584,3 +2584,44 @@ fn a_publication_refused_for_space_whose_copy_was_applied_first_is_published() {
     w.run(100);
     expect_published_once(&mut w, a);
 }
+
+#[test]
+fn a_read_whose_source_host_refuses_connections_fails_at_once() {
+    // The host holding the blob is gone (its frames go nowhere); a read from another node
+    // asks for chunks. When that node's connection to it is refused (nothing listens there),
+    // the read fails with SourceFailure at once, not after every chunk attempt (10 s).
+    let mut w = World::new(2);
+    let (a, b) = (w.child(N1), w.child(N2));
+    w.attach(a);
+    w.attach(b);
+    w.write(a, 1, "/data/x", &bytes(1000, 1));
+    let gone = w.cluster.nodes[N1].id;
+    w.blackhole(move |f| f.to.node == gone);
+    w.open_read(b, 2, "/data/x");
+    w.settle();
+    assert!(w.take(b).is_empty(), "the read waits for its chunks");
+    let mut sent = Vec::new();
+    w.cluster.peer_refused(N2, gone, &mut sent);
+    w.wire_all(sent);
+    w.settle();
+    match w.read_outcome(b) {
+        Err(DataPlaneError::SourceFailure(reason)) => {
+            assert!(
+                reason.as_str().contains("refused the connection"),
+                "{reason}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.live_leases(N2), 0, "the read's lease went back");
+    // A refusal from a node that holds none of its sources changes nothing.
+    let c = w.child(N2);
+    w.attach(c);
+    w.heal();
+    w.open_read(c, 3, "/data/x");
+    let mut sent = Vec::new();
+    w.cluster.peer_refused(N2, NodeId(77), &mut sent);
+    w.wire_all(sent);
+    w.run(5);
+    assert!(w.read_outcome(c).is_ok());
+}

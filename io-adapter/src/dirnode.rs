@@ -804,7 +804,7 @@ impl DirectoryNode {
                     }
                 }
             }
-            NetEvent::Closed(conn, reason) => {
+            NetEvent::Closed(conn, reason) | NetEvent::Refused(conn, reason) => {
                 self.log_closed(conn, &reason);
                 if let Some(node) = self.conns.closed(self.clock.now(), conn) {
                     self.routes.disconnected(node);

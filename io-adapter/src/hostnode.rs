@@ -1538,6 +1538,10 @@ impl HostNode {
                 }
             }
             NetEvent::Closed(conn, reason) => self.peer_closed(conn, &reason),
+            NetEvent::Refused(conn, reason) => {
+                self.peer_refused(conn);
+                self.peer_closed(conn, &reason);
+            }
         }
     }
 
@@ -1642,6 +1646,26 @@ impl HostNode {
             debug!(conn, reason, "host connection closed before admission");
         }
         self.closed(conn);
+    }
+
+    /// A connection to another host was refused (nothing listens there): the reads whose
+    /// sources live on that host fail now instead of asking for their chunks until the
+    /// attempts run out.
+    fn peer_refused(&mut self, conn: ConnId) {
+        let Some(node) = self.peer_links.outgoing_node(conn) else {
+            return;
+        };
+        let now = self.clock.now();
+        self.machine.handle_peer_refused(
+            now,
+            node,
+            &mut HostMemory {
+                arena: &mut self.arena,
+                files: &self.files,
+            },
+            &mut self.outbox,
+        );
+        self.host_effects();
     }
 
     fn closed(&mut self, conn: ConnId) {

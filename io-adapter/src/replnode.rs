@@ -747,7 +747,9 @@ impl ReplicaNode {
             }
             NetEvent::Accepted { conn, .. } => self.net.close(conn),
             NetEvent::Connected(_) => {}
-            NetEvent::Closed(conn, reason) => self.closed(conn, &reason),
+            NetEvent::Closed(conn, reason) | NetEvent::Refused(conn, reason) => {
+                self.closed(conn, &reason);
+            }
             NetEvent::Frame(conn, payload) => {
                 if self.controls.asked(conn, self.clock.now()) {
                     self.control_frame(conn, &payload);

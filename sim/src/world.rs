@@ -78,6 +78,8 @@ enum MachineInput {
     ProxyRestarted,
     /// The supervisor revokes this session.
     Revoke(Address),
+    /// A connection to this node's host was refused (its process is not running).
+    PeerRefused(NodeId),
 }
 
 /// Phases of a run.
@@ -3037,6 +3039,10 @@ impl World {
             }
             MachineInput::Revoke(session) => {
                 machine.revoke_session(now, session, &mut h.mem, &mut self.outbox);
+                Ok(())
+            }
+            MachineInput::PeerRefused(node) => {
+                machine.handle_peer_refused(now, node, &mut h.mem, &mut self.outbox);
                 Ok(())
             }
         };

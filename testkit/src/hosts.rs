@@ -258,6 +258,17 @@ impl Cluster {
         result
     }
 
+    /// Node `n`'s host hears that the host of `node` refused a connection (nothing listens
+    /// there).
+    pub fn peer_refused(&mut self, n: usize, node: NodeId, sent: &mut Vec<Frame>) {
+        let mut out = Outbox::new();
+        let now = self.now;
+        let host = &mut self.nodes[n];
+        host.host
+            .handle_peer_refused(now, node, &mut host.mem, &mut out);
+        self.host_effects(n, out.take(), sent);
+    }
+
     // ----- timers -------------------------------------------------------------------------
 
     /// Every armed timer, in a fixed order: the directory's, then each node's proxy and host.

@@ -439,6 +439,36 @@ impl Host {
         }
     }
 
+    /// The host of `node` refused a connection: nothing listens there (its process is not
+    /// running, or not yet). Every transfer from a source on that node fails now, with
+    /// `SourceFailure`, instead of asking for its chunks until the attempts run out (a dead
+    /// source cost a reader `chunk_attempts_max` × `chunk_timeout`, 10 s by default). A
+    /// host that comes back is a new incarnation whose arena does not hold the old sources'
+    /// bytes, so waiting could not have helped; a retry that resolves the path again finds
+    /// what the directory binds then.
+    pub fn handle_peer_refused(
+        &mut self,
+        now: Instant,
+        node: crate::ids::NodeId,
+        mem: &mut dyn ArenaMemory,
+        out: &mut Outbox,
+    ) {
+        self.now = now;
+        let failing: Vec<u64> = self
+            .bindings
+            .iter()
+            .filter(|(_, b)| matches!(&b.phase, Phase::Filling(t) if t.source.node == node))
+            .map(|(&actor, _)| actor)
+            .collect();
+        for actor in failing {
+            let error = DataPlaneError::SourceFailure(Reason::new(format!(
+                "the source's host ({node}) refused the connection: it is not running"
+            )));
+            self.fail(actor, error, mem, out);
+        }
+        self.debug_check();
+    }
+
     /// Every byte arrived: seal read-only (length and digest checked) and grant.
     fn complete_transfer(&mut self, actor: u64, mem: &mut dyn ArenaMemory, out: &mut Outbox) {
         let Some(b) = self.bindings.get_mut(&actor) else {

@@ -136,6 +136,10 @@ pub enum NetEvent {
     Frame(ConnId, Vec<u8>),
     /// The peer closed the connection, or it broke; the reason is for logs.
     Closed(ConnId, String),
+    /// An outgoing connection ([`Reactor::connect`]) was refused: nothing listens at the
+    /// address (`ECONNREFUSED`). Closed, as for [`NetEvent::Closed`]; a refusal is an answer
+    /// (the process there is not running), where a connection that breaks or times out is not.
+    Refused(ConnId, String),
 }
 
 /// What happens to a frame that does not fit a connection's queue.
@@ -750,18 +754,23 @@ impl Reactor {
         if c.connecting {
             let failed = match &c.stream {
                 Stream::Tcp(s) => match s.take_error() {
-                    Ok(Some(e)) | Err(e) => Some(e.to_string()),
+                    Ok(Some(e)) | Err(e) => Some(e),
                     Ok(None) => match s.peer_addr() {
                         Ok(_) => None,
                         Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
-                        Err(e) => Some(e.to_string()),
+                        Err(e) => Some(e),
                     },
                 },
                 Stream::Unix(_) => None,
             };
-            if let Some(reason) = failed {
+            if let Some(e) = failed {
                 self.drop_conn(id);
-                out.push(NetEvent::Closed(id, format!("connect: {reason}")));
+                let reason = format!("connect: {e}");
+                out.push(if e.kind() == io::ErrorKind::ConnectionRefused {
+                    NetEvent::Refused(id, reason)
+                } else {
+                    NetEvent::Closed(id, reason)
+                });
                 return;
             }
             c.connecting = false;

@@ -255,6 +255,8 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "discovery.repeated",
     "disk.no_space",
     "disk.space_returned",
+    "peers.refused",
+    "peers.refused_read_failed",
     "reply.NoSpace",
     "host.fail.Namespace.NoSpace",
 ];

@@ -336,6 +336,10 @@ impl World {
         if !reachable {
             self.conns.remove(&conn);
             self.peer_learns_closed(from, conn);
+            if self.peers[to].is_none() && self.link_up(a, b) && self.link_up(b, a) {
+                // Nothing listens there (the process is down, the machine is up): refused.
+                self.peer_refused(from, to);
+            }
             return;
         }
         let nonce = self.nonce();
@@ -353,6 +357,55 @@ impl World {
         }
         self.peer_actions(from, actions);
         self.arm_peers(from);
+    }
+
+    /// `from`'s connection to `to` was refused. Checked, restated from the transfers in
+    /// flight before and after: every read filling from a source on `to` fails now, and no
+    /// other read does.
+    fn peer_refused(&mut self, from: usize, to: usize) {
+        let node = self.hosts[to].node;
+        let filling = |world: &World| -> Vec<(u64, NodeId)> {
+            world.hosts[from]
+                .machine
+                .as_ref()
+                .map(|m| {
+                    m.bindings()
+                        .filter_map(|(&actor, b)| match &b.phase {
+                            dataplane_core::host::Phase::Filling(t) => Some((actor, t.source.node)),
+                            _ => None,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let before = filling(self);
+        self.checker.coverage.hit("peers.refused");
+        self.machine_input(from, MachineInput::PeerRefused(node));
+        let after = filling(self);
+        for (actor, source) in before {
+            let still = after.iter().any(|&(a, _)| a == actor);
+            if source == node && still {
+                self.checker.fail(
+                    self.now,
+                    format!(
+                        "peers: host {}'s read {actor} still waits for chunks from host {node}, \
+                         which refused the connection",
+                        self.hosts[from].node
+                    ),
+                );
+            } else if source != node && !still {
+                self.checker.fail(
+                    self.now,
+                    format!(
+                        "peers: host {}'s read {actor} from host {source} ended when host {node} \
+                         refused a connection",
+                        self.hosts[from].node
+                    ),
+                );
+            } else if source == node {
+                self.checker.coverage.hit("peers.refused_read_failed");
+            }
+        }
     }
 
     /// A handshake frame between two hosts arrives.
