@@ -342,6 +342,28 @@ pub const ATTACH_WAIT: Duration = Duration::from_secs(10);
 /// wait for its peer is its own (`open_stream`'s `wait`).
 pub const CALL_WAIT: Duration = Duration::from_secs(300);
 
+/// Why the capability file at `cap` (beside `socket`) could not be read, in the words of
+/// what the user can do: no host serves there, one is still starting, or the file is not
+/// theirs to read.
+fn missing_host(socket: &Path, cap: &Path, e: io::Error) -> ChildError {
+    let (socket, cap) = (socket.display(), cap.display());
+    ChildError::Connect(match e.kind() {
+        io::ErrorKind::NotFound if !Path::new(&socket.to_string()).exists() => format!(
+            "no host serves {socket} (there is no such socket): start the host, or give the \
+             --socket it was started with"
+        ),
+        io::ErrorKind::NotFound => format!(
+            "{socket} has no capability file {cap} yet: the host writes it once it serves (it \
+             may still be starting)"
+        ),
+        io::ErrorKind::PermissionDenied => format!(
+            "may not read the host's capability file {cap}: run as a user the host lets in \
+             (the file's owner or group)"
+        ),
+        _ => format!("{cap}: {e}"),
+    })
+}
+
 impl ChildSession {
     /// Connects to the host's socket, attaches with the capability in `<socket>.cap`, and
     /// maps the arena (read-only) that the host hands over once the capability checked out.
@@ -350,7 +372,7 @@ impl ChildSession {
     pub fn connect(socket: &Path) -> Result<ChildSession, ChildError> {
         let connect = |what: &str, e: io::Error| ChildError::Connect(format!("{what}: {e}"));
         let cap_path = capability_path(socket);
-        let cap = fs::read(&cap_path).map_err(|e| connect(&cap_path.display().to_string(), e))?;
+        let cap = fs::read(&cap_path).map_err(|e| missing_host(socket, &cap_path, e))?;
         let capability: [u8; 32] = cap.try_into().map_err(|_| {
             ChildError::Connect(format!("{}: not a capability", cap_path.display()))
         })?;

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use dataplane_tests::raw::RawClient;
 use dataplane_tests::{
-    DirectoryProc, HostProc, ReplicaGroup, TestDir, binaries, free_address, pattern, wait_until,
+    CLI_TIMEOUT, DirectoryProc, HostProc, ReplicaGroup, TestDir, binaries, free_address, pattern,
+    wait_until,
 };
 
 #[allow(dead_code)] // its `main` is the example's, not ours
@@ -385,4 +386,33 @@ fn a_leader_forgets_the_host_connections_it_refused_or_expired() {
         },
     );
     drop((garbage, silent));
+}
+
+#[test]
+fn a_child_without_a_host_hears_what_to_do() {
+    // No host at the socket: the CLI says so and what to do (exit 69), not an OS error about
+    // a file the user never named.
+    let dir = TestDir::new("no-host");
+    let socket = dir.join("none.sock");
+    let out = dataplane_tests::cli_with(&socket, &["stat", "/data/x"], None, CLI_TIMEOUT);
+    out.expect_code(69, "a CLI call without a host")
+        .expect_plain_error();
+    assert!(
+        out.stderr.contains(&format!(
+            "no host serves {} (there is no such socket)",
+            socket.display()
+        )) && out.stderr.contains("--socket"),
+        "{}",
+        out.stderr
+    );
+    // A socket without its capability file: a host that is still starting, or the wrong path.
+    std::fs::write(&socket, b"").unwrap();
+    let out = dataplane_tests::cli_with(&socket, &["stat", "/data/x"], None, CLI_TIMEOUT);
+    out.expect_code(69, "a CLI call before the host serves")
+        .expect_plain_error();
+    assert!(
+        out.stderr.contains("has no capability file"),
+        "{}",
+        out.stderr
+    );
 }
