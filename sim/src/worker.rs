@@ -787,6 +787,39 @@ impl Worker {
                     p.retry_at = Some(io.now.saturating_add(PROBE_PERIOD));
                 }
             }
+            (
+                ProbeStep::Write,
+                ChildEvent::Failed {
+                    op,
+                    error: DataPlaneError::Namespace(NamespaceError::NoSpace(_)),
+                },
+            ) if current(&op) => {
+                // The disk healed with the load: the directory takes new operations again
+                // within its retry period, a host within its hold after the last refusal it
+                // heard. Asked again; the probe's bound says how long that may take.
+                io.out.notes.push(Note::Seen("probe.refused_no_space"));
+                if let Some(p) = self.probe.as_mut() {
+                    p.retry_at = Some(io.now.saturating_add(PROBE_PERIOD));
+                }
+            }
+            (
+                ProbeStep::Sealing(_),
+                ChildEvent::Failed {
+                    op,
+                    error: DataPlaneError::Namespace(NamespaceError::NoSpace(_)),
+                },
+            ) if current(&op) => {
+                // The same, for a publication the directory refused: the write is let go and
+                // made again.
+                io.out.notes.push(Note::Seen("probe.refused_no_space"));
+                io.out.requests.push(ChildRequest::Release { op });
+                if let Some(p) = self.probe.as_mut() {
+                    p.step = ProbeStep::Write;
+                    p.retry_at = Some(io.now.saturating_add(PROBE_PERIOD));
+                }
+            }
+            // The release of a write refused for space (above).
+            (ProbeStep::Write, ChildEvent::Released { op }) if current(&op) => {}
             (step, event) => io.violation(format!(
                 "probe {} at {step:?}: unexpected {event:?} after the load stopped",
                 self.address

@@ -3366,7 +3366,9 @@ impl World {
         }
         self.outages = 0;
         // The disk heals too: room again, no more failed fsyncs.
-        self.directory.fs.capacity = None;
+        if self.directory.fs.capacity.take().is_some() {
+            self.directory.freed_at = Some(self.now);
+        }
         self.directory.fs.fsync_failure = crate::rng::Ratio::ZERO;
         if self.directory.machine.is_none() {
             self.restart_directory();
