@@ -2625,3 +2625,57 @@ fn a_read_whose_source_host_refuses_connections_fails_at_once() {
     w.run(5);
     assert!(w.read_outcome(c).is_ok());
 }
+
+#[test]
+fn a_move_refused_for_space_fails_at_once_and_a_late_copy_of_it_changes_nothing() {
+    // As for a publication: the Rename refused `NoSpace` is settled with a tombstoning
+    // release, the child hears `NoSpace`, and a copy of the Rename that reaches the directory
+    // once it has room is refused.
+    let mut w = World::new(1);
+    let a = w.child(N1);
+    w.attach(a);
+    w.write(a, 1, "/data/a", &bytes(10, 1));
+    let why = dataplane_core::error::Reason::new("full");
+    w.cluster.dir.set_no_space(Some(why.clone()));
+    let captured = std::rc::Rc::new(std::cell::RefCell::new(None));
+    let keep = captured.clone();
+    w.tamper = Some(Box::new(move |f: &mut Frame| {
+        if let Message::Call(call) = &f.message
+            && matches!(call.request, DirectoryRequest::Rename { .. })
+            && keep.borrow().is_none()
+        {
+            *keep.borrow_mut() = Some(f.clone());
+        }
+    }));
+    w.send(
+        a,
+        ChildRequest::Move {
+            op: ChildOp(2),
+            from: "/data/a".into(),
+            to: "/data/b".into(),
+            replace: false,
+        },
+    );
+    w.settle();
+    let event = w.expect(a, |_| true);
+    assert_eq!(
+        event,
+        ChildEvent::Failed {
+            op: ChildOp(2),
+            error: DataPlaneError::Namespace(NamespaceError::NoSpace(why)),
+        }
+    );
+    w.cluster.dir.set_no_space(None);
+    w.tamper = None;
+    let late = captured
+        .borrow_mut()
+        .take()
+        .expect("the Rename went to the directory");
+    w.wire(late);
+    w.settle();
+    assert!(matches!(w.resolve("/data/a"), ReplyBody::Resolved(Ok(_))));
+    assert!(matches!(
+        w.resolve("/data/b"),
+        ReplyBody::Resolved(Err(NamespaceError::PathNotFound(_)))
+    ));
+}

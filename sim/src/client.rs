@@ -232,6 +232,19 @@ pub const CLIENT_BLOB_MAX: u64 = 1 << 20;
 /// Mean pause before a client asks a full proxy again.
 const BUSY_PAUSE: Duration = Duration::from_millis(200);
 
+/// The retraction of a stream open: its cancel, under its op id.
+fn cancel_of(request: &DirectoryRequest) -> Option<DirectoryRequest> {
+    match request {
+        DirectoryRequest::OpenStream {
+            path, operation, ..
+        } => Some(DirectoryRequest::CancelStream {
+            path: path.clone(),
+            operation: *operation,
+        }),
+        _ => None,
+    }
+}
+
 fn is_definitive(body: &ReplyBody) -> bool {
     use dataplane_core::error::NamespaceError as E;
     !matches!(
@@ -624,17 +637,7 @@ impl Client {
                             operation: *operation,
                         };
                         self.abandon(cancel);
-                    } else if let (
-                        true,
-                        DirectoryRequest::OpenStream {
-                            path, operation, ..
-                        },
-                    ) = (placed_before, &request)
-                    {
-                        let cancel = DirectoryRequest::CancelStream {
-                            path: path.clone(),
-                            operation: *operation,
-                        };
+                    } else if let (true, Some(cancel)) = (placed_before, cancel_of(&request)) {
                         self.send(io, Plan::Retract, cancel);
                         return;
                     }
@@ -706,18 +709,10 @@ impl Client {
                 }
                 Plan::Open { endpoint, .. } => {
                     io.actions.push(Action::StopEndpoint(endpoint));
-                    if let DirectoryRequest::OpenStream {
-                        path, operation, ..
-                    } = &request
-                    {
-                        let cancel = DirectoryRequest::CancelStream {
-                            path: path.clone(),
-                            operation: *operation,
-                        };
-                        self.send(io, Plan::Retract, cancel);
-                        return;
+                    match cancel_of(&request) {
+                        Some(cancel) => self.send(io, Plan::Retract, cancel),
+                        None => self.idle(io),
                     }
-                    self.idle(io);
                     return;
                 }
                 Plan::Once { .. } => {}

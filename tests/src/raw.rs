@@ -180,22 +180,7 @@ impl RawClient {
     /// `Register` of `path` as the blob of a made-up actor `n` (`length` n), with operation
     /// `n + 1` of `issuer`: what a test that only needs acknowledged mutations sends.
     pub fn register_actor(&mut self, path: &str, n: u64, issuer: u64) -> io::Result<ReplyBody> {
-        let source = Address::new(NodeId(1 << 50), 1, n);
-        self.call(DirectoryRequest::Register {
-            path: DataPath::new(path).expect("a valid path"),
-            source,
-            source_node: source.node,
-            length: n,
-            recovery: dataplane_core::wire::SourceRecovery::Actor {
-                actor: source,
-                node: source.node,
-                owner: None,
-            },
-            operation: dataplane_core::ids::OperationId(
-                (u128::from(issuer) << 64) | u128::from(n + 1),
-            ),
-            reservation: None,
-        })
+        self.call(register_actor(path, n, issuer))
     }
 
     /// `Lookup` of `path`.
@@ -208,5 +193,23 @@ impl RawClient {
     /// Closes the connection.
     pub fn shutdown(&self) {
         let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+/// The `Register` [`RawClient::register_actor`] sends, as a request (to pipeline).
+pub fn register_actor(path: &str, n: u64, issuer: u64) -> DirectoryRequest {
+    let source = Address::new(NodeId(1 << 50), 1, n);
+    DirectoryRequest::Register {
+        path: DataPath::new(path).expect("a valid path"),
+        source,
+        source_node: source.node,
+        length: n,
+        recovery: dataplane_core::wire::SourceRecovery::Actor {
+            actor: source,
+            node: source.node,
+            owner: None,
+        },
+        operation: dataplane_core::ids::OperationId((u128::from(issuer) << 64) | u128::from(n + 1)),
+        reservation: None,
     }
 }

@@ -332,15 +332,16 @@ impl Host {
         }
     }
 
-    /// Settling a publication refused for space. A `Register` refused `NoSpace` left no
-    /// trace: a copy of it (a re-dispatch in flight) may still take effect once the directory
-    /// has room, so the refusal alone is not an outcome the child may hear. The host makes it
-    /// one with a retraction, which a full disk still takes: a release of a reservation under
-    /// the `Register`'s op id. If the op id is unknown, the release records it (a tombstone:
-    /// a later copy of the `Register` is refused as a conflict), and the write fails with
-    /// `NoSpace`, at once, instead of waiting for room. If a copy was applied first, the
-    /// release is refused as a conflict, and the host asks the `Register` again, whose replay
-    /// answers the publication. Returns whether the reply was this settling's.
+    /// Settling a call refused for space: a publication (a write's or a file's `Register`), a
+    /// move (`Rename`) or a remove (`Unregister`). A refusal `NoSpace` left no trace: a copy of
+    /// the call (a re-dispatch in flight) may still take effect once the directory has room,
+    /// so the refusal alone is not an outcome the child may hear. The host makes it one with a
+    /// retraction, which a full disk still takes: a release of a reservation under the call's
+    /// op id. If the op id is unknown, the release records it (a tombstone: a later copy of
+    /// the call is refused as a conflict), and the call fails with `NoSpace`, at once, instead
+    /// of waiting for room. If a copy was applied first, the release is refused as a conflict,
+    /// and the host asks the call again, whose replay answers it. Returns whether the reply
+    /// was this settling's.
     fn settle_space_refusal(
         &mut self,
         now: Instant,
@@ -352,44 +353,71 @@ impl Host {
         let Some(b) = self.bindings.get_mut(&actor) else {
             return false;
         };
-        if b.phase != Phase::Publishing || !matches!(b.kind, Kind::Write { .. }) {
+        let settles = match b.kind {
+            Kind::Write { .. } | Kind::File { .. } => b.phase == Phase::Publishing,
+            Kind::Control => b.phase == Phase::Controlling,
+            Kind::Read { .. } | Kind::Stream { .. } => false,
+        };
+        if !settles {
             return false;
         }
         match (body, &b.space_refused) {
-            (ReplyBody::Registered(Err(NamespaceError::NoSpace(why))), None) => {
+            (body, None) if matches!(body.err(), Some(NamespaceError::NoSpace(_))) => {
+                let Some(NamespaceError::NoSpace(why)) = body.err() else {
+                    return false;
+                };
                 let Some(call) = b.call.take() else {
                     return false;
                 };
-                let DirectoryRequest::Register {
-                    path, operation, ..
-                } = &call.request
-                else {
-                    b.call = Some(call);
-                    return false;
+                let (path, operation) = match &call.request {
+                    DirectoryRequest::Register {
+                        path, operation, ..
+                    }
+                    | DirectoryRequest::Unregister {
+                        path, operation, ..
+                    }
+                    | DirectoryRequest::Rename {
+                        source: path,
+                        operation,
+                        ..
+                    } => (path.clone(), *operation),
+                    _ => {
+                        b.call = Some(call);
+                        return false;
+                    }
                 };
-                let release = DirectoryRequest::ReleaseBlobReservation {
-                    path: path.clone(),
-                    operation: *operation,
-                };
+                let release = DirectoryRequest::ReleaseBlobReservation { path, operation };
                 b.space_refused = Some((why.clone(), call.request));
                 self.call(now, actor, release, out);
                 true
             }
             (ReplyBody::BlobReservationReleased(Ok(())), Some(_)) => {
-                // The op id is tombstoned: no copy of the Register can take effect now.
+                // The op id is tombstoned: no copy of the call can take effect now.
                 b.call = None;
-                let (why, _) = b.space_refused.take().expect("matched");
-                let refused = Err(NamespaceError::NoSpace(why));
-                self.registered(now, actor, refused, mem, out);
+                let kind = b.kind;
+                let (why, request) = b.space_refused.take().expect("matched");
+                let refused = NamespaceError::NoSpace(why);
+                match (kind, request) {
+                    (Kind::File { .. }, _) => self.file_registered(actor, Err(refused), mem, out),
+                    (Kind::Control, DirectoryRequest::Rename { .. }) => {
+                        let body = ReplyBody::Renamed(Err(refused));
+                        self.control_reply(now, actor, body, mem, out);
+                    }
+                    (Kind::Control, _) => {
+                        let body = ReplyBody::Unregistered(Err(refused));
+                        self.control_reply(now, actor, body, mem, out);
+                    }
+                    _ => self.registered(now, actor, Err(refused), mem, out),
+                }
                 true
             }
             (
                 ReplyBody::BlobReservationReleased(Err(NamespaceError::OperationConflict(_))),
                 Some(_),
             ) => {
-                // A copy of the Register was applied: its replay answers the publication.
-                let (_, register) = b.space_refused.take().expect("matched");
-                self.call_again(now, actor, register, true, out);
+                // A copy of the call was applied: its replay answers it.
+                let (_, request) = b.space_refused.take().expect("matched");
+                self.call_again(now, actor, request, true, out);
                 true
             }
             (ReplyBody::BlobReservationReleased(Err(_)), Some(_)) => {

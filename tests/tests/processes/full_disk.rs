@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use dataplane_core::error::NamespaceError;
 use dataplane_core::wire::ReplyBody;
-use dataplane_tests::raw::RawClient;
+use dataplane_tests::raw::{RawClient, register_actor as raw_register};
 use dataplane_tests::{
     DirectoryProc, HostProc, Proc, TestDir, binaries, directory_args, free_address, pattern,
 };
@@ -233,117 +233,6 @@ fn a_full_disk_stops_new_operations_not_the_directory() {
         );
     }
     for path in ["/data/after", "/data/before/3"] {
-        host.cli(&["stat", path]).expect_code(0, path);
-    }
-}
-
-/// The `Register` [`RawClient::register_actor`] sends, as a request to pipeline.
-fn raw_register(path: &str, n: u64, issuer: u64) -> dataplane_core::wire::DirectoryRequest {
-    let source = dataplane_core::ids::Address::new(dataplane_core::ids::NodeId(1 << 50), 1, n);
-    dataplane_core::wire::DirectoryRequest::Register {
-        path: dataplane_core::path::DataPath::new(path).expect("a valid path"),
-        source,
-        source_node: source.node,
-        length: n,
-        recovery: dataplane_core::wire::SourceRecovery::Actor {
-            actor: source,
-            node: source.node,
-            owner: None,
-        },
-        operation: dataplane_core::ids::OperationId((u128::from(issuer) << 64) | u128::from(n + 1)),
-        reservation: None,
-    }
-}
-
-#[test]
-fn a_replica_leader_whose_disk_fills_stops_and_the_group_goes_on() {
-    // The replicated directory has no space gate yet: a replica whose log cannot grow stops
-    // (fail-stop, exit 70). The promise that holds is the group's: while a majority has room,
-    // a new leader serves, every acknowledged register is still there, and the stopped
-    // replica, once its disk has room and it is started again, rejoins.
-    let dir = TestDir::new("full-disk-replica");
-    let Some(disk) = Tmpfs::mount(&dir.join("replica-1")) else {
-        eprintln!("skipped: a tmpfs cannot be mounted here (mount needs root)");
-        return;
-    };
-    let timeout = Duration::from_secs(30);
-    let mut group = dataplane_tests::ReplicaGroup::start(&dir, "replica", 3);
-    let host = HostProc::start(&dir, "host", &group.listens(), "16M");
-    let leader = group.serving(timeout);
-    if leader != 0 {
-        let (code, text) = group.control(leader, &["transfer-leader", "1"]);
-        assert_eq!(code, 0, "{text}");
-        dataplane_tests::wait_until("replica 1 to serve", timeout, || {
-            group.control(0, &["status"]).1.contains("serving=true")
-        });
-    }
-    host.cli_stdin(&["put", "/data/before", "-"], &pattern(1, 3000))
-        .expect_code(0, "a put before the disk fills");
-    let filler = disk.0.join("filler");
-    fill(&filler);
-    let mut client = group.client(timeout);
-    let issuer = 9;
-    let mut acknowledged = Vec::new();
-    let started = Instant::now();
-    'load: for batch in 0..200u64 {
-        let requests = (0..200u64)
-            .map(|i| {
-                raw_register(
-                    &format!("/fill/{}", batch * 200 + i),
-                    batch * 200 + i,
-                    issuer,
-                )
-            })
-            .collect();
-        let Ok(replies) = client.pipeline(requests, 32) else {
-            break 'load; // the leader stopped
-        };
-        for (i, reply) in replies.into_iter().enumerate() {
-            match reply {
-                ReplyBody::Registered(Ok(_)) => acknowledged.push(batch * 200 + i as u64),
-                other => panic!("register {}: {other:?}", batch * 200 + i as u64),
-            }
-        }
-    }
-    let status = group.replicas[0].proc.wait_exit(timeout);
-    let log = group.replicas[0].proc.log_text();
-    assert_eq!(status.code(), Some(70), "{log}");
-    assert!(
-        log.contains("cannot grow"),
-        "the stop names the full disk: {log}"
-    );
-    let stopped = started.elapsed();
-    let serving = group.serving_except(timeout, Some(0));
-    assert_ne!(serving, 0);
-    host.cli_stdin(
-        &["--timeout", "20", "put", "/data/after", "-"],
-        &pattern(2, 3000),
-    )
-    .expect_code(0, "a put through the new leader");
-    eprintln!(
-        "{} registers acknowledged after the leader's disk filled; it stopped after {stopped:?}; \
-         replica {} serves",
-        acknowledged.len(),
-        serving + 1
-    );
-    let mut client = group.client(timeout);
-    for n in &acknowledged {
-        assert!(
-            matches!(
-                client.lookup(&format!("/fill/{n}")).unwrap(),
-                ReplyBody::LookedUp(Ok(_))
-            ),
-            "/fill/{n} lost"
-        );
-    }
-    // Room again: the stopped replica starts and rejoins the group.
-    std::fs::remove_file(&filler).unwrap();
-    group.replicas[0].restart();
-    dataplane_tests::wait_until("replica 1 to rejoin", timeout, || {
-        let (code, text) = group.control(0, &["status"]);
-        code == 0 && text.contains("serving=false")
-    });
-    for path in ["/data/before", "/data/after"] {
         host.cli(&["stat", path]).expect_code(0, path);
     }
 }
