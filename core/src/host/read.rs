@@ -441,8 +441,8 @@ impl Host {
 
     /// The host of `node` refused a connection: nothing listens there (its process is not
     /// running, or not yet). Every transfer from a source on that node fails now, with
-    /// `SourceFailure`, instead of asking for its chunks until the attempts run out (a dead
-    /// source cost a reader `chunk_attempts_max` × `chunk_timeout`, 10 s by default). A
+    /// `SourceFailure`, instead of asking for its chunks until the attempts run out
+    /// (`chunk_attempts_max` × `chunk_timeout`, 10 s by default). A
     /// host that comes back is a new incarnation whose arena does not hold the old sources'
     /// bytes, so waiting could not have helped; a retry that resolves the path again finds
     /// what the directory binds then.

@@ -924,7 +924,7 @@ impl<F: FileSystem> LogStore<F> {
     /// have written past [`allocated`](Self::allocated) are the end of the log to recovery,
     /// and a later growth writes over them); the log stays healthy. Any other failure poisons
     /// it. Without preallocation nothing can be made sure of, and the answer is `Ok(true)`:
-    /// an append that finds no room stops the log as before.
+    /// an append that finds no room poisons the log.
     pub fn make_room(&mut self, fs: &mut F, bytes: u64) -> Result<bool, Error<F>> {
         self.check_healthy()?;
         if self.preallocate == 0 {
