@@ -46,9 +46,10 @@ pub struct SpaceGate {
 }
 
 impl SpaceGate {
-    /// A gate that keeps `reserve` bytes of room for every new operation (at least one
-    /// record's worth: `LOG_RECORD_BYTES_MAX`, so that no operation's records outgrow it),
-    /// and, while closed, tries to grow the log every `retry`.
+    /// A gate that keeps `reserve` bytes of room for every new operation, and, while closed,
+    /// tries to grow the log every `retry`. The reserve must exceed what one operation's
+    /// records take (the caller's choice, not checked here: the real node keeps four records
+    /// of the largest size, the simulator 16 KiB, far above its records).
     pub fn new(reserve: u64, retry: Duration) -> Self {
         SpaceGate {
             reserve,
