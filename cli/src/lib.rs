@@ -171,17 +171,48 @@ pub fn exit_table() -> String {
     out
 }
 
-/// `text` with every control character escaped (`\n`, `\u{1b}`...), for one line of output.
+/// `text` with every control character escaped (`\n`, `\u{1b}`...), and every character
+/// that prints as nothing or reorders the text around it (Unicode format characters such as
+/// U+200B and U+202E, line and paragraph separators), for one line of output that shows
+/// what is there.
 pub fn one_line(text: &str) -> String {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if c.is_control() {
+        let hidden = matches!(
+            c.general_category(),
+            GeneralCategory::Format
+                | GeneralCategory::LineSeparator
+                | GeneralCategory::ParagraphSeparator
+        );
+        if c.is_control() || hidden {
             out.extend(c.escape_default());
         } else {
             out.push(c);
         }
     }
     out
+}
+
+/// How many characters of an argument a message shows ([`one_line_short`]).
+pub const SHOWN_CHARS_MAX: usize = 200;
+
+/// [`one_line`], with a `text` longer than [`SHOWN_CHARS_MAX`] characters cut in the middle:
+/// its start and end, and how long it is, so that a message about a huge argument stays one
+/// readable line.
+pub fn one_line_short(text: &str) -> String {
+    let count = text.chars().count();
+    if count <= SHOWN_CHARS_MAX {
+        return one_line(text);
+    }
+    let head: String = text.chars().take(SHOWN_CHARS_MAX * 3 / 4).collect();
+    let tail: String = text.chars().skip(count - SHOWN_CHARS_MAX / 4).collect();
+    format!(
+        "{}...({} bytes in all)...{}",
+        one_line(&head),
+        text.len(),
+        one_line(&tail)
+    )
 }
 
 #[cfg(feature = "clap")]
@@ -239,5 +270,13 @@ mod tests {
     #[test]
     fn control_characters_are_escaped() {
         assert_eq!(one_line("a\nb\u{1b}[1m"), "a\\nb\\u{1b}[1m");
+        assert_eq!(one_line("/a\u{202e}b\u{200b}"), "/a\\u{202e}b\\u{200b}");
+        assert_eq!(one_line("/é/日本/😀"), "/é/日本/😀");
+        let long = format!("/{}", "x".repeat(130_000));
+        let shown = one_line_short(&long);
+        assert!(shown.len() < 300, "{}", shown.len());
+        assert!(shown.contains("130001 bytes in all"), "{shown}");
+        assert!(shown.starts_with("/xxx") && shown.ends_with("xxx"));
+        assert_eq!(one_line_short("/short\n"), "/short\\n");
     }
 }

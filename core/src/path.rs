@@ -9,6 +9,15 @@
 //! prints the path, and an escape sequence can rewrite an operator's terminal. The check lives
 //! here, so the directory (decoding), the host (resolving a child's logical path) and every
 //! client refuse such a path alike.
+//!
+//! A *new* name is held to one more rule ([`DataPath::check_new_name`]): no character that
+//! prints as nothing or reorders the text around it (Unicode's format characters, category
+//! Cf, such as U+200B zero-width space and U+202E right-to-left override, and the line and
+//! paragraph separators, Zl and Zp). With one, two different paths can print identically, and
+//! a listing can be made to lie about which file is which. The host applies it to every
+//! operation that creates or replaces an entry (write, publish, stream open, a move's
+//! destination); decoding does not, so a log or a peer that holds such a path from before
+//! the rule still reads, and the entry can be read, moved to a clean name and removed.
 
 use core::fmt;
 use serde::{Deserialize, Serialize};
@@ -26,6 +35,12 @@ pub enum PathError {
     Nul,
     /// The path contains a control character other than NUL (newline, tab, escape...).
     ControlCharacter {
+        /// Its code point.
+        code: u32,
+    },
+    /// The path contains a character that prints as nothing or reorders the text around it
+    /// ([`is_invisible`]); only new names are held to this ([`DataPath::check_new_name`]).
+    InvisibleCharacter {
         /// Its code point.
         code: u32,
     },
@@ -62,6 +77,11 @@ impl fmt::Display for PathError {
             PathError::ControlCharacter { code } => {
                 write!(f, "path contains the control character U+{code:04X}")
             }
+            PathError::InvisibleCharacter { code } => write!(
+                f,
+                "path contains U+{code:04X}, a character that prints as nothing or reorders \
+                 the text around it (a new name may not hold one)"
+            ),
             PathError::NotUtf8 => f.write_str("path is not valid UTF-8"),
             PathError::EmptySegment => f.write_str("path has an empty segment"),
             PathError::DotSegment => f.write_str("path has a '.' or '..' segment"),
@@ -200,6 +220,16 @@ impl DataPath {
         }
     }
 
+    /// Whether this path may name a new entry: it holds no character that prints as nothing
+    /// or reorders the text around it ([`is_invisible`]). An existing entry's path is not
+    /// held to this (see the module's documentation).
+    pub fn check_new_name(&self) -> Result<(), PathError> {
+        match self.as_str().chars().find(|&c| is_invisible(c)) {
+            Some(c) => Err(PathError::InvisibleCharacter { code: u32::from(c) }),
+            None => Ok(()),
+        }
+    }
+
     /// Segment-aware prefix test: `self` is under `prefix` iff they are equal or `self`
     /// continues `prefix` with a `/`.
     pub fn is_under(&self, prefix: &DataPath) -> bool {
@@ -208,6 +238,20 @@ impl DataPath {
             None => false,
         }
     }
+}
+
+/// Whether `c` prints as nothing or reorders the text around it: a Unicode format character
+/// (category Cf: U+00AD soft hyphen, U+200B zero-width space, U+200E/U+200F and U+202A–U+202E
+/// and U+2066–U+2069 direction marks and overrides, U+FEFF...) or a line or paragraph
+/// separator (U+2028, U+2029).
+pub fn is_invisible(c: char) -> bool {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+    matches!(
+        c.general_category(),
+        GeneralCategory::Format
+            | GeneralCategory::LineSeparator
+            | GeneralCategory::ParagraphSeparator
+    )
 }
 
 fn validate(path: &str) -> Result<(), PathError> {
@@ -431,6 +475,52 @@ mod tests {
             ctx.resolve("/runs/self/a\tb"),
             Err(PathError::ControlCharacter { code: 9 })
         );
+    }
+
+    #[test]
+    fn new_names_refuse_invisible_characters() {
+        for (path, code) in [
+            ("/a\u{202e}txt.exe", 0x202e),
+            ("/a\u{200b}b", 0x200b),
+            ("/\u{feff}bom", 0xfeff),
+            ("/a\u{2066}b\u{2069}", 0x2066),
+            ("/x/soft\u{ad}hyphen", 0xad),
+            ("/line\u{2028}sep", 0x2028),
+            ("/para\u{2029}sep", 0x2029),
+            ("/tag\u{e0041}", 0xe0041),
+        ] {
+            // Valid as a path (an old entry still decodes and can be named)...
+            let p = DataPath::new(path).unwrap();
+            // ...but not as a new name.
+            assert_eq!(
+                p.check_new_name(),
+                Err(PathError::InvisibleCharacter { code }),
+                "{path:?}"
+            );
+        }
+        for ok in [
+            "/a b",
+            "/é/ü",
+            "/日本/語",
+            "/a\u{a0}b",
+            "/emoji/😀",
+            "/עברית/عربي",
+        ] {
+            assert_eq!(
+                DataPath::new(ok).unwrap().check_new_name(),
+                Ok(()),
+                "{ok:?}"
+            );
+        }
+        // A zero-width joiner inside an emoji sequence is Cf too: the rule refuses it.
+        let family = DataPath::new("/family/👨\u{200d}👩").unwrap();
+        assert_eq!(
+            family.check_new_name(),
+            Err(PathError::InvisibleCharacter { code: 0x200d })
+        );
+        let text = PathError::InvisibleCharacter { code: 0x202e }.to_string();
+        assert!(text.contains("U+202E"), "{text}");
+        assert!(!text.chars().any(|c| c.is_control() || is_invisible(c)));
     }
 
     #[test]

@@ -61,8 +61,12 @@ impl Host {
         };
         let checked = match &query {
             Query::Stat { path } => check(path, Access::Read).map(|p| (p, None)),
-            Query::Move { from, to, .. } => check(from, Access::Write)
-                .and_then(|f| check(to, Access::Write).map(|t| (f, Some(t)))),
+            // The source may hold any old name; the destination is a new one.
+            Query::Move { from, to, .. } => check(from, Access::Write).and_then(|f| {
+                let t = check(to, Access::Write)?;
+                t.check_new_name().map_err(DataPlaneError::InvalidPath)?;
+                Ok((f, Some(t)))
+            }),
             Query::Remove { path, .. } => check(path, Access::Write).map(|p| (p, None)),
         };
         let checked = checked.and_then(|paths| {

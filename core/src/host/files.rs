@@ -36,7 +36,7 @@ use std::ops::{Deref, DerefMut};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Host, Kind, PURPOSE_PUBLISH, Phase, child_error};
+use super::{Host, Kind, Naming, PURPOSE_PUBLISH, Phase, child_error};
 use crate::arena::{ArenaMemory, Lease, MemoryFault};
 use crate::effect::Outbox;
 use crate::error::{DataPlaneError, Limit, NamespaceError};
@@ -207,7 +207,7 @@ impl Host {
         file: &str,
         mem: &mut dyn ArenaMemory,
     ) -> Result<(DataPath, FileRef, FileFacts), DataPlaneError> {
-        let path = self.check_open(session, op, logical, Access::Write)?;
+        let path = self.check_open(session, op, logical, Access::Write, Naming::New)?;
         if self.files.len() >= HOST_FILES_MAX {
             return Err(DataPlaneError::LimitReached(Limit::HostFiles));
         }

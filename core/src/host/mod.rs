@@ -228,6 +228,16 @@ pub enum NamespaceHold {
     },
 }
 
+/// Whether an op may create or replace the entry at its path, so that the path must be fit
+/// for a new name ([`DataPath::check_new_name`]), or only names an entry that exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Naming {
+    /// A read, a stat, a removal or a move's source: old names stay reachable.
+    Existing,
+    /// A write, a publication, a stream open or a move's destination.
+    New,
+}
+
 /// Where a binding is (SPEC §9, amended by DESIGN Q19–Q24).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Phase {

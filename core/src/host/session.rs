@@ -8,7 +8,7 @@
 //! a write that is publishing keeps going until its outcome is known, and a published write
 //! outlives the session (H-D1).
 
-use super::{Host, Kind, Phase, SessionState};
+use super::{Host, Kind, Naming, Phase, SessionState};
 use crate::arena::ArenaMemory;
 use crate::blob::BlobState;
 use crate::effect::Outbox;
@@ -285,21 +285,26 @@ impl Host {
     }
 
     /// The checks of every op that opens a binding (SPEC §7.2): the path resolves in the
-    /// session's job and the job allows `access` there, the op is fresh in the session, and
-    /// the session and the host have room for one more operation in progress. Changes
-    /// nothing.
+    /// session's job and the job allows `access` there, a path the op may create or replace
+    /// is fit for a new name ([`DataPath::check_new_name`](crate::path::DataPath::check_new_name)),
+    /// the op is fresh in the session, and the session and the host have room for one more
+    /// operation in progress. Changes nothing.
     pub(super) fn check_open(
         &self,
         session: u64,
         op: ChildOp,
         logical: &str,
         access: Access,
+        names: Naming,
     ) -> Result<crate::path::DataPath, DataPlaneError> {
         let Some(s) = self.sessions.get(&session) else {
             return Err(DataPlaneError::SessionNotRunning);
         };
         let job = &s.config.job;
         let path = job.resolve(logical).map_err(DataPlaneError::InvalidPath)?;
+        if names == Naming::New {
+            path.check_new_name().map_err(DataPlaneError::InvalidPath)?;
+        }
         if !job.allows(&path, access) {
             return Err(DataPlaneError::Unauthorized {
                 path,
@@ -332,11 +337,12 @@ impl Host {
         if !self.sessions.contains_key(&session) {
             return;
         }
-        let access = match kind {
-            Kind::Read { .. } | Kind::Control | Kind::Stream { .. } => Access::Read,
-            Kind::Write { .. } | Kind::File { .. } => Access::Write,
+        let (access, names) = match kind {
+            Kind::Read { .. } | Kind::Control => (Access::Read, Naming::Existing),
+            Kind::Stream { .. } => (Access::Read, Naming::New),
+            Kind::Write { .. } | Kind::File { .. } => (Access::Write, Naming::New),
         };
-        let path = match self.check_open(session, op, logical, access) {
+        let path = match self.check_open(session, op, logical, access, names) {
             Ok(path) => path,
             Err(error) => {
                 self.send_child(child, ChildEvent::Failed { op, error }, out);

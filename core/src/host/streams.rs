@@ -20,7 +20,7 @@
 //!   answers, and kept by the host until then, which hands them over again if the proxy
 //!   restarts or was too full to take them (see `handover.rs`).
 
-use super::{Host, Kind, Phase, child_error};
+use super::{Host, Kind, Naming, Phase, child_error};
 use crate::arena::ArenaMemory;
 use crate::effect::Outbox;
 use crate::error::DataPlaneError;
@@ -64,7 +64,8 @@ impl Host {
             StreamRole::Source => Access::Write,
             StreamRole::Sink => Access::Read,
         };
-        let path = match self.check_open(session, op, logical, access) {
+        // Either side's open may create the stream's entry.
+        let path = match self.check_open(session, op, logical, access, Naming::New) {
             Ok(path) => path,
             Err(error) => {
                 self.send_child(child, ChildEvent::Failed { op, error }, out);

@@ -8,7 +8,8 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, Write};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -31,8 +32,12 @@ const ABOUT: &str = "dataplane: put and get blobs through a dataplane host";
 const AFTER_HELP: &str = "\
 The socket's capability is read from SOCKET.cap. Paths may start with /runs/self (the
 session's own run). A path is UTF-8, starts with '/', and has no empty, '.' or '..' segment
-and no control character (newline, tab, escape). `stat` of a lost blob succeeds and says
-'lost'. Every failure is one line on stderr, `dataplane: ` and the message.";
+and no control character (newline, tab, escape). A new name (put, publish, the stream
+commands, mv's destination) also has no character that prints as nothing or reorders text
+(U+200B zero-width space, U+202E right-to-left override...). `stat` of a lost blob succeeds
+and says 'lost'. What a command reports goes to stdout; every failure is one line on stderr,
+`dataplane: ` and the message (the stream commands' byte counts go to stderr too: their
+stdout may be the stream).";
 
 /// The command line.
 #[derive(Debug, Parser)]
@@ -62,12 +67,15 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Publish FILE (or stdin, `-`) at PATH.
+    /// Publish FILE (or stdin, `-`) at PATH, replacing what is there (unless --no-replace).
     Put {
         /// The data path.
         path: OsString,
         /// The file to publish, or `-` for stdin.
         file: OsString,
+        /// Refuse (exit 73) if something is at PATH already, as `mv` does without --replace.
+        #[arg(long)]
+        no_replace: bool,
     },
     /// Write the blob at PATH to FILE (or stdout, `-` or none).
     Get {
@@ -174,7 +182,8 @@ fn main() -> ExitCode {
 }
 
 fn fail(code: Exit, message: &str) -> ExitCode {
-    eprintln!("dataplane: {message}");
+    // A path from the host (an old entry's name) may hold characters that print as nothing.
+    eprintln!("dataplane: {}", dataplane_cli::one_line(message));
     ExitCode::from(code)
 }
 
@@ -300,9 +309,10 @@ fn io_error(what: &OsStr, e: io::Error) -> Failure {
     (Exit::LocalFile, format!("{}: {e}", shown(what)))
 }
 
-/// An argument as it may be printed on one line: lossily decoded, control characters escaped.
+/// An argument as it may be printed on one line: lossily decoded, control and invisible
+/// characters escaped, a long one cut in the middle.
 fn shown(arg: &OsStr) -> String {
-    dataplane_cli::one_line(&arg.to_string_lossy())
+    dataplane_cli::one_line_short(&arg.to_string_lossy())
 }
 
 /// A data path argument: UTF-8 and valid by core's rules (`/runs/self` is a valid path too; the
@@ -314,6 +324,17 @@ fn data_path(arg: &OsStr) -> Result<&str, Failure> {
     };
     let path = arg.to_str().ok_or_else(|| invalid(PathError::NotUtf8))?;
     DataPath::new(path).map_err(invalid)?;
+    Ok(path)
+}
+
+/// A data path argument that names a new entry: [`data_path`], and fit for a new name (no
+/// character that prints as nothing or reorders text; the host checks it again).
+fn new_path(arg: &OsStr) -> Result<&str, Failure> {
+    let path = data_path(arg)?;
+    if let Err(e) = DataPath::new(path).and_then(|p| p.check_new_name()) {
+        let error = DataPlaneError::InvalidPath(e);
+        return Err((status(&error), format!("{}: {error}", shown(arg))));
+    }
     Ok(path)
 }
 
@@ -335,6 +356,7 @@ fn run(host: &Host<'_>, command: Command) -> Result<(), Failure> {
             let sessions = HostControl::connect(host.socket)
                 .and_then(|mut c| c.sessions())
                 .map_err(control)?;
+            // One line per session, nothing else: `| wc -l` counts them.
             for s in &sessions {
                 dataplane_cli::outln!(
                     "{} child={} state={} operations={} published={}",
@@ -345,7 +367,6 @@ fn run(host: &Host<'_>, command: Command) -> Result<(), Failure> {
                     s.published
                 );
             }
-            eprintln!("{} live session(s)", sessions.len());
             Ok(())
         }
         Command::Revoke { session } => {
@@ -353,7 +374,7 @@ fn run(host: &Host<'_>, command: Command) -> Result<(), Failure> {
             HostControl::connect(host.socket)
                 .and_then(|mut c| c.revoke(address))
                 .map_err(control)?;
-            eprintln!("{address}: revoked");
+            dataplane_cli::outln!("{address}: revoked");
             Ok(())
         }
         Command::Arena => {
@@ -372,39 +393,23 @@ fn run(host: &Host<'_>, command: Command) -> Result<(), Failure> {
             );
             Ok(())
         }
-        Command::Put { path, file } => {
-            let path = data_path(&path)?;
-            let mut session = connect(host)?;
-            let revision = if file == "-" {
-                let mut bytes = Vec::new();
-                io::stdin()
-                    .read_to_end(&mut bytes)
-                    .map_err(|e| io_error("stdin".as_ref(), e))?;
-                session.put(path, &bytes).map_err(child)?
-            } else {
-                let source = file.as_os_str();
-                let mut file = File::open(source).map_err(|e| io_error(source, e))?;
-                let length = file.metadata().map_err(|e| io_error(source, e))?.len();
-                // Read straight into the shared arena: no intermediate buffer. A failed read
-                // abandons the write: nothing is published.
-                session
-                    .try_write(path, length, false, |payload| file.read_exact(payload))
-                    .map_err(child)?
-                    .map_err(|e| io_error(source, e))?
-            };
-            session.close().map_err(child)?;
-            eprintln!("{path}: published at {revision}");
-            Ok(())
-        }
+        Command::Put {
+            path,
+            file,
+            no_replace,
+        } => put(host, &path, &file, no_replace),
         Command::Get { path, file } => {
             let target = file.filter(|f| f != "-");
             get(host, &path, target.as_deref())
         }
         Command::Stat { path } => {
-            let path = data_path(&path)?;
+            let arg = path;
+            let path = data_path(&arg)?;
             let mut session = connect(host)?;
             let stat = session.stat(path).map_err(child)?;
             let revision = stat.revision;
+            // An old entry's name may hold characters that print as nothing: shown escaped.
+            let path = shown(&arg);
             match (stat.kind, stat.length) {
                 (EntryKind::Blob, _) if stat.lost => dataplane_cli::outln!(
                     "{path}: blob, lost (its bytes lived on a host that restarted), {revision}"
@@ -441,11 +446,14 @@ fn run(host: &Host<'_>, command: Command) -> Result<(), Failure> {
             idle,
         ),
         Command::Publish { path, file } => {
-            let path = data_path(&path)?;
+            let path = new_path(&path)?;
             let mut session = connect(host)?;
             let revision = session.publish_file(path, &file).map_err(child)?;
             session.close().map_err(child)?;
-            eprintln!("{path}: published from the host's file {file} at {revision}");
+            dataplane_cli::outln!(
+                "{path}: published from the host's file {} at {revision}",
+                dataplane_cli::one_line_short(&file)
+            );
             Ok(())
         }
         Command::Rm { path } => {
@@ -479,7 +487,7 @@ fn stream_send(
     wait: Option<u64>,
     idle: Option<u64>,
 ) -> Result<(), Failure> {
-    let path = data_path(path)?;
+    let path = new_path(path)?;
     let mut input: Box<dyn Read> = match &file {
         Some(name) => Box::new(File::open(name).map_err(|e| io_error(name, e))?),
         None => Box::new(io::stdin()),
@@ -532,7 +540,7 @@ fn stream_recv(
     wait: Option<u64>,
     idle: Option<u64>,
 ) -> Result<(), Failure> {
-    let path = data_path(path)?;
+    let path = new_path(path)?;
     let mut output: Box<dyn Write> = match &file {
         Some(name) => Box::new(File::create(name).map_err(|e| io_error(name, e))?),
         None => Box::new(io::stdout().lock()),
@@ -616,8 +624,81 @@ fn get(host: &Host<'_>, path: &OsStr, target: Option<&OsStr>) -> Result<(), Fail
 }
 
 fn mv(host: &Host<'_>, from: &OsStr, to: &OsStr, replace: bool) -> Result<(), Failure> {
-    let (from, to) = (data_path(from)?, data_path(to)?);
+    let (from, to) = (data_path(from)?, new_path(to)?);
     let mut session = connect(host)?;
     session.rename(from, to, replace).map_err(child)?;
     session.close().map_err(child)
+}
+
+/// `put`: the bytes go straight from FILE (or from stdin when it is a regular file) into the
+/// write's buffer; a pipe on stdin is read first, up to the arena's size, since a write needs
+/// its length up front, and refused as soon as it holds more than the arena can ever take.
+fn put(host: &Host<'_>, path: &OsStr, file: &OsStr, no_replace: bool) -> Result<(), Failure> {
+    let path = new_path(path)?;
+    let name: &OsStr = if file == "-" { "stdin".as_ref() } else { file };
+    let (mut input, length): (Box<dyn Read>, Option<u64>) = if file == "-" {
+        // A regular file redirected in (`< FILE`) has a length, from where stdin stands in it;
+        // a pipe or a terminal has not. The duplicate shares stdin's position.
+        let regular = io::stdin()
+            .as_fd()
+            .try_clone_to_owned()
+            .map(File::from)
+            .ok()
+            .and_then(|mut f| {
+                let meta = f.metadata().ok().filter(std::fs::Metadata::is_file)?;
+                let at = f.stream_position().ok()?;
+                Some((f, meta.len().saturating_sub(at)))
+            });
+        match regular {
+            Some((f, length)) => (Box::new(f), Some(length)),
+            None => (Box::new(io::stdin()), None),
+        }
+    } else {
+        let opened = File::open(file).map_err(|e| io_error(file, e))?;
+        let length = opened.metadata().map_err(|e| io_error(file, e))?.len();
+        (Box::new(opened), Some(length))
+    };
+    let mut session = connect(host)?;
+    let revision = match length {
+        Some(length) => session
+            .try_write(path, length, no_replace, |payload| {
+                input.read_exact(payload)
+            })
+            .map_err(child)?
+            .map_err(|e| io_error(name, e))?,
+        None => {
+            // At most one byte more than the arena: enough to know it can never fit.
+            let arena = session.welcome().arena_size;
+            let mut bytes = Vec::new();
+            input
+                .by_ref()
+                .take(arena.saturating_add(1))
+                .read_to_end(&mut bytes)
+                .map_err(|e| io_error(name, e))?;
+            if bytes.len() as u64 > arena {
+                let error = DataPlaneError::BlobTooLarge {
+                    length: bytes.len() as u64,
+                    arena,
+                };
+                return Err((
+                    status(&error),
+                    format!(
+                        "{path}: stdin holds more than the host's arena of {arena} bytes: it \
+                         can never fit there (read stopped at {} bytes)",
+                        bytes.len()
+                    ),
+                ));
+            }
+            session
+                .try_write(path, bytes.len() as u64, no_replace, |payload| {
+                    payload.copy_from_slice(&bytes);
+                    Ok::<(), io::Error>(())
+                })
+                .map_err(child)?
+                .map_err(|e| io_error(name, e))?
+        }
+    };
+    session.close().map_err(child)?;
+    dataplane_cli::outln!("{}: published at {revision}", shown(path.as_ref()));
+    Ok(())
 }

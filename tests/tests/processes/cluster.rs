@@ -16,10 +16,16 @@ fn put_on_one_host_get_on_another_then_mv_and_rm() {
     std::fs::write(&input, &bytes).unwrap();
     let put = a.cli(&["put", "/data/c/blob", input.to_str().unwrap()]);
     put.expect_code(0, "put on A");
-    let published = put.stderr.trim_end().to_owned();
+    // What a command reports goes to stdout; stderr is for failures.
+    let published = String::from_utf8(put.stdout.clone()).unwrap();
+    let published = published.trim_end().to_owned();
     assert!(
         published.starts_with("/data/c/blob: published at @") && !published.contains('\n'),
-        "put reports one line: {:?}",
+        "put reports one line on stdout: {published:?}"
+    );
+    assert!(
+        put.stderr.is_empty(),
+        "put succeeds silently on stderr: {:?}",
         put.stderr
     );
     let revision = published.rsplit(' ').next().unwrap().to_owned();

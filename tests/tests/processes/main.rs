@@ -1,6 +1,7 @@
 //! Multi-process tests: real `dataplane-node` directory and host processes and the `dataplane`
 //! CLI on loopback (the harness is `dataplane_tests`).
 
+mod cli_conventions;
 mod cluster;
 mod cluster_key;
 mod control;

@@ -33,7 +33,7 @@ const PANIC: i32 = 101;
 
 /// The revision a put reported (`PATH: published at @N`).
 fn published(put: &CliOutput) -> String {
-    put.stderr
+    String::from_utf8_lossy(&put.stdout)
         .trim_end()
         .rsplit(' ')
         .next()
