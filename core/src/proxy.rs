@@ -45,6 +45,10 @@ use crate::wire::{DirectoryCall, DirectoryReply, DirectoryRequest, Message, Repl
 /// The default request deadline (SPEC §5.1).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(80);
 
+/// The default [`ProxyConfig::absent_read_wait`]: long enough for a directory's restart or a
+/// replica group's election (about a second), far shorter than the deadline.
+pub const DEFAULT_ABSENT_READ_WAIT: Duration = Duration::from_secs(10);
+
 /// How a proxy is set up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxyConfig {
@@ -54,6 +58,13 @@ pub struct ProxyConfig {
     pub retry_period: Duration,
     /// How long a caller's request may wait for the directory.
     pub deadline: Duration,
+    /// How long a read (`Resolve`, `Lookup`) waits while no directory is discoverable before
+    /// it fails `DirectoryUnavailable`, short of the deadline. A read changes nothing, so
+    /// failing it early loses nothing, and the caller hears at once that the directory is
+    /// gone instead of after the whole deadline; a mutation keeps waiting for its deadline (it
+    /// may already hold a reservation, and a directory that comes back completes it). A value
+    /// at or above the deadline turns the early failure off.
+    pub absent_read_wait: Duration,
     /// The first request id this proxy hands out. A proxy that restarts at the same address
     /// must start above every id its predecessor used, so late replies to the old instance are
     /// never taken for new ones (the driver derives it from a boot counter).
@@ -71,6 +82,7 @@ impl ProxyConfig {
             address,
             retry_period: Duration::from_secs(1),
             deadline: DEFAULT_DEADLINE,
+            absent_read_wait: DEFAULT_ABSENT_READ_WAIT,
             first_request_id: 1,
             pending_max: PROXY_PENDING_MAX,
         }
@@ -136,6 +148,15 @@ fn unavailable() -> NamespaceError {
     NamespaceError::DirectoryUnavailable(Reason::new(
         "no directory was discoverable before the deadline",
     ))
+}
+
+/// A read's early failure: no directory for `waited`.
+fn unavailable_read(waited: Duration) -> NamespaceError {
+    NamespaceError::DirectoryUnavailable(Reason::new(format!(
+        "no directory was reachable for {} s: the host keeps trying (is the directory \
+         running, and reachable from this host?)",
+        waited.as_millis() / 1_000
+    )))
 }
 
 /// The retraction that undoes a waiting request, if it needs one: an open is cancelled, a
@@ -436,6 +457,16 @@ impl Proxy {
             return Err(InputError::UnexpectedTimer(timer));
         }
         let deadline = self.config.deadline;
+        let absent_read_wait = self.config.absent_read_wait;
+        let absent = self.directory.is_none();
+        // A read that has seen no directory for `absent_read_wait` fails now, short of its
+        // deadline.
+        let read_gives_up = |p: &PendingRequest| {
+            absent
+                && !p.saw_directory
+                && p.request.kind().is_read()
+                && now.saturating_since(p.enqueued_at) >= absent_read_wait
+        };
         // Retractions started by this tick's expiries are dispatched when they are made; the
         // re-dispatch below covers only what was already pending and stays pending.
         let already: Vec<RequestId> = self.pending.keys().copied().collect();
@@ -445,7 +476,7 @@ impl Proxy {
             .filter(|(_, p)| {
                 !p.is_retraction()
                     && matches!(p.owner, Owner::Caller { .. })
-                    && now.saturating_since(p.enqueued_at) >= deadline
+                    && (now.saturating_since(p.enqueued_at) >= deadline || read_gives_up(p))
             })
             .map(|(id, _)| *id)
             .collect();
@@ -453,8 +484,11 @@ impl Proxy {
             let Some(pending) = self.remove(id) else {
                 continue;
             };
-            let error = if pending.saw_directory || self.directory.is_some() {
+            let waited = now.saturating_since(pending.enqueued_at);
+            let error = if pending.saw_directory || !absent {
                 NamespaceError::Timeout
+            } else if waited < deadline {
+                unavailable_read(waited)
             } else {
                 unavailable()
             };

@@ -94,6 +94,9 @@ struct Harness {
     now: Instant,
     retry: Duration,
     deadline: Duration,
+    /// The proxies' `absent_read_wait`: the deadline (early read failures off) unless a test
+    /// sets it.
+    absent_read_wait: Duration,
     // The directory and its durable log.
     dir: Option<Directory>,
     dir_address: Address,
@@ -128,6 +131,7 @@ impl Harness {
             now: Instant::ZERO,
             retry: Duration::from_secs(RETRY_SECS),
             deadline,
+            absent_read_wait: deadline,
             dir: None,
             dir_address: Address::new(NodeId(0), 0, 0),
             dir_timer: None,
@@ -180,6 +184,7 @@ impl Harness {
             address: Self::proxy_address(p),
             retry_period: self.retry,
             deadline: self.deadline,
+            absent_read_wait: self.absent_read_wait,
             first_request_id,
             pending_max: PROXY_PENDING_MAX,
         }
@@ -1009,6 +1014,71 @@ fn timeout_or_unavailable_depends_on_what_the_request_saw() {
     h.run(1);
     let body = h.expect_reply_in(b, late, e(0));
     assert!(is_unavailable(&body, RequestKind::Lookup), "{body:?}");
+}
+
+/// With no directory, a read fails `DirectoryUnavailable` once it has waited
+/// `absent_read_wait`, saying how long; a mutation waits for its whole deadline; a read that
+/// saw a directory is not failed early.
+#[test]
+fn a_read_with_no_directory_fails_early_and_a_mutation_waits() {
+    let mut h = Harness::with_deadline(1, DEFAULT_DEADLINE);
+    h.absent_read_wait = Duration::from_secs(10);
+    let config = h.proxy_config(P0, 1_000);
+    h.restart_proxy(P0, config.first_request_id);
+    h.crash_directory();
+    h.discover(P0, None);
+    let a = h.caller(P0);
+    let b = h.caller(P0);
+    let c = h.caller(P0);
+    let lookup_a = h.call(a, lookup("/a"));
+    let open_b = h.call(b, open("/s", Source, E_SRC, 7));
+    let resolve_c = h.call(c, resolve("/r"));
+    h.run(9);
+    h.expect_no_replies();
+    h.run(1);
+    for (caller, id, kind) in [
+        (a, lookup_a, RequestKind::Lookup),
+        (c, resolve_c, RequestKind::Resolve),
+    ] {
+        let reply = h.expect_received(caller, id);
+        assert_eq!(
+            reply.at,
+            Instant::ZERO.saturating_add(Duration::from_secs(10))
+        );
+        assert_eq!(reply.reply.epoch, AuthorityEpoch::NONE);
+        match reply.reply.body.err() {
+            Some(NamespaceError::DirectoryUnavailable(reason)) => {
+                assert!(reason.as_str().contains("for 10 s"), "{reason}");
+            }
+            other => panic!("{kind:?}: {other:?}"),
+        }
+    }
+    // The open waits on, for its deadline.
+    h.run(DEFAULT_DEADLINE.as_millis() / 1_000 - 12);
+    h.expect_no_reply(b);
+    h.run(2);
+    let reply = h.expect_received(b, open_b);
+    assert!(
+        is_unavailable(&reply.reply.body, RequestKind::OpenStream),
+        "{reply:?}"
+    );
+
+    // A read admitted while a directory is discoverable (its frames lost) times out at the
+    // deadline, not early, even after the directory goes.
+    h.start_directory();
+    h.discover(P0, h.authority());
+    h.blackhole(any);
+    let d = h.caller(P0);
+    let seen = h.call(d, lookup("/a"));
+    h.run(1);
+    h.discover(P0, None);
+    h.run(DEFAULT_DEADLINE.as_millis() / 1_000 - 2);
+    h.expect_no_reply(d);
+    h.run(1);
+    assert_eq!(
+        h.expect_reply_in(d, seen, e(0)),
+        timeout(RequestKind::Lookup)
+    );
 }
 
 // =============================================================================================

@@ -64,6 +64,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         arena_file: None,
         allow: vec![DataPath::new("/data")?],
         deadline: Duration::from_secs(80),
+        absent_read_wait: dataplane_core::proxy::DEFAULT_ABSENT_READ_WAIT,
         silence: dataplane_core::conns::SILENCE_DEFAULT,
         cluster_key: None,
         metrics_listen: None,

@@ -370,6 +370,16 @@ impl ChildSession {
     /// A host that does not greet and attach within [`ATTACH_WAIT`] gets
     /// [`ChildError::TimedOut`].
     pub fn connect(socket: &Path) -> Result<ChildSession, ChildError> {
+        Self::connect_within(socket, ATTACH_WAIT)
+    }
+
+    /// [`connect`](Self::connect), giving the host `attach_wait` (at least 1 ms) to greet
+    /// and attach.
+    pub fn connect_within(
+        socket: &Path,
+        attach_wait: Duration,
+    ) -> Result<ChildSession, ChildError> {
+        let attach_wait = attach_wait.max(Duration::from_millis(1));
         let connect = |what: &str, e: io::Error| ChildError::Connect(format!("{what}: {e}"));
         let cap_path = capability_path(socket);
         let cap = fs::read(&cap_path).map_err(|e| missing_host(socket, &cap_path, e))?;
@@ -380,7 +390,7 @@ impl ChildSession {
             UnixStream::connect(socket).map_err(|e| connect(&socket.display().to_string(), e))?;
         // Until attached (the descriptor's options are shared with the inbox's clone).
         stream
-            .set_read_timeout(Some(ATTACH_WAIT))
+            .set_read_timeout(Some(attach_wait))
             .map_err(|e| protocol(e.to_string()))?;
         let mut writer = &stream;
         write_frame(&mut writer, &ChildHello::new(Capability(capability))).map_err(protocol)?;

@@ -170,6 +170,9 @@ pub struct HostOptions {
     pub allow: Vec<DataPath>,
     /// The proxy's request deadline.
     pub deadline: Duration,
+    /// How long a read (a child's get or stat) waits while no directory is reachable before
+    /// it fails (core's `ProxyConfig::absent_read_wait`; at or above `deadline`: never early).
+    pub absent_read_wait: Duration,
     /// How long the directory or another host may answer nothing before this host gives
     /// the connection up ([`SILENCE_MIN`]..=[`SILENCE_MAX`]; core's `Pinger`).
     pub silence: Duration,
@@ -554,6 +557,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         arena_file = %options.arena_file.as_deref().map_or("(memfd)".into(), |p| p.display().to_string()),
         allow = %options.allow.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
         deadline = %options.deadline,
+        absent_read_wait = %options.absent_read_wait,
         silence = %options.silence,
         cluster_key = options.cluster_key.is_some(),
         socket_group = options.socket_group,
@@ -606,6 +610,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
             address: proxy_address,
             retry_period: Duration::from_secs(1),
             deadline: options.deadline,
+            absent_read_wait: options.absent_read_wait,
             first_request_id: 1,
             pending_max: PROXY_PENDING_MAX,
         },

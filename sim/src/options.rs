@@ -97,6 +97,14 @@ pub struct ProxyOptions {
     pub discovery_lag_max: Duration,
 }
 
+impl ProxyOptions {
+    /// How long a read waits with no directory before it fails: a third of the deadline, at
+    /// least two ticks (derived, not drawn, so the seeds' other draws stay as they were).
+    pub fn absent_read_wait(&self) -> Duration {
+        Duration::from_nanos(self.deadline.as_nanos() / 3).max(self.retry_period.saturating_mul(2))
+    }
+}
+
 /// Disk behaviour of the directory node.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DiskOptions {

@@ -528,6 +528,7 @@ impl ReplWorld {
                     address: Address::new(node, 1, 500),
                     retry_period: options.proxy.retry_period,
                     deadline: options.proxy.deadline,
+                    absent_read_wait: options.proxy.absent_read_wait(),
                     first_request_id: 1,
                     pending_max: dataplane_core::limits::PROXY_PENDING_MAX,
                 };

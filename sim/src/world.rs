@@ -1655,6 +1655,7 @@ impl World {
             address: h.proxy_address(),
             retry_period: self.options.proxy.retry_period,
             deadline: self.options.proxy.deadline,
+            absent_read_wait: self.options.proxy.absent_read_wait(),
             // Each reuse of an address (see `proxy_address`) starts above every id its
             // earlier users can have handed out (one instance never hands out 2^40).
             first_request_id: 1 + ((h.proxy_generation / crate::host::PROXY_ADDRESSES) << 40),

@@ -141,6 +141,7 @@ impl Cluster {
             address: Address::new(id, incarnation, 0),
             retry_period: Duration::from_secs(1),
             deadline: self.setup.proxy_deadline,
+            absent_read_wait: dataplane_core::proxy::DEFAULT_ABSENT_READ_WAIT,
             first_request_id: boots * 1_000_000,
             pending_max: dataplane_core::limits::PROXY_PENDING_MAX,
         }

@@ -336,6 +336,12 @@ impl RequestKind {
         RequestKind::OperationsDone,
     ];
 
+    /// Whether requests of this kind only read (`Resolve`, `Lookup`): they change nothing at
+    /// the directory, so a proxy may fail them early when no directory is there.
+    pub fn is_read(self) -> bool {
+        matches!(self, RequestKind::Resolve | RequestKind::Lookup)
+    }
+
     /// Whether requests of this kind are retractions (never expire at a proxy).
     pub fn is_retraction(self) -> bool {
         matches!(

@@ -254,6 +254,13 @@ struct HostArgs {
     #[arg(long, value_name = "N", default_value_t = 80,
           value_parser = clap::value_parser!(u64).range(1..))]
     deadline_secs: u64,
+    /// How long a child's read (get, stat) waits while no directory is reachable before it
+    /// fails with "no directory was reachable", in seconds (a write waits for
+    /// --deadline-secs: a directory that comes back completes it). At or above
+    /// --deadline-secs, reads wait for the deadline too.
+    #[arg(long, value_name = "N", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    read_wait_secs: u64,
     /// How long the directory (or another host) may answer nothing before this host gives
     /// the connection up, in milliseconds (200 to 10000; it pings every quarter of it). A
     /// stopped directory or replica leader, or a partition that drops without closing, is
@@ -442,6 +449,7 @@ fn run(role: Role) -> Result<(), Failure> {
                 arena_file: args.arena_file,
                 allow,
                 deadline: Duration::from_secs(args.deadline_secs),
+                absent_read_wait: Duration::from_secs(args.read_wait_secs),
                 silence: Duration::from_millis(args.directory_silence_ms),
                 cluster_key: cluster_key(args.common.cluster_key_file.as_deref())?,
                 metrics_listen: args.common.metrics_listen,

@@ -284,7 +284,7 @@ fn connect(host: &Host<'_>) -> Result<ChildSession, Failure> {
                 session.set_call_wait(Some(host.call_wait));
                 return Ok(session);
             }
-            Err(e) => return Err(child(e)),
+            Err(e) => return Err(host.failed(e)),
         }
     }
 }
@@ -297,12 +297,37 @@ struct Host<'a> {
     call_wait: std::time::Duration,
 }
 
-fn child(e: ChildError) -> Failure {
-    let message = match &e {
-        ChildError::TimedOut => format!("{e} (--timeout: is the host stopped?)"),
-        _ => e.to_string(),
-    };
-    (exit_code(&e), message)
+/// How long a host that let a call time out gets to attach a second client, to tell a host
+/// that is up (and waits for something else) from one that is stopped.
+const PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Host<'_> {
+    /// The failure of a call. A call that timed out names the component that did not answer:
+    /// a host that attaches a new client at once is up, and was waiting for its directory or
+    /// for a blob's source; one that does not is stopped or wedged.
+    fn failed(&self, e: ChildError) -> Failure {
+        if !matches!(e, ChildError::TimedOut) {
+            return (exit_code(&e), e.to_string());
+        }
+        let secs = self.call_wait.as_secs();
+        let message = match ChildSession::connect_within(self.socket, PROBE_WAIT) {
+            Ok(probe) => {
+                let _ = probe.close();
+                format!(
+                    "the host is up but did not finish the call within --timeout ({secs} s): it \
+                     is waiting for its directory (stopped, unreachable or slow?) or for the \
+                     blob's source; the host's log says which (raise --timeout to wait longer)"
+                )
+            }
+            Err(_) => format!(
+                "no answer from the host within --timeout ({secs} s), and it attached no new \
+                 client within {} s either: the host is stopped or wedged (is its process \
+                 paused?)",
+                PROBE_WAIT.as_secs()
+            ),
+        };
+        (exit_code(&e), message)
+    }
 }
 
 fn io_error(what: &OsStr, e: io::Error) -> Failure {
@@ -406,7 +431,7 @@ fn run(host: &Host<'_>, command: Command) -> Result<(), Failure> {
             let arg = path;
             let path = data_path(&arg)?;
             let mut session = connect(host)?;
-            let stat = session.stat(path).map_err(child)?;
+            let stat = session.stat(path).map_err(|e| host.failed(e))?;
             let revision = stat.revision;
             // An old entry's name may hold characters that print as nothing: shown escaped.
             let path = shown(&arg);
@@ -419,7 +444,7 @@ fn run(host: &Host<'_>, command: Command) -> Result<(), Failure> {
                 }
                 (kind, _) => dataplane_cli::outln!("{path}: {kind}, {revision}"),
             }
-            session.close().map_err(child)
+            session.close().map_err(|e| host.failed(e))
         }
         Command::Mv { src, dst, replace } => mv(host, &src, &dst, replace),
         Command::StreamSend {
@@ -448,8 +473,10 @@ fn run(host: &Host<'_>, command: Command) -> Result<(), Failure> {
         Command::Publish { path, file } => {
             let path = new_path(&path)?;
             let mut session = connect(host)?;
-            let revision = session.publish_file(path, &file).map_err(child)?;
-            session.close().map_err(child)?;
+            let revision = session
+                .publish_file(path, &file)
+                .map_err(|e| host.failed(e))?;
+            session.close().map_err(|e| host.failed(e))?;
             dataplane_cli::outln!(
                 "{path}: published from the host's file {} at {revision}",
                 dataplane_cli::one_line_short(&file)
@@ -459,8 +486,8 @@ fn run(host: &Host<'_>, command: Command) -> Result<(), Failure> {
         Command::Rm { path } => {
             let path = data_path(&path)?;
             let mut session = connect(host)?;
-            session.remove(path, None).map_err(child)?;
-            session.close().map_err(child)
+            session.remove(path, None).map_err(|e| host.failed(e))?;
+            session.close().map_err(|e| host.failed(e))
         }
     }
 }
@@ -469,13 +496,13 @@ fn run(host: &Host<'_>, command: Command) -> Result<(), Failure> {
 const CONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A stream open that failed: a timeout names what did not come.
-fn no_peer(path: &str, peer: &str, error: ChildError) -> Failure {
+fn no_peer(host: &Host<'_>, path: &str, peer: &str, error: ChildError) -> Failure {
     match error {
         ChildError::TimedOut => (
             Exit::Temporary,
             format!("{path}: no {peer} opened the other side in the time allowed (--wait)"),
         ),
-        other => child(other),
+        other => host.failed(other),
     }
 }
 
@@ -506,7 +533,7 @@ fn stream_send(
             how,
             wait,
         )
-        .map_err(|e| no_peer(path, "reader", e))?;
+        .map_err(|e| no_peer(host, path, "reader", e))?;
     let transport_error = |e: io::Error| {
         (
             Exit::Temporary,
@@ -525,8 +552,8 @@ fn stream_send(
     let mut end = [0u8; 1];
     let _ = peer.set_read_timeout(Some(CONNECT_WAIT));
     let _ = peer.read(&mut end);
-    session.close_stream(stream).map_err(child)?;
-    session.close().map_err(child)?;
+    session.close_stream(stream).map_err(|e| host.failed(e))?;
+    session.close().map_err(|e| host.failed(e))?;
     eprintln!("{path}: sent {sent} bytes");
     Ok(())
 }
@@ -561,7 +588,7 @@ fn stream_recv(
     let wait = wait.map(std::time::Duration::from_secs);
     let stream = session
         .open_stream(path, StreamRole::Sink, listener.descriptor(), how, wait)
-        .map_err(|e| no_peer(path, "writer", e))?;
+        .map_err(|e| no_peer(host, path, "writer", e))?;
     let mut peer = listener.accept(CONNECT_WAIT).map_err(transport_error)?;
     peer.set_read_timeout(idle.map(std::time::Duration::from_secs))
         .map_err(transport_error)?;
@@ -570,8 +597,8 @@ fn stream_recv(
         .map_err(|e| idle_or(e, idle, path, "the writer sent nothing", transport_error))?;
     output.flush().map_err(transport_error)?;
     let _ = peer.finish();
-    session.close_stream(stream).map_err(child)?;
-    session.close().map_err(child)?;
+    session.close_stream(stream).map_err(|e| host.failed(e))?;
+    session.close().map_err(|e| host.failed(e))?;
     eprintln!("{path}: received {received} bytes");
     Ok(())
 }
@@ -605,7 +632,7 @@ fn get(host: &Host<'_>, path: &OsStr, target: Option<&OsStr>) -> Result<(), Fail
     let path = data_path(path)?;
     let mut session = connect(host)?;
     {
-        let view = session.read(path).map_err(child)?;
+        let view = session.read(path).map_err(|e| host.failed(e))?;
         match target {
             None => {
                 let mut out = io::stdout().lock();
@@ -620,14 +647,16 @@ fn get(host: &Host<'_>, path: &OsStr, target: Option<&OsStr>) -> Result<(), Fail
             }
         }
     }
-    session.close().map_err(child)
+    session.close().map_err(|e| host.failed(e))
 }
 
 fn mv(host: &Host<'_>, from: &OsStr, to: &OsStr, replace: bool) -> Result<(), Failure> {
     let (from, to) = (data_path(from)?, new_path(to)?);
     let mut session = connect(host)?;
-    session.rename(from, to, replace).map_err(child)?;
-    session.close().map_err(child)
+    session
+        .rename(from, to, replace)
+        .map_err(|e| host.failed(e))?;
+    session.close().map_err(|e| host.failed(e))
 }
 
 /// `put`: the bytes go straight from FILE (or from stdin when it is a regular file) into the
@@ -664,7 +693,7 @@ fn put(host: &Host<'_>, path: &OsStr, file: &OsStr, no_replace: bool) -> Result<
             .try_write(path, length, no_replace, |payload| {
                 input.read_exact(payload)
             })
-            .map_err(child)?
+            .map_err(|e| host.failed(e))?
             .map_err(|e| io_error(name, e))?,
         None => {
             // At most one byte more than the arena: enough to know it can never fit.
@@ -694,11 +723,11 @@ fn put(host: &Host<'_>, path: &OsStr, file: &OsStr, no_replace: bool) -> Result<
                     payload.copy_from_slice(&bytes);
                     Ok::<(), io::Error>(())
                 })
-                .map_err(child)?
+                .map_err(|e| host.failed(e))?
                 .map_err(|e| io_error(name, e))?
         }
     };
-    session.close().map_err(child)?;
+    session.close().map_err(|e| host.failed(e))?;
     dataplane_cli::outln!("{}: published at {revision}", shown(path.as_ref()));
     Ok(())
 }

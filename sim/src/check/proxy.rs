@@ -15,7 +15,9 @@
 //!   its request's reply variant (S8b), once.
 //! * **Q10 / deadline honesty**: a synthetic `DirectoryUnavailable` or `Timeout` comes only at
 //!   or after the deadline, `DirectoryUnavailable` only if no directory was discoverable at any
-//!   time since the request was admitted, `Timeout` only if one was.
+//!   time since the request was admitted, `Timeout` only if one was. One exception, for reads
+//!   only (`Resolve`, `Lookup`: they change nothing): `DirectoryUnavailable` may come once the
+//!   read has waited the absent-read wait with no directory discoverable since its admission.
 //!
 //! A proxy that stops (restart, host crash) excuses its outstanding requests: its callers
 //! re-issue them to the next instance.
@@ -80,6 +82,8 @@ fn undo_of(request: &DirectoryRequest) -> Option<DirectoryRequest> {
 #[derive(Clone, Debug)]
 pub struct ProxyChecker {
     deadline: Duration,
+    /// How long a read waits with no directory before it may fail early.
+    absent_read_wait: Duration,
     retry_period: Duration,
     outstanding: BTreeMap<(Address, RequestId), Outstanding>,
     live: BTreeMap<usize, ProxyId>,
@@ -92,10 +96,11 @@ pub struct ProxyChecker {
 }
 
 impl ProxyChecker {
-    /// Checks proxies with this deadline and tick.
-    pub fn new(deadline: Duration, retry_period: Duration) -> Self {
+    /// Checks proxies with this deadline, tick and absent-read wait.
+    pub fn new(deadline: Duration, retry_period: Duration, absent_read_wait: Duration) -> Self {
         ProxyChecker {
             deadline,
+            absent_read_wait,
             retry_period,
             outstanding: BTreeMap::new(),
             live: BTreeMap::new(),
@@ -403,10 +408,21 @@ impl ProxyChecker {
                     return Err(format!("L8: a {:?} retraction expired", o.kind));
                 }
                 if waited < self.deadline {
-                    return Err(format!(
-                        "expired after {waited}, before the deadline {}",
-                        self.deadline
-                    ));
+                    // Restated: only a read, only `DirectoryUnavailable`, only with no
+                    // directory since its admission, only after the absent-read wait.
+                    let read = matches!(o.kind, RequestKind::Resolve | RequestKind::Lookup);
+                    let unavailable =
+                        matches!(error, Some(NamespaceError::DirectoryUnavailable(_)));
+                    if !(read && unavailable && !o.saw_directory && waited >= self.absent_read_wait)
+                    {
+                        return Err(format!(
+                            "a {:?} expired after {waited} ({error:?}), before the deadline {} \
+                             (absent-read wait {}, saw a directory: {})",
+                            o.kind, self.deadline, self.absent_read_wait, o.saw_directory
+                        ));
+                    }
+                    hits.push("proxy.unavailable_read");
+                    return Ok(());
                 }
                 let timeout = matches!(error, Some(NamespaceError::Timeout));
                 if timeout != o.saw_directory {

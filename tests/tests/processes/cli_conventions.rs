@@ -12,6 +12,7 @@
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use dataplane_core::error::DataPlaneError;
 use dataplane_core::path::PathError;
@@ -225,4 +226,44 @@ fn put_from_stdin_checks_the_length_before_reading_it_all() {
         .expect("run the CLI");
     assert_eq!(out.status.code(), Some(INVALID), "{out:?}");
     assert_eq!(host.cli(&["stat", "/data/s/big"]).code, NOT_FOUND);
+}
+
+#[test]
+fn a_failure_with_no_directory_names_the_directory() {
+    let dir = TestDir::new("cli-no-directory");
+    let mut directory = DirectoryProc::start(&dir, "directory");
+    let mut host = HostProc::start(&dir, "host", &directory.listen, "4M");
+    host.cli_stdin(&["put", "/data/d/a", "-"], b"a")
+        .expect_code(0, "put with a directory");
+    directory.proc.kill9();
+
+    // A read fails once the host has seen no directory for --read-wait-secs (10 s by
+    // default), not after the whole deadline (80 s), and says what is missing.
+    let started = Instant::now();
+    let stat = host.cli(&["stat", "/data/d/a"]);
+    let took = started.elapsed();
+    stat.expect_code(75, "a stat with no directory")
+        .expect_plain_error();
+    assert!(
+        stat.stderr.contains("no directory was reachable for 10 s")
+            && stat.stderr.contains("is the directory running"),
+        "{}",
+        stat.stderr
+    );
+    assert!(
+        took >= Duration::from_secs(9) && took < Duration::from_secs(40),
+        "{took:?}"
+    );
+
+    // A write waits for its deadline; a client that gives up first is told the host is up
+    // and waits for its directory, not that the host may be stopped.
+    let put = host.cli_stdin(&["--timeout", "3", "put", "/data/d/b", "-"], b"b");
+    put.expect_code(75, "a put with no directory and --timeout 3")
+        .expect_plain_error();
+    assert!(
+        put.stderr.contains("the host is up") && put.stderr.contains("waiting for its directory"),
+        "{}",
+        put.stderr
+    );
+    host.proc.assert_running();
 }

@@ -1188,7 +1188,14 @@ fn a_stopped_host_holds_no_client_past_its_call_wait() {
     let took = started.elapsed();
     directory.proc.signal("CONT");
     out.expect_code(75, "a stat with a stopped directory and --timeout 2");
-    assert!(out.stderr.contains("--timeout"), "{}", out.stderr);
+    // The host is fine: the message says so, and points at the directory.
+    assert!(
+        out.stderr.contains("--timeout")
+            && out.stderr.contains("the host is up")
+            && out.stderr.contains("waiting for its directory"),
+        "{}",
+        out.stderr
+    );
     assert!(took < Duration::from_secs(10), "{took:?}");
     host.cli(&["--timeout", "0", "stat", "/data/y"])
         .expect_code(64, "--timeout 0 is refused (a usage error)");
