@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use crate::admission::{self, Accepted, Admission, HelloRefusal, Nonce};
 use crate::ids::{Address, AuthorityEpoch, NodeId};
 use crate::limits::FRAME_BYTES_MAX;
-use crate::link::{Acceptor, ClusterKey, Connector, Link, Who};
+use crate::link::{Acceptor, ClusterKey, Connector, HandshakeFailure, Link, Who};
 use crate::log::LogRecord;
 use crate::membership::{Admitted, Forgotten, Membership};
 use crate::time::{Duration, Instant};
@@ -891,9 +891,11 @@ pub enum LinkHeard {
     },
     /// A frame for this host.
     Envelope(Envelope),
-    /// The directory refused this host, or could not prove the cluster key: a configuration
-    /// error, and the node stops.
+    /// The directory refused this host: a configuration error, and the node stops.
     Refused(String),
+    /// The directory could not prove the cluster key (why, in words): it is not of this
+    /// host's cluster, or one side has no key. A configuration error, and the node stops.
+    Unproven(String),
     /// The directory sent something out of protocol: closed, tried again later.
     Protocol,
     /// The address is a replica that does not serve (the attempt is closed, and counts as a
@@ -1337,8 +1339,14 @@ impl DirectoryLink {
                     self.state = LinkState::Welcoming { conn, backoff };
                     LinkHeard::Nothing
                 }
+                Err(HandshakeFailure::Unproven(why)) => {
+                    // The directory could not prove the key: not our cluster's directory. It
+                    // hears so (and counts a wrong key) before the node stops.
+                    out.push(ConnAction::Send(conn, connector.rejection()));
+                    self.state = LinkState::Welcoming { conn, backoff };
+                    LinkHeard::Unproven(why)
+                }
                 Err(e) => {
-                    // The directory could not prove the key: not our cluster's directory.
                     self.state = LinkState::Welcoming { conn, backoff };
                     LinkHeard::Refused(e.to_string())
                 }

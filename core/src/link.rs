@@ -213,8 +213,13 @@ pub fn hello_version(payload: &[u8]) -> Option<(u32, u16)> {
 /// Why the connecting side's handshake failed (on the other side's account).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HandshakeFailure {
-    /// The other side refused us (its reason), or failed to prove the key.
+    /// The other side refused us (its reason).
     Refused(String),
+    /// The other side could not prove the cluster key: it is not of this node's cluster, or
+    /// one side has a key and the other none (why, in words). The connector tells it so
+    /// ([`Connector::rejection`]) before it closes, so that the other side counts and logs a
+    /// wrong key too.
+    Unproven(String),
     /// The other side said something out of protocol.
     Protocol(String),
 }
@@ -223,6 +228,9 @@ impl fmt::Display for HandshakeFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             HandshakeFailure::Refused(reason) => write!(f, "refused: {reason}"),
+            HandshakeFailure::Unproven(why) => {
+                write!(f, "the other side could not prove the cluster key: {why}")
+            }
             HandshakeFailure::Protocol(what) => write!(f, "protocol: {what}"),
         }
     }
@@ -260,9 +268,21 @@ impl Connector {
             Link::Challenge { nonce, proof } => {
                 let expected = admission::acceptor_proof(self.key.as_ref(), &self.hello, nonce);
                 if !admission::proofs_match(expected.as_ref(), proof.as_ref()) {
-                    return Err(HandshakeFailure::Refused(
-                        HelloRefusal::WrongKey.to_string(),
-                    ));
+                    let why = match (self.key.is_some(), proof.is_some()) {
+                        (false, true) => {
+                            "it has a cluster key and this node has none (give this node \
+                             --cluster-key-file)"
+                        }
+                        (true, false) => {
+                            "it runs without a cluster key and this node has one \
+                             (--cluster-key-file)"
+                        }
+                        _ => {
+                            "its cluster key is not this node's (compare the \
+                             --cluster-key-file of both)"
+                        }
+                    };
+                    return Err(HandshakeFailure::Unproven(why.to_owned()));
                 }
                 Ok(Link::Proof {
                     proof: admission::connector_proof(self.key.as_ref(), &self.hello, nonce),
@@ -273,6 +293,18 @@ impl Connector {
                 "expected a Challenge, got {}",
                 other.name()
             ))),
+        }
+    }
+}
+
+impl Connector {
+    /// What a connector sends before it closes a connection whose acceptor could not prove
+    /// the key ([`HandshakeFailure::Unproven`]): the acceptor takes it as a wrong key
+    /// ([`Acceptor::check`]). It carries no proof: a proof for a challenge from a side that
+    /// cannot prove the key could be relayed to a real node.
+    pub fn rejection(&self) -> Link {
+        Link::Refused {
+            reason: "your proof of the cluster key does not match this node's key".to_owned(),
         }
     }
 }
@@ -328,6 +360,8 @@ impl Acceptor {
                 Ok(())
             }
             Link::Proof { .. } => Err(HelloRefusal::WrongKey),
+            // The connector found our proof wrong: the keys differ all the same.
+            Link::Refused { .. } => Err(HelloRefusal::WrongKey),
             _ => Err(HelloRefusal::NotAHello),
         }
     }
@@ -362,11 +396,37 @@ mod tests {
         let other = ClusterKey::from_secret(b"0123456789abcdeg").unwrap();
         assert!(run(Some(&key), Some(&same)).is_ok());
         assert!(run(None, None).is_ok());
-        let wrong = "refused: wrong cluster key (see --cluster-key-file)";
-        // The connector sees the acceptor fail to prove the key.
-        assert_eq!(run(Some(&key), Some(&other)).unwrap_err(), wrong);
-        assert_eq!(run(Some(&key), None).unwrap_err(), wrong);
-        assert_eq!(run(None, Some(&key)).unwrap_err(), wrong);
+        // The connector sees the acceptor fail to prove the key, and says which way.
+        let unproven = "the other side could not prove the cluster key: ";
+        assert_eq!(
+            run(Some(&key), Some(&other)).unwrap_err(),
+            format!(
+                "{unproven}its cluster key is not this node's (compare the --cluster-key-file \
+                 of both)"
+            )
+        );
+        assert_eq!(
+            run(Some(&key), None).unwrap_err(),
+            format!(
+                "{unproven}it runs without a cluster key and this node has one \
+                 (--cluster-key-file)"
+            )
+        );
+        assert_eq!(
+            run(None, Some(&key)).unwrap_err(),
+            format!(
+                "{unproven}it has a cluster key and this node has none (give this node \
+                 --cluster-key-file)"
+            )
+        );
+        // ...and tells the acceptor, which takes it as a wrong key.
+        let (connector, hello) = Connector::new(Who::Client, [1; 32], None);
+        let payload = postcard::to_allocvec(&hello).unwrap();
+        let (acceptor, _, _) = Acceptor::answer(&payload, [2; 32], Some(&key)).unwrap();
+        assert_eq!(
+            acceptor.check(&connector.rejection()),
+            Err(HelloRefusal::WrongKey)
+        );
         assert_eq!(
             ClusterKey::from_secret(b"0123456789abcde\n").unwrap_err(),
             SecretTooShort(15)

@@ -265,6 +265,9 @@ pub enum HostError {
     InUse(String),
     /// The directory refused this host's hello (its cluster key): a configuration error.
     Refused(String),
+    /// The directory could not prove the cluster key (why, in words): this host does not
+    /// trust it. A configuration error.
+    Unproven(String),
     /// The directory welcomed this host under another node id or incarnation than before: it
     /// no longer knows this process (a repair cut the records that told it, or another host
     /// claims this listen address). Serving on would mix two hosts' blobs; a restart gets
@@ -278,7 +281,7 @@ pub enum HostError {
 impl HostError {
     /// Whether the directory refused this host (rather than setup failing).
     pub fn refused(&self) -> bool {
-        matches!(self, HostError::Refused(_))
+        matches!(self, HostError::Refused(_) | HostError::Unproven(_))
     }
 
     /// The process exit status for this error (sysexits): 78 a refused key (configuration),
@@ -286,7 +289,7 @@ impl HostError {
     pub fn exit_code(&self) -> Exit {
         match self {
             HostError::Usage(_) => Exit::Usage,
-            HostError::Refused(_) => Exit::Config,
+            HostError::Refused(_) | HostError::Unproven(_) => Exit::Config,
             HostError::InUse(_) => Exit::Temporary,
             HostError::Setup(_) | HostError::Unknown(_) => Exit::Software,
         }
@@ -300,6 +303,10 @@ impl fmt::Display for HostError {
                 f.write_str(message)
             }
             HostError::Refused(reason) => write!(f, "the directory refused this host: {reason}"),
+            HostError::Unproven(why) => write!(
+                f,
+                "this host does not trust the directory: it could not prove the cluster key: {why}"
+            ),
             HostError::Unknown(reason) => write!(
                 f,
                 "the directory no longer knows this host: {reason}; restart it (the blobs it \
@@ -358,8 +365,8 @@ struct HostNode {
     /// The node agent: gone reports after a restart, re-sent until acknowledged.
     agent: Agent,
     agent_timer: Option<Instant>,
-    /// The directory refused this host (its reason); the node stops.
-    refused: Option<String>,
+    /// The directory refused this host, or could not prove the key; the node stops.
+    refused: Option<HostError>,
     /// The directory welcomed this host under another identity (why); the node stops.
     unknown: Option<String>,
     /// The warning about frames from other nodes that only this host may send (see
@@ -816,6 +823,10 @@ fn first_welcome(
                 error!(directory = %address, %reason, "the directory refused this host");
                 return Err(HostError::Refused(reason));
             }
+            Err(HandshakeError::Unproven(why)) => {
+                error!(directory = %address, %why, "the directory could not prove the cluster key");
+                return Err(HostError::Unproven(why));
+            }
             Err(HandshakeError::NotLeader(leader)) => {
                 // A replica that does not serve: next, the one it names.
                 if let Some((index, learned)) = leader
@@ -910,8 +921,8 @@ impl HostNode {
     fn run_loop(&mut self) -> Result<(), HostError> {
         let mut events = Vec::new();
         loop {
-            if let Some(reason) = self.refused.take() {
-                return Err(HostError::Refused(reason));
+            if let Some(error) = self.refused.take() {
+                return Err(error);
             }
             if let Some(reason) = self.unknown.take() {
                 return Err(HostError::Unknown(reason));
@@ -1794,10 +1805,14 @@ impl HostNode {
                 }
             }
             LinkHeard::Refused(reason) => {
-                // The directory does not take our key or version, or cannot prove the key:
-                // a configuration error.
+                // The directory does not take our key or version: a configuration error.
                 error!(%directory, %reason, "the directory refused this host");
-                self.refused = Some(reason);
+                self.refused = Some(HostError::Refused(reason));
+            }
+            LinkHeard::Unproven(why) => {
+                // The directory cannot prove the key: not our cluster's directory.
+                error!(%directory, %why, "the directory could not prove the cluster key");
+                self.refused = Some(HostError::Unproven(why));
             }
             LinkHeard::NotLeader { leader } => {
                 // A replica that does not serve: next, the one it names.

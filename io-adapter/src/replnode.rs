@@ -261,6 +261,9 @@ struct ReplicaNode {
     /// with the wrong key retries every [`PEER_RETRY`]: later refusals go to `debug`); at most
     /// one per replica of the group, plus 0 for every stranger.
     refusals_logged: BTreeSet<ReplicaId>,
+    /// The leader this replica last logged that it follows (`None`: none known), so that
+    /// each change of leadership is one line.
+    leader_logged: Option<ReplicaId>,
     /// What the hosts' side asked for, not yet done (a reused buffer).
     host_io: Vec<HostIo>,
     /// Where this replica takes hosts (`--listen`), and where each peer does, as its proven
@@ -455,6 +458,7 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
         peers,
         incoming: BTreeMap::new(),
         refusals_logged: BTreeSet::new(),
+        leader_logged: None,
         host_io: Vec::new(),
         host_listen: options.directory.listen.clone(),
         peer_hosts: BTreeMap::new(),
@@ -637,6 +641,19 @@ impl ReplicaNode {
     /// Starts or ends the hosts' side to match whether the machine serves, and at which term.
     fn follow_serving(&mut self) {
         let now = self.clock.now();
+        let leader = self.machine.replica().leader();
+        if leader != self.leader_logged {
+            self.leader_logged = leader;
+            let term = self.machine.replica().term();
+            match leader {
+                Some(l) if l == self.id => {}
+                Some(l) => {
+                    let hosts = self.peer_hosts.get(&l).cloned().unwrap_or_default();
+                    info!(leader = l, term, hosts = %hosts, "following: replica {l} leads");
+                }
+                None => info!(term, "no leader known: an election is on"),
+            }
+        }
         match self.hosts.follow(now, &self.machine, &mut self.host_io) {
             Serving::Unchanged => {}
             Serving::Stopped { term } => {
@@ -860,8 +877,20 @@ impl ReplicaNode {
             return;
         }
         if let Some(to) = self.peer_out(conn) {
-            debug!(conn, to, reason, "connection to a peer replica closed");
             let now = self.clock.now();
+            let was_up = self.peers.get(&to).is_some_and(|p| p.up);
+            if was_up {
+                // Once per loss: a peer that stays unreachable logs its retries at debug.
+                info!(
+                    peer = to,
+                    conn,
+                    reason,
+                    "lost the connection to peer replica {to} (stopped, partitioned or \
+                     restarting); reconnecting every {PEER_RETRY}"
+                );
+            } else {
+                debug!(conn, to, reason, "connection to a peer replica closed");
+            }
             if let Some(peer) = self.peers.get_mut(&to) {
                 peer.conn = None;
                 peer.up = false;
@@ -1014,7 +1043,7 @@ impl ReplicaNode {
         );
         self.net.set_limits(conn, peer_limits());
         peer.up = true;
-        debug!(peer = to, conn, "connected to a peer replica");
+        info!(peer = to, conn, "connected to peer replica {to}");
         // It may have restarted without its disk: a leader probes it at once.
         self.machine.peer_connected(to);
     }

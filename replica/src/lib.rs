@@ -638,7 +638,12 @@ impl Replica {
             match message.kind {
                 // Not a voter yet: no answer (the candidate needs the others).
                 Kind::RequestVote | Kind::RequestPreVote | Kind::TimeoutNow => return Ok(()),
-                Kind::Append | Kind::Heartbeat if joining.target.is_none() => {
+                // The target is the leader's commit index, which only an append carries: a
+                // heartbeat carries the least of it and what the leader believes this replica
+                // holds, which is 0 for a replica it knows nothing of yet (a new voter, or any
+                // after the leader's own restart). Taken from a heartbeat, a join ended at
+                // once, before the replica held anything, and it voted with an empty log.
+                Kind::Append if joining.target.is_none() => {
                     joining.target = Some((message.term, message.commit));
                 }
                 _ => {}

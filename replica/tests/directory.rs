@@ -12,7 +12,7 @@ use dataplane_core::path::DataPath;
 use dataplane_core::time::Instant;
 use dataplane_core::wire::{DirectoryCall, DirectoryRequest, Message, ReplyBody, SourceRecovery};
 use dataplane_replica::{
-    Durable, NotServing, Replica, ReplicaConfig, ReplicatedDirectory, WireMessage,
+    Durable, Kind, NotServing, Replica, ReplicaConfig, ReplicatedDirectory, WireMessage,
 };
 
 type Node = ReplicatedDirectory<ActorSources>;
@@ -710,4 +710,46 @@ fn the_leader_hands_over_to_a_caught_up_voter_and_resigns_when_the_transfer_is_a
     let serving = g.elect();
     assert!(g.node(serving).replica().term() > term);
     g.register_ok(4, "/t/after-abandoned");
+}
+
+/// A joining replica's first word from the leader may be a heartbeat that commits nothing (the
+/// leader's progress for it is 0: a new voter, or a leader that restarted). The join ends only
+/// once the replica holds the leader's commit, which an append carries.
+#[test]
+fn a_heartbeat_that_commits_nothing_does_not_end_a_join() {
+    let mut g = Group::new();
+    let leader = g.elect();
+    g.register_ok(1, "/before");
+    let wiped = (leader + 1) % 3;
+    g.start_wiped(wiped, true);
+    let term = g.node(leader).replica().term();
+    let leader_commit = g.node(leader).replica().commit();
+    assert!(leader_commit > 0);
+    let heartbeat = WireMessage {
+        kind: Kind::Heartbeat,
+        to: wiped as u64 + 1,
+        from: leader as u64 + 1,
+        term,
+        log_term: 0,
+        index: 0,
+        entries: Vec::new(),
+        commit: 0,
+        commit_term: 0,
+        request_snapshot: 0,
+        reject: false,
+        reject_hint: 0,
+        context: Vec::new(),
+        priority: 0,
+        snapshot: None,
+    };
+    let _ = g.node(wiped).step(heartbeat);
+    assert!(
+        g.node(wiped).replica().is_joining(),
+        "a heartbeat committing 0 ended the join of an empty replica"
+    );
+    // The group runs on: the replica is sent the log and ends its join holding it.
+    g.ticks(20);
+    assert!(g.has(wiped, "/before"));
+    assert!(!g.node(wiped).replica().is_joining());
+    assert!(g.node(wiped).replica().commit() >= leader_commit);
 }

@@ -182,21 +182,35 @@ fn a_wrong_key_is_never_admitted_and_the_host_hears_why() {
     );
     let mut link = host_link(ClusterKey::from_secret(b"another secret entirely").ok(), 1);
     let (heard, out) = handshake(&mut dir, &mut membership, &mut link, 1, t(0));
-    // The host finds the directory cannot prove its key: a configuration error.
-    assert!(matches!(heard, LinkHeard::Refused(_)), "{heard:?}");
+    // The host finds the directory cannot prove its key: a configuration error. It tells the
+    // directory, which refuses it as a wrong key (counted and logged there).
+    let refused_as_wrong_key = |out: &[ConnAction], conn: ConnId| {
+        out.iter().any(|a| {
+            matches!(a, ConnAction::Refuse { conn: c, why: Closing::WrongKey, .. } if *c == conn)
+        })
+    };
+    match &heard {
+        LinkHeard::Unproven(why) => assert!(why.contains("not this node's"), "{why}"),
+        other => panic!("{other:?}"),
+    }
     assert!(
         !out.iter().any(|a| matches!(a, ConnAction::Admitted(_))),
         "{out:?}"
     );
+    assert!(refused_as_wrong_key(&out, 1), "{out:?}");
     assert!(membership.is_empty());
-    // A host without a key is refused by a directory with one.
+    // A host without a key does not trust a directory with one, and says why.
     let mut keyless = host_link(None, 2);
     let (heard, out) = handshake(&mut dir, &mut membership, &mut keyless, 2, t(0));
-    assert!(matches!(heard, LinkHeard::Refused(_)), "{heard:?}");
+    match &heard {
+        LinkHeard::Unproven(why) => assert!(why.contains("this node has none"), "{why}"),
+        other => panic!("{other:?}"),
+    }
     assert!(
         !out.iter().any(|a| matches!(a, ConnAction::Admitted(_))),
         "{out:?}"
     );
+    assert!(refused_as_wrong_key(&out, 2), "{out:?}");
     // A connector that proves anyway, without the key, is refused by the directory.
     let mut out = Vec::new();
     let who = Who::Host {

@@ -94,8 +94,10 @@ impl std::error::Error for KeyError {}
 pub enum HandshakeError {
     /// The connection failed.
     Io(io::Error),
-    /// The other side refused us (its reason), or failed to prove the key.
+    /// The other side refused us (its reason).
     Refused(String),
+    /// The other side could not prove the cluster key (why, in words); it was told so.
+    Unproven(String),
     /// The other side said something out of protocol.
     Protocol(String),
     /// A replica of a replicated directory that does not serve: where it says the leader
@@ -108,6 +110,9 @@ impl fmt::Display for HandshakeError {
         match self {
             HandshakeError::Io(e) => write!(f, "{e}"),
             HandshakeError::Refused(reason) => write!(f, "refused: {reason}"),
+            HandshakeError::Unproven(why) => {
+                write!(f, "the other side could not prove the cluster key: {why}")
+            }
             HandshakeError::Protocol(what) => write!(f, "protocol: {what}"),
             HandshakeError::NotLeader(leader) => write!(
                 f,
@@ -126,6 +131,7 @@ impl From<HandshakeFailure> for HandshakeError {
     fn from(failure: HandshakeFailure) -> Self {
         match failure {
             HandshakeFailure::Refused(reason) => HandshakeError::Refused(reason),
+            HandshakeFailure::Unproven(why) => HandshakeError::Unproven(why),
             HandshakeFailure::Protocol(what) => HandshakeError::Protocol(what),
         }
     }
@@ -286,7 +292,15 @@ pub fn prove_blocking(
     if let Link::NotLeader { leader } = challenge {
         return Err(HandshakeError::NotLeader(leader));
     }
-    let proof = connector.answer(&challenge)?;
+    let proof = match connector.answer(&challenge) {
+        Ok(proof) => proof,
+        Err(HandshakeFailure::Unproven(why)) => {
+            // The other side hears why we close, and counts a wrong key.
+            let _ = write_frame(&mut w, &connector.rejection());
+            return Err(HandshakeError::Unproven(why));
+        }
+        Err(e) => return Err(e.into()),
+    };
     write_frame(&mut w, &proof).map_err(io)?;
     Ok(reader)
 }

@@ -79,7 +79,10 @@ fn only_nodes_with_the_cluster_key_are_admitted() {
     let key = dataplane_io::net::read_cluster_key(&secret).unwrap();
     let other = ClusterKey::from_secret(b"another secret of some length").unwrap();
 
-    let directory = DirectoryProc::start_with(&dir, "directory", &key_option(&secret));
+    let metrics = dataplane_tests::free_address();
+    let mut directory_args = key_option(&secret);
+    directory_args.extend(["--metrics-listen".into(), metrics.clone().into()]);
+    let directory = DirectoryProc::start_with(&dir, "directory", &directory_args);
     let a = HostProc::start_with(
         &dir,
         "host-a",
@@ -110,7 +113,9 @@ fn only_nodes_with_the_cluster_key_are_admitted() {
     for wrong in [None, Some(other)] {
         let error = RawClient::connect_with_key(&directory.listen, wrong).unwrap_err();
         assert!(
-            error.to_string().contains(WRONG_KEY),
+            error
+                .to_string()
+                .contains("the other side could not prove the cluster key"),
             "a client with the wrong key did not notice: {error}"
         );
     }
@@ -141,7 +146,16 @@ fn only_nodes_with_the_cluster_key_are_admitted() {
         assert_eq!(answers, refused());
     }
 
-    // A host with another key: the directory refuses it and it exits with 78.
+    // A host with another key, and one with none: each finds that the directory cannot
+    // prove the key, says so (the host rejected the directory, not the other way round) and
+    // exits with 78; the directory counts and logs a wrong key for each.
+    let wrong_key_refusals = || {
+        crate::ops::scrape(&metrics)
+            .lines()
+            .find_map(|l| l.strip_prefix("dataplane_refusals_total{kind=\"wrong_key\"} "))
+            .map_or(0, |n| n.trim().parse::<u64>().unwrap())
+    };
+    let refusals_before = wrong_key_refusals();
     let wrong_secret = dir.join("wrong.key");
     std::fs::write(&wrong_secret, b"another secret of some length").unwrap();
     let mut c = HostProc::spawn_with(
@@ -154,11 +168,32 @@ fn only_nodes_with_the_cluster_key_are_admitted() {
     let status = c.proc.wait_exit(Duration::from_secs(30));
     assert_eq!(status.code(), Some(78), "host-c: {}", c.proc.log_text());
     assert!(
-        c.proc
-            .log_text()
-            .contains("dataplane-node: the directory refused this host: wrong cluster key"),
+        c.proc.log_text().contains(
+            "dataplane-node: this host does not trust the directory: it could not prove the \
+             cluster key: its cluster key is not this node's"
+        ),
         "host-c says why: {}",
         c.proc.log_text()
+    );
+    let mut e = HostProc::spawn_with(&dir, "host-e", &directory.listen, "16M", &[]);
+    let status = e.proc.wait_exit(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(78), "host-e: {}", e.proc.log_text());
+    assert!(
+        e.proc.log_text().contains(
+            "it has a cluster key and this node has none (give this node --cluster-key-file)"
+        ),
+        "host-e says why: {}",
+        e.proc.log_text()
+    );
+    dataplane_tests::wait_until(
+        "the directory to count both hosts as wrong keys",
+        Duration::from_secs(10),
+        || wrong_key_refusals() >= refusals_before + 2,
+    );
+    assert!(
+        directory.proc.log_text().contains("wrong cluster key"),
+        "the directory logs a wrong key: {}",
+        directory.proc.log_text()
     );
 
     // A secret that is too short is a configuration error before anything starts.

@@ -383,7 +383,12 @@ pub(crate) fn kill_loop(
                         CLI_TIMEOUT,
                     );
                     if put.code == 0 {
-                        let revision = put.stderr.trim_end().rsplit(' ').next().unwrap().to_owned();
+                        let revision = String::from_utf8_lossy(&put.stdout)
+                            .trim_end()
+                            .rsplit(' ')
+                            .next()
+                            .unwrap()
+                            .to_owned();
                         published.push((p, n, revision));
                         puts.fetch_add(1, Ordering::Relaxed);
                     } else {

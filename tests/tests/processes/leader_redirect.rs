@@ -113,6 +113,26 @@ fn a_follower_names_the_leader_and_the_host_goes_there_next() {
         next + 1,
         redirects(&host).len() - before
     );
+    // An operator reads who leads from a follower's log, and that it lost the dead leader.
+    let other = (0..3).find(|&i| i != leader && i != next).unwrap();
+    for (follower, leads) in [(next, leader), (other, leader), (other, next)] {
+        if follower == leads {
+            continue;
+        }
+        let log = group.replicas[follower].proc.log_text();
+        assert!(
+            log.contains(&format!("following: replica {} leads", leads + 1)),
+            "replica {} logs that replica {} leads:\n{log}",
+            follower + 1,
+            leads + 1
+        );
+    }
+    let log = group.replicas[other].proc.log_text();
+    assert!(
+        log.contains(&format!("lost the connection to peer replica {}", leader + 1)),
+        "replica {} logs the loss of the killed leader:\n{log}",
+        other + 1
+    );
 }
 
 #[test]
