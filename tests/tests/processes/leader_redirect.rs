@@ -129,7 +129,10 @@ fn a_follower_names_the_leader_and_the_host_goes_there_next() {
     }
     let log = group.replicas[other].proc.log_text();
     assert!(
-        log.contains(&format!("lost the connection to peer replica {}", leader + 1)),
+        log.contains(&format!(
+            "lost the connection to peer replica {}",
+            leader + 1
+        )),
         "replica {} logs the loss of the killed leader:\n{log}",
         other + 1
     );

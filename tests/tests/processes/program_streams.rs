@@ -387,3 +387,61 @@ fn a_stream_peer_that_goes_silent_is_given_up_after_idle() {
         sessions.code == 0 && sessions.stdout.is_empty()
     });
 }
+
+/// A stream's entry is its name, as a FIFO's is: readers killed while they wait leave their
+/// entries (`stat` says stream), but no waiting open: a writer is never matched with a dead
+/// reader, a new reader takes the path, and `rm` removes the entries. Their sessions end.
+#[test]
+fn killed_readers_leave_their_entries_but_no_waiting_open() {
+    let dir = TestDir::new("killed-readers");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let a = HostProc::start(&dir, "host-a", &directory.listen, "8M");
+    let b = HostProc::start(&dir, "host-b", &directory.listen, "8M");
+    let paths: Vec<String> = (0..8).map(|i| format!("/data/killed/{i}")).collect();
+    let mut readers: Vec<Proc> = paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| recv(&dir, &a, &format!("reader-{i}"), p, &format!("out-{i}.bin")))
+        .collect();
+    for p in &paths {
+        wait_until("the reader's stream entry", Duration::from_secs(20), || {
+            a.cli(&["stat", p]).code == 0
+        });
+    }
+    for r in &mut readers {
+        r.kill9();
+    }
+    wait_until("A's sessions to end", Duration::from_secs(20), || {
+        let sessions = a.cli(&["sessions"]);
+        sessions.code == 0 && sessions.stdout.is_empty()
+    });
+    for p in &paths {
+        let stat = b.cli(&["stat", p]);
+        stat.expect_code(0, "the entry stays");
+        let line = String::from_utf8(stat.stdout).unwrap();
+        assert!(line.starts_with(&format!("{p}: stream")), "{line}");
+        // No dead reader waits there: a writer finds nobody.
+        b.cli_stdin(&["stream-send", p, "-", "--wait", "1"], b"x")
+            .expect_code(75, "a writer with every reader dead")
+            .expect_stderr_line(&format!(
+                "dataplane: {p}: no reader opened the other side in the time allowed (--wait)"
+            ));
+    }
+    // A new reader takes the first path, and gets what a writer sends.
+    let mut fresh = recv(&dir, &a, "reader-fresh", &paths[0], "out-fresh.bin");
+    b.cli_stdin(
+        &["stream-send", &paths[0], "-", "--wait", "30"],
+        b"after the kills",
+    )
+    .expect_code(0, "a writer meets the new reader");
+    assert!(fresh.wait_exit(Duration::from_secs(30)).success());
+    assert_eq!(
+        fs::read(dir.join("out-fresh.bin")).unwrap(),
+        b"after the kills"
+    );
+    // `rm` removes the entries.
+    for p in &paths {
+        b.cli(&["rm", p]).expect_code(0, "rm of a stream entry");
+        b.cli(&["stat", p]).expect_code(2, "gone after rm");
+    }
+}
