@@ -328,6 +328,14 @@ pub enum DataPlaneError {
     /// have host errors: `From<NamespaceError>`). SPEC §2.4's H4 mapping folded them all
     /// into `SessionFailed(text)`; ARCHITECTURE ("Errors are messages") says why they are typed.
     Namespace(NamespaceError),
+    /// The write was granted and not sealed within the host's write deadline (a child that
+    /// stopped, or one far too slow): the host aborted it, and took its arena space back when
+    /// the child's bytes live in a buffer of the child's own. Nothing was published; writing
+    /// again can help.
+    WriteExpired {
+        /// The deadline, in seconds.
+        after_secs: u64,
+    },
 }
 
 impl fmt::Display for DataPlaneError {
@@ -374,6 +382,11 @@ impl fmt::Display for DataPlaneError {
                 e @ (NamespaceError::DirectoryUnavailable(_) | NamespaceError::Timeout),
             ) => write!(f, "namespace unavailable: {e}"),
             DataPlaneError::Namespace(e) => write!(f, "namespace refused: {e}"),
+            DataPlaneError::WriteExpired { after_secs } => write!(
+                f,
+                "the write was not sealed within {after_secs} s of its grant (the host's write \
+                 deadline): aborted, nothing published; write again"
+            ),
         }
     }
 }
@@ -539,6 +552,7 @@ mod tests {
             },
             DataPlaneError::SourceChanged(p),
             DataPlaneError::Namespace(NamespaceError::Timeout),
+            DataPlaneError::WriteExpired { after_secs: 600 },
         ]
     }
 
@@ -569,6 +583,7 @@ mod tests {
             DataPlaneError::BlobTooLarge { .. } => 22,
             DataPlaneError::SourceChanged(_) => 23,
             DataPlaneError::Namespace(_) => 24,
+            DataPlaneError::WriteExpired { .. } => 25,
         }
     }
 
@@ -576,7 +591,7 @@ mod tests {
     fn every_data_plane_error_reads_as_one_plain_line() {
         let all = every_data_plane_error();
         let seen: std::collections::BTreeSet<usize> = all.iter().map(variant).collect();
-        assert_eq!(seen.len(), 25, "every variant is listed once");
+        assert_eq!(seen.len(), 26, "every variant is listed once");
         for error in &all {
             assert_plain(&error.to_string());
         }

@@ -2679,3 +2679,50 @@ fn a_move_refused_for_space_fails_at_once_and_a_late_copy_of_it_changes_nothing(
         ReplyBody::Resolved(Err(NamespaceError::PathNotFound(_)))
     ));
 }
+
+/// A write granted and never sealed is aborted at the write deadline: the child hears
+/// `WriteExpired` and nothing is published; this memory writes in place (the child may still
+/// touch the lease), so the lease is freed, and an exclusive write's reservation released,
+/// once the child lets go of it. A seal after the deadline publishes nothing.
+#[test]
+fn an_unsealed_write_expires_at_its_deadline() {
+    let mut w = World::with(1, Duration::from_secs(10), |mut c| {
+        c.write_deadline = Duration::from_secs(3);
+        c
+    });
+    let a = w.child(N1);
+    w.attach(a);
+    w.open_write(a, 1, "/data/slow", 100, true);
+    assert!(w.dir().durable().reservations().next().is_some());
+    w.run(2);
+    assert!(w.take(a).is_empty(), "nothing before the deadline");
+    w.run(2);
+    match w.expect(a, is_failed) {
+        ChildEvent::Failed {
+            op: ChildOp(1),
+            error: DataPlaneError::WriteExpired { after_secs: 3 },
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    w.run(1);
+    assert_eq!(w.live_leases(N1), 1, "the child may still touch the lease");
+    // A late seal publishes nothing; the release frees the lease, and the binding's end
+    // releases the reservation.
+    // (The header says Aborted: the child library's own seal would refuse; a hostile child
+    // sends the seal anyway.)
+    w.send(a, ChildRequest::Seal { op: ChildOp(1) });
+    w.expect(a, is_failed);
+    w.send(a, ChildRequest::Release { op: ChildOp(1) });
+    w.expect(a, |e| matches!(e, ChildEvent::Released { .. }));
+    assert_eq!(w.live_leases(N1), 0);
+    w.run(2);
+    assert!(
+        w.dir().durable().reservations().next().is_none(),
+        "the reservation was released"
+    );
+    assert!(matches!(
+        w.resolve("/data/slow"),
+        ReplyBody::Resolved(Err(NamespaceError::PathNotFound(_)))
+    ));
+    w.check();
+}

@@ -70,6 +70,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         metrics_listen: None,
         files: None,
         sessions_max: dataplane_core::limits::HOST_SESSIONS_MAX,
+        write_deadline: dataplane_core::host::DEFAULT_WRITE_DEADLINE,
     };
     let socket = host.socket.clone();
     std::thread::spawn(move || {

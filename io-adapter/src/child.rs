@@ -745,8 +745,12 @@ impl ChildSession {
             ChildEvent::Failed { error, .. } => Err(ChildError::Failed(error)),
             other => Err(unexpected(&other, "at seal")),
         };
-        self.release(op)?;
-        outcome.map(Ok)
+        // A write that failed may be over at the host already (its deadline aborted it): its
+        // own error is the one to report, not the release's.
+        let released = self.release(op);
+        let revision = outcome?;
+        released?;
+        Ok(Ok(revision))
     }
 
     /// Publishes `bytes` at `path`.

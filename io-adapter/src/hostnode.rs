@@ -187,6 +187,8 @@ pub struct HostOptions {
     /// [`HOST_SESSIONS_CAP`](dataplane_core::limits::HOST_SESSIONS_CAP); default
     /// [`HOST_SESSIONS_MAX`](dataplane_core::limits::HOST_SESSIONS_MAX)).
     pub sessions_max: usize,
+    /// How long a child has to seal a granted write (core's `HostConfig::write_deadline`).
+    pub write_deadline: Duration,
 }
 
 /// A child's first frame: it proves it may attach.
@@ -565,6 +567,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         allow = %options.allow.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
         deadline = %options.deadline,
         absent_read_wait = %options.absent_read_wait,
+        write_deadline = %options.write_deadline,
         silence = %options.silence,
         cluster_key = options.cluster_key.is_some(),
         socket_group = options.socket_group,
@@ -626,6 +629,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     );
     let mut config = HostConfig::new(node, incarnation, proxy_address, options.arena_size);
     config.sessions_max = options.sessions_max;
+    config.write_deadline = options.write_deadline;
     config.arena_generation = incarnation;
     config.first_actor = FIRST_HOST_ACTOR;
     config.chunk_bytes = TRANSFER_CHUNK_BYTES;

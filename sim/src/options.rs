@@ -195,6 +195,13 @@ pub struct HostOptions {
     pub corrupt: Ratio,
     /// Probability per step that a worker dies (closes with everything in flight).
     pub abrupt_close: Ratio,
+    /// Probability that a worker stops for `stall_time` between a write's grant and its
+    /// bytes (a child stopped mid-write), so that the host's write deadline may expire it.
+    pub stall: Ratio,
+    /// How long a stalled worker stops.
+    pub stall_time: Duration,
+    /// The hosts' write deadline (core's `HostConfig::write_deadline`).
+    pub write_deadline: Duration,
 }
 
 /// The overload regime (issue 11): the bounds of the real nodes, shrunk so that ordinary
@@ -449,6 +456,13 @@ impl HostOptions {
             } else {
                 Ratio::ZERO
             },
+            stall: if rng.chance(ratio(1, 2)) {
+                rng.ppm(10_000, 60_000)
+            } else {
+                Ratio::ZERO
+            },
+            stall_time: ms(rng, 500, 20_000),
+            write_deadline: ms(rng, 1_000, 15_000),
         }
     }
 }
@@ -858,7 +872,7 @@ impl Options {
         let h = &self.host;
         let _ = writeln!(
             s,
-            "# host: workers={:?} arena={} blob<={} chunk={} window={} chunk_timeout={} attempts={} transfer_deadline={} think={} hold={} open_wait={} abort={} corrupt={} abrupt_close={}",
+            "# host: workers={:?} arena={} blob<={} chunk={} window={} chunk_timeout={} attempts={} transfer_deadline={} think={} hold={} open_wait={} abort={} corrupt={} abrupt_close={} stall={} stall_time={} write_deadline={}",
             h.workers,
             h.arena_size,
             h.blob_max,
@@ -873,6 +887,9 @@ impl Options {
             h.abort,
             h.corrupt,
             h.abrupt_close,
+            h.stall,
+            h.stall_time,
+            h.write_deadline,
         );
         if self.limits != LimitOptions::default() {
             let _ = writeln!(s, "# limits: {:?}", self.limits);

@@ -112,6 +112,7 @@ fn failure_name(error: &DataPlaneError) -> &'static str {
         DataPlaneError::BlobLost(_) => "host.fail.BlobLost",
         DataPlaneError::BlobTooLarge { .. } => "host.fail.BlobTooLarge",
         DataPlaneError::ArenaExhausted => "host.fail.ArenaExhausted",
+        DataPlaneError::WriteExpired { .. } => "host.fail.WriteExpired",
         DataPlaneError::Blob(B::Digest) => "host.fail.Blob.Digest",
         DataPlaneError::Blob(B::Length { .. }) => "host.fail.Blob.Length",
         DataPlaneError::Blob(_) => "host.fail.Blob.other",
@@ -223,6 +224,10 @@ fn unexplained(op: &Op, error: &DataPlaneError, explains: &Explanations) -> Opti
             Some("a file blob's file changed although no file changed in this run")
         }
         DataPlaneError::SessionNotRunning => Some("the running session said it was not running"),
+        // Only a write whose child stopped before sealing may run past the write deadline.
+        DataPlaneError::WriteExpired { .. } if !matches!(op.stage, Stage::Stalled(_)) => {
+            Some("a write the child sealed at once was expired")
+        }
         // A host derives every op id from its node, incarnation and binding, and declares done
         // only what was answered: the directory never has a reason to refuse one of its
         // operations as a conflict or as forgotten, nor to run out of revisions or break the
@@ -278,6 +283,10 @@ pub fn content(tag: u64, length: u64) -> Vec<u8> {
 enum Stage {
     /// The open was sent; `cancelled` once a Cancel followed it.
     Opening { cancelled: bool },
+    /// A write is granted and the worker stopped before writing it (a child stopped
+    /// mid-write): it writes and seals after its stall time, unless the host's write deadline
+    /// expired it first.
+    Stalled(LeaseView),
     /// A write is granted (the worker fills and seals at once, so this is brief).
     Sealing(LeaseView),
     /// Published; the worker holds its view.
@@ -295,6 +304,10 @@ enum Stage {
     /// The stream's close was sent.
     StreamClosing,
 }
+
+/// How long past the write deadline a stalled write's expiry may take to reach its child: the
+/// host's tick, and the delivery.
+const WRITE_EXPIRY_SLACK: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Debug)]
 struct Op {
@@ -903,6 +916,24 @@ impl Worker {
                             .push(ChildRequest::Release { op: ChildOp(op) });
                     }
                 }
+                Stage::Stalled(view) if self.quiescing || age >= io.options.stall_time => {
+                    // Back from the stall: write and seal, if the host has not aborted the
+                    // write meanwhile (its `Failed` is on its way: it releases the view).
+                    let e = expected_of(&view, BlobAccess::Writable);
+                    if blob::validate(io.mem, &e, BlobState::Writable, false).is_ok() {
+                        // Restated: a write unsealed for its deadline (and a second for the
+                        // host's tick and the delivery) has been aborted by then.
+                        let bound = io.options.write_deadline.saturating_add(WRITE_EXPIRY_SLACK);
+                        if age >= bound {
+                            io.violation(format!(
+                                "write deadline: {} op {op} was granted {age} ago and never \
+                                 sealed, and its host has not expired it (deadline {})",
+                                self.address, io.options.write_deadline
+                            ));
+                        }
+                        self.fill_and_seal(op, &view, io);
+                    }
+                }
                 Stage::Streaming if self.quiescing || age >= hold => {
                     o.stage = Stage::StreamClosing;
                     io.out
@@ -1462,7 +1493,8 @@ impl Worker {
                     Stage::Opening { .. } => {
                         self.ops.remove(&op.0);
                     }
-                    Stage::Sealing(_)
+                    Stage::Stalled(_)
+                    | Stage::Sealing(_)
                     | Stage::SealAborting(_)
                     | Stage::Published(..)
                     | Stage::Aborting(..)
@@ -1517,7 +1549,7 @@ impl Worker {
             self.unknown_op(op, io);
             return;
         };
-        let Some((tag, length, corrupt)) = o.write else {
+        let Some((_, length, corrupt)) = o.write else {
             io.violation(format!("{}: a write grant for read op {op}", self.address));
             return;
         };
@@ -1535,6 +1567,26 @@ impl Worker {
                 self.address
             )),
         }
+        // Sometimes the child stops before it writes a byte (SIGSTOP mid-write).
+        if !corrupt && io.rng.chance(io.options.stall) {
+            io.out.notes.push(Note::Seen("host.write_stalled"));
+            if let Some(o) = self.ops.get_mut(&op) {
+                o.stage = Stage::Stalled(view);
+                o.since = io.now;
+            }
+            return;
+        }
+        self.fill_and_seal(op, &view, io);
+    }
+
+    /// Writes a granted write's bytes into its lease and seals it (a hostile child corrupts
+    /// the seal; sometimes the abort follows at once).
+    fn fill_and_seal(&mut self, op: u64, view: &LeaseView, io: &mut WorkerIo<'_>) {
+        let Some((tag, length, corrupt)) = self.ops.get(&op).and_then(|o| o.write) else {
+            return;
+        };
+        let view = *view;
+        let e = expected_of(&view, BlobAccess::Writable);
         let filled = match blob::payload_mut(io.mem, &e) {
             Ok(payload) => {
                 let zeroed = payload.iter().all(|b| *b == 0);

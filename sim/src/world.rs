@@ -2762,6 +2762,7 @@ impl World {
         config.chunk_attempts_max = o.chunk_attempts_max;
         config.transfer_deadline = o.transfer_deadline;
         config.allocation_deadline = o.transfer_deadline;
+        config.write_deadline = o.write_deadline;
         config.call_guard = guard;
         config.first_actor = HOST_FIRST_ACTOR;
         config.tick = Duration::from_millis(100);

@@ -64,6 +64,11 @@ pub(crate) const PURPOSE_UNPUBLISH: u8 = 2;
 pub(crate) const PURPOSE_RESERVE: u8 = 3;
 pub(crate) const PURPOSE_CONTROL: u8 = 4;
 
+/// [`HostConfig::write_deadline`]'s default: far longer than any write takes that is moving
+/// (a 10 GB file from a slow disk), short enough that a stopped child gives its arena space
+/// back within minutes.
+pub const DEFAULT_WRITE_DEADLINE: Duration = Duration::from_secs(600);
+
 /// How a host is set up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostConfig {
@@ -92,6 +97,11 @@ pub struct HostConfig {
     /// An open that waited this long in the arena queue fails `ArenaExhausted` (every open
     /// ends in a grant or an error, even when published blobs fill the arena for good).
     pub allocation_deadline: Duration,
+    /// A write the child has not sealed within this of its grant is aborted: the child hears
+    /// [`DataPlaneError::WriteExpired`], nothing is published, and its arena space is freed at
+    /// once when the memory stages writes (the child's bytes are in a buffer of its own, so
+    /// the lease may go to another write), or once the child lets go of it otherwise.
+    pub write_deadline: Duration,
     /// A namespace call unanswered for this long is sent again (the proxy answers everything
     /// within its deadline unless it restarted).
     pub call_guard: Duration,
@@ -125,6 +135,7 @@ impl HostConfig {
             chunk_attempts_max: 20,
             transfer_deadline: Duration::from_secs(60),
             allocation_deadline: Duration::from_secs(60),
+            write_deadline: DEFAULT_WRITE_DEADLINE,
             call_guard: Duration::from_secs(90),
             first_actor: 10_000,
             operations_max: HOST_OPERATIONS_MAX,
@@ -344,6 +355,8 @@ pub struct Binding {
     pub queued: Option<TicketId>,
     /// When that request was queued.
     pub queued_since: Instant,
+    /// When its write lease was handed to the child (the write deadline counts from here).
+    pub granted_at: Instant,
     /// The child may map the lease.
     pub child_holds: bool,
     /// The namespace may bind the source.
@@ -562,6 +575,8 @@ impl Host {
         {
             if b.queued.is_some() {
                 due(b.queued_since.saturating_add(c.allocation_deadline));
+            } else if b.phase == Phase::Writing {
+                due(b.granted_at.saturating_add(c.write_deadline));
             } else if let Phase::Filling(t) = &b.phase {
                 due(t.started.saturating_add(c.transfer_deadline));
                 for (sent_at, _) in t.in_flight.values() {
@@ -810,6 +825,7 @@ impl Host {
             .collect();
         for actor in actors {
             self.allocation_tick(now, actor, mem, out);
+            self.write_tick(now, actor, mem, out);
             self.transfer_tick(now, actor, mem, out);
             let due = self
                 .bindings
@@ -865,6 +881,40 @@ impl Host {
         let grants = self.arena.grant_waiting();
         self.fail(actor, DataPlaneError::ArenaExhausted, mem, out);
         self.pending_grants(grants, mem, out);
+    }
+
+    /// A write the child has not sealed within the write deadline is aborted (see
+    /// [`HostConfig::write_deadline`]).
+    fn write_tick(
+        &mut self,
+        now: Instant,
+        actor: u64,
+        mem: &mut dyn ArenaMemory,
+        out: &mut Outbox,
+    ) {
+        let deadline = self.config.write_deadline;
+        let Some(b) = self.bindings.get_mut(&actor) else {
+            return;
+        };
+        if b.phase != Phase::Writing || now.saturating_since(b.granted_at) < deadline {
+            return;
+        }
+        if let Some(slot) = b.lease {
+            let _ = blob::set_state(
+                mem.bytes_mut(),
+                &slot.expected,
+                &[BlobState::Writable, BlobState::Sealed],
+                BlobState::Aborted,
+            );
+        }
+        if mem.stages_writes() {
+            // The child writes a buffer of its own: the lease is no longer its to touch.
+            b.child_holds = false;
+        }
+        let error = DataPlaneError::WriteExpired {
+            after_secs: deadline.as_millis() / 1_000,
+        };
+        self.fail(actor, error, mem, out);
     }
 
     /// The node's proxy restarted (now at `proxy`) and lost its pending table: every namespace
@@ -1434,9 +1484,10 @@ impl Host {
 }
 
 /// Whether binding `b` has work the tick times: a queued open (its allocation deadline), a
-/// namespace call (its resend), a transfer (its deadline and chunk timeouts).
+/// namespace call (its resend), a granted write (its deadline), a transfer (its deadline and
+/// chunk timeouts).
 pub(crate) fn timed_work(b: &Binding) -> bool {
-    b.queued.is_some() || b.call.is_some() || matches!(b.phase, Phase::Filling(_))
+    b.queued.is_some() || b.call.is_some() || matches!(b.phase, Phase::Filling(_) | Phase::Writing)
 }
 
 /// A binding with nothing decided yet.
@@ -1460,6 +1511,7 @@ pub(crate) fn new_binding(
         lease: None,
         queued: None,
         queued_since: Instant::ZERO,
+        granted_at: Instant::ZERO,
         child_holds: false,
         namespace: NamespaceHold::None,
         tracked: true,

@@ -34,6 +34,9 @@ impl Host {
         let Some(slot) = b.lease else { return };
         b.phase = Phase::Writing;
         b.child_holds = true;
+        b.granted_at = self.now;
+        // The write deadline is timed from here.
+        self.timed.insert(actor);
         let lease = slot.view();
         let (child, op) = (b.child, b.op);
         self.send_child(child, ChildEvent::WriteGranted { op, lease }, out);

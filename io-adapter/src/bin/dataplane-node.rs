@@ -275,6 +275,11 @@ struct HostArgs {
     #[arg(long, value_name = "N", env = "DATAPLANE_SESSIONS_MAX", default_value_t = 256,
           value_parser = clap::value_parser!(u64).range(1..=16_384))]
     sessions_max: u64,
+    /// How long a child has to seal a write once it was granted, in seconds: a write still
+    /// unsealed then (a stopped child) is aborted, the child told, and its arena space freed.
+    #[arg(long, value_name = "SECS", default_value_t = 600,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    write_deadline_secs: u64,
     /// Also let GROUP (a name or a number) attach: the socket becomes 0660 and the capability
     /// file 0640, both of that group.
     #[arg(long, value_name = "GROUP")]
@@ -455,6 +460,7 @@ fn run(role: Role) -> Result<(), Failure> {
                 metrics_listen: args.common.metrics_listen,
                 files: args.files,
                 sessions_max: args.sessions_max as usize,
+                write_deadline: Duration::from_secs(args.write_deadline_secs),
             };
             run_host(options).map_err(|e| (e.exit_code(), e.to_string()))
         }

@@ -209,7 +209,8 @@ fn status(error: &DataPlaneError) -> Exit {
         DataPlaneError::SessionFailed(_)
         | DataPlaneError::SourceFailure(_)
         | DataPlaneError::ArenaExhausted
-        | DataPlaneError::LimitReached(_) => Exit::Temporary,
+        | DataPlaneError::LimitReached(_)
+        | DataPlaneError::WriteExpired { .. } => Exit::Temporary,
         DataPlaneError::Namespace(e) => match e {
             // No directory answered, or none in time: it passes. A full disk at the directory
             // passes once an operator frees space (the message names the data directory).

@@ -233,6 +233,8 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "proxy.timeout",
     "proxy.unavailable",
     "proxy.unavailable_read",
+    "host.write_stalled",
+    "host.fail.WriteExpired",
     "proxy.dropped_stale_reply",
     "proxy.redispatched_on_discovery",
     "recovery.cut_torn_tail",

@@ -35,3 +35,4 @@ mod streams;
 mod transfer_leader;
 mod truth;
 mod usage_errors;
+mod write_deadline;
