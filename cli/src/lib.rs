@@ -108,13 +108,15 @@ impl Exit {
             }
             Exit::Temporary => {
                 "temporary: try again later. dataplane: the namespace or the blob's source is \
-                 unavailable, the host's arena is full, the host is busy, or it did not attach \
-                 the client or answer a call in time (--timeout); dataplane-node: another process holds the data directory \
-                 or the socket"
+                 unavailable, the host's arena is full, a write was not sealed within the \
+                 host's write deadline, the host is busy, or it did not attach the client or \
+                 answer a call in time (--timeout); dataplane-node: another process holds the \
+                 data directory or the socket"
             }
             Exit::Config => {
                 "configuration (dataplane-node): the cluster key file is unusable, the \
-                 directory refused this host's key, or RUST_LOG is not a valid filter"
+                 directory refused this host's key or could not prove its own, or RUST_LOG is \
+                 not a valid filter"
             }
         }
     }

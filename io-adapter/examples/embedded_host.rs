@@ -71,6 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         files: None,
         sessions_max: dataplane_core::limits::HOST_SESSIONS_MAX,
         write_deadline: dataplane_core::host::DEFAULT_WRITE_DEADLINE,
+        allocation_wait: Duration::from_secs(60),
     };
     let socket = host.socket.clone();
     std::thread::spawn(move || {

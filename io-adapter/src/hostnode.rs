@@ -189,6 +189,8 @@ pub struct HostOptions {
     pub sessions_max: usize,
     /// How long a child has to seal a granted write (core's `HostConfig::write_deadline`).
     pub write_deadline: Duration,
+    /// How long an open may wait for arena space (core's `HostConfig::allocation_deadline`).
+    pub allocation_wait: Duration,
 }
 
 /// A child's first frame: it proves it may attach.
@@ -568,6 +570,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
         deadline = %options.deadline,
         absent_read_wait = %options.absent_read_wait,
         write_deadline = %options.write_deadline,
+        allocation_wait = %options.allocation_wait,
         silence = %options.silence,
         cluster_key = options.cluster_key.is_some(),
         socket_group = options.socket_group,
@@ -630,6 +633,7 @@ pub fn run_host(options: HostOptions) -> Result<(), HostError> {
     let mut config = HostConfig::new(node, incarnation, proxy_address, options.arena_size);
     config.sessions_max = options.sessions_max;
     config.write_deadline = options.write_deadline;
+    config.allocation_deadline = options.allocation_wait;
     config.arena_generation = incarnation;
     config.first_actor = FIRST_HOST_ACTOR;
     config.chunk_bytes = TRANSFER_CHUNK_BYTES;

@@ -280,6 +280,11 @@ struct HostArgs {
     #[arg(long, value_name = "SECS", default_value_t = 600,
           value_parser = clap::value_parser!(u64).range(1..))]
     write_deadline_secs: u64,
+    /// How long an open may wait for arena space, in seconds: one still waiting then fails
+    /// "the host's arena is full" (exit 75 for the client).
+    #[arg(long, value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    allocation_wait_secs: u64,
     /// Also let GROUP (a name or a number) attach: the socket becomes 0660 and the capability
     /// file 0640, both of that group.
     #[arg(long, value_name = "GROUP")]
@@ -461,6 +466,7 @@ fn run(role: Role) -> Result<(), Failure> {
                 files: args.files,
                 sessions_max: args.sessions_max as usize,
                 write_deadline: Duration::from_secs(args.write_deadline_secs),
+                allocation_wait: Duration::from_secs(args.allocation_wait_secs),
             };
             run_host(options).map_err(|e| (e.exit_code(), e.to_string()))
         }

@@ -689,16 +689,31 @@ fn put(host: &Host<'_>, path: &OsStr, file: &OsStr, no_replace: bool) -> Result<
         (Box::new(opened), Some(length))
     };
     let mut session = connect(host)?;
+    let arena = session.welcome().arena_size;
+    // A full arena: how much was asked of how much.
+    let full = |asked: u64| {
+        move |e: ChildError| match e {
+            ChildError::Failed(DataPlaneError::ArenaExhausted) => (
+                Exit::Temporary,
+                format!(
+                    "{}: the host's arena is full: no room for {asked} bytes of its {arena} \
+                     within the host's allocation wait (its blobs and the writes in progress \
+                     hold the rest: `dataplane arena` shows them)",
+                    shown(path.as_ref())
+                ),
+            ),
+            other => host.failed(other),
+        }
+    };
     let revision = match length {
         Some(length) => session
             .try_write(path, length, no_replace, |payload| {
                 input.read_exact(payload)
             })
-            .map_err(|e| host.failed(e))?
+            .map_err(full(length))?
             .map_err(|e| io_error(name, e))?,
         None => {
             // At most one byte more than the arena: enough to know it can never fit.
-            let arena = session.welcome().arena_size;
             let mut bytes = Vec::new();
             input
                 .by_ref()
@@ -724,7 +739,7 @@ fn put(host: &Host<'_>, path: &OsStr, file: &OsStr, no_replace: bool) -> Result<
                     payload.copy_from_slice(&bytes);
                     Ok::<(), io::Error>(())
                 })
-                .map_err(|e| host.failed(e))?
+                .map_err(full(bytes.len() as u64))?
                 .map_err(|e| io_error(name, e))?
         }
     };

@@ -78,3 +78,53 @@ fn a_stopped_writer_gives_its_arena_space_back_at_the_write_deadline() {
         "used={used}: the expired write's lease is free"
     );
 }
+
+#[test]
+fn a_put_that_finds_no_room_says_how_much_of_how_much() {
+    let dir = TestDir::new("arena-full");
+    let directory = DirectoryProc::start(&dir, "directory");
+    let host = HostProc::start_with(
+        &dir,
+        "host",
+        &directory.listen,
+        "4M",
+        &["--allocation-wait-secs".into(), "2".into()],
+    );
+    // A writer holds 3 MB of the 4 MB arena while the put waits.
+    let socket = host.socket.clone();
+    let (granted_tx, granted_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let mut session = ChildSession::connect(&socket).expect("attach");
+        let result = session.try_write("/data/f/held", 3 << 20, false, |payload| {
+            granted_tx.send(()).unwrap();
+            let _ = done_rx.recv_timeout(Duration::from_secs(30));
+            payload.fill(2);
+            Ok::<(), std::io::Error>(())
+        });
+        let _ = session.close();
+        result
+    });
+    granted_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the first write was granted");
+    let input = dir.join("two.bin");
+    std::fs::write(&input, pattern(9, 2 << 20)).unwrap();
+    let started = Instant::now();
+    let put = host.cli(&["put", "/data/f/more", input.to_str().unwrap()]);
+    let took = started.elapsed();
+    put.expect_code(75, "a put with no room")
+        .expect_plain_error();
+    assert!(
+        put.stderr
+            .contains("the host's arena is full: no room for 2097152 bytes of its 4194304"),
+        "{}",
+        put.stderr
+    );
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    done_tx.send(()).unwrap();
+    assert!(
+        matches!(holder.join().unwrap(), Ok(Ok(_))),
+        "the holder publishes"
+    );
+}
