@@ -352,4 +352,110 @@ mod conns_tests {
         assert_eq!(c.expire(t(30 + idle)), vec![3]);
         assert!(c.is_empty());
     }
+
+    /// One thing that happens to a control table.
+    #[derive(Clone, Debug)]
+    enum Step {
+        /// Time passes (ms).
+        Wait(u64),
+        /// A connection is accepted.
+        Accept,
+        /// The `n`th connection ever accepted asks (closed or not).
+        Ask(usize),
+        /// The node's tick expires idle connections.
+        Expire,
+        /// An operator connects and asks at once.
+        Operator,
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0u64..15_000).prop_map(Step::Wait),
+            Just(Step::Accept),
+            (0usize..64).prop_map(Step::Ask),
+            Just(Step::Expire),
+            Just(Step::Operator),
+        ]
+    }
+
+    proptest::proptest! {
+        /// The table against the rule, restated from what it was told and what it answered
+        /// (a record kept here, not the table's): never more than `max` open; a full table
+        /// closes a connection idle at least as long as every other open one; an expiry closes
+        /// exactly the open connections idle for `CONTROL_IDLE`; a request counts only on an
+        /// open connection; and an operator who connects and asks at once is always served,
+        /// whatever silent connections hold the table.
+        #[test]
+        fn silent_connections_never_lock_an_operator_out(
+            max in 1usize..6,
+            steps in proptest::collection::vec(step(), 1..80),
+        ) {
+            use std::collections::BTreeMap;
+            let mut table = ControlConns::new(max);
+            let mut now = Instant::ZERO;
+            // Our record: every open connection and when it last asked or was accepted.
+            let mut open: BTreeMap<u64, Instant> = BTreeMap::new();
+            let mut next = 0u64;
+            let mut accept = |table: &mut ControlConns,
+                              open: &mut BTreeMap<u64, Instant>,
+                              now: Instant|
+             -> Result<u64, proptest::test_runner::TestCaseError> {
+                let conn = next;
+                next += 1;
+                let evicted = table.accepted(conn, now);
+                if open.len() >= max {
+                    let victim = evicted.ok_or_else(|| {
+                        proptest::test_runner::TestCaseError::fail("a full table evicted nobody")
+                    })?;
+                    let at = open.remove(&victim).ok_or_else(|| {
+                        proptest::test_runner::TestCaseError::fail("evicted a closed connection")
+                    })?;
+                    proptest::prop_assert!(
+                        open.values().all(|other| at <= *other),
+                        "evicted {victim} (idle since {at}) while another was idle longer"
+                    );
+                } else {
+                    proptest::prop_assert_eq!(evicted, None, "evicted with room left");
+                }
+                open.insert(conn, now);
+                Ok(conn)
+            };
+            for s in steps {
+                match s {
+                    Step::Wait(ms) => now = now.saturating_add(Duration::from_millis(ms)),
+                    Step::Accept => {
+                        accept(&mut table, &mut open, now)?;
+                    }
+                    Step::Ask(n) => {
+                        let conn = n as u64;
+                        let served = table.asked(conn, now);
+                        proptest::prop_assert_eq!(served, open.contains_key(&conn));
+                        if served {
+                            open.insert(conn, now);
+                        }
+                    }
+                    Step::Expire => {
+                        let mut closed = table.expire(now);
+                        closed.sort_unstable();
+                        let idle: Vec<u64> = open
+                            .iter()
+                            .filter(|(_, at)| now.saturating_since(**at) >= CONTROL_IDLE)
+                            .map(|(c, _)| *c)
+                            .collect();
+                        proptest::prop_assert_eq!(&closed, &idle);
+                        for c in closed {
+                            open.remove(&c);
+                        }
+                    }
+                    Step::Operator => {
+                        let conn = accept(&mut table, &mut open, now)?;
+                        proptest::prop_assert!(table.asked(conn, now), "the operator was not served");
+                    }
+                }
+                proptest::prop_assert!(open.len() <= max);
+                proptest::prop_assert_eq!(table.len(), open.len());
+            }
+        }
+    }
 }

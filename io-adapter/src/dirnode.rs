@@ -312,6 +312,9 @@ pub fn run_directory(options: &DirectoryOptions) -> Result<(), NodeError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(io(&path.display().to_string(), e)),
     };
+    // A port it cannot have is a usage error found before the disk is touched: a trial bind,
+    // let go at once (the node binds for good only after recovery, below).
+    drop(bind(&options.listen, "--listen")?);
     let booted = exists(&created_path)? || exists(&legacy_path)?;
     if !booted {
         std::fs::create_dir_all(&options.data_dir).map_err(|e| io("data directory", e))?;

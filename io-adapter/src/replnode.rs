@@ -291,6 +291,13 @@ pub fn run_replica(options: &ReplicaOptions) -> Result<(), NodeError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
         Err(e) => return Err(io(&created_path.display().to_string(), e)),
     };
+    // Ports it cannot have are usage errors found before the disk is touched: trial binds,
+    // let go at once (the replica binds for good only after recovery, below).
+    drop(crate::dirnode::bind(&options.directory.listen, "--listen")?);
+    drop(crate::dirnode::bind(
+        options.peer_listen(),
+        "--replicas (this replica's entry)",
+    )?);
     if !booted {
         std::fs::create_dir_all(data_dir).map_err(|e| io("data directory", e))?;
     }

@@ -2,7 +2,8 @@
 //! a `--listen` without a port, a port another process holds (for a directory, a replica and
 //! a host), `--arena-size 0` or more than the machine's memory, a `--directory` entry without
 //! a port. A host that cannot listen has not made its socket or arena; a directory or replica
-//! binds its port only after it read its log, so that a listening port means a node that is up.
+//! tries its ports before it touches the disk (and binds them for good only after it read its
+//! log, so that a listening port means a node that is up).
 
 use std::net::TcpListener;
 use std::process::Command;
@@ -43,8 +44,7 @@ fn misconfiguration_exits_64_and_changes_nothing() {
     let taken = held.local_addr().expect("its address").to_string();
     let data = dir.join("data");
     let data = data.to_str().expect("a UTF-8 path");
-    // A directory or replica binds its port once it read its log (a listening port means a
-    // node that is up), so one whose port is taken has made its data directory: its own.
+    // A directory or replica whose port is taken has not made its data directory.
     let data_taken = dir.join("data-taken");
     let data_taken = data_taken.to_str().expect("a UTF-8 path");
     let replica_taken = dir.join("replica-taken");
@@ -102,10 +102,12 @@ fn misconfiguration_exits_64_and_changes_nothing() {
         let (code, stderr) = node(&args);
         assert_eq!(code, 64, "{what}: {stderr}");
         assert!(stderr.contains(says), "{what}: {stderr}");
-        assert!(
-            !dir.join("data").exists(),
-            "{what}: the data directory was created"
-        );
+        for data_dir in ["data", "data-taken", "replica-taken"] {
+            assert!(
+                !dir.join(data_dir).exists(),
+                "{what}: the data directory {data_dir} was created"
+            );
+        }
         assert!(
             !dir.join("host.sock").exists(),
             "{what}: the socket was made"
