@@ -756,6 +756,18 @@ pub struct CliOutput {
 }
 
 impl CliOutput {
+    /// The revision a successful `put` or `publish` reported on stdout (its one line,
+    /// `PATH: published at @N`, ends with it). Panics on any other output.
+    pub fn revision(&self) -> String {
+        let line = String::from_utf8_lossy(&self.stdout);
+        let line = line.trim_end();
+        assert!(
+            line.contains(": published ") && !line.contains('\n'),
+            "not a put's one line: {line:?}"
+        );
+        line.rsplit(' ').next().expect("a revision").to_owned()
+    }
+
     /// Panics unless the exit code is `code`.
     pub fn expect_code(&self, code: i32, what: &str) -> &CliOutput {
         assert_eq!(

@@ -320,6 +320,17 @@ pub struct LeaseSlot {
 }
 
 impl LeaseSlot {
+    /// Marks a write that will not be published Aborted in its header (from Writable or
+    /// Sealed; any other state is left as it is), so that no reader takes it for a blob.
+    pub(crate) fn abort_write(&self, mem: &mut dyn ArenaMemory) {
+        let _ = blob::set_state(
+            mem.bytes_mut(),
+            &self.expected,
+            &[BlobState::Writable, BlobState::Sealed],
+            BlobState::Aborted,
+        );
+    }
+
     /// The lease as a child is told of it.
     pub fn view(&self) -> crate::wire::LeaseView {
         crate::wire::LeaseView {
@@ -900,12 +911,7 @@ impl Host {
             return;
         }
         if let Some(slot) = b.lease {
-            let _ = blob::set_state(
-                mem.bytes_mut(),
-                &slot.expected,
-                &[BlobState::Writable, BlobState::Sealed],
-                BlobState::Aborted,
-            );
+            slot.abort_write(mem);
         }
         if mem.stages_writes() {
             // The child writes a buffer of its own: the lease is no longer its to touch.

@@ -10,7 +10,6 @@
 
 use super::{Host, Kind, Naming, Phase, SessionState};
 use crate::arena::ArenaMemory;
-use crate::blob::BlobState;
 use crate::effect::Outbox;
 use crate::error::{AttachmentFailure, DataPlaneError, Limit, NamespaceError, Reason};
 use crate::ids::Address;
@@ -410,12 +409,7 @@ impl Host {
             Phase::Reading => b.phase = Phase::Draining,
             Phase::Writing => {
                 if let Some(slot) = b.lease {
-                    let _ = crate::blob::set_state(
-                        mem.bytes_mut(),
-                        &slot.expected,
-                        &[BlobState::Writable, BlobState::Sealed],
-                        BlobState::Aborted,
-                    );
+                    slot.abort_write(mem);
                 }
                 b.phase = Phase::Draining;
                 self.send_child(child, ChildEvent::Aborted { op }, out);
@@ -487,12 +481,7 @@ impl Host {
             Phase::Publishing | Phase::Published | Phase::Unpublishing | Phase::Draining => {}
             Phase::Writing => {
                 if let Some(slot) = b.lease {
-                    let _ = crate::blob::set_state(
-                        mem.bytes_mut(),
-                        &slot.expected,
-                        &[BlobState::Writable, BlobState::Sealed],
-                        BlobState::Aborted,
-                    );
+                    slot.abort_write(mem);
                 }
                 b.phase = Phase::Draining;
             }

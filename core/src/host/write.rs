@@ -90,12 +90,7 @@ impl Host {
             Ok(header) => header,
             Err(error) => {
                 // S33: a seal whose header disagrees with the lease is never published.
-                let _ = blob::set_state(
-                    mem.bytes_mut(),
-                    &slot.expected,
-                    &[BlobState::Writable, BlobState::Sealed],
-                    BlobState::Aborted,
-                );
+                slot.abort_write(mem);
                 self.fail(actor, DataPlaneError::Blob(error), mem, out);
                 return;
             }
@@ -162,12 +157,7 @@ impl Host {
             }
             Phase::Writing => {
                 if let Some(slot) = b.lease {
-                    let _ = blob::set_state(
-                        mem.bytes_mut(),
-                        &slot.expected,
-                        &[BlobState::Writable, BlobState::Sealed],
-                        BlobState::Aborted,
-                    );
+                    slot.abort_write(mem);
                 }
                 b.phase = Phase::Draining;
                 self.send_child(child, ChildEvent::Aborted { op }, out);

@@ -28,7 +28,7 @@ fn put_on_one_host_get_on_another_then_mv_and_rm() {
         "put succeeds silently on stderr: {:?}",
         put.stderr
     );
-    let revision = published.rsplit(' ').next().unwrap().to_owned();
+    let revision = put.revision();
 
     // A put whose file cannot be read fails and publishes nothing.
     let not_a_file = dir.join("a-directory");

@@ -383,12 +383,7 @@ pub(crate) fn kill_loop(
                         CLI_TIMEOUT,
                     );
                     if put.code == 0 {
-                        let revision = String::from_utf8_lossy(&put.stdout)
-                            .trim_end()
-                            .rsplit(' ')
-                            .next()
-                            .unwrap()
-                            .to_owned();
+                        let revision = put.revision();
                         published.push((p, n, revision));
                         puts.fetch_add(1, Ordering::Relaxed);
                     } else {

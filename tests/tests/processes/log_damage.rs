@@ -54,12 +54,7 @@ fn publish(host: &HostProc) -> Vec<Put> {
             let path = format!("/data/ld/p{seed}");
             let put = host.cli_stdin(&["put", &path, "-"], &pattern(seed, BLOB));
             put.expect_code(0, "put");
-            let revision = String::from_utf8_lossy(&put.stdout)
-                .trim_end()
-                .rsplit(' ')
-                .next()
-                .unwrap()
-                .to_owned();
+            let revision = put.revision();
             Put {
                 path,
                 seed,

@@ -31,16 +31,6 @@ const UNREACHABLE: i32 = 69;
 /// What a panic exits with: never acceptable.
 const PANIC: i32 = 101;
 
-/// The revision a put reported (`PATH: published at @N`).
-fn published(put: &CliOutput) -> String {
-    String::from_utf8_lossy(&put.stdout)
-        .trim_end()
-        .rsplit(' ')
-        .next()
-        .expect("a revision")
-        .to_owned()
-}
-
 fn os(bytes: &[u8]) -> &OsStr {
     OsStr::from_bytes(bytes)
 }
@@ -55,7 +45,7 @@ fn a_blob_whose_host_restarted_is_lost_not_temporarily_unavailable() {
     let bytes = pattern(21, 700_000);
     let put = a.cli_stdin(&["put", "/data/t/k1", "-"], &bytes);
     put.expect_code(0, "put k1 on A");
-    let revision = published(&put);
+    let revision = put.revision();
     let kept = pattern(22, 5_000);
     b.cli_stdin(&["put", "/data/t/kept", "-"], &kept)
         .expect_code(0, "put on B");
