@@ -311,21 +311,30 @@ impl Host<'_> {
             return (exit_code(&e), e.to_string());
         }
         let secs = self.call_wait.as_secs();
-        let message = match ChildSession::connect_within(self.socket, PROBE_WAIT) {
+        // A host that answers the probe at all is up: one that attaches it, or refuses it (a
+        // full session table is an answer too).
+        let probe = ChildSession::connect_within(self.socket, PROBE_WAIT);
+        let up = match probe {
             Ok(probe) => {
                 let _ = probe.close();
-                format!(
-                    "the host is up but did not finish the call within --timeout ({secs} s): it \
+                true
+            }
+            Err(ChildError::Refused { .. }) => true,
+            Err(_) => false,
+        };
+        let message = if up {
+            format!(
+                "the host is up but did not finish the call within --timeout ({secs} s): it \
                      is waiting for its directory (stopped, unreachable or slow?) or for the \
                      blob's source; the host's log says which (raise --timeout to wait longer)"
-                )
-            }
-            Err(_) => format!(
-                "no answer from the host within --timeout ({secs} s), and it attached no new \
-                 client within {} s either: the host is stopped or wedged (is its process \
+            )
+        } else {
+            format!(
+                "no answer from the host within --timeout ({secs} s), and it did not answer a \
+                 new client within {} s either: the host is stopped or wedged (is its process \
                  paused?)",
                 PROBE_WAIT.as_secs()
-            ),
+            )
         };
         (exit_code(&e), message)
     }
