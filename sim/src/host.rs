@@ -176,6 +176,15 @@ impl HostNode {
         self.workers.clear();
     }
 
+    /// A host that joins the cluster later (churn): not running, and never welcomed, so its
+    /// first welcome is incarnation 1 or more (a boot that died in its handshake may have been
+    /// admitted first).
+    pub fn not_yet_joined(&mut self) {
+        self.crash();
+        self.incarnation = 0;
+        self.boot_nonce = 0;
+    }
+
     /// A fresh child address, if the node has numbers left.
     pub fn next_child_address(&mut self) -> Option<Address> {
         (self.next_worker_actor < WORKER_LIMIT).then(|| {

@@ -65,11 +65,13 @@ pub enum FaultKind {
     Stalls,
     /// Slow fsyncs (the node's loop waits for them).
     SlowSyncs,
+    /// Churn: hosts that join mid-run (every host there from the start instead).
+    Churn,
 }
 
 impl FaultKind {
     /// Every kind, with its command-line name.
-    pub const ALL: [(FaultKind, &'static str); 25] = [
+    pub const ALL: [(FaultKind, &'static str); 26] = [
         (FaultKind::Loss, "loss"),
         (FaultKind::Duplication, "duplication"),
         (FaultKind::Reordering, "reordering"),
@@ -95,6 +97,7 @@ impl FaultKind {
         (FaultKind::Clocks, "clocks"),
         (FaultKind::Stalls, "stalls"),
         (FaultKind::SlowSyncs, "slow-syncs"),
+        (FaultKind::Churn, "churn"),
     ];
 
     fn name(self) -> &'static str {
@@ -307,6 +310,7 @@ impl Overrides {
                 FaultKind::FileChanges => options.file_changes = None,
                 FaultKind::Stalls => options.stalls = None,
                 FaultKind::SlowSyncs => options.disk.slow_sync = None,
+                FaultKind::Churn => options.late_joins.clear(),
                 FaultKind::FsyncFailures => options.disk.fsync_failure = Ratio::ZERO,
                 FaultKind::CompactionCrashes => options.disk.compaction_crash = Ratio::ZERO,
                 FaultKind::FullDisk => options.disk.full_disk = None,
@@ -340,6 +344,10 @@ impl Overrides {
                     options.clients_per_host.truncate(hosts);
                     options.host.workers.truncate(hosts);
                     options.clocks.truncate(hosts + 1);
+                    // The late joiners stay the last hosts, and one host is there from the
+                    // start.
+                    let late = options.late_joins.len().min(hosts.saturating_sub(1));
+                    options.late_joins.truncate(late);
                 }
                 SetKey::ClientsMax => {
                     for clients in &mut options.clients_per_host {

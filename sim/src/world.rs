@@ -610,7 +610,7 @@ impl World {
     pub fn with_trace(options: Options, trace: Trace) -> World {
         let mut first_global = 0;
         let mut file_tags = 0;
-        let hosts = options
+        let mut hosts = options
             .clients_per_host
             .iter()
             .enumerate()
@@ -631,7 +631,12 @@ impl World {
                 }
                 host
             })
-            .collect();
+            .collect::<Vec<HostNode>>();
+        for (host, node) in hosts.iter_mut().enumerate() {
+            if late_join(&options, host).is_some() {
+                node.not_yet_joined();
+            }
+        }
         let heal_at = Instant::ZERO.saturating_add(options.fault_phase);
         let end_at = heal_at.saturating_add(options.liveness_bound);
         let checker = Checker::new(&options);
@@ -815,11 +820,19 @@ impl World {
     fn start(&mut self) {
         self.restart_directory();
         for host in 0..self.hosts.len() {
+            if let Some(at) = late_join(&self.options, host) {
+                self.schedule(
+                    Instant::ZERO.saturating_add(at),
+                    EventKind::HostRestart(host),
+                );
+                continue;
+            }
             self.start_proxy(host);
             self.boot_machine(host);
             self.start_link(host);
         }
         for host in 0..self.hosts.len() {
+            // (A late joiner has no clients until it joins.)
             for client in 0..self.hosts[host].clients.len() {
                 let delay = uniform(&mut self.work_rng, self.options.workload.think_mean);
                 let incarnation = self.hosts[host].incarnation;
@@ -2688,7 +2701,8 @@ impl World {
         // boots admit nobody: each host's link says hello again (`conns`).
         let mut admitted = Vec::new();
         for host in 0..self.hosts.len() {
-            if self.directory.admitted[host].is_some() {
+            // A late joiner says hello as a new node when it joins.
+            if self.directory.admitted[host].is_some() || late_join(&self.options, host).is_some() {
                 continue;
             }
             let h = &self.hosts[host];
@@ -3122,6 +3136,17 @@ impl World {
         if self.hosts[host].up || self.links[host].is_some() {
             return;
         }
+        // A host that never joined says its first hello only once the host before it was
+        // admitted: membership numbers new nodes in the order it hears them, and the world
+        // named each host's node by its place (a late joiner's id is still checked to be one
+        // never handed out: `conns`).
+        if self.hosts[host].incarnation == 0
+            && host > 0
+            && self.directory.admitted[host - 1].is_none()
+        {
+            self.schedule_in(JOIN_RETRY, EventKind::HostRestart(host));
+            return;
+        }
         self.hosts[host].boot_nonce += 1;
         self.start_link(host);
         self.maybe_boot_crash(host);
@@ -3430,6 +3455,18 @@ fn answer_owed_for_ended(to: Address, message: &Message) -> Option<(Address, Mes
 }
 
 /// The listen address a simulated host says hello with (its identity to the membership).
+/// When host `host` joins the cluster, if it is one of the seed's late joiners (the last
+/// hosts; the first is always there from the start).
+fn late_join(options: &Options, host: usize) -> Option<Duration> {
+    let hosts = options.clients_per_host.len();
+    let late = options.late_joins.len().min(hosts.saturating_sub(1));
+    let first = hosts - late;
+    (host >= first).then(|| options.late_joins[host - first])
+}
+
+/// How soon a late joiner looks again whether the host before it was admitted.
+const JOIN_RETRY: Duration = Duration::from_millis(100);
+
 fn host_listen(node: NodeId) -> String {
     format!("sim-host-{}", node.0)
 }

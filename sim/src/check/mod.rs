@@ -183,6 +183,8 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "membership.restarted",
     "conns.reconnected",
     "conns.restarted",
+    "churn.joined",
+    "churn.joined_after_recovery",
     "conns.connect_failed",
     "conns.lost_directory",
     "conns.broken_by_partition",

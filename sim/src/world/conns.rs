@@ -898,6 +898,13 @@ impl World {
             );
             return;
         }
+        if h.incarnation == 0 {
+            // A late joiner's first welcome (churn).
+            self.checker.coverage.hit("churn.joined");
+            if self.directory.boot > 1 {
+                self.checker.coverage.hit("churn.joined_after_recovery");
+            }
+        }
         self.checker.coverage.hit("membership.restarted");
         self.finish_restart(host, incarnation);
         self.maybe_probe(host);
