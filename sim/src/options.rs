@@ -377,11 +377,12 @@ pub struct Options {
     /// directory that stays open and delivers nothing, in one direction or both. A host must
     /// leave a silent directory within a bound (`check` restates it).
     pub stalls: Option<Recurring>,
-    /// Churn: the last hosts join the cluster mid-run, at these times of the fault phase (in
-    /// host order, nondecreasing; empty: every host is there from the start). A late host
-    /// says hello as a node the directory never knew, after the directory may have crashed
-    /// and recovered: the node id membership hands it must be one it never handed out.
-    pub late_joins: Vec<Duration>,
+    /// Churn: the last hosts join the cluster mid-run, at these points of the fault phase (per
+    /// mille of it, so a fault phase set shorter keeps them in it; in host order,
+    /// nondecreasing; empty: every host is there from the start). A late host says hello as a
+    /// node the directory never knew, after the directory may have crashed and recovered: the
+    /// node id membership hands it must be one it never handed out.
+    pub late_joins: Vec<u64>,
     /// The route registrar's manner.
     pub registrar: RegistrarOptions,
     /// Per mille of discovery answers a proxy is told twice (0 in half the seeds).
@@ -730,11 +731,9 @@ impl Options {
         let mut late_joins = Vec::new();
         if hosts >= 2 && rng.chance(ratio(1, 4)) {
             let late = rng.range(1, hosts as u64 - 1);
-            let phase = fault_phase.as_nanos().max(1);
             for _ in 0..late {
                 // Between a tenth and nine tenths of the fault phase.
-                let at = phase / 10 + rng.below(phase * 8 / 10);
-                late_joins.push(Duration::from_nanos(at));
+                late_joins.push(rng.range(100, 900));
             }
             late_joins.sort();
         }
@@ -830,7 +829,13 @@ impl Options {
             on(&self.stalls),
         );
         if !self.late_joins.is_empty() {
-            let at: Vec<String> = self.late_joins.iter().map(|d| d.to_string()).collect();
+            let at: Vec<String> = self
+                .late_joins
+                .iter()
+                .map(|&p| {
+                    Duration::from_millis(self.fault_phase.as_millis() * p / 1000).to_string()
+                })
+                .collect();
             let _ = writeln!(
                 s,
                 "# churn: the last {} host(s) join at {}",

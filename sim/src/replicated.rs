@@ -46,7 +46,7 @@ use crate::check::{Checker, Coverage, DirInput};
 use crate::disk::SimFs;
 use crate::options::Options;
 use crate::rng::{SimRng, Stream};
-use crate::world::{EventQueue, Outcome, Stats};
+use crate::world::{EventQueue, Outcome, Stats, late_join};
 
 mod links;
 
@@ -89,6 +89,7 @@ pub const REPLICATED_COVERAGE: &[&str] = &[
     "replicas.route_reported",
     "replicas.redirected",
     "replicas.slow_sync",
+    "churn.joined",
     "fault.directory_crash",
     "fault.torn_tail",
     "fault.frame_lost",
@@ -166,6 +167,8 @@ enum Ev {
     DirTimer(usize, u64, u64),
     /// Host `h`'s link may act (connect, ping, give up).
     LinkTick(usize),
+    /// Host `h`, a late joiner (churn), joins once the host before it was welcomed.
+    Join(usize),
     /// A host's connection reaches its replica's kernel.
     ConnArrive(ConnId),
     /// The replica's process accepts it.
@@ -892,6 +895,12 @@ impl ReplWorld {
                 self.directory_input(r, DirInput::Timer);
             }
             Ev::LinkTick(h) => self.link_step(h),
+            Ev::Join(h) => {
+                if !self.hosts[h].started {
+                    self.hosts[h].started = true;
+                    self.link_step(h);
+                }
+            }
             Ev::ConnArrive(conn) => self.conn_arrive(conn),
             Ev::Accept(conn) => self.accept(conn),
             Ev::ConnFrame {

@@ -3457,11 +3457,14 @@ fn answer_owed_for_ended(to: Address, message: &Message) -> Option<(Address, Mes
 /// The listen address a simulated host says hello with (its identity to the membership).
 /// When host `host` joins the cluster, if it is one of the seed's late joiners (the last
 /// hosts; the first is always there from the start).
-fn late_join(options: &Options, host: usize) -> Option<Duration> {
+pub(crate) fn late_join(options: &Options, host: usize) -> Option<Duration> {
     let hosts = options.clients_per_host.len();
     let late = options.late_joins.len().min(hosts.saturating_sub(1));
     let first = hosts - late;
-    (host >= first).then(|| options.late_joins[host - first])
+    (host >= first).then(|| {
+        let permille = options.late_joins[host - first];
+        Duration::from_millis(options.fault_phase.as_millis() * permille / 1000)
+    })
 }
 
 /// How soon a late joiner looks again whether the host before it was admitted.

@@ -372,17 +372,30 @@ impl ReplWorld {
                         r + 1
                     ));
                 }
+                let first_welcome = host.epoch_seen == AuthorityEpoch::NONE;
                 host.epoch_seen = epoch;
                 self.checker.coverage.hit("replicas.welcomed");
+                if first_welcome && late_join(&self.options, h).is_some() {
+                    self.checker.coverage.hit("churn.joined");
+                }
                 let found = Discovered {
                     address: directory,
                     epoch,
                 };
                 self.proxy_input(h, ProxyInput::Discovery(Some(found)));
-                // The hosts join one after another, so that each is the node its order says.
+                // The hosts join one after another, so that each is the node its order says;
+                // a late joiner (churn) no sooner than its time.
                 if h + 1 < self.hosts.len() && !self.hosts[h + 1].started {
-                    self.hosts[h + 1].started = true;
-                    self.link_step(h + 1);
+                    match late_join(&self.options, h + 1) {
+                        Some(at) if Instant::ZERO.saturating_add(at) > self.now => {
+                            let wait = Instant::ZERO.saturating_add(at).saturating_since(self.now);
+                            self.at(wait, Ev::Join(h + 1));
+                        }
+                        _ => {
+                            self.hosts[h + 1].started = true;
+                            self.link_step(h + 1);
+                        }
+                    }
                 }
             }
             LinkHeard::Envelope(envelope) => self.host_envelope(h, envelope),

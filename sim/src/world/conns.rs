@@ -800,6 +800,26 @@ impl World {
                 (Admitted::New(_), None) => m.incarnation == 1,
                 _ => false,
             };
+        // The world's own account of who holds each node id: the host at that place once it
+        // was admitted (durably, or maybe).
+        let holder = (0..self.hosts.len()).find(|&other| {
+            other != host
+                && self.hosts[other].node == m.node
+                && (self.directory.admitted[other].is_some()
+                    || self.directory.maybe_admitted[other].is_some())
+        });
+        if let Some(other) = holder {
+            self.checker.fail(
+                self.now,
+                format!(
+                    "membership: node id {} handed out twice: {listen} (boot nonce {nonce}) was \
+                     admitted as {admitted:?}, and {} holds it",
+                    m.node,
+                    host_listen(self.hosts[other].node)
+                ),
+            );
+            return;
+        }
         if !fine {
             self.checker.fail(
                 self.now,
