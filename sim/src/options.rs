@@ -383,6 +383,9 @@ pub struct Options {
     /// node the directory never knew, after the directory may have crashed and recovered: the
     /// node id membership hands it must be one it never handed out.
     pub late_joins: Vec<u64>,
+    /// Host crashes aimed at work in flight, with host crashes on (not drawn: on unless
+    /// `--no-fault aimed-crashes`).
+    pub aimed_crashes: bool,
     /// The route registrar's manner.
     pub registrar: RegistrarOptions,
     /// Per mille of discovery answers a proxy is told twice (0 in half the seeds).
@@ -776,6 +779,7 @@ impl Options {
             limits,
             stalls,
             late_joins,
+            aimed_crashes: true,
             registrar,
             discovery_repeat_permille,
             clocks,

@@ -67,11 +67,13 @@ pub enum FaultKind {
     SlowSyncs,
     /// Churn: hosts that join mid-run (every host there from the start instead).
     Churn,
+    /// Host crashes aimed at work in flight (the random host crashes stay).
+    AimedCrashes,
 }
 
 impl FaultKind {
     /// Every kind, with its command-line name.
-    pub const ALL: [(FaultKind, &'static str); 26] = [
+    pub const ALL: [(FaultKind, &'static str); 27] = [
         (FaultKind::Loss, "loss"),
         (FaultKind::Duplication, "duplication"),
         (FaultKind::Reordering, "reordering"),
@@ -98,6 +100,7 @@ impl FaultKind {
         (FaultKind::Stalls, "stalls"),
         (FaultKind::SlowSyncs, "slow-syncs"),
         (FaultKind::Churn, "churn"),
+        (FaultKind::AimedCrashes, "aimed-crashes"),
     ];
 
     fn name(self) -> &'static str {
@@ -311,6 +314,7 @@ impl Overrides {
                 FaultKind::Stalls => options.stalls = None,
                 FaultKind::SlowSyncs => options.disk.slow_sync = None,
                 FaultKind::Churn => options.late_joins.clear(),
+                FaultKind::AimedCrashes => options.aimed_crashes = false,
                 FaultKind::FsyncFailures => options.disk.fsync_failure = Ratio::ZERO,
                 FaultKind::CompactionCrashes => options.disk.compaction_crash = Ratio::ZERO,
                 FaultKind::FullDisk => options.disk.full_disk = None,

@@ -52,11 +52,14 @@ pub enum Stream {
     Boots = 10,
     /// Silent stalls: a node paused, a connection that stays open and delivers nothing.
     Stalls = 11,
+    /// Host crashes aimed at work in flight (a retirement, an undecided stream open, a
+    /// publication, a transfer).
+    Aims = 12,
 }
 
 impl Stream {
     /// Every stream, in number order.
-    pub const ALL: [Stream; 11] = [
+    pub const ALL: [Stream; 12] = [
         Stream::Options,
         Stream::Network,
         Stream::Faults,
@@ -68,6 +71,7 @@ impl Stream {
         Stream::Conns,
         Stream::Boots,
         Stream::Stalls,
+        Stream::Aims,
     ];
 
     fn index(self) -> usize {
@@ -88,6 +92,7 @@ impl Stream {
             Stream::Conns => "conns",
             Stream::Boots => "boots",
             Stream::Stalls => "stalls",
+            Stream::Aims => "aims",
         }
     }
 }
@@ -150,7 +155,7 @@ pub struct Tape {
     streams: [Vec<u64>; Stream::ALL.len()],
 }
 
-const TAPE_MAGIC: &[u8; 8] = b"DPTAPE3\n";
+const TAPE_MAGIC: &[u8; 8] = b"DPTAPE4\n";
 /// The most raw draws a tape file may claim per stream (a bad file is refused, not allocated).
 const TAPE_STREAM_MAX: u64 = 1 << 28;
 

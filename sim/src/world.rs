@@ -121,6 +121,12 @@ enum EventKind {
         nonce: u64,
     },
     HostRestart(usize),
+    /// A host crash aimed at work in flight (`aim_crash`), for boot `nonce` of `host`.
+    AimedCrash {
+        host: usize,
+        nonce: u64,
+        work: &'static str,
+    },
     HostSend {
         host: usize,
         incarnation: u64,
@@ -504,6 +510,10 @@ pub struct World {
     /// Boot crashes (a stream of their own: seeds without host crashes draw nothing, and
     /// the other streams' schedules stay as they were).
     boot_rng: SimRng,
+    /// Draws of the host crashes aimed at work in flight (`aim_crash`).
+    aim_rng: SimRng,
+    /// How many aimed crashes were scheduled, per kind of work.
+    aimed: BTreeMap<&'static str, u64>,
     /// Silent stalls (a stream of their own, for the same reason).
     stall_rng: SimRng,
     /// Stalls started so far (each is numbered).
@@ -570,6 +580,12 @@ pub struct Outcome {
 fn uniform(rng: &mut SimRng, max: Duration) -> Duration {
     Duration::from_nanos(rng.range(0, max.as_nanos()))
 }
+
+/// Most host crashes aimed at one kind of work in flight per run (`aim_crash`).
+const AIMED_CRASHES_MAX: u64 = 2;
+/// How soon a host whose crash was aimed starts again (at most): soon, so that its restart
+/// meets the work it left.
+const AIMED_CRASH_RESTART_MAX: Duration = Duration::from_millis(2_000);
 
 /// How soon a supervisor starts a process that died at boot again (at most).
 const BOOT_CRASH_RESTART_MAX: Duration = Duration::from_millis(250);
@@ -647,6 +663,8 @@ impl World {
         World {
             conn_rng,
             boot_rng: options.entropy.rng(Stream::Boots),
+            aim_rng: options.entropy.rng(Stream::Aims),
+            aimed: BTreeMap::new(),
             stall_rng: options.entropy.rng(Stream::Stalls),
             stall_episodes: 0,
             cluster_key: ClusterKey::from_bytes(key),
@@ -749,6 +767,7 @@ impl World {
         tape.set_stream(Stream::Conns, self.conn_rng.take_record());
         tape.set_stream(Stream::Boots, self.boot_rng.take_record());
         tape.set_stream(Stream::Stalls, self.stall_rng.take_record());
+        tape.set_stream(Stream::Aims, self.aim_rng.take_record());
         tape
     }
 
@@ -987,6 +1006,13 @@ impl World {
                 }
             }
             EventKind::HostRestart(host) => self.restart_host(host),
+            EventKind::AimedCrash { host, nonce, work } => {
+                if self.hosts[host].up && self.hosts[host].boot_nonce == nonce {
+                    self.checker.coverage.hit(work);
+                    let down = uniform(&mut self.aim_rng, AIMED_CRASH_RESTART_MAX);
+                    self.crash_host(host, down);
+                }
+            }
             EventKind::ConnOpen { conn } => self.conn_open(conn),
             EventKind::ConnFrame {
                 conn,
@@ -1328,6 +1354,7 @@ impl World {
     /// Sends a frame: between hosts through the sender's peer links (`peers`), which may hold
     /// it for a handshake; then on the network.
     fn send(&mut self, from: Address, to: Address, message: Message) {
+        self.aim_crash(from, to, &message);
         if let (Some(a), Some(b)) = (self.host_index(from.node), self.host_index(to.node))
             && a != b
         {
@@ -3171,6 +3198,58 @@ impl World {
         if self.now.saturating_add(delay) < self.heal_at {
             let nonce = self.hosts[host].boot_nonce;
             self.schedule_in(delay, EventKind::BootCrash { host, nonce });
+        }
+    }
+
+    /// Restarts meet every kind of work in flight (issue 52): a random crash seldom lands
+    /// in the few milliseconds a piece of work is under way, so with host crashes on, a frame
+    /// that shows work under way sometimes has its host crash within a few latencies: the
+    /// host of a source the directory asks to retire (a file blob's or a written blob's), a
+    /// host whose stream open or publication (`Register`) is undecided, a host reading
+    /// chunks or serving them. At most `AIMED_CRASHES_MAX` a run of each kind, in the fault
+    /// phase. What
+    /// the restart leaves behind is judged by the usual checks: the model, the invariants,
+    /// and the end's account of rendezvous, reservations, obligations and sources.
+    fn aim_crash(&mut self, from: Address, to: Address, message: &Message) {
+        if self.phase != Phase::Faulty
+            || self.options.host_crashes.is_none()
+            || !self.options.aimed_crashes
+        {
+            return;
+        }
+        let (node, work, odds) = match message {
+            Message::Retire { .. } => (to.node, "aimed.crash_while_retiring", 8),
+            Message::Call(call) => match call.request {
+                DirectoryRequest::OpenStream { .. } => {
+                    (from.node, "aimed.crash_with_open_undecided", 8)
+                }
+                DirectoryRequest::Register { .. } => {
+                    (from.node, "aimed.crash_while_publishing", 16)
+                }
+                _ => return,
+            },
+            Message::ChunkRequest { .. } => (from.node, "aimed.crash_while_reading", 16),
+            Message::Chunk { .. } => (from.node, "aimed.crash_while_serving", 32),
+            _ => return,
+        };
+        let Some(host) = self.host_index(node).filter(|&h| self.hosts[h].up) else {
+            return;
+        };
+        if self.aimed.get(work).copied().unwrap_or(0) >= AIMED_CRASHES_MAX
+            || !self.aim_rng.chance(ratio(1, odds))
+        {
+            return;
+        }
+        let n = &self.options.net;
+        let within = n
+            .latency_min
+            .saturating_add(n.latency_jitter_mean)
+            .saturating_mul(3);
+        let delay = uniform(&mut self.aim_rng, within);
+        if self.now.saturating_add(delay) < self.heal_at {
+            *self.aimed.entry(work).or_default() += 1;
+            let nonce = self.hosts[host].boot_nonce;
+            self.schedule_in(delay, EventKind::AimedCrash { host, nonce, work });
         }
     }
 
