@@ -21,18 +21,19 @@ use dataplane_core::directory::{ActorSources, Directory, DirectoryConfig};
 use dataplane_core::effect::{Effect, Outbox, Timer};
 use dataplane_core::error::Reason;
 use dataplane_core::host::{Host, HostConfig, SessionConfig};
-use dataplane_core::ids::{Address, NodeId};
+use dataplane_core::ids::{Address, NodeId, PERSISTENT_INCARNATION};
 use dataplane_core::limits::LOG_SPACE_RETRY;
 use dataplane_core::link::ClusterKey;
 use dataplane_core::log::{LogRecord, RecordRef};
 use dataplane_core::membership::{Admitted, Membership};
+use dataplane_core::path::DataPath;
 use dataplane_core::proxy::{Discovered, Proxy, ProxyConfig};
 use dataplane_core::routes::Routes;
 use dataplane_core::storage::{
     self, Compacted, FsErrorKind, LogStore, Space, SpaceGate, StorageError, StorageOptions,
 };
 use dataplane_core::time::{Duration, Instant};
-use dataplane_core::wire::{DirectoryRequest, Envelope, Message};
+use dataplane_core::wire::{DirectoryRequest, Envelope, GoneScope, Message, SourceRecovery};
 
 use crate::check::{Checker, DirInput, ProxyInput};
 use crate::client::Io;
@@ -512,6 +513,14 @@ pub struct World {
     boot_rng: SimRng,
     /// Draws of the host crashes aimed at work in flight (`aim_crash`).
     aim_rng: SimRng,
+    /// The gone reports each host agent (host, incarnation) sent and has not heard
+    /// acknowledged, and when each agent last re-sent one, on the host's clock
+    /// (`check_gone_paced`).
+    gone_sent: BTreeSet<(usize, u64, GoneScope)>,
+    gone_resent: BTreeMap<(usize, u64), Instant>,
+    /// Every file blob source a host ever asked the directory to bind, with what it asked
+    /// (`check_file_source`).
+    file_sources: BTreeMap<Address, (DataPath, u64, SourceRecovery)>,
     /// How many aimed crashes were scheduled, per kind of work.
     aimed: BTreeMap<&'static str, u64>,
     /// Silent stalls (a stream of their own, for the same reason).
@@ -665,6 +674,9 @@ impl World {
             boot_rng: options.entropy.rng(Stream::Boots),
             aim_rng: options.entropy.rng(Stream::Aims),
             aimed: BTreeMap::new(),
+            gone_sent: BTreeSet::new(),
+            gone_resent: BTreeMap::new(),
+            file_sources: BTreeMap::new(),
             stall_rng: options.entropy.rng(Stream::Stalls),
             stall_episodes: 0,
             cluster_key: ClusterKey::from_bytes(key),
@@ -1355,6 +1367,18 @@ impl World {
     /// it for a handshake; then on the network.
     fn send(&mut self, from: Address, to: Address, message: Message) {
         self.aim_crash(from, to, &message);
+        if let Message::Call(call) = &message
+            && let DirectoryRequest::Register {
+                path,
+                source,
+                length,
+                recovery,
+                ..
+            } = &call.request
+            && source.incarnation == PERSISTENT_INCARNATION
+        {
+            self.check_file_source(path, *source, *length, recovery);
+        }
         if let (Some(a), Some(b)) = (self.host_index(from.node), self.host_index(to.node))
             && a != b
         {
@@ -1522,6 +1546,13 @@ impl World {
         let owed = (self.hosts[host].up && to.incarnation < self.hosts[host].incarnation)
             .then(|| answer_owed_for_ended(to, &message))
             .flatten();
+        if let Message::GoneAcknowledged { scope } = message
+            && to.actor == crate::host::AGENT
+        {
+            // The agent hears it acknowledged: a report of the same scope after this is a
+            // new one.
+            self.gone_sent.remove(&(host, to.incarnation, scope));
+        }
         {
             let now = self.host_now(host);
             let mut next_actor = self.hosts[host].next_actor;
@@ -1615,6 +1646,11 @@ impl World {
                 // A restarted node refused a transfer for its dead source: the reader learns
                 // the blob is lost before the directory has the node's gone report.
                 self.checker.coverage.hit("host.refused_ended_incarnation");
+            }
+            if let Message::AddressGone { scope, .. } = message
+                && from.actor == crate::host::AGENT
+            {
+                self.check_gone_paced(host, from.incarnation, scope);
             }
             self.send(from, to, message);
         }
@@ -2380,8 +2416,8 @@ impl World {
         self.host_index(target.node).is_some_and(|host| {
             let h = &self.hosts[host];
             // A file blob's source (issue 17) serves in every life of its node.
-            let life = h.incarnation == target.incarnation
-                || target.incarnation == dataplane_core::ids::PERSISTENT_INCARNATION;
+            let life =
+                h.incarnation == target.incarnation || target.incarnation == PERSISTENT_INCARNATION;
             h.up && life
                 && !self.blocked.contains(&(DIRECTORY_NODE, target.node))
                 && !self.flapped.contains(target)
@@ -3201,6 +3237,66 @@ impl World {
         }
     }
 
+    /// A file blob's actor number is never reused (issue 52), from the world's own record of
+    /// every file blob a host asked the directory to bind: a source address names one
+    /// publication (one path, length and file) for good, across the host's restarts, so a late
+    /// `Retire` for a removed file blob can never retire a newer one. (A publication asked
+    /// again after a restart names the same of each.)
+    fn check_file_source(
+        &mut self,
+        path: &DataPath,
+        source: Address,
+        length: u64,
+        recovery: &SourceRecovery,
+    ) {
+        let asked = (path.clone(), length, recovery.clone());
+        match self.file_sources.get(&source) {
+            None => {
+                self.file_sources.insert(source, asked);
+            }
+            Some(first) if *first == asked => {}
+            Some((first_path, first_length, _)) => {
+                let message = format!(
+                    "files: file blob source {source} was bound to {} ({first_length} bytes) and \
+                     is now asked for {} ({length} bytes): a file blob's actor number reused",
+                    first_path.as_str(),
+                    path.as_str()
+                );
+                self.checker.fail(self.now, message);
+            }
+        }
+    }
+
+    /// Paced gone reports (issue 52), from the world's own record of what each host's agent
+    /// sent: a report sent again before it was acknowledged is a re-send, and an agent
+    /// re-sends in rounds (every report still waiting at once) at least its period
+    /// (`AGENT_PERIOD`, on the host's clock) apart. An agent that re-sends faster hammers a
+    /// directory that is down or cut off. (A new report goes out at once, whenever it comes.)
+    fn check_gone_paced(&mut self, host: usize, incarnation: u64, scope: GoneScope) {
+        let now = self.host_now(host);
+        let agent = (host, incarnation);
+        if self.gone_sent.insert((host, incarnation, scope)) {
+            return;
+        }
+        match self.gone_resent.insert(agent, now) {
+            Some(last) if last != now && now.saturating_since(last) < crate::host::AGENT_PERIOD => {
+                let since = now.saturating_since(last);
+                self.checker.fail(
+                    self.now,
+                    format!(
+                        "pacing: host {}'s agent (incarnation {incarnation}) sent the gone \
+                         report {scope:?} again {since} after its last round of re-sends, \
+                         before its period ({})",
+                        self.hosts[host].node,
+                        crate::host::AGENT_PERIOD
+                    ),
+                );
+            }
+            Some(last) if last != now => self.checker.coverage.hit("agent.report_paced"),
+            _ => {}
+        }
+    }
+
     /// Restarts meet every kind of work in flight (issue 52): a random crash seldom lands
     /// in the few milliseconds a piece of work is under way, so with host crashes on, a frame
     /// that shows work under way sometimes has its host crash within a few latencies: the
@@ -3262,6 +3358,8 @@ impl World {
         });
         self.stop_proxy(host);
         self.stop_link(host);
+        self.gone_sent.retain(|&(h, _, _)| h != host);
+        self.gone_resent.retain(|&(h, _), _| h != host);
         self.hosts[host].crash();
         self.stats.host_crashes += 1;
         self.checker.host_crashed();
@@ -3384,7 +3482,7 @@ impl World {
         self.stats.actor_deaths += 1;
         self.checker.coverage.hit("fault.actor_death");
         if report {
-            let scope = dataplane_core::wire::GoneScope::Address(address);
+            let scope = GoneScope::Address(address);
             if h.agent.report(local, scope, &mut self.outbox) {
                 self.checker.coverage.hit("agent.reported_actor");
             }

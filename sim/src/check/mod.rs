@@ -190,6 +190,7 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "aimed.crash_while_publishing",
     "aimed.crash_while_reading",
     "aimed.crash_while_serving",
+    "agent.report_paced",
     "conns.connect_failed",
     "conns.lost_directory",
     "conns.broken_by_partition",
