@@ -521,6 +521,9 @@ pub struct World {
     /// Every file blob source a host ever asked the directory to bind, with what it asked
     /// (`check_file_source`).
     file_sources: BTreeMap<Address, (DataPath, u64, SourceRecovery)>,
+    /// When each host last asked the directory, on which connection, where a node listens
+    /// (on the host's clock; `peers::ask_where`).
+    where_asked: BTreeMap<(usize, ConnId, NodeId), Instant>,
     /// How many aimed crashes were scheduled, per kind of work.
     aimed: BTreeMap<&'static str, u64>,
     /// Silent stalls (a stream of their own, for the same reason).
@@ -677,6 +680,7 @@ impl World {
             gone_sent: BTreeSet::new(),
             gone_resent: BTreeMap::new(),
             file_sources: BTreeMap::new(),
+            where_asked: BTreeMap::new(),
             stall_rng: options.entropy.rng(Stream::Stalls),
             stall_episodes: 0,
             cluster_key: ClusterKey::from_bytes(key),

@@ -156,7 +156,7 @@ impl World {
             Parked::Ask => {
                 self.checker.coverage.hit("peers.asked_where");
                 if let Some(conn) = up {
-                    self.send_conn(conn, true, &Link::WhereIs(node));
+                    self.ask_where(from, conn, node);
                 }
             }
             Parked::Waiting => self.checker.coverage.hit("peers.waited_for_address"),
@@ -165,8 +165,37 @@ impl World {
         self.arm_book(from);
     }
 
+    /// Paced where-is questions (issue 52), from the world's own record of what each host
+    /// asked: on one connection to the directory, a host asks where `node` listens again no
+    /// sooner than `ASK_AGAIN` (on its clock) after it last asked, unless an answer about
+    /// `node` came in between (the address may be forgotten and asked for at once). A new
+    /// connection asks afresh: questions may have been lost with the old one.
+    fn ask_where(&mut self, host: usize, conn: ConnId, node: NodeId) {
+        let now = self.host_now(host);
+        self.where_asked
+            .retain(|&(h, c, _), _| h != host || c == conn);
+        if let Some(last) = self.where_asked.insert((host, conn, node), now) {
+            let since = now.saturating_since(last);
+            if since < ASK_AGAIN {
+                self.checker.fail(
+                    self.now,
+                    format!(
+                        "pacing: host {} asked the directory where node {node} listens again \
+                         {since} after the last time on connection {conn}, before {ASK_AGAIN}",
+                        self.hosts[host].node
+                    ),
+                );
+            } else {
+                self.checker.coverage.hit("peers.asked_where_paced");
+            }
+        }
+        self.send_conn(conn, true, &Link::WhereIs(node));
+    }
+
     /// The directory answered `host`'s question about `node`.
     pub(super) fn located(&mut self, host: usize, node: NodeId, listen: Option<String>) {
+        self.where_asked
+            .retain(|&(h, _, n), _| h != host || n != node);
         let to = self.host_index(node);
         // Restated from the world's own account: every host the directory durably admitted is
         // known to it, at the address that host says hello with; no other node id is.
@@ -241,6 +270,11 @@ impl World {
         }
         if hl.book.expire(now) > 0 {
             self.checker.coverage.hit("peers.address_wait_expired");
+            // The frames that waited gave up: a question about that node from now on is a
+            // new one.
+            let book = &hl.book;
+            self.where_asked
+                .retain(|&(h, _, node), _| h != host || book.is_asking(node));
         }
         let asks = match hl.link.up() {
             Some(conn) => hl
@@ -253,7 +287,7 @@ impl World {
         };
         for (conn, node) in asks {
             self.checker.coverage.hit("peers.asked_again");
-            self.send_conn(conn, true, &Link::WhereIs(node));
+            self.ask_where(host, conn, node);
         }
         self.check_book(host);
         self.arm_book(host);
