@@ -3228,11 +3228,7 @@ impl World {
         if self.options.host_crashes.is_none() || !self.boot_rng.chance(ratio(1, 4)) {
             return;
         }
-        let n = &self.options.net;
-        let within = n
-            .latency_min
-            .saturating_add(n.latency_jitter_mean)
-            .saturating_mul(5);
+        let within = self.latencies(5);
         let delay = uniform(&mut self.boot_rng, within);
         // Faults end with the fault phase.
         if self.now.saturating_add(delay) < self.heal_at {
@@ -3301,6 +3297,15 @@ impl World {
         }
     }
 
+    /// `count` typical connection latencies (the least plus the mean jitter): how soon a
+    /// crash aimed at a moment of a host's life lands.
+    fn latencies(&self, count: u64) -> Duration {
+        let n = &self.options.net;
+        n.latency_min
+            .saturating_add(n.latency_jitter_mean)
+            .saturating_mul(count)
+    }
+
     /// Restarts meet every kind of work in flight (issue 52): a random crash seldom lands
     /// in the few milliseconds a piece of work is under way, so with host crashes on, a frame
     /// that shows work under way sometimes has its host crash within a few latencies: the
@@ -3340,11 +3345,7 @@ impl World {
         {
             return;
         }
-        let n = &self.options.net;
-        let within = n
-            .latency_min
-            .saturating_add(n.latency_jitter_mean)
-            .saturating_mul(3);
+        let within = self.latencies(3);
         let delay = uniform(&mut self.aim_rng, within);
         if self.now.saturating_add(delay) < self.heal_at {
             *self.aimed.entry(work).or_default() += 1;
