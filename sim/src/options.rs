@@ -786,6 +786,11 @@ impl Options {
         }
     }
 
+    /// The time of a late join drawn at `permille` of the fault phase (`late_joins`).
+    pub fn join_point(&self, permille: u64) -> Duration {
+        Duration::from_millis(self.fault_phase.as_millis() * permille / 1000)
+    }
+
     /// A multi-line description of the draw, each line starting with `#`.
     pub fn describe(&self) -> String {
         let mut s = String::new();
@@ -836,9 +841,7 @@ impl Options {
             let at: Vec<String> = self
                 .late_joins
                 .iter()
-                .map(|&p| {
-                    Duration::from_millis(self.fault_phase.as_millis() * p / 1000).to_string()
-                })
+                .map(|&p| self.join_point(p).to_string())
                 .collect();
             let _ = writeln!(
                 s,

@@ -521,9 +521,8 @@ pub struct World {
     /// Every file blob source a host ever asked the directory to bind, with what it asked
     /// (`check_file_source`).
     file_sources: BTreeMap<Address, (DataPath, u64, SourceRecovery)>,
-    /// When each host last asked the directory, on which connection, where a node listens
-    /// (on the host's clock; `peers::ask_where`).
-    where_asked: BTreeMap<(usize, ConnId, NodeId), Instant>,
+    /// The questions each host has open about where a node listens (`peers::ask_where`).
+    questions: BTreeMap<(usize, NodeId), peers::Question>,
     /// How many aimed crashes were scheduled, per kind of work.
     aimed: BTreeMap<&'static str, u64>,
     /// Silent stalls (a stream of their own, for the same reason).
@@ -680,7 +679,7 @@ impl World {
             gone_sent: BTreeSet::new(),
             gone_resent: BTreeMap::new(),
             file_sources: BTreeMap::new(),
-            where_asked: BTreeMap::new(),
+            questions: BTreeMap::new(),
             stall_rng: options.entropy.rng(Stream::Stalls),
             stall_episodes: 0,
             cluster_key: ClusterKey::from_bytes(key),
@@ -3249,12 +3248,12 @@ impl World {
         length: u64,
         recovery: &SourceRecovery,
     ) {
-        let asked = (path.clone(), length, recovery.clone());
         match self.file_sources.get(&source) {
             None => {
+                let asked = (path.clone(), length, recovery.clone());
                 self.file_sources.insert(source, asked);
             }
-            Some(first) if *first == asked => {}
+            Some((p, l, r)) if p == path && *l == length && r == recovery => {}
             Some((first_path, first_length, _)) => {
                 let message = format!(
                     "files: file blob source {source} was bound to {} ({first_length} bytes) and \
@@ -3312,9 +3311,8 @@ impl World {
     /// host of a source the directory asks to retire (a file blob's or a written blob's), a
     /// host whose stream open or publication (`Register`) is undecided, a host reading
     /// chunks or serving them. At most `AIMED_CRASHES_MAX` a run of each kind, in the fault
-    /// phase. What
-    /// the restart leaves behind is judged by the usual checks: the model, the invariants,
-    /// and the end's account of rendezvous, reservations, obligations and sources.
+    /// phase. What the restart leaves behind is judged by the usual checks: the model, the
+    /// invariants, and the end's account of rendezvous, reservations, obligations and sources.
     fn aim_crash(&mut self, from: Address, to: Address, message: &Message) {
         if self.phase != Phase::Faulty
             || self.options.host_crashes.is_none()
@@ -3365,6 +3363,7 @@ impl World {
         self.stop_link(host);
         self.gone_sent.retain(|&(h, _, _)| h != host);
         self.gone_resent.retain(|&(h, _), _| h != host);
+        self.questions.retain(|&(h, _), _| h != host);
         self.hosts[host].crash();
         self.stats.host_crashes += 1;
         self.checker.host_crashed();
@@ -3636,22 +3635,19 @@ fn answer_owed_for_ended(to: Address, message: &Message) -> Option<(Address, Mes
     }
 }
 
-/// The listen address a simulated host says hello with (its identity to the membership).
 /// When host `host` joins the cluster, if it is one of the seed's late joiners (the last
 /// hosts; the first is always there from the start).
 pub(crate) fn late_join(options: &Options, host: usize) -> Option<Duration> {
     let hosts = options.clients_per_host.len();
     let late = options.late_joins.len().min(hosts.saturating_sub(1));
     let first = hosts - late;
-    (host >= first).then(|| {
-        let permille = options.late_joins[host - first];
-        Duration::from_millis(options.fault_phase.as_millis() * permille / 1000)
-    })
+    (host >= first).then(|| options.join_point(options.late_joins[host - first]))
 }
 
 /// How soon a late joiner looks again whether the host before it was admitted.
 const JOIN_RETRY: Duration = Duration::from_millis(100);
 
+/// The listen address a simulated host says hello with (its identity to the membership).
 fn host_listen(node: NodeId) -> String {
     format!("sim-host-{}", node.0)
 }

@@ -16,8 +16,8 @@
 //! durably admitted), and a host connects only to that address.
 
 use dataplane_core::conns::{
-    ASK_AGAIN, Accepts, ConnAction, ConnId, Listener, PEER_BACKLOG_MAX, Parked, PeerHeard,
-    PeerLinks, Routed,
+    ASK_AGAIN, ASK_WAIT, Accepts, ConnAction, ConnId, Listener, PEER_BACKLOG_MAX, Parked,
+    PeerHeard, PeerLinks, Routed,
 };
 use dataplane_core::link::Link;
 
@@ -152,6 +152,12 @@ impl World {
             return;
         }
         let up = hl.link.up();
+        // The world's own account of the question: open from the first frame that waits for
+        // `node`'s address (`ask_where`).
+        self.questions.entry((from, node)).or_insert(Question {
+            since: now,
+            asked: None,
+        });
         match hl.book.park(now, node, Link::Frame(envelope), up.is_some()) {
             Parked::Ask => {
                 self.checker.coverage.hit("peers.asked_where");
@@ -165,16 +171,21 @@ impl World {
         self.arm_book(from);
     }
 
-    /// Paced where-is questions (issue 52), from the world's own record of what each host
-    /// asked: on one connection to the directory, a host asks where `node` listens again no
-    /// sooner than `ASK_AGAIN` (on its clock) after it last asked, unless an answer about
-    /// `node` came in between (the address may be forgotten and asked for at once). A new
-    /// connection asks afresh: questions may have been lost with the old one.
+    /// Paced where-is questions (issue 52), from the world's own account of each question
+    /// (opened by the first frame that waits for `node`'s address, closed by an answer about
+    /// `node` or once its frames waited `ASK_WAIT`): on one connection to the directory, a
+    /// host asks about an open question again no sooner than `ASK_AGAIN` (on its clock)
+    /// after it last asked. A new connection asks afresh: questions may have been lost with
+    /// the old one.
     fn ask_where(&mut self, host: usize, conn: ConnId, node: NodeId) {
         let now = self.host_now(host);
-        self.where_asked
-            .retain(|&(h, c, _), _| h != host || c == conn);
-        if let Some(last) = self.where_asked.insert((host, conn, node), now) {
+        let question = self.questions.entry((host, node)).or_insert(Question {
+            since: now,
+            asked: None,
+        });
+        if let Some((last_conn, last)) = question.asked.replace((conn, now))
+            && last_conn == conn
+        {
             let since = now.saturating_since(last);
             if since < ASK_AGAIN {
                 self.checker.fail(
@@ -194,8 +205,7 @@ impl World {
 
     /// The directory answered `host`'s question about `node`.
     pub(super) fn located(&mut self, host: usize, node: NodeId, listen: Option<String>) {
-        self.where_asked
-            .retain(|&(h, _, n), _| h != host || n != node);
+        self.questions.remove(&(host, node));
         let to = self.host_index(node);
         // Restated from the world's own account: every host the directory durably admitted is
         // known to it, at the address that host says hello with; no other node id is.
@@ -270,12 +280,11 @@ impl World {
         }
         if hl.book.expire(now) > 0 {
             self.checker.coverage.hit("peers.address_wait_expired");
-            // The frames that waited gave up: a question about that node from now on is a
-            // new one.
-            let book = &hl.book;
-            self.where_asked
-                .retain(|&(h, _, node), _| h != host || book.is_asking(node));
         }
+        // Questions whose frames waited `ASK_WAIT` are over (the book drops their frames at
+        // this tick): a question about that node from now on is a new one.
+        self.questions
+            .retain(|&(h, _), q| h != host || now.saturating_since(q.since) < ASK_WAIT);
         let asks = match hl.link.up() {
             Some(conn) => hl
                 .book
@@ -589,4 +598,14 @@ impl World {
             );
         }
     }
+}
+
+/// A host's question to the directory about where a node listens, as the world accounts for
+/// it (`World::ask_where`).
+#[derive(Debug)]
+pub(super) struct Question {
+    /// When the first frame that waits for the answer came (on the host's clock).
+    since: Instant,
+    /// The connection it was last asked on, and when.
+    asked: Option<(ConnId, Instant)>,
 }
