@@ -386,6 +386,12 @@ pub struct Options {
     /// Host crashes aimed at work in flight, with host crashes on (not drawn: on unless
     /// `--no-fault aimed-crashes`).
     pub aimed_crashes: bool,
+    /// Host pauses: a host's process and its children stop (SIGSTOP of the node's process
+    /// group, a frozen VM): what they are sent waits in their sockets, their connections stay
+    /// open, their clocks run on, and they take everything in order when they resume. The
+    /// directory must let go of a paused host's connection within its host-silence bound, and
+    /// a host must give up a connection to a paused host within the silence bound of its use.
+    pub host_pauses: Option<Recurring>,
     /// The route registrar's manner.
     pub registrar: RegistrarOptions,
     /// Per mille of discovery answers a proxy is told twice (0 in half the seeds).
@@ -740,6 +746,9 @@ impl Options {
             }
             late_joins.sort();
         }
+        // Drawn last (issue 52): host pauses, up to 20 s (past the directory's 10 s silence
+        // bound for hosts).
+        let host_pauses = recurring(&mut rng, ratio(1, 4), (2_000, 30_000), (200, 20_000));
         Options {
             seed,
             options_draws: rng.take_record(),
@@ -780,6 +789,7 @@ impl Options {
             stalls,
             late_joins,
             aimed_crashes: true,
+            host_pauses,
             registrar,
             discovery_repeat_permille,
             clocks,
@@ -824,7 +834,7 @@ impl Options {
         );
         let _ = writeln!(
             s,
-            "# faults: partitions={} directory_crashes={} host_crashes={} route_flaps={} actor_deaths={} proxy_restarts={} authority_outages={} revocations={} spoofs={} file_changes={} stalls={}",
+            "# faults: partitions={} directory_crashes={} host_crashes={} route_flaps={} actor_deaths={} proxy_restarts={} authority_outages={} revocations={} spoofs={} file_changes={} stalls={} host_pauses={}",
             on(&self.partitions),
             on(&self.directory_crashes),
             on(&self.host_crashes),
@@ -836,6 +846,7 @@ impl Options {
             on(&self.spoofs),
             on(&self.file_changes),
             on(&self.stalls),
+            on(&self.host_pauses),
         );
         if !self.late_joins.is_empty() {
             let at: Vec<String> = self

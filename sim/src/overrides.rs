@@ -69,11 +69,13 @@ pub enum FaultKind {
     Churn,
     /// Host crashes aimed at work in flight (the random host crashes stay).
     AimedCrashes,
+    /// Host processes paused and resumed.
+    HostPauses,
 }
 
 impl FaultKind {
     /// Every kind, with its command-line name.
-    pub const ALL: [(FaultKind, &'static str); 27] = [
+    pub const ALL: [(FaultKind, &'static str); 28] = [
         (FaultKind::Loss, "loss"),
         (FaultKind::Duplication, "duplication"),
         (FaultKind::Reordering, "reordering"),
@@ -101,6 +103,7 @@ impl FaultKind {
         (FaultKind::SlowSyncs, "slow-syncs"),
         (FaultKind::Churn, "churn"),
         (FaultKind::AimedCrashes, "aimed-crashes"),
+        (FaultKind::HostPauses, "host-pauses"),
     ];
 
     fn name(self) -> &'static str {
@@ -315,6 +318,7 @@ impl Overrides {
                 FaultKind::SlowSyncs => options.disk.slow_sync = None,
                 FaultKind::Churn => options.late_joins.clear(),
                 FaultKind::AimedCrashes => options.aimed_crashes = false,
+                FaultKind::HostPauses => options.host_pauses = None,
                 FaultKind::FsyncFailures => options.disk.fsync_failure = Ratio::ZERO,
                 FaultKind::CompactionCrashes => options.disk.compaction_crash = Ratio::ZERO,
                 FaultKind::FullDisk => options.disk.full_disk = None,

@@ -246,6 +246,17 @@ enum EventKind {
         conn: ConnId,
         episode: u64,
     },
+    /// A host's process pauses (`host_pauses`).
+    HostPauseStart,
+    /// It resumes.
+    HostPauseEnd {
+        host: usize,
+        episode: u64,
+    },
+    /// Whether the directory let go of `conn`, whose host says nothing to it.
+    DirSilenceCheck {
+        conn: ConnId,
+    },
 }
 
 /// A scheduled event of a simulated world: its kind `K` happens at `at`; events at one instant
@@ -529,6 +540,8 @@ pub struct World {
     stall_rng: SimRng,
     /// Stalls started so far (each is numbered).
     stall_episodes: u64,
+    /// Each host's pause, while its process is paused (`host_pauses`).
+    host_pauses: Vec<Option<stalls::HostPause>>,
     /// The cluster key every node of the run has.
     cluster_key: ClusterKey,
     /// Whether strangers connect during the fault phase (drawn from the conns stream).
@@ -682,6 +695,7 @@ impl World {
             questions: BTreeMap::new(),
             stall_rng: options.entropy.rng(Stream::Stalls),
             stall_episodes: 0,
+            host_pauses: (0..options.clients_per_host.len()).map(|_| None).collect(),
             cluster_key: ClusterKey::from_bytes(key),
             strangers,
             stalled_welcomes,
@@ -903,6 +917,7 @@ impl World {
             self.schedule_in(every, EventKind::RouteResync);
         }
         self.schedule_next_stall();
+        self.schedule_next_host_pause();
         self.schedule(self.heal_at, EventKind::Heal);
         self.schedule(self.end_at, EventKind::End);
     }
@@ -919,6 +934,12 @@ impl World {
         if self.directory.paused.is_some() && self.for_directory_process(&kind) {
             // In its sockets, its timer or its fsync's completion: taken when it resumes.
             self.directory.deferred.push(kind);
+            return;
+        }
+        if let Some(host) = self.host_process_of(&kind)
+            && let Some(pause) = self.host_pauses[host].as_mut()
+        {
+            pause.deferred.push(kind);
             return;
         }
         match kind {
@@ -1332,6 +1353,16 @@ impl World {
                 conn,
                 episode,
             } => self.check_silence(host, conn, episode),
+            EventKind::HostPauseStart => self.start_host_pause(),
+            EventKind::HostPauseEnd { host, episode } => {
+                if self.host_pauses[host]
+                    .as_ref()
+                    .is_some_and(|p| p.episode == episode)
+                {
+                    self.resume_host(host);
+                }
+            }
+            EventKind::DirSilenceCheck { conn } => self.check_directory_let_go(conn),
             EventKind::Heal => self.heal(),
             EventKind::End if self.now < self.drained_by() => {
                 // S25: a rotation reaches every obligation within ⌈N/batch⌉ retry ticks, N the
@@ -3355,6 +3386,9 @@ impl World {
     /// Host `host`'s process dies (up, or saying hello to the directory) and starts again
     /// after `down`.
     fn crash_host(&mut self, host: usize, down: Duration) {
+        // Killed while paused: what waited for it is handed to the dead process (and dropped
+        // there, as a killed process's sockets and timers are).
+        self.resume_host(host);
         let (node, incarnation) = (self.hosts[host].node, self.hosts[host].incarnation);
         self.trace.note(self.now, "fault", || {
             format!("host crash: node {node} incarnation {incarnation}")
@@ -3408,7 +3442,7 @@ impl World {
     /// addresses, incarnations, sources or endpoints, or a reply sent its way).
     fn spoof(&mut self) {
         let up: Vec<usize> = (0..self.hosts.len())
-            .filter(|&h| self.hosts[h].up)
+            .filter(|&h| self.hosts[h].up && !self.host_paused(h))
             .collect();
         if up.is_empty() || self.hosts.len() < 2 {
             return;
@@ -3463,8 +3497,9 @@ impl World {
     }
 
     fn kill_random_actor(&mut self) {
+        // (A paused host's agent could not report the death before it resumes.)
         let up: Vec<usize> = (0..self.hosts.len())
-            .filter(|&h| self.hosts[h].up)
+            .filter(|&h| self.hosts[h].up && !self.host_paused(h))
             .collect();
         if up.is_empty() {
             return;
@@ -3530,7 +3565,7 @@ impl World {
             .hosts
             .iter()
             .enumerate()
-            .filter(|(_, h)| h.up && h.machine.is_some())
+            .filter(|&(i, h)| h.up && h.machine.is_some() && self.host_pauses[i].is_none())
             .flat_map(|(i, h)| {
                 h.workers
                     .iter()

@@ -76,7 +76,8 @@ shrink: narrows a failing seed to the smallest run that fails the same check (op
         partitions, directory-crashes, host-crashes, route-flaps, actor-deaths,
         proxy-restarts, authority-outages, discovery-lag, revocations, spoofs, file-changes,
         fsync-failures, compaction-crashes, full-disk, rot, hostile-children, dying-children,
-        registrar, discovery-repeats, clocks, stalls, slow-syncs, churn, aimed-crashes);
+        registrar, discovery-repeats, clocks, stalls, slow-syncs, churn, aimed-crashes,
+        host-pauses);
         --set KEY=VALUE pins one option
         (fault_phase_ms, directory_retry_ms, retry_batch, deadline_ms, proxy_retry_ms,
         loss_ppm, duplication_ppm, reordering_ppm, hosts, clients_max, workers_max, paths,

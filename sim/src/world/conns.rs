@@ -31,6 +31,9 @@ use super::*;
 pub(super) const SIM_ADMISSION_DEADLINE: Duration = Duration::from_millis(1_500);
 /// The directory's waiting room in the simulation (small, so strangers fill it).
 const SIM_PENDING_MAX: usize = 4;
+/// How long the directory lets a host's connection carry nothing before it closes it (the
+/// real nodes' default; the stalls check restates the rule with it).
+pub(super) const SIM_HOST_SILENCE: Duration = Duration::from_secs(10);
 /// Transient node ids of the simulation's clients (none connect: strangers never get one).
 const SIM_TRANSIENT_BASE: u64 = 1 << 40;
 /// How many strangers at most connect per host connection attempt.
@@ -91,6 +94,10 @@ pub(super) struct SimConn {
     /// arrive no earlier than this (its kernel retransmits a lost segment after the
     /// process is gone: `LATE_HANDSHAKE_DELAY`).
     pub held_until: Option<Instant>,
+    /// When the directory last took a frame on it (on its clock; none before the first).
+    pub dir_heard: Option<Instant>,
+    /// The directory closed it.
+    pub dir_closed: bool,
 }
 
 /// How late a dead host process's handshake frames may still reach the directory: a lost
@@ -125,6 +132,8 @@ impl SimConn {
             last_to_acceptor: now,
             last_to_host: now,
             held_until: None,
+            dir_heard: None,
+            dir_closed: false,
         }
     }
 }
@@ -157,7 +166,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 impl World {
     /// The directory's connection machine for a new instance.
     pub(super) fn new_dir_conns(&self) -> DirectoryConns {
-        DirectoryConns::new(
+        let mut conns = DirectoryConns::new(
             Listener::new(
                 Some(self.cluster_key),
                 Accepts::HostsAndClients,
@@ -167,7 +176,9 @@ impl World {
             ),
             SIM_TRANSIENT_BASE,
             self.dir_now(),
-        )
+        );
+        conns.set_host_silence(SIM_HOST_SILENCE);
+        conns
     }
 
     pub(super) fn nonce(&mut self) -> Nonce {
@@ -236,6 +247,7 @@ impl World {
                 self.checker.coverage.hit("conns.half_open");
                 c.closing = true;
                 c.silent = true;
+                self.schedule_directory_silence_check(conn);
             }
             return;
         }
@@ -555,6 +567,7 @@ impl World {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
+        c.dir_closed |= by_acceptor && c.acceptor.is_none();
         if c.closing {
             if c.silent && by_acceptor {
                 // Its other end is long gone: the directory lets go of it, and that is all.
@@ -701,6 +714,9 @@ impl World {
         else {
             return;
         };
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.dir_heard = Some(now);
+        }
         let epoch = machine.epoch();
         let mut actions = Vec::new();
         let heard = dc.frame(
@@ -955,6 +971,9 @@ impl World {
                     self.close_conn(conn, true);
                 }
                 ConnAction::Close(conn, why) => {
+                    if why == dataplane_core::conns::Closing::Silent {
+                        self.check_silent_close(conn);
+                    }
                     let admitted = self.conns.get(&conn).is_some_and(|c| c.admitted);
                     self.checker.coverage.hit(match why {
                         dataplane_core::conns::Closing::Expired => "conns.expired",

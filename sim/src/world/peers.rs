@@ -40,6 +40,7 @@ impl World {
             64,
         );
         self.peers[host] = Some(PeerLinks::new(h.node, h.incarnation, key, listener));
+        self.peer_ticks[host] = None;
     }
 
     /// `host`'s process is gone: the other ends of its connections learn it.
@@ -345,6 +346,7 @@ impl World {
             },
         );
         self.open_outgoing_checked(from, to);
+        self.arm_peers(from);
         self.checker.coverage.hit("peers.connected");
         let delay = self.conn_latency();
         self.schedule_in(delay, EventKind::ConnOpen { conn });
@@ -500,6 +502,7 @@ impl World {
                 hl.book.forget(node);
             }
             links.closed(conn);
+            self.arm_peers(host);
         }
     }
 
@@ -542,17 +545,18 @@ impl World {
     }
 
     /// Schedules `host`'s next `PeerTick` at its links' next deadline (a ping, a silence, a
-    /// handshake's end), unless one is due by then.
+    /// handshake's end), unless one is due by then. A deadline already past is due now, as
+    /// `dataplane-node`'s loop takes it: it polls with a zero wait.
     pub(super) fn arm_peers(&mut self, host: usize) {
         let now = self.host_now(host);
         let Some(at) = self.peers[host]
             .as_ref()
             .and_then(PeerLinks::next_deadline)
-            .filter(|at| *at > now)
+            .map(|at| at.max(now))
         else {
             return;
         };
-        if self.peer_ticks[host].is_some_and(|armed| armed > now && armed <= at) {
+        if self.peer_ticks[host].is_some_and(|armed| armed >= now && armed <= at) {
             return;
         }
         self.peer_ticks[host] = Some(at);
@@ -567,11 +571,26 @@ impl World {
             return;
         }
         let now = self.host_now(host);
+        if self.peer_ticks[host].is_some_and(|armed| armed <= now) {
+            self.peer_ticks[host] = None;
+        }
         let mut actions = Vec::new();
         let Some(links) = self.peers[host].as_mut() else {
             return;
         };
         let silent = links.expire(now, &mut actions);
+        // Restated: what fell due is done, or moved on. A deadline still due after its
+        // expiry would keep `dataplane-node`'s loop polling without a wait.
+        if let Some(due) = links.next_deadline().filter(|&at| at <= now) {
+            let node = self.hosts[host].node;
+            self.checker.fail(
+                self.now,
+                format!(
+                    "peers: host {node}'s peer links still have a deadline due at {due} after                      they expired at {now}"
+                ),
+            );
+            return;
+        }
         for node in silent {
             self.checker.coverage.hit("peers.left_silent_host");
             // Its address may be stale: asked again before the next connection.

@@ -14,6 +14,7 @@
 //! Every draw comes from the `stalls` stream, so seeds without stalls draw nothing new.
 
 use super::*;
+use crate::world::conns::SIM_HOST_SILENCE;
 use crate::world::conns::SimConn;
 
 /// How long a host may stay on a directory connection that delivers nothing to it (the
@@ -149,6 +150,9 @@ impl World {
         } else {
             self.checker.coverage.hit("fault.conn_stalled");
             self.schedule_silence_check(host, conn, episode);
+            if to_acceptor {
+                self.schedule_directory_silence_check(conn);
+            }
         }
         self.schedule(until, EventKind::StallEnd { episode });
     }
@@ -265,9 +269,29 @@ impl World {
     /// the silence's start; to another host: from the first frame it sent on it since).
     pub(super) fn check_silence(&mut self, host: usize, conn: ConnId, episode: u64) {
         let stall = self.conns.get(&conn).and_then(|c| c.stall);
+        let acceptor_paused = self
+            .conns
+            .get(&conn)
+            .and_then(|c| c.acceptor)
+            .and_then(|a| self.host_pauses[a].as_ref())
+            .is_some_and(|p| p.episode == episode);
         let still_silent = self.directory.paused == Some(episode)
+            || acceptor_paused
             || stall.is_some_and(|s| s.episode == episode && s.until > self.now);
         if !still_silent {
+            return;
+        }
+        if let Some(pause) = &self.host_pauses[host] {
+            // Paused itself, it can give nothing up: the bound runs from when it resumes.
+            let at = pause.until.saturating_add(SILENT_DIRECTORY_LEFT_WITHIN);
+            self.schedule(
+                at,
+                EventKind::SilenceCheck {
+                    host,
+                    conn,
+                    episode,
+                },
+            );
             return;
         }
         let node = self.hosts[host].node;
@@ -275,6 +299,9 @@ impl World {
             let open = self.peers[host]
                 .as_ref()
                 .is_some_and(|links| links.outgoing_node(conn).is_some());
+            if !open && acceptor_paused {
+                self.checker.coverage.hit("peers.left_paused_host");
+            }
             if open {
                 let other = self.hosts[to].node;
                 self.checker.fail(
@@ -312,6 +339,15 @@ impl World {
     /// A host sends a frame on its connection to another host: if a stall holds it, the first
     /// such frame starts the host's bound for giving the connection up.
     pub(super) fn peer_conn_used(&mut self, host: usize, conn: ConnId) {
+        // A host paused at the other end answers nothing either.
+        if let Some(a) = self.conns.get(&conn).and_then(|c| c.acceptor)
+            && let Some(pause) = self.host_pauses[a].as_mut()
+            && pause.until > self.now
+            && pause.used.insert(conn)
+        {
+            let episode = pause.episode;
+            self.schedule_silence_check(host, conn, episode);
+        }
         let Some(stall) = self.conns.get_mut(&conn).and_then(|c| c.stall.as_mut()) else {
             return;
         };
@@ -351,8 +387,220 @@ impl World {
     /// Every stall ends at the heal.
     pub(super) fn heal_stalls(&mut self) {
         self.resume_directory();
+        for host in 0..self.hosts.len() {
+            self.resume_host(host);
+        }
         for c in self.conns.values_mut() {
             c.stall = None;
+        }
+    }
+}
+
+/// A paused host process (and its children): what it was sent, its timers and its children's
+/// wake-ups wait, in the order they came, until it resumes or is killed.
+#[derive(Debug)]
+pub(crate) struct HostPause {
+    /// The stall episode (numbered with the other stalls).
+    pub episode: u64,
+    /// When it resumes.
+    pub until: Instant,
+    /// Its process's inputs, in arrival order.
+    pub deferred: Vec<EventKind>,
+    /// The connections to it that another host sent a frame on during the pause (from then
+    /// on, that host must give the connection up within the bound).
+    pub used: BTreeSet<ConnId>,
+}
+
+/// How late after the directory's host-silence bound it may still hold a silent host's
+/// connection (its expiry runs at the bound; the check runs an instant after, on a clock that
+/// may run 5 % slow: that is in `dir_at`).
+const DIRECTORY_LETS_GO_SLACK: Duration = Duration::from_millis(10);
+
+impl World {
+    /// Schedules the next host pause (from the stalls stream).
+    pub(super) fn schedule_next_host_pause(&mut self) {
+        let Some(fault) = self.options.host_pauses else {
+            return;
+        };
+        let delay =
+            Duration::from_nanos(self.stall_rng.exponential(fault.mean_interval.as_nanos()));
+        if self.now.saturating_add(delay) < self.heal_at {
+            self.schedule_in(delay, EventKind::HostPauseStart);
+        }
+    }
+
+    /// A running host's process pauses (SIGSTOP of its process group, a frozen VM).
+    pub(super) fn start_host_pause(&mut self) {
+        let running: Vec<usize> = (0..self.hosts.len())
+            .filter(|&h| self.hosts[h].up && self.host_pauses[h].is_none())
+            .collect();
+        let max = self
+            .options
+            .host_pauses
+            .map_or(Duration::ZERO, |f| f.max_duration);
+        let length = uniform(&mut self.stall_rng, max).max(Duration::from_millis(1));
+        if !running.is_empty() {
+            let host = *self.stall_rng.pick(&running);
+            self.stall_episodes += 1;
+            let episode = self.stall_episodes;
+            let until = self.now.saturating_add(length);
+            self.host_pauses[host] = Some(HostPause {
+                episode,
+                until,
+                deferred: Vec::new(),
+                used: BTreeSet::new(),
+            });
+            self.checker.coverage.hit("fault.host_paused");
+            let node = self.hosts[host].node;
+            self.trace.note(self.now, "fault", || {
+                format!("stall: host {node}'s process is paused for {length}")
+            });
+            // The directory must let go of its connection within its silence bound.
+            let held: Vec<ConnId> = self
+                .conns
+                .iter()
+                .filter(|(_, c)| c.host == host && c.acceptor.is_none() && c.stranger.is_none())
+                .map(|(&conn, _)| conn)
+                .collect();
+            for conn in held {
+                self.schedule_directory_silence_check(conn);
+            }
+            self.schedule(until, EventKind::HostPauseEnd { host, episode });
+        }
+        self.schedule_next_host_pause();
+    }
+
+    /// `host` runs again (its time is up, or the run heals): what it was sent meanwhile,
+    /// its timers and its children's wake-ups are handed to it in the order they came.
+    pub(super) fn resume_host(&mut self, host: usize) {
+        let Some(pause) = self.host_pauses[host].take() else {
+            return;
+        };
+        for kind in pause.deferred {
+            self.schedule(self.now, kind);
+        }
+    }
+
+    /// The host whose process (or child) takes `kind`, if a host's: a frame or a connection
+    /// event it is sent, its timers, its children's wake-ups, its discovery answers.
+    pub(super) fn host_process_of(&self, kind: &EventKind) -> Option<usize> {
+        let conn_side = |conn: &ConnId, to_acceptor: bool| {
+            let c = self.conns.get(conn)?;
+            if to_acceptor {
+                c.acceptor
+            } else {
+                Some(c.host)
+            }
+        };
+        match kind {
+            EventKind::Deliver(e) => self.host_index(e.to.node),
+            EventKind::HostSend { host, .. }
+            | EventKind::Local { host, .. }
+            | EventKind::ProxyTimer { host, .. }
+            | EventKind::Discovery { host, .. }
+            | EventKind::ProxyStart { host, .. }
+            | EventKind::ClientWake { host, .. }
+            | EventKind::HostTick { host, .. }
+            | EventKind::WorkerWake { host, .. }
+            | EventKind::AgentTick { host, .. }
+            | EventKind::LinkRetry { host, .. }
+            | EventKind::BookTick { host, .. }
+            | EventKind::PeerTick { host, .. } => Some(*host),
+            EventKind::ConnOpen { conn } => self.conns.get(conn)?.acceptor,
+            EventKind::ConnFrame {
+                conn, to_acceptor, ..
+            }
+            | EventKind::ConnClosed { conn, to_acceptor } => conn_side(conn, *to_acceptor),
+            _ => None,
+        }
+    }
+
+    /// Whether `host`'s process is paused.
+    pub(super) fn host_paused(&self, host: usize) -> bool {
+        self.host_pauses[host].is_some()
+    }
+
+    /// The directory's rule for a connection whose host says nothing (paused, stalled
+    /// towards it, or dead without a word): checked once its silence bound has passed.
+    pub(super) fn schedule_directory_silence_check(&mut self, conn: ConnId) {
+        let Some(heard) = self.conns.get(&conn).and_then(|c| c.dir_heard) else {
+            return;
+        };
+        let due = self.dir_at(heard.saturating_add(SIM_HOST_SILENCE));
+        let at = due.max(self.now).saturating_add(DIRECTORY_LETS_GO_SLACK);
+        self.schedule(at, EventKind::DirSilenceCheck { conn });
+    }
+
+    /// ARCHITECTURE "Connections and admission", restated from the world's own record of
+    /// what the directory took on each connection: the directory lets go of a host's
+    /// connection that carried nothing for its host-silence bound. While the host still says
+    /// nothing (paused, its way stalled, or dead without a word), the check follows the last
+    /// frame the directory took.
+    pub(super) fn check_directory_let_go(&mut self, conn: ConnId) {
+        if self.directory.paused.is_some() {
+            // Its expiry waits with its other inputs: ask again once it may have run.
+            self.schedule_in(
+                Duration::from_millis(100),
+                EventKind::DirSilenceCheck { conn },
+            );
+            return;
+        }
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        let holds = c.admitted
+            && !c.dir_closed
+            && c.boot == self.directory.boot
+            && self.directory.machine.is_some();
+        let Some(heard) = c.dir_heard.filter(|_| holds) else {
+            return;
+        };
+        let quiet = self.dir_now().saturating_since(heard);
+        if quiet < SIM_HOST_SILENCE {
+            let host_silent = self.host_paused(c.host)
+                || c.silent
+                || c.stall.is_some_and(|s| s.holds(self.now, true).is_some());
+            if host_silent {
+                self.schedule_directory_silence_check(conn);
+            }
+            return;
+        }
+        let node = self.hosts[c.host].node;
+        self.checker.fail(
+            self.now,
+            format!(
+                "liveness: the directory still holds host {node}'s connection {conn}, which has \
+                 carried nothing to it for {quiet} (its host-silence bound is \
+                 {SIM_HOST_SILENCE})"
+            ),
+        );
+    }
+
+    /// The directory closes `conn` as silent: by the same rule, only once it carried nothing
+    /// for the host-silence bound.
+    pub(super) fn check_silent_close(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        let Some(heard) = c.dir_heard else {
+            return;
+        };
+        let quiet = self.dir_now().saturating_since(heard);
+        if self.host_paused(c.host) {
+            self.checker
+                .coverage
+                .hit("conns.directory_let_go_paused_host");
+        }
+        if quiet < SIM_HOST_SILENCE {
+            let node = self.hosts[c.host].node;
+            self.checker.fail(
+                self.now,
+                format!(
+                    "conns: the directory let go of host {node}'s connection {conn} as silent \
+                     {quiet} after it last took a frame on it (its host-silence bound is \
+                     {SIM_HOST_SILENCE})"
+                ),
+            );
         }
     }
 }
