@@ -248,6 +248,7 @@ pub const EXPECTED_COVERAGE: &[&str] = &[
     "host.fail.WriteExpired",
     "proxy.dropped_stale_reply",
     "proxy.redispatched_on_discovery",
+    "proxy.resent_paced",
     "recovery.cut_torn_tail",
     "recovery.obligations_restored",
     "recovery.fence_restored",

@@ -93,7 +93,18 @@ pub struct ProxyChecker {
     spare: Vec<RequestId>,
     /// What each proxy was last told by discovery (the checker's own record of its inputs).
     discovery: BTreeMap<ProxyId, Option<Discovered>>,
+    /// Pacing: per proxy, each request id it sent a call for, when it last sent it and how
+    /// often since discovery last named a new authority (the checker's own record of the
+    /// proxy's effects). Entries not sent for `PACING_FORGET_AFTER` periods are dropped.
+    sends: BTreeMap<ProxyId, BTreeMap<RequestId, (Instant, u32)>>,
 }
+
+/// How many retry periods a request may go unsent before the pacing record forgets it (it is
+/// answered, or no directory is known: a later send counts afresh, which only weakens the
+/// check).
+const PACING_FORGET_AFTER: u64 = 3;
+/// The clocks' conversions round: a tick may read up to this much short of its period.
+const PACING_ROUNDING: Duration = Duration::from_micros(1);
 
 impl ProxyChecker {
     /// Checks proxies with this deadline, tick and absent-read wait.
@@ -107,6 +118,7 @@ impl ProxyChecker {
             retractions: BTreeMap::new(),
             spare: Vec::new(),
             discovery: BTreeMap::new(),
+            sends: BTreeMap::new(),
         }
     }
 
@@ -120,6 +132,7 @@ impl ProxyChecker {
         self.outstanding.retain(|_, o| o.proxy != id);
         self.retractions.remove(&id);
         self.discovery.remove(&id);
+        self.sends.remove(&id);
         if self.live.get(&id.0) == Some(&id) {
             self.live.remove(&id.0);
         }
@@ -136,6 +149,7 @@ impl ProxyChecker {
         hits: &mut Vec<&'static str>,
     ) -> Result<(), String> {
         let discovered = proxy.directory();
+        self.check_paced(now, id, input, effects, hits)?;
         // Retractions this step must leave the proxy holding: of the opens and reserves whose
         // callers gave up (a cancel) or that expired (the tick).
         let mut owed: Vec<DirectoryRequest> = Vec::new();
@@ -292,6 +306,71 @@ impl ProxyChecker {
         proxy
             .check_invariants()
             .map_err(|e| format!("proxy invariant: {e}"))
+    }
+
+    /// Paced re-sends (ARCHITECTURE "The proxy"), restated from the proxy's inputs and
+    /// effects: a call goes out when its request is admitted, again on the retry tick, and to
+    /// every new authority discovery names. So a request id already sent is sent again only
+    /// on a tick or a discovery that named a new authority; and from its third send since
+    /// such a discovery on (the first tick may follow its admission by any time), no sooner
+    /// than the retry period after the last one, on the proxy's clock.
+    fn check_paced(
+        &mut self,
+        now: Instant,
+        id: ProxyId,
+        input: &ProxyInput,
+        effects: &[Effect],
+        hits: &mut Vec<&'static str>,
+    ) -> Result<(), String> {
+        let new_authority = match input {
+            ProxyInput::Discovery(found @ Some(_)) => {
+                self.discovery.get(&id).copied().flatten() != *found
+            }
+            _ => false,
+        };
+        let sends = self.sends.entry(id).or_default();
+        if new_authority {
+            for entry in sends.values_mut() {
+                entry.1 = 0;
+            }
+        }
+        if *input == ProxyInput::Timer {
+            let forget = self.retry_period.saturating_mul(PACING_FORGET_AFTER);
+            sends.retain(|_, &mut (last, _)| now.saturating_since(last) < forget);
+        }
+        for effect in effects {
+            let Effect::Send {
+                to,
+                message: Message::Call(call),
+            } = effect
+            else {
+                continue;
+            };
+            let Some((last, count)) = sends.get_mut(&call.request_id) else {
+                sends.insert(call.request_id, (now, 1));
+                continue;
+            };
+            let since = now.saturating_since(*last);
+            let on_tick = *input == ProxyInput::Timer;
+            if !on_tick && !new_authority {
+                return Err(format!(
+                    "pacing: the proxy sent call {} to {to} again on {input:?}, {since} after                      the last time (a call is re-sent only on the retry tick or to a new                      authority)",
+                    call.request_id
+                ));
+            }
+            if on_tick && *count >= 2 && since.saturating_add(PACING_ROUNDING) < self.retry_period {
+                return Err(format!(
+                    "pacing: the proxy re-sent call {} to {to} {since} after the last time,                      before its retry period ({})",
+                    call.request_id, self.retry_period
+                ));
+            }
+            if on_tick && *count >= 2 {
+                hits.push("proxy.resent_paced");
+            }
+            *last = now;
+            *count = count.saturating_add(1);
+        }
+        Ok(())
     }
 
     /// Promptness (issue 15, class 7; ARCHITECTURE "Discovery"): when discovery names a new
