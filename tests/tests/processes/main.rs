@@ -24,6 +24,7 @@ mod names;
 mod ops;
 mod overload;
 mod partitioned_leader;
+mod paused_host;
 mod program_streams;
 mod replica_membership;
 mod replica_peers;
