@@ -156,6 +156,17 @@ pub struct Explanations {
     /// The directory's disk fills, and its log is preallocated (so it refuses new operations
     /// `NoSpace` rather than stop).
     pub full_disk: bool,
+    /// When the worker's host last resumed from a pause, on its clock (`None`: it never
+    /// paused). A paused host and its children resume together, and what each takes first
+    /// is the order things came in: a write's deadline may have passed meanwhile.
+    pub resumed_at: Option<Instant>,
+}
+
+impl Explanations {
+    /// Whether the worker's host resumed from a pause at or after `at`.
+    fn paused_since(&self, at: Instant) -> bool {
+        self.resumed_at.is_some_and(|r| r >= at)
+    }
 }
 
 impl Explanations {
@@ -186,6 +197,7 @@ impl Explanations {
             lost_blobs: options.host_crashes.is_some(),
             changed_files: options.file_changes.is_some(),
             full_disk: options.disk.full_disk.is_some() && options.disk.preallocate_bytes > 0,
+            resumed_at: None,
         }
     }
 }
@@ -225,7 +237,10 @@ fn unexplained(op: &Op, error: &DataPlaneError, explains: &Explanations) -> Opti
         }
         DataPlaneError::SessionNotRunning => Some("the running session said it was not running"),
         // Only a write whose child stopped before sealing may run past the write deadline.
-        DataPlaneError::WriteExpired { .. } if !matches!(op.stage, Stage::Stalled(_)) => {
+        // (Or one whose host paused meanwhile: see `Explanations::resumed_at`.)
+        DataPlaneError::WriteExpired { .. }
+            if !matches!(op.stage, Stage::Stalled(_)) && !explains.paused_since(op.since) =>
+        {
             Some("a write the child sealed at once was expired")
         }
         // A host derives every op id from its node, incarnation and binding, and declares done
@@ -329,6 +344,9 @@ struct Op {
     checksum: u64,
     /// A read the child never cancels: the host alone must end it (Q26/H-D9, L12).
     patient: bool,
+    /// The host expired the write before it took the seal sent for it: the seal's own answer
+    /// (a `Failed`: the write is no longer being written) is still to come.
+    seal_answer_owed: bool,
 }
 
 /// The version (tag, length) of a file whose bytes are `content(tag, length)`.
@@ -352,6 +370,7 @@ impl Op {
             expected: None,
             checksum: 0,
             patient: false,
+            seal_answer_owed: false,
         }
     }
 }
@@ -923,8 +942,14 @@ impl Worker {
                     if blob::validate(io.mem, &e, BlobState::Writable, false).is_ok() {
                         // Restated: a write unsealed for its deadline (and a second for the
                         // host's tick and the delivery) has been aborted by then.
+                        // A host paused meanwhile has that long after its resume.
                         let bound = io.options.write_deadline.saturating_add(WRITE_EXPIRY_SLACK);
-                        if age >= bound {
+                        let resumed_late = io.explains.paused_since(o.since)
+                            && io
+                                .explains
+                                .resumed_at
+                                .is_some_and(|r| now.saturating_since(r) < WRITE_EXPIRY_SLACK);
+                        if age >= bound && !resumed_late {
                             io.violation(format!(
                                 "write deadline: {} op {op} was granted {age} ago and never \
                                  sealed, and its host has not expired it (deadline {})",
@@ -1502,8 +1527,26 @@ impl Worker {
                         // The op failed after a grant (or an abort was refused): release the view.
                         if let Some(o) = self.ops.get_mut(&op.0) {
                             o.stage = Stage::Releasing;
+                            o.seal_answer_owed =
+                                matches!(stage, Stage::Sealing(_) | Stage::SealAborting(_))
+                                    && matches!(error, DataPlaneError::WriteExpired { .. });
                         }
                         io.out.requests.push(ChildRequest::Release { op });
+                    }
+                    Stage::Releasing
+                        if self.ops.get(&op.0).is_some_and(|o| o.seal_answer_owed)
+                            && matches!(
+                                error,
+                                DataPlaneError::Blob(
+                                    dataplane_core::error::BlobFailure::State { .. }
+                                )
+                            ) =>
+                    {
+                        // The answer to a seal the host took after it expired the write.
+                        io.out.notes.push(Note::Seen("host.late_seal_refused"));
+                        if let Some(o) = self.ops.get_mut(&op.0) {
+                            o.seal_answer_owed = false;
+                        }
                     }
                     Stage::Releasing => {
                         io.violation(format!(

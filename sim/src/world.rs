@@ -542,6 +542,8 @@ pub struct World {
     stall_episodes: u64,
     /// Each host's pause, while its process is paused (`host_pauses`).
     host_pauses: Vec<Option<stalls::HostPause>>,
+    /// When each host last resumed from a pause, on its clock (what its workers may explain).
+    host_resumed: Vec<Option<Instant>>,
     /// The cluster key every node of the run has.
     cluster_key: ClusterKey,
     /// Whether strangers connect during the fault phase (drawn from the conns stream).
@@ -696,6 +698,7 @@ impl World {
             stall_rng: options.entropy.rng(Stream::Stalls),
             stall_episodes: 0,
             host_pauses: (0..options.clients_per_host.len()).map(|_| None).collect(),
+            host_resumed: vec![None; options.clients_per_host.len()],
             cluster_key: ClusterKey::from_bytes(key),
             strangers,
             stalled_welcomes,
@@ -2941,7 +2944,10 @@ impl World {
             mem: &mut h.mem,
             arena_generation,
             overload: self.options.overload.as_ref(),
-            explains: crate::worker::Explanations::of(&self.options),
+            explains: crate::worker::Explanations {
+                resumed_at: self.host_resumed[host],
+                ..crate::worker::Explanations::of(&self.options)
+            },
             out: WorkerOut::default(),
         };
         let worker = make(address, global, session, &mut io);
@@ -2981,7 +2987,10 @@ impl World {
             mem: &mut h.mem,
             arena_generation,
             overload: self.options.overload.as_ref(),
-            explains: crate::worker::Explanations::of(&self.options),
+            explains: crate::worker::Explanations {
+                resumed_at: self.host_resumed[host],
+                ..crate::worker::Explanations::of(&self.options)
+            },
             out: WorkerOut::default(),
         };
         f(worker, &mut io);

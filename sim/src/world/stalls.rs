@@ -476,6 +476,7 @@ impl World {
         let Some(pause) = self.host_pauses[host].take() else {
             return;
         };
+        self.host_resumed[host] = Some(self.host_now(host));
         for kind in pause.deferred {
             self.schedule(self.now, kind);
         }
