@@ -820,6 +820,22 @@ impl Worker {
                 }
             }
             (
+                ProbeStep::Stat | ProbeStep::Read,
+                ChildEvent::Failed {
+                    op,
+                    error: DataPlaneError::Namespace(NamespaceError::DirectoryUnavailable(_)),
+                },
+            ) if current(&op) => {
+                // A host (re)started at the heal whose proxy has not heard of the directory
+                // yet (discovery lags up to its draw): a read fails after the absent-read
+                // wait, as designed. Asked again; the probe's bound says how long that may
+                // take.
+                io.out.notes.push(Note::Seen("probe.waited_for_directory"));
+                if let Some(p) = self.probe.as_mut() {
+                    p.retry_at = Some(io.now.saturating_add(PROBE_PERIOD));
+                }
+            }
+            (
                 ProbeStep::Write,
                 ChildEvent::Failed {
                     op,
