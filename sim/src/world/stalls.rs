@@ -5,13 +5,18 @@
 //! be paused (SIGSTOP, a VM frozen by its hypervisor, a long GC-like stall): what it is sent
 //! waits in its sockets, its connections stay open, its clock runs on, and it takes everything
 //! in order when it resumes. Neither ever closes a connection, so nothing but a host's own
-//! liveness rule gets it off a silent directory.
+//! liveness rule gets it off a silent directory. A host's process may be paused the same way,
+//! with its children (`host_pauses`): then the directory's own liveness rule must let go of
+//! it, and the hosts that send to it must give their connections to it up.
 //!
 //! Checked against the world's own account (when it made a connection silent, never what the
 //! link says about itself): a host whose link is still up on a connection that has delivered
-//! nothing for [`SILENT_DIRECTORY_LEFT_WITHIN`] fails the seed.
+//! nothing for [`SILENT_DIRECTORY_LEFT_WITHIN`] fails the seed, and so does a directory that
+//! holds a host's connection that carried nothing to it for its host-silence bound, or lets one
+//! go sooner (from the world's record of the last frame the directory took on it).
 //!
-//! Every draw comes from the `stalls` stream, so seeds without stalls draw nothing new.
+//! Every draw comes from the `stalls` stream, so seeds without stalls or host pauses draw
+//! nothing new.
 
 use super::*;
 use crate::world::conns::SIM_HOST_SILENCE;
