@@ -61,13 +61,19 @@ impl ConnStall {
 impl World {
     /// Schedules the next stall (from the stalls stream).
     pub(super) fn schedule_next_stall(&mut self) {
-        let Some(fault) = self.options.stalls else {
+        self.schedule_from_stalls(self.options.stalls, EventKind::StallStart);
+    }
+
+    /// Schedules `kind` after an exponential delay of `fault`'s mean (drawn from the stalls
+    /// stream), if that falls before the heal; nothing is drawn when `fault` is off.
+    fn schedule_from_stalls(&mut self, fault: Option<Recurring>, kind: EventKind) {
+        let Some(fault) = fault else {
             return;
         };
         let delay =
             Duration::from_nanos(self.stall_rng.exponential(fault.mean_interval.as_nanos()));
         if self.now.saturating_add(delay) < self.heal_at {
-            self.schedule_in(delay, EventKind::StallStart);
+            self.schedule_in(delay, kind);
         }
     }
 
@@ -424,14 +430,7 @@ const DIRECTORY_LETS_GO_SLACK: Duration = Duration::from_millis(10);
 impl World {
     /// Schedules the next host pause (from the stalls stream).
     pub(super) fn schedule_next_host_pause(&mut self) {
-        let Some(fault) = self.options.host_pauses else {
-            return;
-        };
-        let delay =
-            Duration::from_nanos(self.stall_rng.exponential(fault.mean_interval.as_nanos()));
-        if self.now.saturating_add(delay) < self.heal_at {
-            self.schedule_in(delay, EventKind::HostPauseStart);
-        }
+        self.schedule_from_stalls(self.options.host_pauses, EventKind::HostPauseStart);
     }
 
     /// A running host's process pauses (SIGSTOP of its process group, a frozen VM).
